@@ -1,0 +1,49 @@
+# layerlab — LayerRAG-Bench. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+
+# litellm must not reach the network or read a stray .env; plots are headless.
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export LITELLM_OFFLINE_MODE := true
+export LITELLM_MODE := PRODUCTION
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+.DEFAULT_GOAL := help
+.PHONY: help venv reproduce test corpus audit lint bench lock clean
+
+help: ## Show this help.
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "layerlab needs Python >= 3.11 (set PYTHON=...)")'
+	rm -f $(VENV)/.installed-*
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+venv: $(STAMP) ## Create .venv from the hash-locked requirements (done by the targets below).
+
+reproduce: $(STAMP) ## Rebuild the corpus and print the retriever audit, offline.
+	$(BIN)/layerlab corpus build
+	$(BIN)/layerlab audit retriever
+
+test: $(STAMP) ## Run the test suite (offline).
+	$(BIN)/python -m pytest
+
+lint: $(STAMP) ## ruff and mypy over the package.
+	$(BIN)/ruff check layerlab tests
+	$(BIN)/mypy
+
+bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
+	$(BIN)/python -m layerlab.bench
+
+lock: ## Regenerate requirements.lock from pyproject.toml (needs uv).
+	uv pip compile pyproject.toml --extra dev --generate-hashes --universal --python-version 3.11 -o requirements.lock
+
+clean: ## Remove the virtual environment and caches.
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

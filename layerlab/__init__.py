@@ -1,0 +1,3 @@
+"""layerlab: the reference implementation of LayerRAG-Bench."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,33 @@
+"""Shared fixtures: the committed enterprise_v2 corpus and small spec files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from layerlab import corpus as corpus_mod  # noqa: E402
+from layerlab import paths  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def corpus() -> corpus_mod.Corpus:
+    return corpus_mod.load(paths.CORPUS_DIR)
+
+
+@pytest.fixture(scope="session")
+def key() -> corpus_mod.AnswerKey:
+    return corpus_mod.load_answer_key(paths.CORPUS_DIR)
+
+
+@pytest.fixture()
+def good_spec_text() -> str:
+    return (FIXTURES / "mini_returns.yaml").read_text()

@@ -1,0 +1,66 @@
+"""Retrievers: batch scoring, filtering, and the paper's clean-condition structure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from layerlab import audit, retrieval
+from layerlab import corpus as corpus_mod
+
+
+def test_registry_has_the_reported_retriever_and_ablations() -> None:
+    assert set(retrieval.REGISTRY) >= {
+        "tfidf_domain_validity",
+        "tfidf",
+        "tfidf_domain",
+        "tfidf_validity",
+        "explicit_domain_filter",
+    }
+    with pytest.raises(KeyError, match="unknown retriever 'bm25'"):
+        retrieval.get("bm25")
+
+
+def test_batch_scores_equal_one_query_at_a_time(corpus: corpus_mod.Corpus) -> None:
+    r = retrieval.make("tfidf_domain_validity", corpus.documents, corpus.cue_words)
+    qs = [t.question for t in corpus.tasks[:20]]
+    batch = r.score(qs)
+    single = np.vstack([r.score([q]) for q in qs])
+    np.testing.assert_allclose(batch, single)
+    ranking = r.search(qs)
+    assert ranking.indices.shape == (20, 3)
+
+
+def test_non_explicit_retrievers_ignore_labelled_domains(corpus: corpus_mod.Corpus) -> None:
+    qs = [t.question for t in corpus.tasks]
+    wrong = ["hr"] * len(qs)
+    for name in ("tfidf", "tfidf_domain", "tfidf_validity", "tfidf_domain_validity"):
+        r = retrieval.make(name, corpus.documents, corpus.cue_words)
+        np.testing.assert_array_equal(r.score(qs), r.score(qs, wrong))
+
+
+def test_explicit_filter_keeps_only_the_labelled_domain(corpus: corpus_mod.Corpus) -> None:
+    r = retrieval.make("explicit_domain_filter", corpus.documents, corpus.cue_words)
+    tasks = corpus.tasks[:30]
+    ranking = r.search([t.question for t in tasks], [t.domain for t in tasks])
+    for i, t in enumerate(tasks):
+        assert {d.domain for d in ranking.docs(i)} == {t.domain}
+    with pytest.raises(ValueError, match="needs the tasks' labelled domains"):
+        r.score(["q?"])
+
+
+def test_reported_retriever_prefers_current_versions_through_validity(
+    corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey
+) -> None:
+    rep = audit.evaluate("tfidf_domain_validity", corpus.documents, corpus, key)
+    no_validity = audit.evaluate("tfidf_domain", corpus.documents, corpus, key)
+    assert rep.top1_recall >= 0.85
+    assert rep.current_version_preference >= 0.95
+    assert rep.top1_recall - no_validity.top1_recall >= 0.3
+    assert rep.top3_recall >= rep.top1_recall
+
+
+def test_empty_index_returns_nothing(corpus: corpus_mod.Corpus) -> None:
+    r = retrieval.make("tfidf", [], corpus.cue_words)
+    ranking = r.search(["anything?"])
+    assert ranking.doc_ids(0) == []

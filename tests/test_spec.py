@@ -1,0 +1,141 @@
+"""The spec DSL: valid specs load; every kind of bad input gets one precise line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from layerlab import paths
+from layerlab.cli import app
+from layerlab.spec import SpecError, load_domains, spec_hash
+
+runner = CliRunner()
+
+
+def _write(tmp: Path, name: str, text: str) -> Path:
+    p = tmp / name
+    p.write_text(text)
+    return p
+
+
+def _problems(path: Path) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_domains(path)
+    return [str(p) for p in info.value.problems]
+
+
+def test_fixture_spec_is_valid(tmp_path: Path, good_spec_text: str) -> None:
+    p = _write(tmp_path, "returns.yaml", good_spec_text)
+    (d,) = load_domains(p)
+    assert d.domain == "returns" and len(d.policies) == 2
+
+
+def test_committed_specs_are_valid() -> None:
+    domains = load_domains(paths.CORPUS_SPEC_DIR)
+    assert [d.domain for d in domains] == sorted(
+        ["returns", "pto", "support", "security", "finance", "hr", "legal", "it_ops"]
+    )
+    assert all(len(d.policies) == 10 for d in domains)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # unknown key, with the line it is on
+        (
+            "    topic: Approval",
+            "    colour: red\n    topic: Approval",
+            ":29: policies[1].colour: unknown key",
+        ),
+        # missing field
+        ("    answer_kind: role\n", "", "policies[1].answer_kind: required field is missing"),
+        # wrong type (a string where a year is expected)
+        (
+            "effective_year: 2023",
+            'effective_year: "2023"',
+            "policies[1].current.effective_year: expected int",
+        ),
+        # value the prose does not state
+        (
+            "value: Finance Controller",
+            "value: Chief Financial Officer",
+            "policies[1].current: the prose must state the value 'Chief Financial Officer'",
+        ),
+        # duplicate id
+        ("id: returns-02", "id: returns-01", "duplicate policy id 'returns-01'"),
+        # an answer kind outside the DSL
+        (
+            "answer_kind: role",
+            "answer_kind: colour",
+            "policies[1].answer_kind: Input should be 'duration'",
+        ),
+        # a version's prose stating the other version's value
+        (
+            "Agents log the approval",
+            "Previously the Customer Service Manager did this. Agents log the approval",
+            "current.prose also states the superseded value",
+        ),
+        # years out of order
+        (
+            "effective_year: 2023",
+            "effective_year: 2019",
+            "must be later than superseded.effective_year (2020)",
+        ),
+        # two questions instead of three
+        (
+            "      - Who gives written approval when a single order's payout is unusually large?\n",
+            "",
+            "policies[1].questions: List should have at least 3 items",
+        ),
+    ],
+)
+def test_bad_spec_names_file_field_and_expectation(
+    tmp_path: Path, good_spec_text: str, old: str, new: str, expected: str
+) -> None:
+    assert old in good_spec_text
+    p = _write(tmp_path, "returns.yaml", good_spec_text.replace(old, new, 1))
+    problems = _problems(p)
+    assert any(expected in line for line in problems), problems
+    assert all(line.startswith(str(p)) for line in problems)
+
+
+def test_invalid_yaml_reports_line(tmp_path: Path) -> None:
+    p = _write(tmp_path, "returns.yaml", "domain: returns\npolicies: [\n  - {id: x\n")
+    (line,) = _problems(p)
+    assert line.startswith(f"{p}:") and "not valid YAML" in line
+
+
+def test_cross_file_problems(tmp_path: Path, good_spec_text: str) -> None:
+    _write(tmp_path, "returns.yaml", good_spec_text)
+    # same domain twice, under a file name that does not match, sharing a cue word
+    _write(tmp_path, "zz.yaml", good_spec_text)
+    problems = _problems(tmp_path)
+    joined = "\n".join(problems)
+    assert "duplicate domain 'returns'" in joined
+    assert "must match the file name 'zz'" in joined
+    assert "duplicate policy id 'returns-01'" in joined
+
+
+def test_cli_spec_check_exits_nonzero_without_traceback(
+    tmp_path: Path, good_spec_text: str
+) -> None:
+    p = _write(tmp_path, "returns.yaml", good_spec_text.replace("owner: Customer Operations\n", ""))
+    result = runner.invoke(app, ["spec", "check", str(p)])
+    assert result.exit_code == 1
+    assert "owner: required field is missing" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_spec_check_ok() -> None:
+    result = runner.invoke(app, ["spec", "check", str(paths.CORPUS_SPEC_DIR)])
+    assert result.exit_code == 0, result.output
+    assert "8 domain(s), 80 policy unit(s)" in result.output
+
+
+def test_spec_hash_changes_with_content(tmp_path: Path, good_spec_text: str) -> None:
+    p = _write(tmp_path, "returns.yaml", good_spec_text)
+    h1 = spec_hash(tmp_path)
+    p.write_text(good_spec_text + "\n# comment\n")
+    assert spec_hash(tmp_path) != h1
