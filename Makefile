@@ -28,9 +28,11 @@ $(STAMP): requirements.lock pyproject.toml
 
 venv: $(STAMP) ## Create .venv from the hash-locked requirements (done by the targets below).
 
-reproduce: $(STAMP) ## Rebuild the corpus and print the retriever audit, offline.
+reproduce: $(STAMP) ## Regenerate the corpus, the deterministic run and Tables 1-3, offline.
 	$(BIN)/layerlab corpus build
 	$(BIN)/layerlab audit retriever
+	$(BIN)/layerlab run deterministic --out out/deterministic
+	$(BIN)/layerlab export tables
 
 test: $(STAMP) ## Run the test suite (offline).
 	$(BIN)/python -m pytest

@@ -17,6 +17,7 @@ import numpy as np
 from layerlab import retrieval
 from layerlab.corpus import AnswerKey, Corpus, Document
 from layerlab.cues import CueMatcher
+from layerlab.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,21 @@ def duplicate_queries(corpus: Corpus, key: AnswerKey) -> list[dict[str, Any]]:
                 for j, t in enumerate(tasks)
             )
         out.append(entry)
+    return out
+
+
+AUDIT_CONDITIONS = ("clean", "conflicting_evidence", "corrupted_metadata")
+
+
+def conditions_from(
+    corpus: Corpus, scenarios: Mapping[str, Scenario], names: Sequence[str] = AUDIT_CONDITIONS
+) -> dict[str, list[Document]]:
+    """Index views for the audit: each named scenario's index-stage faults applied to the corpus."""
+    out: dict[str, list[Document]] = {}
+    for n in names:
+        if n not in scenarios:
+            raise KeyError(f"audit condition {n!r} is not a scenario; known: {sorted(scenarios)}")
+        out[n] = scenarios[n].index(corpus.documents)
     return out
 
 

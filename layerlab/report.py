@@ -2,32 +2,34 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 
+def _console() -> Console:
+    # a pipe or a log file gets a fixed, readable width instead of rich's 80-column default
+    return Console() if sys.stdout.isatty() else Console(width=120)
+
+
 def print_audit(result: dict[str, Any], console: Console | None = None) -> None:
-    """Print the retriever audit as one table per condition plus the cue and duplicate lines."""
-    console = console or Console()
-    conditions = list(next(iter(result["retrievers"].values())))
+    """Print the retriever audit (one row per retriever and condition) plus cue and duplicate lines."""
+    console = console or _console()
     table = Table(title=f"Retriever audit ({result['n_tasks']} tasks)")
-    table.add_column("retriever")
-    for c in conditions:
-        table.add_column(f"{c}\ntop-1", justify="right")
-        table.add_column(f"{c}\ntop-3", justify="right")
-        table.add_column(f"{c}\ncurrent pref.", justify="right")
+    for col in ("retriever", "condition", "top-1 recall", "top-3 recall", "current-version pref."):
+        table.add_column(col, justify="left" if col in {"retriever", "condition"} else "right")
     for name, per in result["retrievers"].items():
-        cells = []
-        for c in conditions:
-            m = per[c]
-            cells += [
+        for i, (cond, m) in enumerate(per.items()):
+            table.add_row(
+                name if i == 0 else "",
+                cond,
                 f"{m['top1_recall']:.3f}",
                 f"{m['top3_recall']:.3f}",
                 f"{m['current_version_preference']:.3f}",
-            ]
-        table.add_row(name, *cells)
+                end_section=i == len(per) - 1,
+            )
     console.print(table)
     cues = result["domain_cues"]
     console.print(
@@ -39,3 +41,37 @@ def print_audit(result: dict[str, Any], console: Console | None = None) -> None:
         console.print(
             f"duplicate query in {' & '.join(q['domains'])}: {q['question']!r} — top-1 right: {hits}"
         )
+
+
+def print_table2(summary: dict[str, Any], console: Console | None = None) -> None:
+    """Print the deterministic results (paper Table 2) from a harness summary."""
+    console = console or _console()
+    table = Table(title=f"Deterministic results ({summary['records']} records)")
+    table.add_column("scenario")
+    for col in ("S strict", "S repair", "GF strict", "GF repair", "main diagnosis"):
+        table.add_column(col, justify="right" if col != "main diagnosis" else "left")
+    for s, per in summary["success"].items():
+        gf = summary["grounded_false_positive"][s]
+        diag = summary["diagnostics"][s].get("strict", {})
+        main = max(diag.items(), key=lambda kv: (kv[1], kv[0]))[0] if diag else ""
+        table.add_row(
+            s,
+            f"{per.get('strict', 0):.3f}",
+            f"{per.get('repair', 0):.3f}",
+            f"{gf.get('strict', 0):.3f}",
+            f"{gf.get('repair', 0):.3f}",
+            main,
+        )
+    console.print(table)
+    console.print(f"reached the reader: {summary['reached_reader']} of {summary['records']}")
+
+
+def print_frame(df: Any, title: str, console: Console | None = None) -> None:
+    """Print a small DataFrame as a rich table."""
+    console = console or _console()
+    table = Table(title=title)
+    for c in df.columns:
+        table.add_column(str(c))
+    for row in df.itertuples(index=False):
+        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
+    console.print(table)

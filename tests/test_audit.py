@@ -19,7 +19,11 @@ def test_audit_json_shape_and_paper_structure() -> None:
     out = json.loads(result.output)
     assert out["n_tasks"] == 240
     assert set(out["retrievers"]) == {
-        "tfidf_domain_validity", "tfidf", "tfidf_domain", "tfidf_validity", "explicit_domain_filter",
+        "tfidf_domain_validity",
+        "tfidf",
+        "tfidf_domain",
+        "tfidf_validity",
+        "explicit_domain_filter",
     }
     for per in out["retrievers"].values():
         assert set(per["clean"]) == {"top1_recall", "top3_recall", "current_version_preference"}

@@ -1,0 +1,170 @@
+"""The scorer: strict success S = E ∧ R ∧ G ∧ V, groundedness, safe resolution, a diagnosis.
+
+Evaluator-side: the only module besides the audit that reads the answer key.
+
+* E — normalised exact match with the expected answer;
+* R — every required document is among the documents *delivered to the reader*;
+* G — at least one citation, and every citation is a delivered document;
+* V — the tool payload met its schema (after repair, in repair mode);
+* grounded — the answer is stated in a cited, delivered document (what a groundedness-only
+  metric would credit); ``grounded_false_positive = grounded ∧ ¬S``;
+* safe resolution — S on an answerable scenario, a non-answer on an unsafe one.
+
+The diagnostic label names the first layer that failed, from what the record shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from layerlab.contract import ContractResult
+from layerlab.corpus import AnswerKeyEntry, Corpus, Document, Task
+from layerlab.reader import ReaderInput, ReaderOutput
+from layerlab.text import normalize_answer, states_value
+
+DIAGNOSTICS = (
+    "ok",
+    "availability",
+    "authorisation",
+    "tool_contract",
+    "malformed_reply",
+    "provider_error",
+    "abstained",
+    "session_state",
+    "completeness",
+    "metadata",
+    "freshness",
+    "retrieval",
+    "reader",
+    "grounding",
+)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Binary labels and the diagnosis of one record."""
+
+    success: bool
+    exact_match: bool
+    retrieval_ok: bool
+    citation_ok: bool
+    schema_ok: bool
+    grounded: bool
+    grounded_false_positive: bool
+    abstained: bool
+    answered: bool
+    safe_resolution: bool
+    diagnostic: str
+
+
+def _metadata_differs(corpus: Corpus, ev_doc_id: str, inp: ReaderInput) -> bool:
+    ev = next(e for e in inp.evidence if e.doc_id == ev_doc_id)
+    try:
+        true = corpus.document(ev_doc_id)
+    except KeyError:
+        return False
+    return (ev.status, ev.effective_year, ev.version, ev.domain) != (
+        true.status,
+        true.effective_year,
+        true.version,
+        true.domain,
+    )
+
+
+def score(
+    task: Task,
+    entry: AnswerKeyEntry,
+    answerable: bool,
+    contract: ContractResult,
+    inp: ReaderInput | None,
+    out: ReaderOutput | None,
+    corpus: Corpus,
+    index: Mapping[str, Document],
+    failure: str | None = None,
+) -> Labels:
+    """Label one record.
+
+    ``inp``/``out`` are ``None`` when it ended before the reader; ``index`` maps the doc ids of
+    the scenario's index to their documents (to tell a stale version from another policy);
+    ``failure`` names a reader-side failure (``malformed_reply``, ``provider_error``).
+    """
+    delivered = {e.doc_id for e in inp.evidence} if inp else set()
+    answered = out is not None and out.status == "answered" and out.answer is not None
+    answer = out.answer if answered and out else None
+    cites = out.citations if out else ()
+    E = answer is not None and normalize_answer(answer) == normalize_answer(entry.expected_answer)
+    R = inp is not None and all(d in delivered for d in entry.required_doc_ids)
+    G = answered and len(cites) > 0 and all(c in delivered for c in cites)
+    V = contract.valid
+    S = E and R and G and V
+    grounded = bool(
+        answered
+        and inp is not None
+        and answer is not None
+        and any(e.doc_id in cites and states_value(e.text, answer) for e in inp.evidence)
+    )
+    abstained = out is not None and out.status == "abstained"
+    safe = S if answerable else not answered
+    return Labels(
+        success=S,
+        exact_match=E,
+        retrieval_ok=R,
+        citation_ok=G,
+        schema_ok=V,
+        grounded=grounded,
+        grounded_false_positive=grounded and not S,
+        abstained=abstained,
+        answered=answered,
+        safe_resolution=safe,
+        diagnostic=_diagnose(task, entry, contract, inp, out, corpus, index, failure, S, E, R, G),
+    )
+
+
+def _diagnose(
+    task: Task,
+    entry: AnswerKeyEntry,
+    contract: ContractResult,
+    inp: ReaderInput | None,
+    out: ReaderOutput | None,
+    corpus: Corpus,
+    index: Mapping[str, Document],
+    failure: str | None,
+    S: bool,
+    E: bool,
+    R: bool,
+    G: bool,
+) -> str:
+    if contract.outcome == "unavailable":
+        return "availability"
+    if contract.outcome == "denied":
+        return "authorisation"
+    if contract.outcome == "rejected":
+        return "tool_contract"
+    if failure:
+        return failure
+    if S:
+        return "ok"
+    assert inp is not None
+    if out is None or out.status == "abstained":
+        return "abstained"
+    if any(e.session_id not in (None, inp.session_id) for e in inp.evidence):
+        return "session_state"
+    if inp.tool_status == "partial" or any(e.truncated for e in inp.evidence):
+        return "completeness"
+    cited = out.citations[0] if out.citations else None
+    if cited is not None and any(e.doc_id == cited for e in inp.evidence):
+        if _metadata_differs(corpus, cited, inp):
+            return "metadata"
+        src = index.get(cited)
+        if (
+            cited not in entry.required_doc_ids
+            and src is not None
+            and src.policy_id == task.policy_id
+        ):
+            return "freshness"
+    if not R:
+        return "retrieval"
+    if not G:
+        return "grounding"
+    return "reader"

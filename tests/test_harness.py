@@ -1,0 +1,86 @@
+"""The deterministic harness reproduces the paper's structure (Table 2), from running the code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from layerlab import corpus as corpus_mod
+from layerlab import harness
+from layerlab.archive import ALLOWLIST, read_table
+from layerlab.cli import app
+from layerlab.scenario import load_scenarios
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def summary(corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey) -> dict:
+    return harness.summarize(harness.run_deterministic(corpus, key, load_scenarios()))
+
+
+def test_counts(summary: dict) -> None:
+    assert summary["records"] == 4320
+    # missing output, denials and strict schema rejections end before the reader
+    assert summary["reached_reader"] == 3120
+
+
+def test_paper_structure(summary: dict) -> None:
+    s = summary["success"]
+    clean = s["clean"]["strict"]
+    assert clean >= 0.85 and s["clean"]["repair"] == clean
+    assert s["conflicting_evidence"]["strict"] >= 0.85
+    assert s["schema_drift"]["strict"] == 0.0
+    assert abs(s["schema_drift"]["repair"] - clean) <= 0.02
+    for name in ("stale_index", "missing_tool_output", "permission_denied", "wrong_session"):
+        assert s[name] == {"strict": 0.0, "repair": 0.0}, name
+    for mode in ("strict", "repair"):
+        assert 0.0 < s["partial_timeout"][mode] < clean
+        assert s["corrupted_metadata"][mode] < clean
+    gf = summary["grounded_false_positive"]
+    for name in ("stale_index", "wrong_session"):
+        assert gf[name]["strict"] > 0.5 and gf[name]["repair"] > 0.5
+
+
+def test_diagnostics_name_the_failed_layer(summary: dict) -> None:
+    d = summary["diagnostics"]
+    top = {s: max(per["strict"].items(), key=lambda kv: kv[1])[0] for s, per in d.items()}
+    assert top["stale_index"] == "freshness"
+    assert top["missing_tool_output"] == "availability"
+    assert top["permission_denied"] == "authorisation"
+    assert top["schema_drift"] == "tool_contract"
+    assert top["wrong_session"] == "session_state"
+    assert top["clean"] == "ok"
+    assert d["corrupted_metadata"]["strict"].get("metadata", 0) > 0
+
+
+def test_cli_writes_archive_and_summary(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["run", "deterministic", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "reached the reader: 3120 of 4320" in result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["records"] == 4320
+    table = read_table(tmp_path / "records.parquet")
+    assert table.num_rows == 4320 and set(table.column_names) == ALLOWLIST
+    # no prose, answers or document ids: every string column holds keys or labels only
+    hashes = [h for h in table.column("prompt_hash").to_pylist() if h]
+    assert len(hashes) == 3120 and all(len(h) == 64 for h in hashes)
+    first = (tmp_path / "records.parquet").read_bytes()
+    runner.invoke(app, ["run", "deterministic", "--out", str(tmp_path)])
+    assert (tmp_path / "records.parquet").read_bytes() == first
+
+
+def test_generated_tables_are_current(tmp_path: Path) -> None:
+    from layerlab import paths, tables
+
+    tables.export_deterministic(tmp_path)
+    for name in ("table1", "table2", "table3"):
+        for suffix in ("csv", "md", "tex"):
+            got = (tmp_path / f"{name}.{suffix}").read_text()
+            want = (paths.TABLES / f"{name}.{suffix}").read_text()
+            assert got == want, (
+                f"paper/tables/{name}.{suffix} is stale: run `layerlab export tables`"
+            )

@@ -1,0 +1,72 @@
+"""Readers see only public evidence: the answer key never reaches a reader input."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+
+from layerlab import corpus as corpus_mod
+from layerlab import harness
+from layerlab.reader import Evidence, ExtractiveReader, ReaderInput
+from layerlab.scenario import load_scenarios
+from layerlab.text import states_value
+
+FORBIDDEN = {"expected_answer", "answer", "value", "required_doc_ids", "required", "gold", "label"}
+
+
+def test_reader_types_have_no_answer_key_fields() -> None:
+    names = {f.name for f in fields(ReaderInput)} | {f.name for f in fields(Evidence)}
+    assert not names & FORBIDDEN
+    assert {f.name for f in fields(ReaderInput)} == {
+        "question",
+        "answer_kind",
+        "session_id",
+        "tool_status",
+        "tool_error",
+        "evidence",
+    }
+
+
+def test_no_answer_key_value_reaches_any_reader_input(
+    corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey
+) -> None:
+    """Every reader input of every cell: the expected answer appears only inside prose."""
+    scen = load_scenarios()
+    n_inputs = 0
+    for s in scen.values():
+        prep = harness.prepare(corpus, s)
+        for t in corpus.tasks:
+            entry = key[t.task_id]
+            for mode in harness.MODES:
+                g = harness.gate(t, prep.received[t.task_id], mode)
+                if g.inp is None:
+                    continue
+                n_inputs += 1
+                assert not states_value(g.inp.question, entry.expected_answer)
+                for ev in g.inp.evidence:
+                    meta = {k: v for k, v in asdict(ev).items() if k != "text"}
+                    for k, v in meta.items():
+                        assert not (
+                            isinstance(v, str) and states_value(v, entry.expected_answer)
+                        ), (s.name, mode, t.task_id, k)
+                    # no required-document list travels with the evidence either
+                    assert not set(meta) & FORBIDDEN
+    assert n_inputs == 3120
+
+
+def test_extractive_reader_answers_from_evidence_and_cites_it(corpus: corpus_mod.Corpus) -> None:
+    prep = harness.prepare(corpus, load_scenarios()["clean"])
+    t = corpus.tasks[0]
+    g = harness.gate(t, prep.received[t.task_id], "strict")
+    assert g.inp is not None
+    out = ExtractiveReader().read(g.inp)
+    assert out.status == "answered" and out.citations[0] in {e.doc_id for e in g.inp.evidence}
+    cited = next(e for e in g.inp.evidence if e.doc_id == out.citations[0])
+    assert out.answer is not None and states_value(cited.text, out.answer)
+
+
+def test_extractive_reader_abstains_without_a_span() -> None:
+    inp = ReaderInput("How long?", "duration", "s-1", "ok", None, ())
+    out = ExtractiveReader().read(inp)
+    assert (
+        out.status == "abstained" and out.answer is None and out.reason == "no evidence delivered"
+    )

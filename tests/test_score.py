@@ -1,0 +1,149 @@
+"""The scorer: S = E ∧ R ∧ G ∧ V, groundedness, safe resolution, diagnosis."""
+
+from __future__ import annotations
+
+from layerlab import corpus as corpus_mod
+from layerlab.contract import ContractResult
+from layerlab.reader import Evidence, ReaderInput, ReaderOutput
+from layerlab.score import score
+
+TASK = corpus_mod.Task("p-01-q1", "p-01", "hr", 1, "How long is probation?", "duration")
+ENTRY = corpus_mod.AnswerKeyEntry("p-01-q1", "p-01", "hr", "90 days", ("p-01-a",))
+DOCS = (
+    corpus_mod.Document(
+        "p-01-a",
+        "p-01",
+        "hr",
+        "Probation",
+        "Probation lasts 90 days.",
+        "current",
+        2024,
+        2,
+        "HR",
+        "all_staff",
+    ),
+    corpus_mod.Document(
+        "p-01-b",
+        "p-01",
+        "hr",
+        "Probation",
+        "Probation lasted 60 days.",
+        "superseded",
+        2020,
+        1,
+        "HR",
+        "all_staff",
+    ),
+    corpus_mod.Document(
+        "p-02-a",
+        "p-02",
+        "hr",
+        "Reviews",
+        "Reviews happen every 30 days.",
+        "current",
+        2024,
+        2,
+        "HR",
+        "all_staff",
+    ),
+)
+CORPUS = corpus_mod.Corpus("t", "", DOCS, (TASK,), ())
+INDEX = {d.doc_id: d for d in DOCS}
+OK = ContractResult("accepted", True, None)
+
+
+def _ev(doc: corpus_mod.Document, **over: object) -> Evidence:
+    base = dict(
+        rank=1,
+        doc_id=doc.doc_id,
+        title=doc.title,
+        text=doc.text,
+        domain=doc.domain,
+        status=doc.status,
+        effective_year=doc.effective_year,
+        version=doc.version,
+        owner=doc.owner,
+        access_scope=doc.access_scope,
+        tenant=doc.tenant,
+        session_id=doc.session_id,
+        truncated=False,
+    )
+    base.update(over)
+    return Evidence(**base)  # type: ignore[arg-type]
+
+
+def _inp(*evs: Evidence, status: str = "ok") -> ReaderInput:
+    return ReaderInput(TASK.question, "duration", "s-1", status, None, evs)
+
+
+def _score(inp, out, answerable=True, contract=OK):
+    return score(TASK, ENTRY, answerable, contract, inp, out, CORPUS, INDEX)
+
+
+def test_success_needs_all_four() -> None:
+    inp = _inp(_ev(DOCS[0]))
+    lab = _score(inp, ReaderOutput("answered", "90 Days", ("p-01-a",)))
+    assert (
+        lab.success and lab.exact_match and lab.retrieval_ok and lab.citation_ok and lab.schema_ok
+    )
+    assert lab.grounded and not lab.grounded_false_positive and lab.diagnostic == "ok"
+    # a citation outside the delivered evidence breaks G (and S)
+    lab = _score(inp, ReaderOutput("answered", "90 days", ("p-01-a", "zzz")))
+    assert not lab.citation_ok and not lab.success and lab.diagnostic == "grounding"
+    # no citation at all
+    assert not _score(inp, ReaderOutput("answered", "90 days", ())).success
+    # an invalid contract breaks V
+    bad = ContractResult("accepted", False, None)
+    assert not _score(inp, ReaderOutput("answered", "90 days", ("p-01-a",)), contract=bad).success
+
+
+def test_stale_answer_is_grounded_but_fails() -> None:
+    inp = _inp(_ev(DOCS[1]))
+    lab = _score(inp, ReaderOutput("answered", "60 days", ("p-01-b",)), answerable=False)
+    assert lab.grounded and lab.grounded_false_positive and not lab.success
+    assert lab.diagnostic == "freshness" and not lab.safe_resolution
+
+
+def test_wrong_session_is_diagnosed_before_anything_else() -> None:
+    inp = _inp(_ev(DOCS[0], doc_id="p-01-a~s-9", session_id="s-9"))
+    lab = _score(inp, ReaderOutput("answered", "90 days", ("p-01-a~s-9",)), answerable=False)
+    assert lab.exact_match and not lab.retrieval_ok and lab.grounded_false_positive
+    assert lab.diagnostic == "session_state"
+
+
+def test_corrupted_metadata_and_partial_and_abstention() -> None:
+    inp = _inp(_ev(DOCS[1], status="current", effective_year=2024, version=2), _ev(DOCS[0], rank=2))
+    lab = _score(inp, ReaderOutput("answered", "60 days", ("p-01-b",)), answerable=False)
+    assert lab.retrieval_ok and not lab.exact_match and lab.diagnostic == "metadata"
+    part = _inp(_ev(DOCS[0], text="Probation lasts", truncated=True), status="partial")
+    lab = _score(part, ReaderOutput("abstained", None, (), "no span"), answerable=False)
+    assert (
+        lab.abstained and not lab.answered and lab.safe_resolution and lab.diagnostic == "abstained"
+    )
+    lab = _score(part, ReaderOutput("answered", "30 days", ("p-01-a",)), answerable=False)
+    assert lab.diagnostic == "completeness"
+
+
+def test_records_that_end_before_the_reader() -> None:
+    for outcome, label in (
+        ("unavailable", "availability"),
+        ("denied", "authorisation"),
+        ("rejected", "tool_contract"),
+    ):
+        lab = _score(
+            None,
+            None,
+            answerable=False,
+            contract=ContractResult(outcome, outcome == "denied", None),
+        )  # type: ignore[arg-type]
+        assert (
+            not lab.success and not lab.answered and lab.safe_resolution and lab.diagnostic == label
+        )
+    lab = _score(None, None, answerable=True, contract=ContractResult("rejected", False, None))
+    assert not lab.safe_resolution
+
+
+def test_wrong_policy_is_a_retrieval_failure() -> None:
+    inp = _inp(_ev(DOCS[2]))
+    lab = _score(inp, ReaderOutput("answered", "30 days", ("p-02-a",)))
+    assert lab.diagnostic == "retrieval" and lab.grounded_false_positive
