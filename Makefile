@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv reproduce test corpus audit lint bench lock clean
+.PHONY: help venv reproduce test archives lint bench lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,6 +36,13 @@ reproduce: $(STAMP) ## Regenerate the corpus, the deterministic run and Tables 1
 
 test: $(STAMP) ## Run the test suite (offline).
 	$(BIN)/python -m pytest
+
+archives: $(STAMP) ## Re-run the local reference agents through the live harness into data/archives/.
+	rm -rf out/reference_agents
+	$(BIN)/layerlab run live -m layerlab/extractive -m layerlab/cautious --out out/reference_agents --no-progress --concurrency 16
+	mkdir -p data/archives/reference_agents
+	cp out/reference_agents/records.parquet out/reference_agents/manifest.json data/archives/reference_agents/
+	cd data/archives && sha256sum */records.parquet */manifest.json > SHA256SUMS
 
 lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests

@@ -144,3 +144,176 @@ def read_table(path: Path) -> pa.Table:
 def read_records(path: Path) -> list[Record]:
     table = read_table(path)
     return [Record(**row) for row in table.to_pylist()]
+
+
+# --- run folders: manifest + archive ---------------------------------------------------------
+
+MANIFEST = "manifest.json"
+ARCHIVE = "records.parquet"
+PROGRESS = "records.jsonl"
+MANIFEST_KEYS = frozenset(
+    {
+        "archive_schema_version",
+        "run_id",
+        "kind",
+        "layerlab_version",
+        "corpus",
+        "spec_hashes",
+        "models",
+        "scenarios",
+        "modes",
+        "n_tasks",
+        "retriever",
+        "settings",
+        "expected_records",
+        "records",
+        "complete",
+        "calls",
+        "files",
+        "sources",
+        "note",
+    }
+)
+
+
+def write_run(folder: Path, records: Sequence[Record], manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write ``records.parquet`` then ``manifest.json`` (with the archive's checksum) atomically."""
+    import json
+
+    from layerlab._io import atomic_write_text, sha256_file
+
+    folder = Path(folder)
+    extra = set(manifest) - MANIFEST_KEYS
+    if extra:
+        raise ArchiveError(
+            f"{folder / MANIFEST}: keys outside the manifest allowlist: {sorted(extra)}"
+        )
+    write_records(folder / ARCHIVE, records)
+    manifest = {
+        **manifest,
+        "archive_schema_version": SCHEMA_VERSION,
+        "records": len(records),
+        "files": {ARCHIVE: sha256_file(folder / ARCHIVE)},
+    }
+    atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    import json
+
+    p = Path(folder) / MANIFEST
+    if not p.exists():
+        raise ArchiveError(f"{p}: missing (not a layerlab run folder)")
+    try:
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArchiveError(f"{p}: not valid JSON ({exc})") from exc
+    if not isinstance(m, dict) or "run_id" not in m:
+        raise ArchiveError(f"{p}: not a layerlab manifest (no run_id)")
+    extra = set(m) - MANIFEST_KEYS
+    if extra:
+        raise ArchiveError(f"{p}: keys outside the manifest allowlist: {sorted(extra)}")
+    return m
+
+
+def check_path(path: Path) -> dict[str, Any]:
+    """Validate an archive file or a run folder; return a short report or raise ArchiveError."""
+    from layerlab._io import sha256_file
+
+    path = Path(path)
+    if not path.exists():
+        raise ArchiveError(f"{path}: does not exist")
+    if path.is_file():
+        table = read_table(path)
+        return {
+            "path": str(path),
+            "records": table.num_rows,
+            "runs": sorted(set(table.column("run_id").to_pylist())),
+        }
+    m = read_manifest(path)
+    arch = path / ARCHIVE
+    if not arch.exists():
+        hint = (
+            " (an interrupted run: continue it with --resume)" if (path / PROGRESS).exists() else ""
+        )
+        raise ArchiveError(f"{arch}: missing{hint}")
+    want = m.get("files", {}).get(ARCHIVE)
+    got = sha256_file(arch)
+    if want != got:
+        raise ArchiveError(
+            f"{arch}: checksum {got[:12]}… differs from manifest {str(want)[:12]}… (modified or truncated)"
+        )
+    table = read_table(arch)
+    if table.num_rows != m.get("records"):
+        raise ArchiveError(f"{arch}: {table.num_rows} records, manifest says {m.get('records')}")
+    run_ids = set(table.column("run_id").to_pylist())
+    allowed = {m["run_id"], *[s["run_id"] for s in m.get("sources", [])]}
+    if run_ids - allowed:
+        raise ArchiveError(
+            f"{arch}: records from runs {sorted(run_ids - allowed)} not named by the manifest"
+        )
+    return {
+        "path": str(path),
+        "run_id": m["run_id"],
+        "records": table.num_rows,
+        "complete": m.get("complete"),
+    }
+
+
+def load_records(paths_: Sequence[Path]) -> list[Record]:
+    """Records from archive files or run folders, each checked; a run given twice counts once."""
+    seen_runs: set[str] = set()
+    out: list[Record] = []
+    for p in paths_:
+        p = Path(p)
+        check_path(p)
+        arch = p / ARCHIVE if p.is_dir() else p
+        recs = read_records(arch)
+        runs = {r.run_id for r in recs}
+        if runs <= seen_runs:
+            continue
+        out.extend(r for r in recs if r.run_id not in seen_runs)
+        seen_runs |= runs
+    keys = [sort_key(r) for r in out]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ArchiveError(
+            f"record {dict(zip(KEYS, dup, strict=True))} appears in more than one run"
+        )
+    return out
+
+
+def merge(sources: Sequence[Path], out: Path) -> dict[str, Any]:
+    """Combine run folders through their manifests into ``out``; a run given twice counts once,
+    and a record key present in two different runs is refused (nothing is written)."""
+    manifests = []
+    seen: set[str] = set()
+    for s in sources:
+        m = read_manifest(Path(s))
+        check_path(Path(s))
+        if m["run_id"] in seen:
+            continue
+        seen.add(m["run_id"])
+        manifests.append(m)
+    records = load_records([Path(s) for s in sources])
+    import hashlib
+
+    run_id = "merge-" + hashlib.sha256("\x1f".join(sorted(seen)).encode()).hexdigest()[:12]
+    manifest = {
+        "run_id": run_id,
+        "kind": "merged",
+        "sources": [
+            {
+                "run_id": m["run_id"],
+                "kind": m.get("kind"),
+                "models": m.get("models"),
+                "records": m.get("records"),
+                "complete": m.get("complete"),
+            }
+            for m in sorted(manifests, key=lambda m: m["run_id"])
+        ],
+        "models": sorted({mm for m in manifests for mm in m.get("models", [])}),
+        "complete": all(m.get("complete") for m in manifests),
+    }
+    return write_run(Path(out), records, manifest)

@@ -58,5 +58,97 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(BENCHMARKS[name](args.repeat), sort_keys=True), flush=True)
 
 
+def _live_run(
+    models: tuple[str, ...], scenarios: tuple[str, ...], modes: tuple[str, ...], concurrency: int
+) -> tuple[float, Any]:
+    import tempfile
+    from pathlib import Path
+
+    from layerlab import corpus as corpus_mod
+    from layerlab import live, paths
+    from layerlab.scenario import load_scenarios
+    from layerlab.spec import spec_hash
+
+    c = corpus_mod.load(paths.CORPUS_DIR)
+    key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
+    scen = load_scenarios()
+    cfg = live.LiveConfig(models=models, scenarios=scenarios, modes=modes)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        res = live.run_live(
+            c,
+            key,
+            scen,
+            cfg,
+            Path(tmp) / "run",
+            scenario_hash=spec_hash(paths.SCENARIO_SPEC),
+            concurrency=concurrency,
+        )
+        return time.perf_counter() - t0, res
+
+
+def bench_live_throughput(repeat: int) -> dict[str, Any]:
+    """Records per second through litellm with the local extractive agent (full 240 x 9 x 2)."""
+    from layerlab.harness import MODES
+    from layerlab.scenario import load_scenarios
+
+    scen = tuple(load_scenarios())
+    _live_run(("layerlab/extractive",), ("clean",), ("strict",), 8)  # warm-up: litellm import
+    times, res = [], None
+    for _ in range(repeat):
+        t, res = _live_run(("layerlab/extractive",), scen, MODES, 16)
+        times.append(t)
+    med = statistics.median(times)
+    assert res is not None
+    n = res.manifest["records"]
+    return {
+        "benchmark": "live_harness_local_agent",
+        "records": n,
+        "provider_calls": res.counters.calls,
+        "repeat": repeat,
+        "median_seconds": round(med, 3),
+        "records_per_second_median": round(n / med, 1),
+        "calls_per_second_median": round(res.counters.calls / med, 1),
+    }
+
+
+def bench_live_latency(
+    repeat: int, latency_ms: int = 1000, concurrency: int = 32
+) -> dict[str, Any]:
+    """Wall time against the ideal (calls x latency / concurrency) with an agent that sleeps.
+
+    The wall time is end to end (corpus load, retrieval, scoring, archive writes included).
+    """
+    _live_run(("layerlab/extractive",), ("clean",), ("strict",), 8)  # warm-up
+    times, res = [], None
+    for _ in range(repeat):
+        t, res = _live_run(
+            (f"layerlab/extractive@{latency_ms}ms",),
+            ("clean", "conflicting_evidence"),
+            ("strict",),
+            concurrency,
+        )
+        times.append(t)
+    assert res is not None
+    calls = res.counters.calls
+    ideal = calls * latency_ms / 1000 / concurrency
+    med = statistics.median(times)
+    return {
+        "benchmark": "live_harness_latency_overhead",
+        "latency_ms": latency_ms,
+        "concurrency": concurrency,
+        "provider_calls": calls,
+        "repeat": repeat,
+        "ideal_seconds": round(ideal, 3),
+        "median_seconds": round(med, 3),
+        "efficiency_median": round(ideal / med, 3),
+    }
+
+
+BENCHMARKS["live"] = bench_live_throughput
+BENCHMARKS["latency"] = bench_live_latency
+BENCHMARKS["latency_200ms"] = lambda repeat: bench_live_latency(repeat, latency_ms=200)
+
+
 if __name__ == "__main__":
     main()

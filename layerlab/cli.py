@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from layerlab import paths
+
+if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
+    from layerlab.corpus import AnswerKey, Corpus
+    from layerlab.scenario import Scenario
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 spec_app = typer.Typer(no_args_is_help=True, help="Validate specification DSL files.")
@@ -115,7 +120,7 @@ def corpus_build(
     )
 
 
-def _load_corpus(folder: Path) -> tuple[object, object]:
+def _load_corpus(folder: Path) -> tuple[Corpus, AnswerKey]:
     from layerlab import corpus as corpus_mod
 
     try:
@@ -140,8 +145,8 @@ def audit_retriever(
 
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
-    conditions = audit.conditions_from(c, scen)  # type: ignore[arg-type]
-    result = audit.audit(c, key, conditions)  # type: ignore[arg-type]
+    conditions = audit.conditions_from(c, scen)
+    result = audit.audit(c, key, conditions)
     if as_json:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
@@ -170,7 +175,7 @@ def run_deterministic(
 
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
-    records = harness.run_deterministic(c, key, scen, retriever=retriever)  # type: ignore[arg-type]
+    records = harness.run_deterministic(c, key, scen, retriever=retriever)
     summary = harness.summarize(records)
     write_records(out / "records.parquet", records)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -180,7 +185,7 @@ def run_deterministic(
     )
 
 
-def _load_scenarios(path: Path) -> dict[str, object]:
+def _load_scenarios(path: Path) -> dict[str, Scenario]:
     from layerlab.scenario import load_scenarios
     from layerlab.spec import SpecError
 
@@ -212,7 +217,7 @@ def scenario_list(
     """Print Table 1: scenario, layer, what is injected, expected safe behaviour."""
     from layerlab import report, tables
 
-    report.print_frame(tables.table1(_load_scenarios(path)), "Scenarios (Table 1)")  # type: ignore[arg-type]
+    report.print_frame(tables.table1(_load_scenarios(path)), "Scenarios (Table 1)")
 
 
 @scenario_app.command("operators")
@@ -245,3 +250,190 @@ def export_tables(
 
     tables.export_deterministic(out)
     typer.echo(f"wrote table1-3 (.csv .md .tex) to {out}")
+
+
+@run_app.command("live")
+def run_live(
+    model: list[str] = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama/llama3, layerlab/extractive.",
+    ),
+    out: Path = typer.Option(
+        ..., help="Run folder (records.parquet, manifest.json, progress log, cache)."
+    ),
+    scenario: list[str] = typer.Option(
+        None, "--scenario", help="Scenario filter (repeatable); default all."
+    ),
+    mode: list[str] = typer.Option(
+        None, "--mode", help="Contract mode filter (repeatable); default strict and repair."
+    ),
+    tasks: str = typer.Option(
+        None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
+    ),
+    api_base: str = typer.Option(
+        None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, Ollama, ...)."
+    ),
+    budget: int = typer.Option(
+        None, "--budget", help="Hard cap on provider calls, retries included."
+    ),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Concurrent requests."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run already in --out."),
+    timeout: float = typer.Option(180.0, help="Per-request timeout in seconds (paper: 180)."),
+    max_tokens: int = typer.Option(600, help="Output token cap (paper: 600)."),
+    attempts: int = typer.Option(3, help="Total attempts per call (paper: 3)."),
+    backoff: float = typer.Option(2.0, help="Linear backoff step in seconds (paper: 2)."),
+    temperature: float = typer.Option(
+        None, help="Sampling temperature; not sent unless given (paper: not set)."
+    ),
+    cache_dir: Path = typer.Option(
+        None, help="Response cache folder (default OUT/.cache). Holds model replies: keep private."
+    ),
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    scenarios_path: Path = typer.Option(
+        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
+    ),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Run the matrix through litellm: any model, budgets, cache, retries, resume.
+
+    Keys come from the environment only (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, ...).
+    Offline, the `layerlab/` models are local reference agents: deterministic baselines, not models.
+    """
+    from layerlab import live
+    from layerlab.harness import MODES
+    from layerlab.llm import ProviderSettings
+    from layerlab.spec import spec_hash
+
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    task_ids: tuple[str, ...] | None = None
+    if tasks:
+        p = Path(tasks)
+        raw = p.read_text().split() if p.exists() else tasks.split(",")
+        task_ids = tuple(t.strip() for t in raw if t.strip())
+    try:
+        settings = ProviderSettings(timeout, max_tokens, attempts, backoff, temperature, api_base)
+        config = live.LiveConfig(
+            models=tuple(model),
+            scenarios=tuple(scenario or scen),
+            modes=tuple(mode or MODES),
+            task_ids=task_ids,
+            settings=settings,
+        )
+        for m in config.modes:
+            from layerlab.contract import get_mode
+
+            get_mode(m)
+    except (ValueError, KeyError) as exc:
+        raise _fail(str(exc)) from None
+    bar = _progress_hook() if progress else None
+    try:
+        result = live.run_live(
+            c,
+            key,
+            scen,
+            config,
+            out,
+            scenario_hash=spec_hash(scenarios_path),
+            budget=budget,
+            concurrency=concurrency,
+            resume=resume,
+            cache_dir=cache_dir,
+            progress=bar.update if bar else None,
+        )
+    except live.LiveRunError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if bar:
+            bar.close()
+    typer.echo(result.message)
+    typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
+    if not result.complete:
+        raise typer.Exit(3)
+
+
+class _Bar:
+    def __init__(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.p = Progress(
+            TextColumn("records"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self.task: Any = None
+
+    def update(self, counters: object, total: int) -> None:
+        if self.task is None:
+            self.p.start()
+            self.task = self.p.add_task("", total=total)
+        c = counters
+        desc = f"calls {c.calls}  cache hits {c.cache_hits}  retries {c.retries}  failures {c.failures}"  # type: ignore[attr-defined]
+        self.p.update(self.task, completed=c.records, description=desc)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.p.stop()
+
+
+def _progress_hook() -> _Bar:
+    return _Bar()
+
+
+archive_app = typer.Typer(no_args_is_help=True, help="Check and merge record archives.")
+app.add_typer(archive_app, name="archive")
+
+
+@archive_app.command("check")
+def archive_check(
+    paths_: list[Path] = typer.Argument(
+        ..., metavar="PATH...", help="Archive files or run folders."
+    ),
+) -> None:
+    """Validate schema, allowlist, key uniqueness and manifests; exit 1 on the first bad one."""
+    from layerlab.archive import ArchiveError, check_path
+
+    bad = 0
+    for p in paths_:
+        try:
+            rep = check_path(p)
+        except ArchiveError as exc:
+            typer.echo(f"FAIL {exc}", err=True)
+            bad += 1
+            continue
+        typer.echo(
+            f"ok   {p}: {rep['records']} records"
+            + (f", run {rep['run_id']}" if "run_id" in rep else "")
+        )
+    if bad:
+        raise typer.Exit(1)
+
+
+@archive_app.command("merge")
+def archive_merge(
+    sources: list[Path] = typer.Argument(..., metavar="RUN...", help="Run folders to combine."),
+    out: Path = typer.Option(..., help="Output folder for the merged archive and manifest."),
+) -> None:
+    """Combine runs through their manifests (a run given twice counts once)."""
+    from layerlab.archive import ArchiveError, merge
+
+    try:
+        m = merge(sources, out)
+    except ArchiveError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"merged {len(m['sources'])} run(s), {m['records']} records -> {out}")
+
+
+if __name__ == "__main__":
+    app()

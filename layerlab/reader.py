@@ -14,7 +14,7 @@ benchmark's layers are there to expose.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from layerlab.contract import SearchPayload
@@ -114,3 +114,27 @@ class ExtractiveReader:
 
 
 READERS: dict[str, Callable[[], Reader]] = {"extractive": ExtractiveReader}
+
+
+class CautiousReader:
+    """Deterministic baseline that refuses evidence flagged as unsafe, else reads extractively.
+
+    It abstains when the tool reports partial output or any result is truncated, when any
+    result carries another session's id, and when no result has status ``current`` (stale or
+    unofficial evidence only). It does not check metadata integrity.
+    """
+
+    name = "cautious"
+
+    def read(self, inp: ReaderInput) -> ReaderOutput:
+        if inp.tool_status != "ok" or any(e.truncated for e in inp.evidence):
+            return ReaderOutput("abstained", None, (), "partial tool output")
+        if any(e.session_id not in (None, inp.session_id) for e in inp.evidence):
+            return ReaderOutput("abstained", None, (), "evidence from another session")
+        current = tuple(e for e in inp.evidence if e.status == "current")
+        if not current:
+            return ReaderOutput("abstained", None, (), "no current evidence")
+        return ExtractiveReader().read(replace(inp, evidence=current))
+
+
+READERS["cautious"] = CautiousReader

@@ -1,0 +1,485 @@
+"""The live harness: the deterministic pipeline with a model (through litellm) as the reader.
+
+Same tasks, scenarios, contract modes, retriever and scorer as :mod:`layerlab.harness`. What it
+adds is what a provider run needs to be trustworthy:
+
+* a hard **budget** on provider calls (retries included), checked before every attempt;
+* a **response cache** keyed by model, request parameters and prompt hash, so a rerun or a
+  rescoring makes no new calls (it holds model replies: keep it private, it is not an archive);
+* **retries** of 429s, 5xx and timeouts with linear backoff, then a labelled failure record;
+* an append-only progress log and **atomic** final writes, so a run killed at any moment
+  (SIGKILL included) resumes with ``resume=True`` to exactly one record per cell and task;
+* a **run manifest** whose ``run_id`` is a hash of everything that determines the records, so
+  merged archives never count a run twice and a resume with different settings is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layerlab import __version__, archive, harness, prompt, retrieval
+from layerlab._io import atomic_write_text, canonical_json
+from layerlab.archive import Record
+from layerlab.corpus import AnswerKey, Corpus, Task
+from layerlab.llm import ProviderSettings, import_litellm
+from layerlab.scenario import Scenario
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+FATAL_STATUS = frozenset({401, 403, 404})
+
+
+class LiveRunError(RuntimeError):
+    """A run that cannot go on (bad settings, fatal provider error, resume mismatch)."""
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """Everything that determines a live run's records (budget and concurrency do not)."""
+
+    models: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    modes: tuple[str, ...] = harness.MODES
+    task_ids: tuple[str, ...] | None = None
+    settings: ProviderSettings = field(default_factory=ProviderSettings)
+    retriever: str = retrieval.REPORTED.name
+
+
+@dataclass
+class Counters:
+    records: int = 0
+    calls: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    failures: int = 0
+    skipped_done: int = 0
+
+
+@dataclass(frozen=True)
+class LiveResult:
+    out: Path
+    manifest: dict[str, Any]
+    counters: Counters
+    complete: bool
+    message: str
+
+
+def split_model(model: str) -> tuple[str, str]:
+    """(provider, model name) of a litellm model string like ``openai/gpt-4o-mini``."""
+    if "/" in model:
+        provider, name = model.split("/", 1)
+        return provider, name
+    return "unknown", model
+
+
+class ResponseCache:
+    """One JSON file per (model, params, prompt hash); written atomically."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    @staticmethod
+    def key(model: str, params: Mapping[str, Any], phash: str) -> str:
+        return hashlib.sha256(
+            canonical_json({"m": model, "p": dict(params), "h": phash}).encode()
+        ).hexdigest()
+
+    def get(self, key: str) -> str | None:
+        p = self.folder / key[:2] / f"{key}.json"
+        try:
+            return str(json.loads(p.read_text(encoding="utf-8"))["reply"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def put(self, key: str, reply: str) -> None:
+        # a lost cache entry only costs a repeated call, so no fsync on the hot path
+        atomic_write_text(
+            self.folder / key[:2] / f"{key}.json", json.dumps({"reply": reply}), durable=False
+        )
+
+
+class Budget:
+    """Hard cap on provider calls; ``None`` means unlimited."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.used = 0
+
+    def take(self) -> bool:
+        if self.limit is not None and self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+    @property
+    def spent(self) -> bool:
+        return self.limit is not None and self.used >= self.limit
+
+
+def _status_of(exc: BaseException) -> int | None:
+    code = getattr(exc, "status_code", None)
+    return int(code) if isinstance(code, int) else None
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    name = type(exc).__name__
+    if name in {
+        "Timeout",
+        "APIConnectionError",
+        "RateLimitError",
+        "InternalServerError",
+        "ServiceUnavailableError",
+        "BadGatewayError",
+    }:
+        return True
+    code = _status_of(exc)
+    return code in RETRYABLE_STATUS if code is not None else False
+
+
+def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
+    ident = {
+        "v": __version__,
+        "corpus": corpus.spec_hash,
+        "scenarios_spec": scenario_hash,
+        "config": {**asdict(config), "settings": config.settings.as_dict()},
+        "prompt": prompt.PROMPT_VERSION,
+    }
+    return "live-" + hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:16]
+
+
+def _manifest(
+    config: LiveConfig, corpus: Corpus, scenario_hash: str, n_tasks: int
+) -> dict[str, Any]:
+    settings = config.settings.as_dict()
+    return {
+        "run_id": run_id_for(config, corpus, scenario_hash),
+        "kind": "live",
+        "layerlab_version": __version__,
+        "corpus": corpus.name,
+        "spec_hashes": {"corpus": corpus.spec_hash, "scenarios": scenario_hash},
+        "models": list(config.models),
+        "scenarios": list(config.scenarios),
+        "modes": list(config.modes),
+        "n_tasks": n_tasks,
+        "retriever": config.retriever,
+        "settings": settings,
+        "expected_records": len(config.models)
+        * len(config.scenarios)
+        * len(config.modes)
+        * n_tasks,
+    }
+
+
+def _read_progress(path: Path) -> dict[tuple[str, ...], Record]:
+    """Records already written; a torn last line (killed mid-write) is ignored."""
+    done: dict[tuple[str, ...], Record] = {}
+    if not path.exists():
+        return done
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break
+            try:
+                rec = Record(**json.loads(line))
+            except (ValueError, TypeError):
+                continue
+            done.setdefault(archive.sort_key(rec), rec)
+    return done
+
+
+def _trim_torn_tail(path: Path) -> None:
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with open(path, "r+b") as fh:
+            fh.truncate(cut)
+
+
+@dataclass(frozen=True)
+class _Cell:
+    model: str
+    scenario: str
+    mode: str
+    task: Task
+
+
+ProgressHook = Callable[[Counters, int], None]
+
+
+async def _call(
+    litellm: Any,
+    model: str,
+    msgs: list[dict[str, str]],
+    settings: ProviderSettings,
+    budget: Budget,
+    counters: Counters,
+) -> tuple[str | None, str | None]:
+    """(reply text, None) or (None, failure label) or (None, None) when the budget ran out."""
+    last: BaseException | None = None
+    for attempt in range(1, settings.attempts + 1):
+        if not budget.take():
+            return None, None
+        counters.calls += 1
+        try:
+            kwargs: dict[str, Any] = dict(
+                model=model,
+                messages=msgs,
+                timeout=settings.timeout_s,
+                num_retries=0,
+                max_retries=0,
+                **settings.request_params(),
+            )
+            if settings.api_base:
+                kwargs["api_base"] = settings.api_base
+            resp = await asyncio.wait_for(
+                litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
+            )
+            return str(resp.choices[0].message.content or ""), None
+        except Exception as exc:  # provider errors are data here, not crashes
+            code = _status_of(exc)
+            if code in FATAL_STATUS or type(exc).__name__ in {
+                "AuthenticationError",
+                "NotFoundError",
+                "PermissionDeniedError",
+            }:
+                raise LiveRunError(
+                    f"{model}: provider refused the request ({type(exc).__name__}, status {code}); "
+                    "check the model name and that its API key is set in the environment"
+                ) from None
+            last = exc
+            if not _retryable(exc) or attempt == settings.attempts:
+                break
+            counters.retries += 1
+            await asyncio.sleep(settings.delay(attempt))
+    _ = last
+    return None, "provider_error"
+
+
+async def _run(
+    corpus: Corpus,
+    key: AnswerKey,
+    scenarios: Mapping[str, Scenario],
+    config: LiveConfig,
+    out: Path,
+    cache: ResponseCache,
+    budget: Budget,
+    concurrency: int,
+    run_id: str,
+    done: dict[tuple[str, ...], Record],
+    progress: ProgressHook | None,
+    counters: Counters,
+) -> bool:
+    litellm = import_litellm()
+    from layerlab import agents
+
+    agents.register()
+    tasks = [
+        t for t in corpus.tasks if config.task_ids is None or t.task_id in set(config.task_ids)
+    ]
+    prepared = {
+        n: harness.prepare(corpus, scenarios[n], config.retriever) for n in config.scenarios
+    }
+    cells = [
+        _Cell(m, s, mode, t)
+        for m in config.models
+        for s in config.scenarios
+        for t in tasks
+        for mode in config.modes
+    ]
+    total = len(cells)
+    todo = []
+    for c in cells:
+        provider, name = split_model(c.model)
+        if (provider, name, c.scenario, c.mode, c.task.task_id) in done:
+            counters.skipped_done += 1
+        else:
+            todo.append(c)
+    counters.records = counters.skipped_done
+    stopped = False
+    queue: asyncio.Queue[_Cell] = asyncio.Queue()
+    for c in todo:
+        queue.put_nowait(c)
+    params = config.settings.request_params()
+    inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
+    log = open(out / archive.PROGRESS, "a", encoding="utf-8")
+
+    def emit(rec: Record) -> None:
+        log.write(json.dumps(asdict(rec), sort_keys=True) + "\n")
+        log.flush()
+        counters.records += 1
+        if progress:
+            progress(counters, total)
+
+    async def worker() -> None:
+        nonlocal stopped
+        while True:
+            try:
+                cell = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            provider, name = split_model(cell.model)
+            prep = prepared[cell.scenario]
+            g = harness.gate(cell.task, prep.received[cell.task.task_id], cell.mode)
+            common = dict(provider=provider, model=name, run_id=run_id)
+            if g.inp is None:
+                rec, _ = harness.evaluate(
+                    cell.task, key, corpus, prep, cell.mode, g, None, prompt_hash="", **common
+                )
+                emit(rec)
+                continue
+            msgs = prompt.messages(g.inp)
+            phash = prompt.prompt_hash(msgs)
+            ckey = ResponseCache.key(
+                cell.model, {**params, "api_base": config.settings.api_base}, phash
+            )
+            failure: str | None = None
+            reply = cache.get(ckey)
+            if reply is None and ckey in inflight:
+                # the same prompt is already being asked: share its reply, make no second call
+                reply, failure = await inflight[ckey]
+                if reply is None and failure is None:
+                    continue
+            if reply is not None and failure is None:
+                counters.cache_hits += 1
+            elif failure is None:
+                if stopped:
+                    continue
+                fut: asyncio.Future[tuple[str | None, str | None]] = (
+                    asyncio.get_running_loop().create_future()
+                )
+                inflight[ckey] = fut
+                try:
+                    reply, failure = await _call(
+                        litellm, cell.model, msgs, config.settings, budget, counters
+                    )
+                    if reply is not None:
+                        cache.put(ckey, reply)
+                finally:
+                    fut.set_result((reply, failure)) if not fut.done() else None
+                    del inflight[ckey]
+                if reply is None and failure is None:
+                    stopped = True  # budget spent: leave this cell for --resume
+                    continue
+            out_ = None
+            if reply is not None:
+                try:
+                    out_ = prompt.parse_reply(reply)
+                except prompt.MalformedReply:
+                    failure = "malformed_reply"
+            if failure:
+                counters.failures += 1
+            rec, _ = harness.evaluate(
+                cell.task,
+                key,
+                corpus,
+                prep,
+                cell.mode,
+                g,
+                out_,
+                prompt_hash=phash,
+                failure=failure,
+                **common,
+            )
+            emit(rec)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+    finally:
+        log.flush()
+        os.fsync(log.fileno())
+        log.close()
+    return not stopped
+
+
+def run_live(
+    corpus: Corpus,
+    key: AnswerKey,
+    scenarios: Mapping[str, Scenario],
+    config: LiveConfig,
+    out: Path,
+    *,
+    scenario_hash: str,
+    budget: int | None = None,
+    concurrency: int = 8,
+    resume: bool = False,
+    cache_dir: Path | None = None,
+    progress: ProgressHook | None = None,
+) -> LiveResult:
+    """Run (or resume) a live matrix into ``out``; see the module docstring."""
+    out = Path(out)
+    unknown = [s for s in config.scenarios if s not in scenarios]
+    if unknown:
+        raise LiveRunError(f"unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
+    if config.task_ids is not None:
+        known = {t.task_id for t in corpus.tasks}
+        bad = [t for t in config.task_ids if t not in known]
+        if bad:
+            raise LiveRunError(f"unknown task id(s) {bad[:5]}")
+    n_tasks = len(config.task_ids) if config.task_ids is not None else len(corpus.tasks)
+    manifest = _manifest(config, corpus, scenario_hash, n_tasks)
+    mpath = out / archive.MANIFEST
+    if mpath.exists() or (out / archive.PROGRESS).exists():
+        if not resume:
+            raise LiveRunError(
+                f"{out} already holds a run; pass --resume to continue it or choose another --out"
+            )
+        old = archive.read_manifest(out) if mpath.exists() else None
+        if old is not None and old["run_id"] != manifest["run_id"]:
+            raise LiveRunError(
+                f"{out} holds run {old['run_id']} with other settings than this command "
+                f"(would be {manifest['run_id']}); resume with the original models, filters and settings"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        mpath,
+        json.dumps({**manifest, "complete": False, "records": 0}, indent=2, sort_keys=True) + "\n",
+    )
+    _trim_torn_tail(out / archive.PROGRESS)
+    done = _read_progress(out / archive.PROGRESS)
+    counters = Counters()
+    b = Budget(budget)
+    cache = ResponseCache(cache_dir or out / ".cache")
+    finished = asyncio.run(
+        _run(
+            corpus,
+            key,
+            scenarios,
+            config,
+            out,
+            cache,
+            b,
+            concurrency,
+            manifest["run_id"],
+            done,
+            progress,
+            counters,
+        )
+    )
+    records = list(_read_progress(out / archive.PROGRESS).values())
+    complete = finished and len(records) == manifest["expected_records"]
+    calls = {
+        "made": counters.calls,
+        "cache_hits": counters.cache_hits,
+        "retries": counters.retries,
+        "failures": counters.failures,
+    }
+    final = archive.write_run(out, records, {**manifest, "complete": complete, "calls": calls})
+    if complete:
+        msg = f"complete: {len(records)} records, {counters.calls} provider calls, {counters.cache_hits} cache hits"
+    else:
+        msg = (
+            f"budget spent after {counters.calls} calls: {len(records)} of {manifest['expected_records']} "
+            f"records written (a valid partial archive). Continue with the same command plus --resume "
+            f"and a new --budget."
+        )
+    return LiveResult(out, final, counters, complete, msg)

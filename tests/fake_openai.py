@@ -1,0 +1,115 @@
+"""A local OpenAI-compatible chat server with scripted faults, for the live-harness tests.
+
+Listens on 127.0.0.1 only. The model name picks the behaviour:
+
+* ``good``      — answers like the extractive reference agent;
+* ``flaky``     — per prompt: first call 429, second 500, third answers;
+* ``slow``      — sleeps ``SLOW_S`` before answering (exceeds a short client timeout);
+* ``malformed`` — replies with broken JSON; ``text`` — replies with prose, not JSON;
+* ``down``      — always 503.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from layerlab.agents import reply_for
+
+SLOW_S = 1.5
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.hits: Counter[tuple[str, str]] = Counter()
+        self.requests = 0
+        self.statuses: Counter[int] = Counter()
+        self.lock = threading.Lock()
+        self.auth_headers: set[str] = set()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def _send(self, code: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                with server.lock:
+                    server.statuses[code] += 1
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout test)
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server API)
+                length = int(self.headers.get("Content-Length", "0"))
+                req = json.loads(self.rfile.read(length))
+                with server.lock:
+                    server.requests += 1
+                    server.auth_headers.add(self.headers.get("Authorization", ""))
+                model = req["model"]
+                msgs = req["messages"]
+                h = hashlib.sha256(json.dumps(msgs, sort_keys=True).encode()).hexdigest()
+                with server.lock:
+                    server.hits[(model, h)] += 1
+                    n = server.hits[(model, h)]
+                if model == "down":
+                    return self._send(
+                        503, {"error": {"message": "unavailable", "type": "server_error"}}
+                    )
+                if model == "flaky" and n == 1:
+                    return self._send(
+                        429, {"error": {"message": "rate limited", "type": "rate_limit"}}
+                    )
+                if model == "flaky" and n == 2:
+                    return self._send(500, {"error": {"message": "boom", "type": "server_error"}})
+                if model == "slow" and n == 1:
+                    time.sleep(SLOW_S)
+                content = reply_for("layerlab/extractive", msgs)
+                if model == "malformed":
+                    content = content[: len(content) // 2]
+                elif model == "text":
+                    content = "I think the answer is probably in the second document."
+                self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-test",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": content},
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    },
+                )
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> FakeOpenAI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

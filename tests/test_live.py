@@ -1,0 +1,294 @@
+"""The live harness through litellm: reference agents, a faulty local server, budgets, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from layerlab import archive, harness, live, paths
+from layerlab import corpus as corpus_mod
+from layerlab.archive import read_records
+from layerlab.cli import app
+from layerlab.llm import ProviderSettings
+from layerlab.scenario import load_scenarios
+from layerlab.spec import spec_hash
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_openai import FakeOpenAI  # noqa: E402
+
+runner = CliRunner()
+FAKE_KEY = "sk-test-" + "k3y" * 10
+SCEN_HASH = spec_hash(paths.SCENARIO_SPEC)
+LABELS = (
+    "success",
+    "exact_match",
+    "retrieval_ok",
+    "citation_ok",
+    "schema_ok",
+    "grounded",
+    "grounded_false_positive",
+    "abstained",
+    "safe_resolution",
+    "diagnostic",
+    "reached_reader",
+)
+
+
+def _labels(r: archive.Record) -> tuple:
+    return tuple(getattr(r, k) for k in LABELS)
+
+
+@pytest.fixture(scope="module")
+def scen():
+    return load_scenarios()
+
+
+def test_extractive_agent_reproduces_the_deterministic_harness(
+    tmp_path: Path, corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey, scen
+) -> None:
+    cfg = live.LiveConfig(models=("layerlab/extractive",), scenarios=tuple(scen))
+    res = live.run_live(
+        corpus, key, scen, cfg, tmp_path / "run", scenario_hash=SCEN_HASH, concurrency=16
+    )
+    assert res.complete
+    got = {
+        (r.scenario, r.contract_mode, r.task_id): r
+        for r in read_records(tmp_path / "run" / "records.parquet")
+    }
+    det = harness.run_deterministic(corpus, key, scen)
+    assert len(got) == len(det) == 4320
+    for r in det:
+        lv = got[(r.scenario, r.contract_mode, r.task_id)]
+        assert _labels(lv) == _labels(r), (r.scenario, r.contract_mode, r.task_id)
+        assert (lv.prompt_hash == "") == (r.prompt_hash == "")
+    assert {(r.provider, r.model) for r in got.values()} == {("layerlab", "extractive")}
+    # a rerun into the same folder makes no new calls
+    again = live.run_live(
+        corpus, key, scen, cfg, tmp_path / "run", scenario_hash=SCEN_HASH, resume=True
+    )
+    assert again.counters.calls == 0 and again.complete
+
+
+def _cfg(model: str, base: str, tasks: int = 6, **settings) -> live.LiveConfig:
+    from layerlab import corpus as cm
+
+    c = cm.load(paths.CORPUS_DIR)
+    s = ProviderSettings(
+        timeout_s=settings.pop("timeout_s", 1.0), backoff_s=0.01, api_base=base, **settings
+    )
+    return live.LiveConfig(
+        models=(f"openai/{model}",),
+        scenarios=("clean", "stale_index"),
+        task_ids=tuple(t.task_id for t in c.tasks[:tasks]),
+        settings=s,
+    )
+
+
+@pytest.fixture()
+def server(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with FakeOpenAI() as srv:
+        yield srv
+
+
+def _run(corpus, key, scen, cfg, out, **kw) -> live.LiveResult:
+    return live.run_live(corpus, key, scen, cfg, out, scenario_hash=SCEN_HASH, **kw)
+
+
+def test_retries_429_and_500_then_succeeds(tmp_path, server, corpus, key, scen) -> None:
+    res = _run(corpus, key, scen, _cfg("flaky", server.base), tmp_path, concurrency=4)
+    recs = read_records(tmp_path / "records.parquet")
+    assert res.complete and len(recs) == 24
+    distinct = 6 * 2  # 6 tasks x 2 scenarios: strict and repair prompts coincide
+    assert res.counters.calls == 3 * distinct and res.counters.retries == 2 * distinct
+    assert server.statuses[429] == distinct and server.statuses[500] == distinct
+    assert {r.diagnostic for r in recs if r.scenario == "clean"} <= {"ok", "retrieval", "reader"}
+
+
+def test_slow_replies_time_out_and_are_retried(tmp_path, server, corpus, key, scen) -> None:
+    res = _run(
+        corpus,
+        key,
+        scen,
+        _cfg("slow", server.base, tasks=2, timeout_s=0.5),
+        tmp_path,
+        concurrency=4,
+    )
+    assert res.complete and res.counters.retries == 4
+    assert all(r.diagnostic != "provider_error" for r in read_records(tmp_path / "records.parquet"))
+
+
+def test_exhausted_errors_and_bad_replies_are_labelled_failures(
+    tmp_path, server, corpus, key, scen
+) -> None:
+    for model, label in (
+        ("down", "provider_error"),
+        ("malformed", "malformed_reply"),
+        ("text", "malformed_reply"),
+    ):
+        res = _run(corpus, key, scen, _cfg(model, server.base), tmp_path / model, concurrency=4)
+        recs = read_records(tmp_path / model / "records.parquet")
+        assert res.complete and {r.diagnostic for r in recs} == {label}
+        assert not any(r.success for r in recs) and all(r.prompt_hash for r in recs)
+    assert server.statuses[503] == 3 * 12  # 3 attempts for each of 12 distinct prompts
+
+
+def test_budget_is_never_exceeded_and_resume_completes(tmp_path, server, corpus, key, scen) -> None:
+    cfg = _cfg("flaky", server.base)
+    res = _run(corpus, key, scen, cfg, tmp_path / "b", budget=10, concurrency=4)
+    assert not res.complete and res.counters.calls <= 10 and server.requests <= 10
+    assert "--resume" in res.message
+    assert archive.check_path(tmp_path / "b")["complete"] is False  # a valid partial archive
+    done = len(read_records(tmp_path / "b" / "records.parquet"))
+    assert 0 < done < 24
+    res2 = _run(corpus, key, scen, cfg, tmp_path / "b", budget=1000, resume=True, concurrency=4)
+    assert res2.complete
+    full = _run(corpus, key, scen, cfg, tmp_path / "full", concurrency=4)
+    assert full.complete
+    assert (tmp_path / "b" / "records.parquet").read_bytes() == (
+        tmp_path / "full" / "records.parquet"
+    ).read_bytes()
+
+
+def test_resume_guards(tmp_path, corpus, key, scen) -> None:
+    cfg = live.LiveConfig(
+        models=("layerlab/extractive",), scenarios=("clean",), task_ids=("hr-01-q1",)
+    )
+    _run(corpus, key, scen, cfg, tmp_path)
+    with pytest.raises(live.LiveRunError, match="pass --resume"):
+        _run(corpus, key, scen, cfg, tmp_path)
+    other = live.LiveConfig(
+        models=("layerlab/cautious",), scenarios=("clean",), task_ids=("hr-01-q1",)
+    )
+    with pytest.raises(live.LiveRunError, match="other settings"):
+        _run(corpus, key, scen, other, tmp_path, resume=True)
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "layerlab.cli", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_archive(tmp_path) -> None:
+    args = [
+        "run",
+        "live",
+        "-m",
+        "layerlab/extractive@3ms",
+        "--scenario",
+        "clean",
+        "--scenario",
+        "wrong_session",
+        "--no-progress",
+        "--concurrency",
+        "2",
+    ]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    p = _cli(*args, "--out", str(tmp_path / "k"), env=env)
+    log = tmp_path / "k" / "records.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and (not log.exists() or log.stat().st_size < 20_000):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (tmp_path / "k" / "records.parquet").exists()
+    check = runner.invoke(app, ["archive", "check", str(tmp_path / "k")])
+    assert check.exit_code == 1 and "--resume" in check.output
+    r = _cli(*args, "--out", str(tmp_path / "k"), "--resume", env=env)
+    assert r.wait() == 0, r.stderr.read()
+    u = _cli(*args, "--out", str(tmp_path / "u"), env=env)
+    assert u.wait() == 0
+    a = (tmp_path / "k" / "records.parquet").read_bytes()
+    assert a == (tmp_path / "u" / "records.parquet").read_bytes()
+    assert len(read_records(tmp_path / "k" / "records.parquet")) == 2 * 240 * 2
+
+
+def test_no_key_prompt_evidence_or_answer_in_archive_manifest_or_log(
+    tmp_path, server, corpus, key, scen
+) -> None:
+    cfg = _cfg("good", server.base, tasks=12)
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "live",
+            "-m",
+            "openai/good",
+            "--api-base",
+            server.base,
+            "--out",
+            str(tmp_path / "p"),
+            "--tasks",
+            ",".join(cfg.task_ids or ()),
+            "--no-progress",
+            "--timeout",
+            "5",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert server.auth_headers == {f"Bearer {FAKE_KEY}"}  # the key was used, from the environment
+    texts = [res.output]
+    for name in ("manifest.json", "records.jsonl"):
+        texts.append((tmp_path / "p" / name).read_text())
+    table = read_records(tmp_path / "p" / "records.parquet")
+    texts.append(json.dumps([r.__dict__ for r in table]))
+    blob = "\n".join(texts)
+    assert FAKE_KEY not in blob and "sk-test" not in blob
+    assert "Northwind's internal policies" not in blob  # prompt text
+    for d in corpus.documents:
+        assert d.text[:40] not in blob  # evidence text
+    for t in cfg.task_ids or ():
+        ans = key[t].expected_answer
+        assert f'"{ans}"' not in blob  # answer text
+
+
+def test_archive_check_and_merge(tmp_path, corpus, key, scen) -> None:
+    a = live.LiveConfig(models=("layerlab/extractive",), scenarios=("clean",))
+    b = live.LiveConfig(models=("layerlab/cautious",), scenarios=("clean",))
+    _run(corpus, key, scen, a, tmp_path / "a")
+    _run(corpus, key, scen, b, tmp_path / "b")
+    ok = runner.invoke(
+        app, ["archive", "check", str(tmp_path / "a"), str(tmp_path / "b" / "records.parquet")]
+    )
+    assert ok.exit_code == 0, ok.output
+    m = runner.invoke(
+        app,
+        [
+            "archive",
+            "merge",
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+            str(tmp_path / "a"),
+            "--out",
+            str(tmp_path / "m"),
+        ],
+    )
+    assert m.exit_code == 0, m.output
+    assert "merged 2 run(s), 960 records" in m.output
+    assert runner.invoke(app, ["archive", "check", str(tmp_path / "m")]).exit_code == 0
+    # a run folder whose archive was truncated, a foreign file, a tampered manifest
+    data = (tmp_path / "b" / "records.parquet").read_bytes()
+    (tmp_path / "b" / "records.parquet").write_bytes(data[: len(data) // 2])
+    bad = runner.invoke(app, ["archive", "check", str(tmp_path / "b")])
+    assert bad.exit_code == 1 and "differs from manifest" in bad.output
+    (tmp_path / "foreign.parquet").write_text("task_id,success\nx,1\n")
+    bad = runner.invoke(app, ["archive", "check", str(tmp_path / "foreign.parquet")])
+    assert bad.exit_code == 1 and "not a readable Parquet archive" in bad.output
+    man = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    man["prompt_text"] = "leak"
+    (tmp_path / "a" / "manifest.json").write_text(json.dumps(man))
+    bad = runner.invoke(app, ["archive", "check", str(tmp_path / "a")])
+    assert bad.exit_code == 1 and "outside the manifest allowlist" in bad.output

@@ -1,0 +1,74 @@
+"""Prompts carry no answer key; replies that break the JSON contract are classified."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from layerlab import corpus as corpus_mod
+from layerlab import harness, prompt
+from layerlab.reader import ExtractiveReader, ReaderOutput
+from layerlab.scenario import load_scenarios
+from layerlab.text import states_value
+
+
+def test_every_prompt_of_every_cell_is_free_of_the_answer_key(
+    corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey
+) -> None:
+    n = 0
+    for s in load_scenarios().values():
+        prep = harness.prepare(corpus, s)
+        for t in corpus.tasks:
+            entry = key[t.task_id]
+            for mode in harness.MODES:
+                g = harness.gate(t, prep.received[t.task_id], mode)
+                if g.inp is None:
+                    continue
+                msgs = prompt.messages(g.inp)
+                n += 1
+                text = "\n".join(m["content"] for m in msgs)
+                assert "expected_answer" not in text and "required_doc" not in text
+                # with the evidence prose removed, the answer value appears nowhere in the prompt
+                data = json.loads(msgs[-1]["content"].partition(prompt.INPUT_MARKER + "\n")[2])
+                for ev in data["evidence"]:
+                    ev["text"] = ""
+                stripped = msgs[0]["content"] + json.dumps(data)
+                assert not states_value(stripped, entry.expected_answer), (s.name, mode, t.task_id)
+                assert prompt.parse_input(msgs) == g.inp
+    assert n == 3120
+
+
+def test_prompt_hash_is_stable_and_sensitive() -> None:
+    a = [{"role": "user", "content": "x"}]
+    assert prompt.prompt_hash(a) == prompt.prompt_hash([{"role": "user", "content": "x"}])
+    assert prompt.prompt_hash(a) != prompt.prompt_hash([{"role": "user", "content": "y"}])
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        ("", "empty reply"),
+        ("The answer is 5 days.", "not JSON"),
+        ('{"status": "answered", "answer": "5 da', "not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"status": "maybe"}', "status must be"),
+        ('{"status": "answered", "answer": null}', "without an answer"),
+        ('{"status": "answered", "answer": "x", "citations": "d1"}', "citations must be a list"),
+    ],
+)
+def test_malformed_replies(reply: str, problem: str) -> None:
+    with pytest.raises(prompt.MalformedReply, match=problem):
+        prompt.parse_reply(reply)
+
+
+def test_reply_roundtrip_and_fences() -> None:
+    out = ReaderOutput("answered", "45 days", ("d-1",), None)
+    assert prompt.parse_reply(prompt.render_reply(out)) == out
+    fenced = "```json\n" + prompt.render_reply(out) + "\n```"
+    assert prompt.parse_reply(fenced) == out
+    assert (
+        prompt.parse_reply('{"status": "abstained", "answer": null, "reason": "stale"}').status
+        == "abstained"
+    )
+    assert ExtractiveReader.name == "extractive"
