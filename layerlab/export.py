@@ -20,7 +20,7 @@ def _cell(v: object) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return FLOAT_FORMAT.format(v)
+        return "" if v != v else FLOAT_FORMAT.format(v)  # NaN -> empty cell
     return "" if v is None else str(v)
 
 

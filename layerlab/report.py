@@ -75,3 +75,30 @@ def print_frame(df: Any, title: str, console: Console | None = None) -> None:
     for row in df.itertuples(index=False):
         table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
     console.print(table)
+
+
+def print_recompute(head: dict[str, Any], console: Console | None = None) -> None:
+    """Headline figures of ``layerlab recompute``."""
+    console = console or _console()
+    table = Table(
+        title=f"Success by scenario ({head['records']} records, units: {', '.join(head['units'])})"
+    )
+    for col in ("scenario", "strict", "repair"):
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+    for s, v in head["success"].items():
+        table.add_row(
+            s, f"{v.get('strict', float('nan')):.3f}", f"{v.get('repair', float('nan')):.3f}"
+        )
+    console.print(table)
+    g = head["schema_drift_gain"]
+    m = head["specificity_margin"]
+    console.print(
+        f"schema_drift paired gain {100 * g['estimate']:.1f} pp "
+        f"[{100 * g['ci95'][0]:.1f}, {100 * g['ci95'][1]:.1f}] ({head['n_boot']} resamples, seed {head['seed']})"
+    )
+    console.print(
+        f"specificity margin {100 * m['margin']:.1f} pp [{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]; "
+        f"largest off-target change {100 * m['largest_off_target_change']:.1f} pp ({m['largest_off_target']})"
+    )
+    if head["note"]:
+        console.print(f"note: {head['note']}")
