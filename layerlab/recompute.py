@@ -73,6 +73,10 @@ def _fmt(v: Any) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
+def _fmt(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
 def _ours_rate(t4: pd.DataFrame, scenario: str, mode: str) -> float | None:
     m = t4[t4["scenario"] == scenario]
     return float(m[mode].iloc[0]) if len(m) and mode in m else None
@@ -94,12 +98,11 @@ def paper_comparison(
     rows: list[dict[str, Any]] = []
 
     def add(figure: str, paper: Any, ours: Any, note: str = "") -> None:
-        fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)
         rows.append(
             {
                 "figure": figure,
-                "paper": fmt(paper),
-                "ours": fmt(ours) if ours is not None else "-",
+                "paper": _fmt(paper),
+                "ours": _fmt(ours) if ours is not None else "-",
                 "note": note,
             }
         )
