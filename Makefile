@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv reproduce test archives lint bench lock clean
+.PHONY: help venv reproduce quick test lab archives lint bench lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -28,14 +28,24 @@ $(STAMP): requirements.lock pyproject.toml
 
 venv: $(STAMP) ## Create .venv from the hash-locked requirements (done by the targets below).
 
-reproduce: $(STAMP) ## Regenerate the corpus, the deterministic run and Tables 1-3, offline.
+reproduce: $(STAMP) ## Regenerate the corpus and every table and figure (all notebooks), offline.
 	$(BIN)/layerlab corpus build
-	$(BIN)/layerlab audit retriever
-	$(BIN)/layerlab run deterministic --out out/deterministic
-	$(BIN)/layerlab export tables
+	$(BIN)/layerlab reproduce
 
-test: $(STAMP) ## Run the test suite (offline).
+quick: $(STAMP) ## A fast reproduce (fewer bootstrap resamples) into out/quick, leaving the repo untouched.
+	$(BIN)/layerlab reproduce --quick
+
+NBVAL_ARTIFACTS := $(CURDIR)/out/nbval-artifacts
+
+test: $(STAMP) ## Lint, unit tests, notebooks under nbval, and the freshness check of tables and figures.
+	$(BIN)/ruff check layerlab tests
 	$(BIN)/python -m pytest
+	rm -rf $(NBVAL_ARTIFACTS)
+	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider notebooks/
+	$(BIN)/layerlab reproduce --compare $(NBVAL_ARTIFACTS)
+
+lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
+	$(BIN)/jupyter lab notebooks/
 
 archives: $(STAMP) ## Re-run the local reference agents through the live harness into data/archives/.
 	rm -rf out/reference_agents

@@ -237,21 +237,6 @@ def scenario_operators() -> None:
         typer.echo(f"{'':18} {(cls.__doc__ or '').strip().splitlines()[0]}")
 
 
-export_app = typer.Typer(no_args_is_help=True, help="Regenerate generated artifacts.")
-app.add_typer(export_app, name="export")
-
-
-@export_app.command("tables")
-def export_tables(
-    out: Path = typer.Option(paths.TABLES, help="Output folder (default paper/tables)."),
-) -> None:
-    """Regenerate Tables 1-3 (CSV, Markdown, LaTeX) from the committed corpus and specs."""
-    from layerlab import tables
-
-    tables.export_deterministic(out)
-    typer.echo(f"wrote table1-3 (.csv .md .tex) to {out}")
-
-
 @run_app.command("live")
 def run_live(
     model: list[str] = typer.Option(
@@ -469,3 +454,59 @@ def recompute_cmd(
 
         report.print_recompute(head)
         typer.echo(f"wrote {len(head['written'])} files to {out}")
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    quick: bool = typer.Option(
+        False, "--quick", help="Shrink costly parameters; write artifacts to out/quick."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Regenerate into a scratch folder and fail if it differs."
+    ),
+    compare_dir: Path = typer.Option(
+        None, "--compare", help="Only compare an already regenerated artifact tree."
+    ),
+    update_notebooks: bool = typer.Option(
+        False, "--update-notebooks", help="Re-execute the committed notebooks in place."
+    ),
+) -> None:
+    """Execute every notebook (papermill) and regenerate every table and figure, offline."""
+    from layerlab import reproduce
+
+    if compare_dir is not None or check:
+        problems = (
+            reproduce.compare(compare_dir) if compare_dir is not None else reproduce.check(quick)
+        )
+        for p in problems:
+            typer.echo(f"stale: {p}", err=True)
+        if problems:
+            raise _fail(f"{len(problems)} generated artifact(s) differ from what is committed")
+        typer.echo("ok: every generated table and figure matches the committed one")
+        return
+    if update_notebooks:
+        for nb in reproduce.update_committed():
+            typer.echo(f"updated {nb.relative_to(paths.ROOT)}")
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+    ) as bar:
+        task = bar.add_task("notebooks", total=len(reproduce.notebooks()))
+
+        def started(nb: Path, i: int, n: int) -> None:
+            bar.update(task, completed=i, description=nb.name)
+
+        try:
+            written = reproduce.run(quick=quick, on_start=started)
+        except reproduce.ReproduceError as exc:
+            raise _fail(str(exc)) from None
+        bar.update(task, completed=len(reproduce.notebooks()), description="done")
+    for w in written:
+        typer.echo(f"{w.status:9} {w.path}")
+    counts = {s: sum(w.status == s for w in written) for s in ("new", "changed", "unchanged")}
+    typer.echo(
+        f"{len(written)} artifacts: {counts['new']} new, {counts['changed']} changed, "
+        f"{counts['unchanged']} unchanged"
+    )

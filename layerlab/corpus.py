@@ -12,11 +12,14 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from layerlab import __version__
 from layerlab._io import atomic_write_text, canonical_json, read_jsonl, sha256_file, write_jsonl
 from layerlab.spec import DomainSpec, load_domains, spec_hash
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Status = Literal["current", "superseded"]
 TENANT = "northwind"
@@ -223,11 +226,13 @@ def _check_manifest(folder: Path, names: tuple[str, ...]) -> dict[str, Any]:
     return manifest
 
 
-def load(folder: Path) -> Corpus:
-    """Load the public side of a built corpus (documents, tasks, domains)."""
+def load(folder: Path | str | None = None) -> Corpus:
+    """Load the public side of a built corpus (default: the committed enterprise_v2)."""
     import json
 
-    folder = Path(folder)
+    from layerlab import paths
+
+    folder = Path(folder or paths.CORPUS_DIR)
     manifest = _check_manifest(folder, ("documents.jsonl", "tasks.jsonl", "domains.json"))
     docs = tuple(Document(**r) for r in read_jsonl(folder / "documents.jsonl"))
     tasks = tuple(Task(**r) for r in read_jsonl(folder / "tasks.jsonl"))
@@ -238,9 +243,11 @@ def load(folder: Path) -> Corpus:
     return Corpus(manifest["corpus"], manifest["spec_hash"], docs, tasks, domains)
 
 
-def load_answer_key(folder: Path) -> AnswerKey:
-    """Load the evaluator-only answer key of a built corpus."""
-    folder = Path(folder)
+def load_answer_key(folder: Path | str | None = None) -> AnswerKey:
+    """Load the evaluator-only answer key of a built corpus (default: the committed one)."""
+    from layerlab import paths
+
+    folder = Path(folder or paths.CORPUS_DIR)
     _check_manifest(folder, ("answer_key.jsonl",))
     rows = read_jsonl(folder / "answer_key.jsonl")
     return AnswerKey(
@@ -255,3 +262,34 @@ def load_answer_key(folder: Path) -> AnswerKey:
             for r in rows
         }
     )
+
+
+def summary(corpus: Corpus) -> pd.DataFrame:
+    """Per-domain counts: policy units, documents, tasks, cue words, restricted policies."""
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    for d in corpus.domains:
+        docs = [x for x in corpus.documents if x.domain == d.domain]
+        rows.append(
+            {
+                "domain": d.domain,
+                "title": d.title,
+                "policy units": len({x.policy_id for x in docs}),
+                "documents": len(docs),
+                "tasks": sum(t.domain == d.domain for t in corpus.tasks),
+                "cue words": len(d.cue_words),
+                "restricted policies": len(
+                    {x.policy_id for x in docs if x.access_scope != "all_staff"}
+                ),
+            }
+        )
+    total = {
+        "domain": "all",
+        "title": corpus.name,
+        **{
+            k: sum(int(r[k]) for r in rows)
+            for k in ("policy units", "documents", "tasks", "cue words", "restricted policies")
+        },
+    }
+    return pd.DataFrame([*rows, total])

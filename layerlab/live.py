@@ -19,10 +19,12 @@ import asyncio
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from layerlab import __version__, archive, harness, prompt, retrieval
 from layerlab._io import atomic_write_text, canonical_json
@@ -401,6 +403,18 @@ async def _run(
     return not stopped
 
 
+def _run_coroutine(coro: Any) -> Any:
+    """``asyncio.run`` that also works where a loop is already running (Jupyter, papermill)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def run_live(
     corpus: Corpus,
     key: AnswerKey,
@@ -449,22 +463,21 @@ def run_live(
     counters = Counters()
     b = Budget(budget)
     cache = ResponseCache(cache_dir or out / ".cache")
-    finished = asyncio.run(
-        _run(
-            corpus,
-            key,
-            scenarios,
-            config,
-            out,
-            cache,
-            b,
-            concurrency,
-            manifest["run_id"],
-            done,
-            progress,
-            counters,
-        )
+    coro = _run(
+        corpus,
+        key,
+        scenarios,
+        config,
+        out,
+        cache,
+        b,
+        concurrency,
+        manifest["run_id"],
+        done,
+        progress,
+        counters,
     )
+    finished = _run_coroutine(coro)
     records = list(_read_progress(out / archive.PROGRESS).values())
     complete = finished and len(records) == manifest["expected_records"]
     calls = {
@@ -483,3 +496,71 @@ def run_live(
             f"and a new --budget."
         )
     return LiveResult(out, final, counters, complete, msg)
+
+
+def run_matrix(
+    models: Sequence[str],
+    out: Path | str | None = None,
+    scenarios: Sequence[str] | None = None,
+    budget: int | None = None,
+    concurrency: int = 16,
+    resume: bool = False,
+    settings: ProviderSettings | None = None,
+) -> LiveResult:
+    """Convenience for notebooks: run ``models`` over the committed corpus and scenarios.
+
+    ``out=None`` runs into a fresh temporary folder (kept until the process exits).
+    """
+    import tempfile
+
+    from layerlab import corpus as corpus_mod
+    from layerlab import paths
+    from layerlab.scenario import load_scenarios
+    from layerlab.spec import spec_hash
+
+    c, key = corpus_mod.load(), corpus_mod.load_answer_key()
+    scen = load_scenarios()
+    if out is None:
+        _TMP.append(tempfile.TemporaryDirectory(prefix="layerlab-live-"))
+        out = Path(_TMP[-1].name) / "run"
+    cfg = LiveConfig(
+        models=tuple(models),
+        scenarios=tuple(scenarios or scen),
+        settings=settings or ProviderSettings(),
+    )
+    return run_live(
+        c,
+        key,
+        scen,
+        cfg,
+        Path(out),
+        scenario_hash=spec_hash(paths.SCENARIO_SPEC),
+        budget=budget,
+        concurrency=concurrency,
+        resume=resume,
+    )
+
+
+_TMP: list[Any] = []
+
+
+def run_overview(result: LiveResult) -> pd.DataFrame:
+    """Success by model × scenario × mode of a finished run (what a notebook shows)."""
+    df = pd.DataFrame([r.__dict__ for r in archive.read_records(result.out / archive.ARCHIVE)])
+    g = df.groupby(["provider", "model", "scenario", "contract_mode"], sort=False)["success"].mean()
+    wide = g.unstack("contract_mode").reset_index()
+    return wide[["provider", "model", "scenario", "strict", "repair"]]
+
+
+def same_records(a: Path | str, b: Path | str) -> bool:
+    """Whether two run folders (or archives) hold the same records, label for label.
+
+    Run ids are ignored: they name the run, not its content.
+    """
+
+    def load(p: Path | str) -> list[tuple[Any, ...]]:
+        p = Path(p)
+        recs = archive.read_records(p / archive.ARCHIVE if p.is_dir() else p)
+        return sorted(tuple(v for k, v in r.__dict__.items() if k != "run_id") for r in recs)
+
+    return load(a) == load(b)

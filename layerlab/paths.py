@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -11,7 +12,17 @@ CORPUS_SPEC_DIR = SPECS / "enterprise_v2"
 SCENARIO_SPEC = SPECS / "scenarios.yaml"
 CORPUS_DIR = DATA / "corpus" / "enterprise_v2"
 ARCHIVES = DATA / "archives"
-FIGURES = ROOT / "figures"
 PAPER = ROOT / "paper"
-TABLES = PAPER / "tables"
 NOTEBOOKS = ROOT / "notebooks"
+REFERENCE = DATA / "reference"
+
+# Generated artifacts (tables, figures, the reproduction report) go under ARTIFACTS, the repo
+# itself by default. Tests and `layerlab reproduce --check` point LAYERLAB_ARTIFACTS at a scratch
+# folder to regenerate everything there and compare it with what is committed.
+COMMITTED_ARTIFACTS = ROOT
+ARTIFACTS = Path(os.environ.get("LAYERLAB_ARTIFACTS") or ROOT)
+TABLES = ARTIFACTS / "paper" / "tables"
+FIGURES = ARTIFACTS / "figures"
+REPRODUCTION = ARTIFACTS / "paper" / "REPRODUCTION.md"
+ARTIFACT_DIRS = ("paper/tables", "figures")
+ARTIFACT_FILES = ("paper/REPRODUCTION.md",)

@@ -441,9 +441,10 @@ def _check(file: ScenarioFile) -> list[tuple[tuple[Any, ...], str]]:
     return problems
 
 
-def load_scenarios(path: Path = paths.SCENARIO_SPEC) -> dict[str, Scenario]:
-    """Load, validate and compile the scenario DSL; raise :class:`SpecError` on problems."""
-    spec = load_yaml_as(path, ScenarioFile, check=_check)
+def load_scenarios(path: Path | str | None = None) -> dict[str, Scenario]:
+    """Load, validate and compile the scenario DSL (default: the committed
+    ``data/specs/scenarios.yaml``); raise :class:`SpecError` on problems."""
+    spec = load_yaml_as(Path(path or paths.SCENARIO_SPEC), ScenarioFile, check=_check)
     out: dict[str, Scenario] = {}
     for s in spec.scenarios:
         ops = tuple(

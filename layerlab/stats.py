@@ -27,9 +27,14 @@ from layerlab.archive import load_records
 TARGET = "schema_drift"
 
 
-def records_frame(paths: Sequence[Path]) -> pd.DataFrame:
-    """Checked archives (files or run folders) as one DataFrame; a run given twice counts once."""
-    recs = load_records(list(paths))
+def records_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
+    """Checked archives (files or run folders) as one DataFrame; a run given twice counts once.
+
+    Default: the committed reference-agent archive.
+    """
+    from layerlab import paths
+
+    recs = load_records([Path(a) for a in (archives or [paths.ARCHIVES / "reference_agents"])])
     if not recs:
         raise ValueError("no records in the given archives")
     return pd.DataFrame([r.__dict__ for r in recs])

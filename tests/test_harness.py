@@ -71,16 +71,3 @@ def test_cli_writes_archive_and_summary(tmp_path: Path) -> None:
     first = (tmp_path / "records.parquet").read_bytes()
     runner.invoke(app, ["run", "deterministic", "--out", str(tmp_path)])
     assert (tmp_path / "records.parquet").read_bytes() == first
-
-
-def test_generated_tables_are_current(tmp_path: Path) -> None:
-    from layerlab import paths, tables
-
-    tables.export_deterministic(tmp_path)
-    for name in ("table1", "table2", "table3"):
-        for suffix in ("csv", "md", "tex"):
-            got = (tmp_path / f"{name}.{suffix}").read_text()
-            want = (paths.TABLES / f"{name}.{suffix}").read_text()
-            assert got == want, (
-                f"paper/tables/{name}.{suffix} is stale: run `layerlab export tables`"
-            )

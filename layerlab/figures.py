@@ -1,0 +1,131 @@
+"""Figures with seaborn, saved deterministically (fixed style, size and dpi; no timestamps).
+
+Each function builds one figure from a library result and returns it; :func:`save` writes
+``figures/<name>.png`` and ``.pdf``. Re-running a save on the same data writes the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from layerlab import paths  # noqa: E402
+
+STYLE = {
+    "axes.spines.right": False,
+    "axes.spines.top": False,
+    "font.family": "DejaVu Sans",
+    "svg.hashsalt": "layerlab",
+    "pdf.fonttype": 42,
+}
+PALETTE = {"strict": "#4c72b0", "repair": "#dd8452"}
+
+
+def _setup() -> None:
+    sns.set_theme(style="whitegrid", context="paper")
+    plt.rcParams.update(STYLE)  # type: ignore[arg-type]
+
+
+def save(fig: Any, name: str, out_dir: Path | None = None) -> list[str]:
+    """Write ``name.png`` and ``name.pdf``; close the figure; return the file names written."""
+    out = Path(out_dir or paths.FIGURES)
+    out.mkdir(parents=True, exist_ok=True)
+    import io
+
+    from layerlab._io import atomic_write_bytes
+
+    names = []
+    for ext, meta in (
+        ("png", {"Software": None}),
+        ("pdf", {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}),
+    ):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight", metadata=meta)
+        atomic_write_bytes(out / f"{name}.{ext}", buf.getvalue())
+        names.append(f"{name}.{ext}")
+    plt.close(fig)
+    return names
+
+
+def success_heatmap(
+    table: pd.DataFrame, title: str, columns: tuple[str, str] = ("strict", "repair")
+) -> Any:
+    """Scenario × contract-mode success rates as an annotated heatmap."""
+    _setup()
+    data = table.set_index("scenario")[list(columns)]
+    data.columns = ["strict", "repair"]
+    fig, ax = plt.subplots(figsize=(4.2, 4.4))
+    sns.heatmap(
+        data,
+        annot=True,
+        fmt=".3f",
+        vmin=0,
+        vmax=1,
+        cmap="viridis",
+        cbar_kws={"label": "strict success S"},
+        ax=ax,
+        linewidths=0.5,
+    )
+    ax.set_xlabel("contract mode")
+    ax.set_ylabel("")
+    ax.set_title(title)
+    return fig
+
+
+def grounded_false_positives(table: pd.DataFrame, title: str) -> Any:
+    """Groundedness false positives (grounded ∧ ¬S) by scenario and mode."""
+    _setup()
+    long = table.melt(
+        id_vars="scenario", value_vars=["GF strict", "GF repair"], var_name="mode", value_name="GF"
+    )
+    long["mode"] = long["mode"].str.replace("GF ", "", regex=False)
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    sns.barplot(long, y="scenario", x="GF", hue="mode", palette=PALETTE, ax=ax, orient="h")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of records grounded in retrieved evidence yet failing S")
+    ax.set_ylabel("")
+    ax.set_title(title)
+    return fig
+
+
+def paired_effects_forest(effects: pd.DataFrame, title: str) -> Any:
+    """Repair − strict success per scenario with hierarchical bootstrap 95% intervals."""
+    _setup()
+    e = effects.iloc[::-1].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(6.0, 3.8))
+    y = range(len(e))
+    est = 100 * e["estimate"]
+    ax.hlines(list(y), 100 * e["ci_low"], 100 * e["ci_high"], color="#333333", linewidth=2)
+    ax.plot(est, list(y), "o", color=PALETTE["repair"])
+    ax.axvline(0, color="#999999", linewidth=1, linestyle="--")
+    ax.set_yticks(list(y), e["scenario"])
+    ax.set_xlabel("repair − strict success (percentage points)")
+    ax.set_title(title)
+    return fig
+
+
+def retriever_ablation(table3: pd.DataFrame, title: str) -> Any:
+    """Required-document top-1 recall per retriever and condition."""
+    _setup()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    sns.barplot(
+        table3,
+        y="retriever",
+        x="top-1 recall",
+        hue="condition",
+        ax=ax,
+        orient="h",
+        palette="colorblind",
+    )
+    ax.set_xlim(0, 1)
+    ax.set_ylabel("")
+    ax.set_title(title)
+    ax.legend(title="condition", loc="lower right", fontsize=7, title_fontsize=8)
+    return fig

@@ -1,0 +1,56 @@
+"""The freshness check: a regenerated artifact tree is compared byte for byte with the committed one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from layerlab import paths, reproduce
+
+
+def _copy_committed(tmp: Path) -> Path:
+    for d in paths.ARTIFACT_DIRS:
+        shutil.copytree(paths.COMMITTED_ARTIFACTS / d, tmp / d)
+    for f in paths.ARTIFACT_FILES:
+        (tmp / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(paths.COMMITTED_ARTIFACTS / f, tmp / f)
+    return tmp
+
+
+def test_identical_tree_is_fresh(tmp_path: Path) -> None:
+    assert reproduce.compare(_copy_committed(tmp_path)) == []
+
+
+def test_a_moved_number_a_missing_and_an_extra_artifact_are_reported(tmp_path: Path) -> None:
+    root = _copy_committed(tmp_path)
+    t2 = root / "paper" / "tables" / "table2.csv"
+    t2.write_text(t2.read_text().replace("0.9708", "0.9667", 1))
+    (root / "figures" / "success_heatmap.png").unlink()
+    (root / "figures" / "extra.png").write_bytes(b"x")
+    problems = "\n".join(reproduce.compare(root))
+    assert "paper/tables/table2.csv: differs from the committed file" in problems
+    assert "figures/success_heatmap.png: committed but no notebook generates it" in problems
+    assert "figures/extra.png: generated but not committed" in problems
+
+
+def test_notebooks_are_thin_and_parameterised() -> None:
+    import nbformat
+
+    nbs = reproduce.notebooks()
+    assert len(nbs) >= 6 and [nb.name[:2] for nb in nbs] == sorted(nb.name[:2] for nb in nbs)
+    for nb_path in nbs:
+        nb = nbformat.read(nb_path, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert code[0].source.startswith("from layerlab import"), nb_path.name
+        assert code[1].metadata.get("tags") == ["parameters"], nb_path.name
+        for line in code[1].source.splitlines():
+            assert ": " in line.split("=")[0] and "#" in line, (
+                f"{nb_path.name}: untyped or uncommented parameter {line!r}"
+            )
+        assert not any(
+            "\ndef " in "\n" + c.source or "\nclass " in "\n" + c.source for c in code
+        ), nb_path.name
+        # committed executed, so nbval has outputs to compare
+        assert all(c.execution_count is not None for c in code), (
+            f"{nb_path.name}: committed unexecuted"
+        )
