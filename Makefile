@@ -47,12 +47,13 @@ test: $(STAMP) ## Lint, unit tests, notebooks under nbval, and the freshness che
 lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
 
-archives: $(STAMP) ## Re-run the local reference agents through the live harness into data/archives/.
+archives: $(STAMP) ## Re-run the reference agents (live harness) and the LangChain study into data/archives/.
 	rm -rf out/reference_agents
 	$(BIN)/layerlab run live -m layerlab/extractive -m layerlab/cautious --out out/reference_agents --no-progress --concurrency 16
 	mkdir -p data/archives/reference_agents
 	cp out/reference_agents/records.parquet out/reference_agents/manifest.json data/archives/reference_agents/
-	cd data/archives && sha256sum */records.parquet */manifest.json > SHA256SUMS
+	$(BIN)/layerlab study langchain --out data/archives/langchain_study
+	cd data/archives && sha256sum */*.parquet */manifest.json > SHA256SUMS
 
 lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
@@ -62,7 +63,7 @@ bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
 	$(BIN)/python -m layerlab.bench
 
 lock: ## Regenerate requirements.lock from pyproject.toml (needs uv).
-	uv pip compile pyproject.toml --extra dev --generate-hashes --universal --python-version 3.11 -o requirements.lock
+	uv pip compile pyproject.toml --extra dev --extra study --generate-hashes --universal --python-version 3.11 -o requirements.lock
 
 clean: ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

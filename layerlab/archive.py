@@ -96,15 +96,19 @@ def to_table(records: Iterable[Record]) -> pa.Table:
     return pa.Table.from_pydict(cols, schema=SCHEMA)
 
 
-def validate_table(table: pa.Table, source: str) -> None:
+def validate_table(
+    table: pa.Table, source: str, schema: pa.Schema | None = None, keys: Sequence[str] = KEYS
+) -> None:
     """Raise :class:`ArchiveError` unless ``table`` is an allowlisted, key-unique archive."""
-    extra = sorted(set(table.column_names) - ALLOWLIST)
+    schema = schema or SCHEMA
+    allow = frozenset(schema.names)
+    extra = sorted(set(table.column_names) - allow)
     if extra:
         raise ArchiveError(f"{source}: columns outside the archive allowlist: {extra}")
-    missing = [n for n in SCHEMA.names if n not in table.column_names]
+    missing = [n for n in schema.names if n not in table.column_names]
     if missing:
         raise ArchiveError(f"{source}: missing columns {missing}")
-    for f in SCHEMA:
+    for f in schema:
         got = table.schema.field(f.name).type
         if got != f.type:
             raise ArchiveError(f"{source}: column {f.name!r} has type {got}, expected {f.type}")
@@ -115,11 +119,11 @@ def validate_table(table: pa.Table, source: str) -> None:
         raise ArchiveError(
             f"{source}: schema_version {sorted(versions)} found, this layerlab reads {SCHEMA_VERSION}"
         )
-    keys = list(zip(*(table.column(k).to_pylist() for k in KEYS), strict=True))
-    if len(set(keys)) != len(keys):
+    rows = list(zip(*(table.column(k).to_pylist() for k in keys), strict=True))
+    if len(set(rows)) != len(rows):
         seen: set[tuple[Any, ...]] = set()
-        dup = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise ArchiveError(f"{source}: duplicate record key {dict(zip(KEYS, dup, strict=True))}")
+        dup = next(k for k in rows if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ArchiveError(f"{source}: duplicate record key {dict(zip(keys, dup, strict=True))}")
 
 
 def write_records(path: Path, records: Sequence[Record]) -> None:
@@ -131,14 +135,71 @@ def write_records(path: Path, records: Sequence[Record]) -> None:
     atomic_write_bytes(Path(path), buf.getvalue())
 
 
-def read_table(path: Path) -> pa.Table:
+def read_table(path: Path, schema: pa.Schema | None = None, keys: Sequence[str] = KEYS) -> pa.Table:
     """Read and validate an archive; raise :class:`ArchiveError` on any problem."""
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise ArchiveError(f"{path}: not a readable Parquet archive ({exc})") from exc
-    validate_table(table, str(path))
-    return table.cast(SCHEMA)
+    validate_table(table, str(path), schema, keys)
+    return table.cast(schema or SCHEMA)
+
+
+# --- the focused LangChain study's cells ------------------------------------------------------
+
+STUDY_SCHEMA = pa.schema(
+    [
+        pa.field("schema_version", pa.int16(), nullable=False),
+        *[
+            pa.field(n, pa.string(), nullable=False)
+            for n in ("run_id", "provider", "model", "condition", "arm", "task_id", "policy_id")
+        ],
+        *[
+            pa.field(n, pa.bool_(), nullable=False)
+            for n in (
+                "answerable",
+                "success",
+                "safe_resolution",
+                "answered",
+                "abstained",
+                "grounded",
+                "grounded_false_positive",
+                "retry_restored",
+            )
+        ],
+        pa.field("retries", pa.int8(), nullable=False),
+        *[
+            pa.field(n, pa.string(), nullable=False)
+            for n in ("control", "control_layer", "prompt_hash")
+        ],
+    ],
+    metadata={b"layerlab.archive.schema_version": str(SCHEMA_VERSION).encode()},
+)
+STUDY_KEYS = ("provider", "model", "condition", "arm", "task_id")
+STUDY_ARCHIVE = "study.parquet"
+
+
+def write_study(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Validate and atomically write study cells (sorted by key; allowlisted columns only)."""
+    rows = sorted(rows, key=lambda r: tuple(r[k] for k in STUDY_KEYS))
+    extra = {k for r in rows for k in r} - set(STUDY_SCHEMA.names)
+    if extra:
+        raise ArchiveError(f"{path}: columns outside the study allowlist: {sorted(extra)}")
+    table = pa.Table.from_pydict(
+        {n: [r[n] for r in rows] for n in STUDY_SCHEMA.names}, schema=STUDY_SCHEMA
+    )
+    validate_table(table, str(path), STUDY_SCHEMA, STUDY_KEYS)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=False)
+    atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def read_study(path: Path) -> list[dict[str, Any]]:
+    """Read and validate a study archive (a file or a study run folder)."""
+    path = Path(path)
+    return read_table(
+        path / STUDY_ARCHIVE if path.is_dir() else path, STUDY_SCHEMA, STUDY_KEYS
+    ).to_pylist()
 
 
 def read_records(path: Path) -> list[Record]:
@@ -172,6 +233,11 @@ MANIFEST_KEYS = frozenset(
         "files",
         "sources",
         "note",
+        "arms",
+        "conditions",
+        "tasks",
+        "seed",
+        "controls",
     }
 )
 
@@ -232,19 +298,20 @@ def check_path(path: Path) -> dict[str, Any]:
             "runs": sorted(set(table.column("run_id").to_pylist())),
         }
     m = read_manifest(path)
-    arch = path / ARCHIVE
+    study = m.get("kind") == "langchain_study"
+    arch = path / (STUDY_ARCHIVE if study else ARCHIVE)
     if not arch.exists():
         hint = (
             " (an interrupted run: continue it with --resume)" if (path / PROGRESS).exists() else ""
         )
         raise ArchiveError(f"{arch}: missing{hint}")
-    want = m.get("files", {}).get(ARCHIVE)
+    want = m.get("files", {}).get(arch.name)
     got = sha256_file(arch)
     if want != got:
         raise ArchiveError(
             f"{arch}: checksum {got[:12]}… differs from manifest {str(want)[:12]}… (modified or truncated)"
         )
-    table = read_table(arch)
+    table = read_table(arch, STUDY_SCHEMA, STUDY_KEYS) if study else read_table(arch)
     if table.num_rows != m.get("records"):
         raise ArchiveError(f"{arch}: {table.num_rows} records, manifest says {m.get('records')}")
     run_ids = set(table.column("run_id").to_pylist())

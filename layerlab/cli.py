@@ -510,3 +510,54 @@ def reproduce_cmd(
         f"{len(written)} artifacts: {counts['new']} new, {counts['changed']} changed, "
         f"{counts['unchanged']} unchanged"
     )
+
+
+@app.command("explore")
+def explore_cmd(
+    task: str = typer.Option(..., "--task", help="Task id, e.g. finance-05-q1."),
+    scenario: str = typer.Option(..., "--scenario", help="Scenario name."),
+    mode: str = typer.Option("strict", "--mode", help="Contract mode."),
+    reader: str = typer.Option(
+        "extractive", "--reader", help="Deterministic reader: extractive or cautious."
+    ),
+) -> None:
+    """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
+    from layerlab import explore
+    from layerlab.contract import get_mode
+
+    try:
+        get_mode(mode)
+        t = explore.trace(task, scenario, mode, reader)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    typer.echo(explore.render(t))
+
+
+study_app = typer.Typer(no_args_is_help=True, help="Focused studies.")
+app.add_typer(study_app, name="study")
+
+
+@study_app.command("langchain")
+def study_langchain(
+    out: Path = typer.Option(..., help="Output folder (study.parquet, manifest.json)."),
+    model: str = typer.Option(
+        "layerlab/extractive", help="litellm model string (offline: a local reference agent)."
+    ),
+    seed: int = typer.Option(7, help="Seed of the task-selection rule."),
+    max_retries: int = typer.Option(2, help="Bounded retries of the completeness control."),
+) -> None:
+    """Table 7: 8 tasks x 9 conditions x 2 arms (uncontrolled vs LayerRAG controls) through LangChain."""
+    try:
+        from layerlab import report, study
+    except ImportError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        m = study.run_to(out, model=model, seed=seed, max_retries=max_retries)
+    except ImportError as exc:
+        raise _fail(str(exc)) from None
+    from layerlab.archive import read_study
+
+    report.print_frame(
+        study.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
+    )
+    typer.echo(f"wrote {out / 'study.parquet'} and {out / 'manifest.json'}")

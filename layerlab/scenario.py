@@ -52,6 +52,7 @@ class ToolContext:
     task_id: str
     policy_id: str
     session_id: str
+    attempt: int = 0  # 0 for the first call; a bounded retry calls the tool again with 1, 2, ...
 
 
 class FaultOperator:
@@ -242,6 +243,8 @@ class _PartialParams(_Params):
     keep_results: int = Field(default=1, ge=0, le=10)
     min_keep: float = Field(default=0.15, ge=0.0, le=1.0)
     max_keep: float = Field(default=0.85, ge=0.0, le=1.0)
+    # the retry attempt from which the tool completes (None: the timeout persists on every retry)
+    recover_on_retry: int | None = Field(default=None, ge=1)
 
 
 @register_operator
@@ -258,6 +261,8 @@ class PartialTimeout(FaultOperator):
         if not payload or "results" not in payload:
             return payload
         p: _PartialParams = self.params  # type: ignore[assignment]
+        if p.recover_on_retry is not None and ctx.attempt >= p.recover_on_retry:
+            return payload
         out = copy.deepcopy(payload)
         kept = out["results"][: p.keep_results]
         for r in kept:
@@ -410,7 +415,9 @@ class Scenario:
         """The tool payload as it arrives after the tool-stage faults."""
         for i, op in enumerate(self.operators):
             if op.stage == "tool":
-                payload = op.apply_tool(payload, ctx, self._rng(i, ctx.task_id))
+                # a retry draws a fresh stream; the first call keeps the stream of a single call
+                extra = (ctx.task_id,) if ctx.attempt == 0 else (ctx.task_id, ctx.attempt)
+                payload = op.apply_tool(payload, ctx, self._rng(i, *extra))
         return payload
 
 

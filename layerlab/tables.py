@@ -29,6 +29,12 @@ CAPTIONS = {
     "table8": "Largest strict-to-repair success gains by model and scenario.",
     "table9": "Provider-level averages over all scenarios (context, not a capability ranking).",
     "paper_comparison": "The paper's stated figures beside ours.",
+    "table6": "Representative task-level outcomes, chosen by rule from the archive. Unknown denotes no usable "
+    "answer under the benchmark contract.",
+    "table7": "Focused LangChain study: strict success on answerable conditions and safe resolution (structured "
+    "non-answers) on unsafe ones, per arm.",
+    "table7_by_condition": "Focused LangChain study by condition: strict success, safe resolution and the "
+    "LayerRAG control that fired.",
 }
 
 

@@ -1,0 +1,354 @@
+"""The failure-case explorer: one record's whole path, from question to diagnosis.
+
+An evaluator-side view (it shows the answer key next to what the reader did): the question, what
+each fault did to this task, what the retriever returned, the tool payload before and after the
+contract, the reader's reply, each of E/R/G/V/S with its reason, groundedness and the diagnostic
+label. :func:`render` prints it; the failure-case notebook wraps it in widgets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from layerlab import harness, retrieval
+from layerlab.contract import ContractResult
+from layerlab.corpus import AnswerKey, AnswerKeyEntry, Corpus, Task
+from layerlab.reader import READERS, ReaderInput, ReaderOutput
+from layerlab.scenario import Payload, Scenario
+from layerlab.score import Labels
+
+
+@dataclass(frozen=True)
+class Trace:
+    task: Task
+    entry: AnswerKeyEntry
+    scenario: str
+    mode: str
+    reader: str
+    faults: tuple[str, ...]
+    retrieved: tuple[dict[str, Any], ...]
+    sent: dict[str, Any]
+    received: Payload
+    contract: ContractResult
+    inp: ReaderInput | None
+    out: ReaderOutput | None
+    labels: Labels
+
+
+def _index_effects(
+    corpus: Corpus, scenario: Scenario, prepared: harness.PreparedScenario, task: Task
+) -> list[str]:
+    clean = {d.doc_id: d for d in corpus.documents if d.policy_id == task.policy_id}
+    faulted = {i: d for i, d in prepared.index.items() if d.policy_id == task.policy_id}
+    out = []
+    for i in sorted(set(clean) - set(faulted)):
+        out.append(f"index: {i} ({clean[i].status}) is absent from the index")
+    for i in sorted(set(faulted) - set(clean)):
+        d = faulted[i]
+        out.append(
+            f"index: {i} added (status {d.status}, year {d.effective_year}, owner {d.owner})"
+        )
+    for i in sorted(set(clean) & set(faulted)):
+        a, b = asdict(clean[i]), asdict(faulted[i])
+        changed = [
+            f"{k} {a[k]!r}->{b[k]!r}"
+            for k in ("status", "effective_year", "version", "domain")
+            if a[k] != b[k]
+        ]
+        if changed:
+            out.append(f"metadata of {i}: " + ", ".join(changed))
+    return out
+
+
+def _tool_effects(sent: dict[str, Any], received: Payload) -> list[str]:
+    if received is None or received == {}:
+        return ["tool: no usable output (the call returned nothing)"]
+    out = []
+    if set(received) != set(sent):
+        out.append(f"tool: top-level keys {sorted(sent)} arrived as {sorted(received)}")
+    res = received.get("results")
+    if isinstance(res, list) and res is not sent["results"]:
+        if len(res) != len(sent["results"]):
+            out.append(f"tool: {len(res)} of {len(sent['results'])} results arrived")
+        for a, b in zip(sent["results"], res, strict=False):
+            if isinstance(b, dict) and "text" in b and len(b["text"]) < len(a["text"]):
+                out.append(
+                    f"tool: text of {a['doc_id']} cut to {len(b['text'])} of {len(a['text'])} characters"
+                )
+            if isinstance(b, dict) and b.get("session_id") != a.get("session_id"):
+                out.append(
+                    f"session: {a['doc_id']} arrived as {b.get('doc_id')} from session {b.get('session_id')}"
+                )
+    if received.get("status") != sent.get("status") and "status" in received:
+        out.append(f"tool: status {sent.get('status')!r} -> {received.get('status')!r}")
+    return out
+
+
+def trace(
+    task_id: str,
+    scenario: str,
+    mode: str = "strict",
+    reader: str = "extractive",
+    *,
+    corpus: Corpus | None = None,
+    key: AnswerKey | None = None,
+    scenarios: Mapping[str, Scenario] | None = None,
+) -> Trace:
+    """Run one cell of the deterministic harness and keep every intermediate step."""
+    from layerlab import corpus as corpus_mod
+    from layerlab.scenario import load_scenarios
+
+    c = corpus or corpus_mod.load()
+    k = key or corpus_mod.load_answer_key()
+    scen = scenarios or load_scenarios()
+    tasks = {t.task_id: t for t in c.tasks}
+    if task_id not in tasks:
+        raise KeyError(f"unknown task {task_id!r} (e.g. {c.tasks[0].task_id})")
+    if scenario not in scen:
+        raise KeyError(f"unknown scenario {scenario!r}; known: {list(scen)}")
+    task = tasks[task_id]
+    prep = harness.prepare(c, scen[scenario], retrieval.REPORTED.name)
+    sent, received = prep.sent[task_id], prep.received[task_id]
+    g = harness.gate(task, received, mode)
+    out = READERS[reader]().read(g.inp) if g.inp is not None else None
+    _, labels = harness.evaluate(
+        task,
+        k,
+        c,
+        prep,
+        mode,
+        g,
+        out,
+        provider="deterministic",
+        model=reader,
+        run_id="explore",
+        prompt_hash="",
+    )
+    faults = [
+        f"{f.op}({', '.join(f'{a}={v!r}' for a, v in f.params.items())})"
+        for f in scen[scenario].spec.faults
+    ]
+    effects = _index_effects(c, scen[scenario], prep, task) + _tool_effects(sent, received)
+    if sent["status"] == "denied":
+        effects.append(
+            f"access: every hit withheld ({sent['withheld']}); the tool answered 'denied'"
+        )
+    retrieved = tuple(
+        {
+            k2: r[k2]
+            for k2 in (
+                "rank",
+                "doc_id",
+                "status",
+                "version",
+                "effective_year",
+                "domain",
+                "session_id",
+                "score",
+            )
+        }
+        for r in sent["results"]
+    )
+    return Trace(
+        task,
+        k[task_id],
+        scenario,
+        mode,
+        reader,
+        tuple(faults or ["none"]) + tuple(effects),
+        retrieved,
+        sent,
+        received,
+        g.contract,
+        g.inp,
+        out,
+        labels,
+    )
+
+
+def _short(payload: Any, width: int = 70) -> str:
+    def cut(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: cut(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [cut(v) for v in x]
+        if isinstance(x, str) and len(x) > width:
+            return x[:width] + "…"
+        return x
+
+    return json.dumps(cut(payload), indent=2, ensure_ascii=False)
+
+
+def reasons(t: Trace) -> dict[str, str]:
+    """One-line reason for each of E, R, G, V, S."""
+    lab, out = t.labels, t.out
+    delivered = [e.doc_id for e in t.inp.evidence] if t.inp else []
+    ans = out.answer if out else None
+    return {
+        "E": f"{lab.exact_match}: answer {ans!r} vs expected {t.entry.expected_answer!r}",
+        "R": f"{lab.retrieval_ok}: required {list(t.entry.required_doc_ids)} among delivered {delivered}",
+        "G": f"{lab.citation_ok}: citations {list(out.citations) if out else []} (need >= 1, all delivered)",
+        "V": f"{lab.schema_ok}: contract {t.contract.outcome}"
+        + (f"; {len(t.contract.edits)} repair edit(s)" if t.contract.edits else "")
+        + (f"; {t.contract.problems[0]}" if t.contract.problems else ""),
+        "S": f"{lab.success}: E and R and G and V",
+    }
+
+
+def render(t: Trace) -> str:
+    """The trace as readable text."""
+    lines = [
+        f"task {t.task.task_id} ({t.task.domain}, policy {t.task.policy_id}, {t.task.answer_kind})",
+        f"question: {t.task.question}",
+        f"scenario: {t.scenario}   contract mode: {t.mode}   reader: {t.reader}",
+        "",
+        "what the fault did:",
+        *[f"  - {f}" for f in t.faults],
+        "",
+        "retrieved (top 3, before transport faults):",
+    ]
+    for r in t.retrieved:
+        lines.append(
+            f"  {r['rank']}. {r['doc_id']:16} status={r['status']:11} v{r['version']} {r['effective_year']} "
+            f"domain={r['domain']:8} session={r['session_id']} score={r['score']:.3f}"
+        )
+    lines += [
+        "",
+        "tool payload as sent:",
+        _short(t.sent),
+        "",
+        "tool payload as received:",
+        _short(t.received),
+    ]
+    lines += ["", f"contract ({t.mode}): {t.contract.outcome}"]
+    lines += [f"  edit: {e}" for e in t.contract.edits[:12]]
+    if len(t.contract.edits) > 12:
+        lines.append(f"  ... {len(t.contract.edits) - 12} more edit(s)")
+    lines += [f"  problem: {p}" for p in t.contract.problems[:6]]
+    if t.out is None:
+        lines += ["", "reader: not reached (the record ended before the reader)"]
+    else:
+        lines += [
+            "",
+            f"reader: {t.out.status}; answer {t.out.answer!r}; citations {list(t.out.citations)}"
+            + (f"; reason {t.out.reason!r}" if t.out.reason else ""),
+        ]
+    lines += ["", "scores:"] + [f"  {k}: {v}" for k, v in reasons(t).items()]
+    lines += [
+        f"  grounded: {t.labels.grounded} (answer stated in a cited, delivered document)",
+        f"  groundedness false positive: {t.labels.grounded_false_positive}",
+        f"  safe resolution: {t.labels.safe_resolution}",
+        f"  diagnostic: {t.labels.diagnostic}",
+    ]
+    return "\n".join(lines)
+
+
+CASES = (
+    ("repaired schema drift (strict)", "schema_drift", "strict"),
+    ("repaired schema drift (repair)", "schema_drift", "repair"),
+    ("stale evidence", "stale_index", "repair"),
+    ("access denied", "permission_denied", "repair"),
+    ("partial tool output", "partial_timeout", "repair"),
+    ("wrong session", "wrong_session", "repair"),
+)
+
+
+def representative_cases(df: Any, model: str = "extractive") -> list[tuple[str, str, str, str]]:
+    """Pick Table 6's cases from an archive by rule, not by hand.
+
+    Eligible tasks per case (records of ``model``): schema drift — strict fails and repair succeeds;
+    stale and wrong session — grounded but not successful (repair mode); denied — ended at the
+    access layer; partial — reached the reader and failed at completeness. The chosen task is the
+    first task id eligible for every case if there is one, else the first eligible per case.
+    Returns ``(case, task_id, scenario, mode)`` tuples.
+    """
+    d = df[df["model"] == model]
+
+    def ids(mask: Any) -> list[str]:
+        return sorted(d.loc[mask, "task_id"].unique())
+
+    def cell(s: str, m: str) -> Any:
+        return (d["scenario"] == s) & (d["contract_mode"] == m)
+
+    drift_ok = set(ids(cell("schema_drift", "repair") & d["success"])) & set(
+        ids(cell("schema_drift", "strict") & ~d["success"])
+    )
+    eligible = {
+        "schema_drift": drift_ok,
+        "stale_index": set(ids(cell("stale_index", "repair") & d["grounded_false_positive"])),
+        "permission_denied": set(
+            ids(cell("permission_denied", "repair") & (d["stage"] == "denied"))
+        ),
+        "partial_timeout": set(
+            ids(
+                cell("partial_timeout", "repair")
+                & d["reached_reader"]
+                & ~d["success"]
+                & (d["diagnostic"] == "completeness")
+            )
+        ),
+        "wrong_session": set(ids(cell("wrong_session", "repair") & d["grounded_false_positive"])),
+    }
+    common = set.intersection(*eligible.values())
+    out = []
+    for case, scenario, mode in CASES:
+        pool = sorted(common) or sorted(eligible[scenario])
+        if not pool:
+            raise ValueError(f"no task in the archive fits the case {case!r}")
+        out.append((case, pool[0], scenario, mode))
+    return out
+
+
+def table6(cases: Sequence[tuple[str, str, str, str]], reader: str = "extractive") -> Any:
+    """Table 6: representative task outcomes, each row traced through the pipeline.
+
+    "Unknown" means no usable answer under the benchmark contract.
+    """
+    import pandas as pd
+
+    rows = []
+    for case, task_id, scenario, mode in cases:
+        t = trace(task_id, scenario, mode, reader)
+        ans = t.out.answer if t.out is not None and t.out.status == "answered" else None
+        rows.append(
+            {
+                "case": case,
+                "task": task_id,
+                "scenario": scenario,
+                "mode": mode,
+                "expected": t.entry.expected_answer,
+                "answer": ans if ans is not None else "Unknown",
+                "S": t.labels.success,
+                "grounded": t.labels.grounded,
+                "diagnostic": t.labels.diagnostic,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def widget(corpus: Corpus | None = None) -> Any:
+    """An ipywidgets explorer: choose task, scenario and mode; see the whole trace."""
+    import ipywidgets as w
+
+    from layerlab import corpus as corpus_mod
+    from layerlab.scenario import load_scenarios
+
+    c = corpus or corpus_mod.load()
+    scen = load_scenarios()
+    task = w.Dropdown(options=[t.task_id for t in c.tasks], description="task")
+    scenario = w.Dropdown(options=list(scen), description="scenario")
+    mode = w.ToggleButtons(options=["strict", "repair"], description="mode")
+    out = w.Output()
+
+    def show(*_: Any) -> None:
+        out.clear_output()
+        with out:
+            print(render(trace(task.value, scenario.value, mode.value, corpus=c, scenarios=scen)))
+
+    for control in (task, scenario, mode):
+        control.observe(show, names="value")
+    show()
+    return w.VBox([w.HBox([task, scenario]), mode, out])

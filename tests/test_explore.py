@@ -1,0 +1,79 @@
+"""The failure-case explorer and Table 6's rule-based case selection."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from layerlab import explore, paths, stats
+from layerlab.cli import app
+
+runner = CliRunner()
+
+
+def test_cli_prints_the_whole_path() -> None:
+    res = runner.invoke(
+        app,
+        ["explore", "--task", "finance-05-q1", "--scenario", "schema_drift", "--mode", "repair"],
+    )
+    assert res.exit_code == 0, res.output
+    for part in (
+        "question:",
+        "what the fault did:",
+        "reshape_payload",
+        "retrieved (top 3",
+        "tool payload as sent:",
+        "tool payload as received:",
+        "contract (repair): accepted",
+        "edit: rename",
+        "reader: answered",
+        "E: True",
+        "R: True",
+        "G: True",
+        "V: True",
+        "S: True",
+        "grounded: True",
+        "diagnostic: ok",
+    ):
+        assert part in res.output, part
+
+
+def test_cli_names_each_layer() -> None:
+    cases = {
+        "stale_index": ("is absent from the index", "diagnostic: freshness"),
+        "permission_denied": ("every hit withheld", "diagnostic: authorisation"),
+        "wrong_session": ("from session s-", "diagnostic: session_state"),
+        "corrupted_metadata": ("metadata of", "corrupt_metadata"),
+        "missing_tool_output": ("no usable output", "diagnostic: availability"),
+    }
+    for scenario, parts in cases.items():
+        res = runner.invoke(app, ["explore", "--task", "finance-05-q1", "--scenario", scenario])
+        assert res.exit_code == 0, res.output
+        for p in parts:
+            assert p in res.output, (scenario, p)
+
+
+def test_bad_input_is_a_clear_error() -> None:
+    res = runner.invoke(app, ["explore", "--task", "nope", "--scenario", "clean"])
+    assert res.exit_code == 1 and "unknown task 'nope'" in res.output
+    res = runner.invoke(
+        app, ["explore", "--task", "hr-01-q1", "--scenario", "clean", "--mode", "lax"]
+    )
+    assert res.exit_code == 1 and "unknown contract mode 'lax'" in res.output
+
+
+def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:
+    df = stats.records_frame([paths.ARCHIVES / "reference_agents"])
+    cases = explore.representative_cases(df)
+    assert [c[0] for c in cases] == [c[0] for c in explore.CASES]
+    d = df[df["model"] == "extractive"].set_index(["scenario", "contract_mode", "task_id"])
+    (_, drift_task, _, _) = cases[0]
+    assert not d.loc[("schema_drift", "strict", drift_task), "success"]
+    assert d.loc[("schema_drift", "repair", drift_task), "success"]
+    t6 = explore.table6(cases)
+    by_case = t6.set_index("case")
+    assert by_case.loc["repaired schema drift (strict)", "answer"] == "Unknown"
+    assert by_case.loc["repaired schema drift (repair)", "S"]
+    assert by_case.loc["stale evidence", "grounded"] and not by_case.loc["stale evidence", "S"]
+    assert by_case.loc["access denied", "diagnostic"] == "authorisation"
+    assert by_case.loc["wrong session", "diagnostic"] == "session_state"
+    assert by_case.loc["partial tool output", "diagnostic"] == "completeness"
