@@ -124,18 +124,8 @@ def evaluate(
         variant=task.variant,
         stage=stage,
         reached_reader=g.inp is not None,
-        success=labels.success,
-        exact_match=labels.exact_match,
-        retrieval_ok=labels.retrieval_ok,
-        citation_ok=labels.citation_ok,
-        schema_ok=labels.schema_ok,
-        grounded=labels.grounded,
-        grounded_false_positive=labels.grounded_false_positive,
-        abstained=labels.abstained,
-        answered=labels.answered,
-        safe_resolution=labels.safe_resolution,
-        diagnostic=labels.diagnostic,
         prompt_hash=prompt_hash,
+        **asdict(labels),
     )
     return rec, labels
 

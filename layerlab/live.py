@@ -227,7 +227,6 @@ async def _call(
     counters: Counters,
 ) -> tuple[str | None, str | None]:
     """(reply text, None) or (None, failure label) or (None, None) when the budget ran out."""
-    last: BaseException | None = None
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
@@ -258,12 +257,10 @@ async def _call(
                     f"{model}: provider refused the request ({type(exc).__name__}, status {code}); "
                     "check the model name and that its API key is set in the environment"
                 ) from None
-            last = exc
             if not _retryable(exc) or attempt == settings.attempts:
                 break
             counters.retries += 1
             await asyncio.sleep(settings.delay(attempt))
-    _ = last
     return None, "provider_error"
 
 

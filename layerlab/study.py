@@ -44,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -153,21 +153,8 @@ def make_retriever(
 
 
 def _evidence(docs: Sequence[Any]) -> tuple[Evidence, ...]:
-    fields = (
-        "rank",
-        "doc_id",
-        "title",
-        "domain",
-        "status",
-        "effective_year",
-        "version",
-        "owner",
-        "access_scope",
-        "tenant",
-        "session_id",
-        "truncated",
-    )
-    return tuple(Evidence(text=d.page_content, **{f: d.metadata[f] for f in fields}) for d in docs)
+    names = [f.name for f in fields(Evidence) if f.name != "text"]
+    return tuple(Evidence(text=d.page_content, **{n: d.metadata[n] for n in names}) for d in docs)
 
 
 @dataclass(frozen=True)

@@ -31,3 +31,18 @@ def key() -> corpus_mod.AnswerKey:
 @pytest.fixture()
 def good_spec_text() -> str:
     return (FIXTURES / "mini_returns.yaml").read_text()
+
+
+@pytest.fixture(scope="session")
+def every_gate(corpus: corpus_mod.Corpus) -> list[tuple[str, str, corpus_mod.Task, object]]:
+    """Every cell of the matrix after the contract: (scenario, mode, task, Gate)."""
+    from layerlab import harness
+    from layerlab.scenario import load_scenarios
+
+    out = []
+    for s in load_scenarios().values():
+        prep = harness.prepare(corpus, s)
+        for t in corpus.tasks:
+            for mode in harness.MODES:
+                out.append((s.name, mode, t, harness.gate(t, prep.received[t.task_id], mode)))
+    return out

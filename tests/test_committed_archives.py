@@ -10,21 +10,7 @@ from layerlab.reader import READERS
 from layerlab.scenario import load_scenarios
 
 REF = paths.ARCHIVES / "reference_agents"
-LABELS = (
-    "success",
-    "exact_match",
-    "retrieval_ok",
-    "citation_ok",
-    "schema_ok",
-    "grounded",
-    "grounded_false_positive",
-    "abstained",
-    "answered",
-    "safe_resolution",
-    "diagnostic",
-    "reached_reader",
-    "stage",
-)
+LABELS = (*archive.LABELS, "diagnostic", "stage")
 
 
 def test_checksums_and_manifest() -> None:

@@ -27,19 +27,7 @@ from fake_openai import FakeOpenAI  # noqa: E402
 runner = CliRunner()
 FAKE_KEY = "sk-test-" + "k3y" * 10
 SCEN_HASH = spec_hash(paths.SCENARIO_SPEC)
-LABELS = (
-    "success",
-    "exact_match",
-    "retrieval_ok",
-    "citation_ok",
-    "schema_ok",
-    "grounded",
-    "grounded_false_positive",
-    "abstained",
-    "safe_resolution",
-    "diagnostic",
-    "reached_reader",
-)
+LABELS = (*archive.LABELS, "diagnostic")
 
 
 def _labels(r: archive.Record) -> tuple:

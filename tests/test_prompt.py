@@ -7,36 +7,28 @@ import json
 import pytest
 
 from layerlab import corpus as corpus_mod
-from layerlab import harness, prompt
+from layerlab import prompt
 from layerlab.reader import ExtractiveReader, ReaderOutput
-from layerlab.scenario import load_scenarios
 from layerlab.text import states_value
 
 
 def test_every_prompt_of_every_cell_is_free_of_the_answer_key(
-    corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey
+    every_gate, key: corpus_mod.AnswerKey
 ) -> None:
-    n = 0
-    for s in load_scenarios().values():
-        prep = harness.prepare(corpus, s)
-        for t in corpus.tasks:
-            entry = key[t.task_id]
-            for mode in harness.MODES:
-                g = harness.gate(t, prep.received[t.task_id], mode)
-                if g.inp is None:
-                    continue
-                msgs = prompt.messages(g.inp)
-                n += 1
-                text = "\n".join(m["content"] for m in msgs)
-                assert "expected_answer" not in text and "required_doc" not in text
-                # with the evidence prose removed, the answer value appears nowhere in the prompt
-                data = json.loads(msgs[-1]["content"].partition(prompt.INPUT_MARKER + "\n")[2])
-                for ev in data["evidence"]:
-                    ev["text"] = ""
-                stripped = msgs[0]["content"] + json.dumps(data)
-                assert not states_value(stripped, entry.expected_answer), (s.name, mode, t.task_id)
-                assert prompt.parse_input(msgs) == g.inp
-    assert n == 3120
+    inputs = [(s, m, t, g.inp) for s, m, t, g in every_gate if g.inp is not None]
+    assert len(inputs) == 3120
+    for scenario, mode, t, inp in inputs:
+        entry = key[t.task_id]
+        msgs = prompt.messages(inp)
+        text = "\n".join(m["content"] for m in msgs)
+        assert "expected_answer" not in text and "required_doc" not in text
+        # with the evidence prose removed, the answer value appears nowhere in the prompt
+        data = json.loads(msgs[-1]["content"].partition(prompt.INPUT_MARKER + "\n")[2])
+        for ev in data["evidence"]:
+            ev["text"] = ""
+        stripped = msgs[0]["content"] + json.dumps(data)
+        assert not states_value(stripped, entry.expected_answer), (scenario, mode, t.task_id)
+        assert prompt.parse_input(msgs) == inp
 
 
 def test_prompt_hash_is_stable_and_sensitive() -> None:
