@@ -59,7 +59,7 @@ def evaluate(
     r = retrieval.make(name, index, corpus.cue_words)
     tasks = corpus.tasks
     scores = r.score([t.question for t in tasks], [t.domain for t in tasks])
-    ranking = r.search([t.question for t in tasks], [t.domain for t in tasks])
+    ranking = r.rank(scores)
     pos = {d.doc_id: j for j, d in enumerate(r.documents)}
     superseded = _other_version(corpus, key)
     top1 = top3 = prefer = 0

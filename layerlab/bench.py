@@ -153,18 +153,10 @@ BENCHMARKS["latency_200ms"] = lambda repeat: bench_live_latency(repeat, latency_
 def bench_bootstrap(repeat: int) -> dict[str, Any]:
     """10,000 hierarchical bootstrap resamples over a 38,880-record (9-unit) synthetic archive."""
     from layerlab import stats, synthetic
+    from layerlab.scenario import load_scenarios
 
-    scen = [
-        "clean",
-        "stale_index",
-        "missing_tool_output",
-        "partial_timeout",
-        "conflicting_evidence",
-        "permission_denied",
-        "corrupted_metadata",
-        "wrong_session",
-    ]
-    df = synthetic.synthetic_frame(effects={**{s: 0.0 for s in scen}, "schema_drift": 0.9}, seed=0)
+    scen = [s for s in load_scenarios() if s != stats.TARGET]
+    df = synthetic.synthetic_frame(effects={**{s: 0.0 for s in scen}, stats.TARGET: 0.9}, seed=0)
     p = stats.paired(df)
     med, times = _median_seconds(lambda: stats.bootstrap(p, 10_000, seed=1), repeat)
     med3, _ = _median_seconds(lambda: stats.bootstrap(p, 10_000, seed=1, policy_level=True), repeat)

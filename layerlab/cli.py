@@ -8,12 +8,27 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from layerlab import paths
+from layerlab.spec import SpecError
 
 if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
     from layerlab.corpus import AnswerKey, Corpus
     from layerlab.scenario import Scenario
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _spec_fail(exc: SpecError, what: str) -> typer.Exit:
+    """Print one line per spec problem; return the exit to raise."""
+    for problem in exc.problems:
+        typer.echo(str(problem), err=True)
+    return _fail(f"{len(exc.problems)} {what}")
+
+
 spec_app = typer.Typer(no_args_is_help=True, help="Validate specification DSL files.")
 app.add_typer(spec_app, name="spec")
 
@@ -23,15 +38,12 @@ def spec_check(
     path: Path = typer.Argument(paths.CORPUS_SPEC_DIR, help="A spec folder or one YAML file."),
 ) -> None:
     """Validate domain specs; print one line per problem and exit 1 if any."""
-    from layerlab.spec import SpecError, load_domains
+    from layerlab.spec import load_domains
 
     try:
         domains = load_domains(path)
     except SpecError as exc:
-        for p in exc.problems:
-            typer.echo(str(p), err=True)
-        typer.echo(f"{len(exc.problems)} problem(s) found", err=True)
-        raise typer.Exit(1) from None
+        raise _spec_fail(exc, "problem(s) found") from None
     n_pol = sum(len(d.policies) for d in domains)
     typer.echo(f"ok: {len(domains)} domain(s), {n_pol} policy unit(s) in {path}")
 
@@ -47,7 +59,7 @@ def spec_lint(
     """
     from layerlab.cues import CueMatcher
     from layerlab.extract import extract
-    from layerlab.spec import SpecError, load_domains
+    from layerlab.spec import load_domains
     from layerlab.text import normalize_answer
 
     folder = path if path.is_dir() else path.parent
@@ -55,9 +67,7 @@ def spec_lint(
         every = load_domains(folder)
         chosen = load_domains(path)
     except SpecError as exc:
-        for problem in exc.problems:
-            typer.echo(str(problem), err=True)
-        raise typer.Exit(1) from None
+        raise _spec_fail(exc, "problem(s) found") from None
     matcher = CueMatcher({d.domain: d.cue_words for d in every})
     bad = 0
     for d in chosen:
@@ -92,11 +102,6 @@ audit_app = typer.Typer(no_args_is_help=True, help="Audits that need no model.")
 app.add_typer(audit_app, name="audit")
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
-
-
 @corpus_app.command("build")
 def corpus_build(
     out: Path = typer.Option(paths.CORPUS_DIR, help="Output folder."),
@@ -104,14 +109,11 @@ def corpus_build(
 ) -> None:
     """Build documents.jsonl, tasks.jsonl, answer_key.jsonl, domains.json and a manifest."""
     from layerlab import corpus as corpus_mod
-    from layerlab.spec import SpecError
 
     try:
         c, key = corpus_mod.build_from_specs(spec)
     except SpecError as exc:
-        for p in exc.problems:
-            typer.echo(str(p), err=True)
-        raise _fail(f"{len(exc.problems)} spec problem(s); nothing written") from None
+        raise _spec_fail(exc, "spec problem(s); nothing written") from None
     manifest = corpus_mod.write(c, key, out)
     counts = manifest["counts"]
     typer.echo(
@@ -187,14 +189,11 @@ def run_deterministic(
 
 def _load_scenarios(path: Path) -> dict[str, Scenario]:
     from layerlab.scenario import load_scenarios
-    from layerlab.spec import SpecError
 
     try:
         return dict(load_scenarios(path))
     except SpecError as exc:
-        for p in exc.problems:
-            typer.echo(str(p), err=True)
-        raise _fail(f"{len(exc.problems)} scenario spec problem(s)") from None
+        raise _spec_fail(exc, "scenario spec problem(s)") from None
 
 
 scenario_app = typer.Typer(no_args_is_help=True, help="The fault-scenario DSL.")

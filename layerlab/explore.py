@@ -309,9 +309,13 @@ def table6(cases: Sequence[tuple[str, str, str, str]], reader: str = "extractive
     """
     import pandas as pd
 
+    from layerlab import corpus as corpus_mod
+    from layerlab.scenario import load_scenarios
+
+    c, k, scen = corpus_mod.load(), corpus_mod.load_answer_key(), load_scenarios()
     rows = []
     for case, task_id, scenario, mode in cases:
-        t = trace(task_id, scenario, mode, reader)
+        t = trace(task_id, scenario, mode, reader, corpus=c, key=k, scenarios=scen)
         ans = t.out.answer if t.out is not None and t.out.status == "answered" else None
         rows.append(
             {
@@ -337,6 +341,7 @@ def widget(corpus: Corpus | None = None) -> Any:
     from layerlab.scenario import load_scenarios
 
     c = corpus or corpus_mod.load()
+    key = corpus_mod.load_answer_key()
     scen = load_scenarios()
     task = w.Dropdown(options=[t.task_id for t in c.tasks], description="task")
     scenario = w.Dropdown(options=list(scen), description="scenario")
@@ -346,7 +351,11 @@ def widget(corpus: Corpus | None = None) -> Any:
     def show(*_: Any) -> None:
         out.clear_output()
         with out:
-            print(render(trace(task.value, scenario.value, mode.value, corpus=c, scenarios=scen)))
+            print(
+                render(
+                    trace(task.value, scenario.value, mode.value, corpus=c, key=key, scenarios=scen)
+                )
+            )
 
     for control in (task, scenario, mode):
         control.observe(show, names="value")

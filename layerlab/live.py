@@ -282,9 +282,8 @@ async def _run(
     from layerlab import agents
 
     agents.register()
-    tasks = [
-        t for t in corpus.tasks if config.task_ids is None or t.task_id in set(config.task_ids)
-    ]
+    wanted = None if config.task_ids is None else set(config.task_ids)
+    tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
     prepared = {
         n: harness.prepare(corpus, scenarios[n], config.retriever) for n in config.scenarios
     }

@@ -128,12 +128,16 @@ def check(quick: bool = False) -> list[str]:
 
 
 def strip_volatile(nb_path: Path) -> None:
-    """Drop papermill's timing metadata so a committed notebook changes only with its outputs."""
+    """Drop papermill's timing metadata and widget state (random ids) so a committed notebook
+    changes only with its outputs."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
     nb.metadata.pop("papermill", None)
+    nb.metadata.pop("widgets", None)  # widget state carries random model ids
     for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            out.get("data", {}).pop("application/vnd.jupyter.widget-view+json", None)
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
         if cell.metadata.get("tags") == []:

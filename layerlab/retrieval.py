@@ -145,7 +145,10 @@ class Retriever:
         self, questions: Sequence[str], labelled_domains: Sequence[str] | None = None
     ) -> Ranking:
         """Top-k documents per question (ties broken by index order; filtered docs dropped)."""
-        scores = self.score(questions, labelled_domains)
+        return self.rank(self.score(questions, labelled_domains))
+
+    def rank(self, scores: NDArray[np.float64]) -> Ranking:
+        """Top-k of an already computed score matrix (see :meth:`score`)."""
         k = min(self.config.top_k, scores.shape[1])
         order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         top = np.take_along_axis(scores, order, axis=1)

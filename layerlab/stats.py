@@ -12,6 +12,7 @@ are bootstrapped jointly.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,10 +51,16 @@ def wilson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def scenario_order(df: pd.DataFrame) -> list[str]:
+@functools.cache
+def _dsl_order() -> tuple[str, ...]:
     from layerlab.scenario import load_scenarios
 
-    known = list(load_scenarios())
+    return tuple(load_scenarios())
+
+
+def scenario_order(df: pd.DataFrame) -> list[str]:
+    """Scenarios present in ``df``: DSL order first, then any others sorted."""
+    known = _dsl_order()
     present = list(dict.fromkeys(df["scenario"]))
     return [s for s in known if s in present] + sorted(s for s in present if s not in known)
 

@@ -344,8 +344,6 @@ def diagnostics(summary: Mapping[str, Any], mode: str = "strict") -> pd.DataFram
     rows = []
     for s, per in summary["diagnostics"].items():
         rows.append({"scenario": s, **per.get(mode, {})})
-    return (
-        pd.DataFrame(rows)
-        .fillna(0)
-        .astype({c: int for c in rows[0] if c != "scenario"} if rows else {})
-    )
+    df = pd.DataFrame(rows).fillna(0)
+    counts = [c for c in df.columns if c != "scenario"]
+    return df.astype(dict.fromkeys(counts, int))
