@@ -302,11 +302,11 @@ def run_live(
         config = live.LiveConfig(
             models=tuple(model),
             scenarios=tuple(scenario or scen),
-            modes=tuple(mode or MODES),
+            mitigations=tuple(mode or MODES),
             task_ids=task_ids,
             settings=settings,
         )
-        for m in config.modes:
+        for m in config.mitigations:
             from layerlab.contract import get_mode
 
             get_mode(m)

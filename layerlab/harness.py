@@ -118,8 +118,9 @@ def evaluate(
         provider=provider,
         model=model,
         scenario=spec.name,
-        contract_mode=mode,
+        mitigation=mode,
         task_id=task.task_id,
+        replicate=0,
         policy_id=task.policy_id,
         variant=task.variant,
         stage=stage,
@@ -179,8 +180,8 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
     for r in records:
         if r.scenario not in order:
             order.append(r.scenario)
-        cells[(r.scenario, r.contract_mode)].append(r)
-    modes = sorted({r.contract_mode for r in records}, key=lambda m: (m != "strict", m))
+        cells[(r.scenario, r.mitigation)].append(r)
+    modes = sorted({r.mitigation for r in records}, key=lambda m: (m != "strict", m))
 
     def table(attr: str) -> dict[str, dict[str, float]]:
         return {
