@@ -306,10 +306,10 @@ def run_live(
             task_ids=task_ids,
             settings=settings,
         )
-        for m in config.mitigations:
-            from layerlab.contract import get_mode
+        from layerlab.mitigation import load_mitigations
 
-            get_mode(m)
+        for m in config.mitigations:
+            load_mitigations().arm(m)
     except (ValueError, KeyError) as exc:
         raise _fail(str(exc)) from None
     bar = _progress_hook() if progress else None
@@ -522,10 +522,10 @@ def explore_cmd(
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab import explore
-    from layerlab.contract import get_mode
+    from layerlab.mitigation import load_mitigations
 
     try:
-        get_mode(mode)
+        load_mitigations().arm(mode)
         t = explore.trace(task, scenario, mode, reader)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
@@ -543,7 +543,6 @@ def study_langchain(
         "layerlab/extractive", help="litellm model string (offline: a local reference agent)."
     ),
     seed: int = typer.Option(7, help="Seed of the task-selection rule."),
-    max_retries: int = typer.Option(2, help="Bounded retries of the completeness control."),
 ) -> None:
     """Table 7: 8 tasks x 9 conditions x 2 arms (uncontrolled vs LayerRAG controls) through LangChain."""
     try:
@@ -551,7 +550,7 @@ def study_langchain(
     except ImportError as exc:
         raise _fail(str(exc)) from None
     try:
-        m = study.run_to(out, model=model, seed=seed, max_retries=max_retries)
+        m = study.run_to(out, model=model, seed=seed)
     except ImportError as exc:
         raise _fail(str(exc)) from None
     from layerlab.archive import read_study

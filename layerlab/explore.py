@@ -36,6 +36,7 @@ class Trace:
     inp: ReaderInput | None
     out: ReaderOutput | None
     labels: Labels
+    actions: tuple[str, ...] = ()  # what the arm's mitigations did, in order
 
 
 def _index_effects(
@@ -112,8 +113,10 @@ def trace(
     task = tasks[task_id]
     prep = harness.prepare(c, scen[scenario], retrieval.REPORTED.name)
     sent, received = prep.sent[task_id], prep.received[task_id]
-    g = harness.gate(task, received, mode)
+    g = harness.gate(task, prep, mode)
     out = READERS[reader]().read(g.inp) if g.inp is not None else None
+    if out is not None:
+        g, out = harness.after_reader(task, prep, mode, g, out)
     _, labels = harness.evaluate(
         task,
         k,
@@ -166,6 +169,7 @@ def trace(
         g.inp,
         out,
         labels,
+        (*g.actions, *([f"attempts: {g.attempts}"] if g.attempts > 1 else [])),
     )
 
 
@@ -203,7 +207,7 @@ def render(t: Trace) -> str:
     lines = [
         f"task {t.task.task_id} ({t.task.domain}, policy {t.task.policy_id}, {t.task.answer_kind})",
         f"question: {t.task.question}",
-        f"scenario: {t.scenario}   contract mode: {t.mode}   reader: {t.reader}",
+        f"scenario: {t.scenario}   mitigation: {t.mode}   reader: {t.reader}",
         "",
         "what the fault did:",
         *[f"  - {f}" for f in t.faults],
@@ -228,6 +232,7 @@ def render(t: Trace) -> str:
     if len(t.contract.edits) > 12:
         lines.append(f"  ... {len(t.contract.edits) - 12} more edit(s)")
     lines += [f"  problem: {p}" for p in t.contract.problems[:6]]
+    lines += [f"  mitigation: {a}" for a in t.actions]
     if t.out is None:
         lines += ["", "reader: not reached (the record ended before the reader)"]
     else:

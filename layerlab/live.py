@@ -327,7 +327,7 @@ async def _run(
                 return
             provider, name = split_model(cell.model)
             prep = prepared[cell.scenario]
-            g = harness.gate(cell.task, prep.received[cell.task.task_id], cell.mode)
+            g = harness.gate(cell.task, prep, cell.mode)
             common = dict(provider=provider, model=name, run_id=run_id)
             if g.inp is None:
                 rec, _ = harness.evaluate(
@@ -374,6 +374,8 @@ async def _run(
                     out_ = prompt.parse_reply(reply)
                 except prompt.MalformedReply:
                     failure = "malformed_reply"
+            if out_ is not None:
+                g, out_ = harness.after_reader(cell.task, prep, cell.mode, g, out_)
             if failure:
                 counters.failures += 1
             rec, _ = harness.evaluate(
