@@ -236,6 +236,66 @@ def scenario_operators() -> None:
         typer.echo(f"{'':18} {(cls.__doc__ or '').strip().splitlines()[0]}")
 
 
+mitigation_app = typer.Typer(no_args_is_help=True, help="Mitigations and the specificity matrix.")
+app.add_typer(mitigation_app, name="mitigation")
+
+
+def _load_mitigations(path: Path) -> Any:
+    from layerlab.mitigation import load_mitigations
+
+    try:
+        return load_mitigations(path)
+    except SpecError as exc:
+        raise _spec_fail(exc, "mitigation spec problem(s)") from None
+
+
+@mitigation_app.command("list")
+def mitigation_list(
+    path: Path = typer.Argument(paths.MITIGATION_SPEC, help="Mitigations spec file."),
+    kinds: bool = typer.Option(False, "--kinds", help="List the registered kinds instead."),
+) -> None:
+    """The mitigations (entries and stacks) of the spec: layers, stage, actions; or the kinds."""
+    from layerlab import report
+    from layerlab.mitigation import KINDS
+
+    if kinds:
+        for name, cls in sorted(KINDS.items()):
+            typer.echo(
+                f"{name:20} stage={cls.stage:12} layers={'+'.join(cls.layers) or '-':14} "
+                f"actions={'/'.join(cls.actions)}"
+            )
+            typer.echo(f"{'':20} {(cls.__doc__ or '').strip().splitlines()[0]}")
+        return
+    spec = _load_mitigations(path)
+    frame = spec.frame().drop(columns=["description"])
+    report.print_frame(frame, f"Mitigations ({path.name}; baseline: {spec.baseline})")
+    n = sum(not a.is_stack and a.kinds != ("contract",) for a in spec.arms.values())
+    typer.echo(f"{len(spec.arms)} arms: {len(spec.contract_arms)} contract entries, {n} other entries, "
+               f"{sum(a.is_stack for a in spec.arms.values())} stacks; `--kinds` lists the registered kinds")
+
+
+@mitigation_app.command("run")
+def mitigation_run(
+    out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
+    mitigation: list[str] = typer.Option(
+        None, "--mitigation", "-m", help="Arm (repeatable); default every matrix arm."
+    ),
+    reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
+    spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
+) -> None:
+    """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
+    from layerlab import specificity
+
+    spec = _load_mitigations(spec_path)
+    try:
+        for m in mitigation or []:
+            spec.arm(m)
+        man = specificity.run_archive(out, mitigation or None, reader, spec_path)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    typer.echo(f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})")
+
+
 @run_app.command("live")
 def run_live(
     model: list[str] = typer.Option(
@@ -251,7 +311,11 @@ def run_live(
         None, "--scenario", help="Scenario filter (repeatable); default all."
     ),
     mode: list[str] = typer.Option(
-        None, "--mode", help="Contract mode filter (repeatable); default strict and repair."
+        None,
+        "--mitigation",
+        "--mode",
+        help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml; "
+        "default the contract arms.",
     ),
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
@@ -434,16 +498,29 @@ def recompute_cmd(
     n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
     policy_level: bool = typer.Option(False, help="Add the policy-unit level to the bootstrap."),
+    matrix: list[Path] = typer.Option(
+        None,
+        "--matrix",
+        help="Mitigation archive(s) for Table 10 (repeatable; default data/archives/mitigations).",
+    ),
+    no_matrix: bool = typer.Option(False, "--no-matrix", help="Skip Table 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the headline figures as JSON."),
 ) -> None:
-    """Recompute Tables 4, 5, 8, 9 and the specificity margin from archives alone."""
+    """Recompute Tables 4, 5, 8, 9, 10 and the specificity margin from archives alone."""
     import json
 
     from layerlab.archive import ArchiveError
     from layerlab.recompute import recompute
 
     try:
-        head = recompute(archives, out, n_boot=n_boot, seed=seed, policy_level=policy_level)
+        head = recompute(
+            archives,
+            out,
+            n_boot=n_boot,
+            seed=seed,
+            policy_level=policy_level,
+            matrix_archives=None if no_matrix else (matrix or [paths.ARCHIVES / "mitigations"]),
+        )
     except (ArchiveError, ValueError) as exc:
         raise _fail(f"{exc} (nothing written)") from None
     if as_json:
@@ -515,7 +592,9 @@ def reproduce_cmd(
 def explore_cmd(
     task: str = typer.Option(..., "--task", help="Task id, e.g. finance-05-q1."),
     scenario: str = typer.Option(..., "--scenario", help="Scenario name."),
-    mode: str = typer.Option("strict", "--mode", help="Contract mode."),
+    mode: str = typer.Option(
+        None, "--mitigation", "--mode", help="Mitigation arm (default: the baseline)."
+    ),
     reader: str = typer.Option(
         "extractive", "--reader", help="Deterministic reader: extractive or cautious."
     ),
@@ -525,6 +604,7 @@ def explore_cmd(
     from layerlab.mitigation import load_mitigations
 
     try:
+        mode = mode or load_mitigations().baseline
         load_mitigations().arm(mode)
         t = explore.trace(task, scenario, mode, reader)
     except KeyError as exc:

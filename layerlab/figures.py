@@ -111,6 +111,46 @@ def paired_effects_forest(effects: pd.DataFrame, title: str) -> Any:
     return fig
 
 
+def specificity_heatmap(cells: pd.DataFrame, title: str) -> Any:
+    """Mitigation × scenario paired effects (pp) as a diverging heatmap; target cells boxed."""
+    _setup()
+    rows = list(dict.fromkeys(cells["mitigation"]))
+    cols = list(dict.fromkeys(cells["scenario"]))
+    data = (
+        cells.pivot(index="mitigation", columns="scenario", values="estimate").loc[rows, cols] * 100
+    )
+    fig, ax = plt.subplots(figsize=(1.0 * len(cols) + 2.6, 0.42 * len(rows) + 1.8))
+    sns.heatmap(
+        data,
+        annot=True,
+        fmt=".0f",
+        vmin=-100,
+        vmax=100,
+        center=0,
+        cmap="RdBu",
+        cbar_kws={"label": "effect vs baseline (pp)"},
+        ax=ax,
+        linewidths=0.5,
+        annot_kws={"fontsize": 7},
+    )
+    for _, c in cells[cells["target"]].iterrows():
+        ax.add_patch(
+            plt.Rectangle(
+                (cols.index(c["scenario"]), rows.index(c["mitigation"])),
+                1,
+                1,
+                fill=False,
+                edgecolor="#222222",
+                linewidth=1.6,
+            )
+        )
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    ax.set_xticklabels(ax.get_xticklabels(), rotation=35, ha="right")
+    ax.set_title(title)
+    return fig
+
+
 def retriever_ablation(table3: pd.DataFrame, title: str) -> Any:
     """Required-document top-1 recall per retriever and condition."""
     _setup()

@@ -60,7 +60,9 @@ class Call:
     session_id: str
     attempt: int  # 0 for the first tool call, 1, 2, ... for retries
     retriever: str
-    domain_owners: Mapping[str, frozenset[str]]  # owner -> the domains it publishes (corpus metadata)
+    domain_owners: Mapping[
+        str, frozenset[str]
+    ]  # owner -> the domains it publishes (corpus metadata)
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,9 @@ class AvailabilityRetry(Mitigation):
         if call.attempt >= p.max_retries:
             return _refuse(f"no tool output after {call.attempt} bounded retries")
         u = float(np.random.default_rng(stable_int(self.name, call.task_id, call.attempt)).random())
-        return Act("retry", "no tool output", delay_s=p.backoff_s * (call.attempt + 1) * (1 + p.jitter * u))
+        return Act(
+            "retry", "no tool output", delay_s=p.backoff_s * (call.attempt + 1) * (1 + p.jitter * u)
+        )
 
 
 @register
@@ -258,7 +262,9 @@ class SessionIsolation(Mitigation):
         if len(keep) == len(inp.evidence) and keep:
             return PASS
         if keep:
-            return Act("filter", "foreign-session evidence dropped", inp=replace(inp, evidence=keep))
+            return Act(
+                "filter", "foreign-session evidence dropped", inp=replace(inp, evidence=keep)
+            )
         p: _RequeryParams = self.params  # type: ignore[assignment]
         if call.attempt < p.requeries:
             return Act("retry", "only foreign-session evidence: re-query in the request's session")
@@ -287,13 +293,17 @@ class MetadataIntegrity(Mitigation):
         p: _MetadataParams = self.params  # type: ignore[assignment]
         checked = [e for e in inp.evidence if p.scope == "all" or e.status == "current"]
         bad = {
-            e.doc_id for e in checked if e.domain not in call.domain_owners.get(e.owner, frozenset())
+            e.doc_id
+            for e in checked
+            if e.domain not in call.domain_owners.get(e.owner, frozenset())
         }
         if not bad:
             return PASS
         if call.retriever != p.fallback_retriever:
             return Act(
-                "retry", "domain labels inconsistent with owners: no domain signal", retriever=p.fallback_retriever
+                "retry",
+                "domain labels inconsistent with owners: no domain signal",
+                retriever=p.fallback_retriever,
             )
         keep = tuple(e for e in inp.evidence if e.doc_id not in bad)
         if keep and p.scope == "all":
@@ -324,7 +334,9 @@ class ValidityResolution(Mitigation):
         )
         if len(keep) == len(inp.evidence):
             return PASS
-        return Act("filter", "conflicting versions resolved by validity", inp=replace(inp, evidence=keep))
+        return Act(
+            "filter", "conflicting versions resolved by validity", inp=replace(inp, evidence=keep)
+        )
 
 
 # --- deliberately over-broad controls (the matrix must flag them) --------------------------------
@@ -335,7 +347,14 @@ class AlwaysAbstain(Mitigation):
     """Over-broad on purpose: refuse every reply. Safe on every unsafe scenario, useless elsewhere."""
 
     kind = "always_abstain"
-    layers = ("freshness", "availability", "completeness", "authorisation", "metadata", "session_state")
+    layers = (
+        "freshness",
+        "availability",
+        "completeness",
+        "authorisation",
+        "metadata",
+        "session_state",
+    )
     stage = "after_reader"
     actions = ("refuse",)
 
@@ -455,6 +474,25 @@ class MitigationSet:
     def matrix_arms(self) -> tuple[str, ...]:
         return tuple(n for n, a in self.arms.items() if a.matrix and n != self.baseline)
 
+    def frame(self) -> Any:
+        """One row per arm: name, composition, layers, stages, actions, matrix row, description."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "mitigation": n + (" (baseline)" if n == self.baseline else ""),
+                    "kind": ("stack: " + " + ".join(a.kinds)) if a.is_stack else a.kinds[0],
+                    "layers": "+".join(a.layers) or "-",
+                    "stage": "+".join(a.stages),
+                    "actions": "/".join(a.actions),
+                    "matrix": "yes" if a.matrix and n != self.baseline else "no",
+                    "description": a.description,
+                }
+                for n, a in self.arms.items()
+            ]
+        )
+
 
 def _check(f: MitigationFile) -> list[tuple[tuple[Any, ...], str]]:
     problems: list[tuple[tuple[Any, ...], str]] = []
@@ -466,7 +504,10 @@ def _check(f: MitigationFile) -> list[tuple[tuple[Any, ...], str]]:
         cls = KINDS.get(e.kind)
         if cls is None:
             problems.append(
-                (("mitigations", i, "kind"), f"unknown mitigation kind {e.kind!r}; expected one of {sorted(KINDS)}")
+                (
+                    ("mitigations", i, "kind"),
+                    f"unknown mitigation kind {e.kind!r}; expected one of {sorted(KINDS)}",
+                )
             )
             continue
         try:
@@ -474,14 +515,19 @@ def _check(f: MitigationFile) -> list[tuple[tuple[Any, ...], str]]:
         except ValidationError as exc:
             for err in exc.errors():
                 what = "unknown parameter" if err["type"] == "extra_forbidden" else err["msg"]
-                problems.append(((("mitigations", i, "params", *err["loc"])), f"{what} (kind {e.kind!r})"))
+                problems.append(
+                    ((("mitigations", i, "params", *err["loc"])), f"{what} (kind {e.kind!r})")
+                )
     for i, st in enumerate(f.stacks):
         if st.name in seen:
             problems.append((("stacks", i, "name"), f"duplicate name {st.name!r}"))
         for j, m in enumerate(st.members):
             if m not in seen or seen[m] == "":
                 problems.append(
-                    (("stacks", i, "members", j), f"unknown mitigation {m!r}; stacks list entries of 'mitigations'")
+                    (
+                        ("stacks", i, "members", j),
+                        f"unknown mitigation {m!r}; stacks list entries of 'mitigations'",
+                    )
                 )
         if sum(seen.get(m) == "contract" for m in st.members) > 1:
             problems.append((("stacks", i, "members"), "at most one contract entry per stack"))
@@ -507,7 +553,10 @@ def _build(f: MitigationFile, source: str) -> MitigationSet:
         contracts = [m for m in ms if isinstance(m, ContractCheck)]
         contract = contracts[0].mode if contracts else base.mode
         steps = tuple(
-            sorted((m for m in ms if not isinstance(m, ContractCheck)), key=lambda m: STAGES.index(m.stage))
+            sorted(
+                (m for m in ms if not isinstance(m, ContractCheck)),
+                key=lambda m: STAGES.index(m.stage),
+            )
         )
         layers = tuple(dict.fromkeys(layer for m in ms for layer in m.layers))
         return Arm(
@@ -525,10 +574,14 @@ def _build(f: MitigationFile, source: str) -> MitigationSet:
 
     arms: dict[str, Arm] = {}
     for e in f.mitigations:
-        doc = e.description or (KINDS[e.kind].__doc__ or "").strip().splitlines()[0]
+        doc = e.description or " ".join(
+            (KINDS[e.kind].__doc__ or "").strip().split("\n\n")[0].split()
+        )
         arms[e.name] = arm(e.name, [e.name], doc, False, e.matrix)
     for st in f.stacks:
-        arms[st.name] = arm(st.name, st.members, st.description or " + ".join(st.members), True, st.matrix)
+        arms[st.name] = arm(
+            st.name, st.members, st.description or " + ".join(st.members), True, st.matrix
+        )
     return MitigationSet(f.baseline, arms, source)
 
 
@@ -558,15 +611,15 @@ def contract_mode(name: str, path: Path | str | None = None) -> ContractMode:
     """The contract of the contract entry ``name`` (e.g. the baseline); ``KeyError`` otherwise."""
     a = arm(name, path)
     if a.is_stack or a.kinds != ("contract",):
-        raise KeyError(f"{name!r} is not a contract entry; contract entries: {load_mitigations(path).contract_arms}")
+        raise KeyError(
+            f"{name!r} is not a contract entry; contract entries: {load_mitigations(path).contract_arms}"
+        )
     return a.contract
 
 
 def targets(a: Arm, scenario_layers: Mapping[str, str]) -> tuple[str, ...]:
     """Scenarios whose layer (``a+b`` for compound ones) the arm targets."""
-    return tuple(
-        s for s, layer in scenario_layers.items() if set(layer.split("+")) & set(a.layers)
-    )
+    return tuple(s for s, layer in scenario_layers.items() if set(layer.split("+")) & set(a.layers))
 
 
 __all__ = [

@@ -102,3 +102,6 @@ def print_recompute(head: dict[str, Any], console: Console | None = None) -> Non
     )
     if head["note"]:
         console.print(f"note: {head['note']}")
+    if head.get("specificity_matrix"):
+        verdicts = ", ".join(f"{k} {v}" for k, v in head["specificity_matrix"].items())
+        console.print(f"specificity matrix (Table 10): {verdicts}")

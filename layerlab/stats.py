@@ -385,3 +385,44 @@ def crosschecks(df: pd.DataFrame, eff: Effects) -> pd.DataFrame:
             )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def arm_effects(
+    df: pd.DataFrame,
+    treatment: str,
+    baseline: str,
+    label: str = "success",
+    n_boot: int = 10_000,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = 0.05,
+) -> Effects:
+    """Treatment − baseline arm on ``label`` per scenario, with hierarchical bootstrap
+    percentile intervals: the generic form of :func:`paired_effects` (any two arms of the
+    ``mitigation`` column, any binary outcome column), built on :func:`paired`,
+    :func:`point_estimates` and :func:`bootstrap`."""
+    p = paired(df, label, treatment, baseline)
+    est = point_estimates(p)
+    reps = bootstrap(p, n_boot, seed, policy_level)
+    lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2], axis=0)
+    note = ""
+    if len(p.units) == 1:
+        note = (
+            f"single provider-model unit ({p.units[0]}): intervals reflect task resampling only; "
+            "variation between models is not estimable"
+        )
+    rows = []
+    for i, s in enumerate(p.scenarios):
+        rows.append(
+            {
+                "scenario": s,
+                "estimate": float(est[i]),
+                "ci_low": float(lo[i]),
+                "ci_high": float(hi[i]),
+                "n_units": len(p.units),
+                "n_pairs": int(p.valid[:, i, :].sum()),
+                "exactly_zero": bool((p.diff[:, i, :][p.valid[:, i, :]] == 0).all()),
+                "includes_zero": bool(lo[i] <= 0 <= hi[i]),
+            }
+        )
+    return Effects(pd.DataFrame(rows), reps, p, note)
