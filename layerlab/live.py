@@ -547,7 +547,13 @@ def run_overview(result: LiveResult) -> pd.DataFrame:
     df = pd.DataFrame([r.__dict__ for r in archive.read_records(result.out / archive.ARCHIVE)])
     g = df.groupby(["provider", "model", "scenario", "mitigation"], sort=False)["success"].mean()
     wide = g.unstack("mitigation").reset_index()
-    return wide[["provider", "model", "scenario", "strict", "repair"]]
+    arms = [m for m in config_arms(df) if m in wide]
+    return wide[["provider", "model", "scenario", *arms]]
+
+
+def config_arms(df: pd.DataFrame) -> list[str]:
+    """The arms of a records frame, in the order they first appear."""
+    return list(dict.fromkeys(df["mitigation"]))
 
 
 def same_records(a: Path | str, b: Path | str) -> bool:

@@ -617,6 +617,15 @@ def contract_mode(name: str, path: Path | str | None = None) -> ContractMode:
     return a.contract
 
 
+def contract_pair(path: Path | str | None = None) -> tuple[str, str]:
+    """(baseline, schema-repair treatment): the two contract arms the paper's Tables 2, 4, 5, 8
+    and 9 compare, named by the spec rather than by literals in every module."""
+    arms = load_mitigations(path).contract_arms
+    if len(arms) < 2:
+        raise KeyError(f"the mitigations spec needs two contract entries, has {list(arms)}")
+    return arms[0], arms[1]
+
+
 def targets(a: Arm, scenario_layers: Mapping[str, str]) -> tuple[str, ...]:
     """Scenarios whose layer (``a+b`` for compound ones) the arm targets."""
     return tuple(s for s, layer in scenario_layers.items() if set(layer.split("+")) & set(a.layers))
@@ -633,6 +642,7 @@ __all__ = [
     "SpecError",
     "arm",
     "contract_mode",
+    "contract_pair",
     "load_mitigations",
     "register",
     "targets",

@@ -11,7 +11,7 @@ from typing import Any
 
 from layerlab import paths, stats
 from layerlab.export import write_table
-from layerlab.tables import CAPTIONS, paper_comparison, table4, table5
+from layerlab.tables import CAPTIONS, paper_comparison, table4, table5, table9
 
 
 def recompute(
@@ -56,12 +56,12 @@ def recompute(
         "table5": t5,
         "table5_crosscheck": cross,
         "table8": stats.model_gains(df),
-        "table9": stats.provider_averages(df),
+        "table9": table9(df),
         "paper_comparison": comp,
         **extra,
     }
     for name, frame in tables.items():
-        write_table(frame, name, captions[name], Path(out))
+        write_table(frame, name, frame.attrs.get("caption") or captions[name], Path(out))
     sd = eff.table.set_index("scenario").loc["schema_drift"]
     return {
         "records": len(df),
@@ -71,7 +71,7 @@ def recompute(
         "policy_level": policy_level,
         "note": eff.note,
         "success": {
-            r["scenario"]: {m: round(float(r[m]), 4) for m in ("strict", "repair") if m in r}
+            r["scenario"]: {m: round(float(r[m]), 4) for m in (stats.BASELINE, stats.TREATMENT) if m in r}
             for _, r in t4.iterrows()
         },
         "schema_drift_gain": {
