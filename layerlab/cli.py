@@ -167,8 +167,18 @@ def run_deterministic(
         paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
     ),
     retriever: str = typer.Option("tfidf_domain_validity", help="Registered retriever name."),
+    mitigation: list[str] = typer.Option(
+        None,
+        "--mitigation",
+        "-m",
+        help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
+        "default the contract arms.",
+    ),
+    spec_path: Path = typer.Option(
+        paths.MITIGATION_SPEC, "--mitigations", help="Mitigations spec file."
+    ),
 ) -> None:
-    """240 tasks x 9 scenarios x 2 contract modes with the extractive reader (no model)."""
+    """240 tasks x 9 scenarios x the contract arms (or any mitigation arms), extractive reader."""
     import json
 
     from layerlab import harness, report
@@ -177,7 +187,12 @@ def run_deterministic(
 
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
-    records = harness.run_deterministic(c, key, scen, retriever=retriever)
+    spec = _load_mitigations(spec_path)
+    try:
+        arms = [spec.arm(m) for m in (mitigation or spec.contract_arms)]
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    records = harness.run_deterministic(c, key, scen, arms, retriever=retriever)
     summary = harness.summarize(records)
     write_records(out / "records.parquet", records)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -49,6 +49,9 @@ MAX_ATTEMPTS = 8  # hard cap on tool calls per record, whatever a stack of retri
 
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+P = TypeVar("P", bound=_Params)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,11 @@ class Mitigation:
     def __init__(self, params: _Params, name: str = ""):
         self.params = params
         self.name = name or self.kind
+
+    def typed(self, cls: type[P]) -> P:
+        """The parameters as their declared type (no ``type: ignore`` in the hooks)."""
+        assert isinstance(self.params, cls), (self.name, type(self.params))
+        return self.params
 
     def retriever(self, name: str) -> str:
         """Index stage: the registered retriever to use instead of ``name``."""
@@ -144,7 +152,7 @@ class ContractCheck(Mitigation):
 
     @property
     def mode(self) -> ContractMode:
-        p: _ContractParams = self.params  # type: ignore[assignment]
+        p = self.typed(_ContractParams)
         return ContractMode(self.name, repair=p.repair, max_edits=p.max_edits)
 
 
@@ -170,7 +178,7 @@ class AvailabilityRetry(Mitigation):
     def on_tool(self, result: ContractResult, call: Call) -> Act:
         if result.outcome != "unavailable":
             return PASS
-        p: _RetryParams = self.params  # type: ignore[assignment]
+        p = self.typed(_RetryParams)
         if call.attempt >= p.max_retries:
             return _refuse(f"no tool output after {call.attempt} bounded retries")
         u = float(np.random.default_rng(stable_int(self.name, call.task_id, call.attempt)).random())
@@ -213,7 +221,7 @@ class CompletenessGuard(Mitigation):
     def on_input(self, inp: ReaderInput, call: Call) -> Act:
         if inp.tool_status == "ok" and not any(e.truncated for e in inp.evidence):
             return PASS
-        p: _CompletenessParams = self.params  # type: ignore[assignment]
+        p = self.typed(_CompletenessParams)
         if call.attempt >= p.max_retries:
             return _refuse(f"partial tool output after {call.attempt} bounded retries")
         return Act("retry", "partial tool output: re-fetch with a longer deadline")
@@ -240,7 +248,7 @@ class FreshnessGuard(Mitigation):
             return PASS
         if keep:
             return Act("filter", "non-current evidence dropped", inp=replace(inp, evidence=keep))
-        p: _RequeryParams = self.params  # type: ignore[assignment]
+        p = self.typed(_RequeryParams)
         if call.attempt < p.requeries:
             return Act("retry", "no current evidence: re-query")
         return _refuse("no current evidence")
@@ -265,7 +273,7 @@ class SessionIsolation(Mitigation):
             return Act(
                 "filter", "foreign-session evidence dropped", inp=replace(inp, evidence=keep)
             )
-        p: _RequeryParams = self.params  # type: ignore[assignment]
+        p = self.typed(_RequeryParams)
         if call.attempt < p.requeries:
             return Act("retry", "only foreign-session evidence: re-query in the request's session")
         return _refuse("evidence belongs to another session")
@@ -290,7 +298,7 @@ class MetadataIntegrity(Mitigation):
     Params = _MetadataParams
 
     def on_input(self, inp: ReaderInput, call: Call) -> Act:
-        p: _MetadataParams = self.params  # type: ignore[assignment]
+        p = self.typed(_MetadataParams)
         checked = [e for e in inp.evidence if p.scope == "all" or e.status == "current"]
         bad = {
             e.doc_id
@@ -378,7 +386,7 @@ class IgnoreMetadata(Mitigation):
     Params = _IgnoreParams
 
     def retriever(self, name: str) -> str:
-        return self.params.retriever  # type: ignore[attr-defined,no-any-return]
+        return self.typed(_IgnoreParams).retriever
 
 
 @register
