@@ -328,7 +328,7 @@ def run_live(
         config = live.LiveConfig(
             models=tuple(model),
             scenarios=tuple(scenario or scen),
-            modes=tuple(mode or MODES),
+            mitigations=tuple(mode or MODES),
             task_ids=task_ids,
             settings=settings,
             replicates=replicates,
@@ -336,7 +336,7 @@ def run_live(
             response_format=response_format,  # type: ignore[arg-type]  # checked by LiveConfig
             seed=seed,
         )
-        for m in config.modes:
+        for m in config.mitigations:
             from layerlab.contract import get_mode
 
             get_mode(m)

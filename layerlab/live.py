@@ -1,6 +1,6 @@
 """The live harness: the deterministic pipeline with a model (through litellm) as the reader.
 
-Same tasks, scenarios, contract modes, retriever and scorer as :mod:`layerlab.harness`. What it
+Same tasks, scenarios, mitigation arms, retriever and scorer as :mod:`layerlab.harness`. What it
 adds is what a provider run needs to be trustworthy:
 
 * a hard **budget** on provider calls (retries included), checked before every attempt;
@@ -49,7 +49,7 @@ class LiveConfig:
 
     models: tuple[str, ...]
     scenarios: tuple[str, ...]
-    modes: tuple[str, ...] = harness.MODES
+    mitigations: tuple[str, ...] = harness.MODES
     task_ids: tuple[str, ...] | None = None
     settings: ProviderSettings = field(default_factory=ProviderSettings)
     retriever: str = retrieval.REPORTED.name
@@ -287,7 +287,7 @@ def _manifest(
         "spec_hashes": {"corpus": corpus.spec_hash, "scenarios": scenario_hash},
         "models": list(config.models),
         "scenarios": list(config.scenarios),
-        "modes": list(config.modes),
+        "mitigations": list(config.mitigations),
         "n_tasks": n_tasks,
         "retriever": config.retriever,
         "settings": settings,
@@ -300,15 +300,15 @@ def _manifest(
         "sent to local models always (seed 0 unless given), to other providers only when given",
         "expected_records": len(config.models)
         * len(config.scenarios)
-        * len(config.modes)
+        * len(config.mitigations)
         * n_tasks
         * config.replicates,
     }
 
 
-def _read_progress(path: Path) -> dict[tuple[str, ...], Record]:
+def _read_progress(path: Path) -> dict[tuple[str | int, ...], Record]:
     """Records already written; a torn last line (killed mid-write) is ignored."""
-    done: dict[tuple[str, ...], Record] = {}
+    done: dict[tuple[str | int, ...], Record] = {}
     if not path.exists():
         return done
     with open(path, encoding="utf-8") as fh:
@@ -409,7 +409,7 @@ async def _run(
     budget: Budget,
     concurrency: int,
     run_id: str,
-    done: dict[tuple[str, ...], Record],
+    done: dict[tuple[str | int, ...], Record],
     progress: ProgressHook | None,
     counters: Counters,
     local: Mapping[str, Sequence[str]],
@@ -430,7 +430,7 @@ async def _run(
         for m in config.models
         for s in config.scenarios
         for t in tasks
-        for mode in config.modes
+        for mode in config.mitigations
         for r in range(config.replicates)
     ]
     total = len(cells)
@@ -726,10 +726,10 @@ _TMP: list[Any] = []
 
 
 def run_overview(result: LiveResult) -> pd.DataFrame:
-    """Success by model × scenario × mode of a finished run (what a notebook shows)."""
+    """Success by model × scenario × mitigation arm of a finished run (what a notebook shows)."""
     df = pd.DataFrame([r.__dict__ for r in archive.read_records(result.out / archive.ARCHIVE)])
-    g = df.groupby(["provider", "model", "scenario", "contract_mode"], sort=False)["success"].mean()
-    wide = g.unstack("contract_mode").reset_index()
+    g = df.groupby(["provider", "model", "scenario", "mitigation"], sort=False)["success"].mean()
+    wide = g.unstack("mitigation").reset_index()
     return wide[["provider", "model", "scenario", "strict", "repair"]]
 
 

@@ -48,14 +48,14 @@ def test_extractive_agent_reproduces_the_deterministic_harness(
     )
     assert res.complete
     got = {
-        (r.scenario, r.contract_mode, r.task_id): r
+        (r.scenario, r.mitigation, r.task_id): r
         for r in read_records(tmp_path / "run" / "records.parquet")
     }
     det = harness.run_deterministic(corpus, key, scen)
     assert len(got) == len(det) == 4320
     for r in det:
-        lv = got[(r.scenario, r.contract_mode, r.task_id)]
-        assert _labels(lv) == _labels(r), (r.scenario, r.contract_mode, r.task_id)
+        lv = got[(r.scenario, r.mitigation, r.task_id)]
+        assert _labels(lv) == _labels(r), (r.scenario, r.mitigation, r.task_id)
         assert (lv.prompt_hash == "") == (r.prompt_hash == "")
     assert {(r.provider, r.model) for r in got.values()} == {("layerlab", "extractive")}
     # a rerun into the same folder makes no new calls
