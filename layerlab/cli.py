@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -281,7 +282,10 @@ def run_live(
         None, "--seed", help="Base of per-record seeds sent to the server (local models: 0 unless given)."
     ),
     local_servers: int = typer.Option(
-        1, "--local-servers", min=1, help="llama.cpp servers started per local/ model (cores are shared out)."
+        None,
+        "--local-servers",
+        min=1,
+        help="llama.cpp servers started per local/ model, one thread each (default: one per core).",
     ),
     budget: int = typer.Option(
         None, "--budget", help="Hard cap on provider calls, retries included."
@@ -356,7 +360,7 @@ def run_live(
             resume=resume,
             cache_dir=cache_dir,
             progress=bar.update if bar else None,
-            local_servers=local_servers,
+            local_servers=local_servers or (os.cpu_count() or 1),
             say=lambda m: typer.echo(m, err=True),
         )
     except live.LiveRunError as exc:
@@ -669,7 +673,9 @@ def models_fetch(
 def models_serve(
     name: str = typer.Argument(..., help="Model name."),
     port: int = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
-    threads: int = typer.Option(None, help="CPU threads (default: all cores)."),
+    threads: int = typer.Option(
+        1, help="CPU threads (1: llama.cpp's threads spin-wait when the cores are shared)."
+    ),
 ) -> None:
     """Serve a fetched model on 127.0.0.1 (OpenAI-compatible) until interrupted (Ctrl-C)."""
     import signal

@@ -336,7 +336,7 @@ def start(
         raise ModelError(f"{spec.name} is not fetched; run `layerlab models fetch {spec.name}`")
     settings = ServerSettings(
         n_ctx=n_ctx or spec.context,
-        n_threads=n_threads or max(1, os.cpu_count() or 1),
+        n_threads=n_threads or 1,
         chat_format=spec.chat_format,
     )
     port = port or free_port()
@@ -373,11 +373,13 @@ def start(
 def serve(spec: ModelSpec, n_servers: int = 1, **kwargs: Any) -> Iterator[list[LocalServer]]:
     """Run ``n_servers`` servers of one model for the duration of a ``with`` block.
 
-    Threads are shared out between servers (each gets ``cpu_count // n_servers``).
+    Each server answers one request at a time with one thread by default: on a shared machine
+    llama.cpp's threads spin-wait on each other, and two threads per server measured 4-8x
+    slower than one when other processes used the cores (one server per core scales instead).
     """
     if n_servers < 1:
         raise ModelError("n_servers must be >= 1")
-    threads = kwargs.pop("n_threads", None) or max(1, (os.cpu_count() or 1) // n_servers)
+    threads = kwargs.pop("n_threads", None) or 1
     servers: list[LocalServer] = []
     try:
         for _ in range(n_servers):
