@@ -85,7 +85,7 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/mypy
 
-bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
+bench: $(LOCAL_STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
 	$(BIN)/python -m layerlab.bench
 
 lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).
