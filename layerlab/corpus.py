@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from layerlab import __version__
 from layerlab._io import atomic_write_text, canonical_json, read_jsonl, sha256_file, write_jsonl
-from layerlab.spec import DomainSpec, PolicySpec, SpecError, SpecProblem, load_domains, spec_hash
+from layerlab.spec import (
+    DomainSpec,
+    PolicySpec,
+    SpecError,
+    SpecProblem,
+    load_domains,
+    spec_hash,
+    value_pattern,
+)
 from layerlab.text import normalize_answer, states_value
 
 if TYPE_CHECKING:
@@ -195,14 +203,8 @@ def _numeric_alternatives(value: str, kind: str) -> list[str]:
     return out
 
 
-def _value_pattern(value: str) -> re.Pattern[str]:
-    """``value`` as written (case and spacing aside), not inside a longer number or word."""
-    body = r"\s+".join(re.escape(w) for w in value.split())
-    return re.compile(rf"(?<![\w.$]){body}(?![\w%]|[.,]\d)", re.IGNORECASE)
-
-
 def _restate(prose: str, old: str, new: str) -> str:
-    return _value_pattern(old).sub(new, prose)
+    return value_pattern(old).sub(new, prose)
 
 
 def foreign_value(policy: PolicySpec, pools: Sequence[Sequence[str]] = ()) -> tuple[str, str]:
@@ -216,7 +218,7 @@ def foreign_value(policy: PolicySpec, pools: Sequence[Sequence[str]] = ()) -> tu
     written, or when no candidate qualifies.
     """
     cur, sup = policy.current, policy.superseded
-    if not _value_pattern(cur.value).search(cur.prose):
+    if not value_pattern(cur.value).search(cur.prose):
         raise ValueError(
             f"current.prose must state {cur.value!r} as written (case aside) so that another "
             "tenant's version can be derived from it"

@@ -34,6 +34,12 @@ class _Strict(BaseModel):
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
+def value_pattern(value: str) -> re.Pattern[str]:
+    """``value`` as written (case and spacing aside), not inside a longer number or word."""
+    body = r"\s+".join(re.escape(w) for w in value.split())
+    return re.compile(rf"(?<![\w.$]){body}(?![\w%]|[.,]\d)", re.IGNORECASE)
+
+
 class VersionSpec(_Strict):
     """One version of a policy: the answer value, when it took effect, and its prose."""
 
@@ -74,6 +80,11 @@ class PolicySpec(_Strict):
             raise ValueError(
                 f"current.effective_year ({cur.effective_year}) must be later than "
                 f"superseded.effective_year ({sup.effective_year})"
+            )
+        if not value_pattern(cur.value).search(cur.prose):
+            raise ValueError(
+                f"current.prose must state {cur.value!r} as written (case aside), so that another "
+                "tenant's version of the policy can be derived by replacing it"
             )
         if states_value(cur.prose, sup.value):
             raise ValueError(

@@ -175,3 +175,13 @@ def test_declared_paraphrases_must_be_words() -> None:
     data["paraphrases"] = ["Vendor bill"]
     with pytest.raises(ValidationError):
         PolicySpec.model_validate(data)
+
+
+def test_current_prose_must_state_its_value_as_written(tmp_path: Path, good_spec_text: str) -> None:
+    # "45-days" states the value for the reader (normalised, "45 days") but cannot be replaced
+    # as written, so another tenant's version could not be derived from it
+    assert "within 45 days of the delivery date" in good_spec_text
+    text = good_spec_text.replace("within 45 days of the", "within 45-days of the")
+    p = _write(tmp_path, "returns.yaml", text)
+    (line,) = _problems(p)
+    assert "returns.yaml:" in line and "current.prose must state '45 days' as written" in line
