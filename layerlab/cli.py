@@ -130,7 +130,8 @@ def corpus_build(
     counts = manifest["counts"]
     typer.echo(
         f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policy units, "
-        f"{counts['documents']} documents, {counts['tasks']} tasks (spec {c.spec_hash[:12]})"
+        f"{counts['documents']} documents, {counts['tasks']} tasks, "
+        f"{counts['foreign_documents']} other-tenant documents (spec {c.spec_hash[:12]})"
     )
 
 
