@@ -178,9 +178,17 @@ class Route:
         return kwargs
 
     @contextlib.asynccontextmanager
-    async def endpoint(self) -> AsyncIterator[_Endpoint]:
-        """The least busy endpoint, once it has a free slot (queue time is not request time)."""
-        ep = min(self.endpoints, key=lambda e: e.busy)
+    async def endpoint(self, affinity: str | None = None) -> AsyncIterator[_Endpoint]:
+        """An endpoint, once it has a free slot (time queued there is not request time).
+
+        With an ``affinity`` key (the prompt hash), the same prompt always goes to the same
+        server, so a server that caches the previous prompt's prefix (llama.cpp, vLLM) reads
+        the repeated prompt of a record's strict and repair arms once; otherwise the least busy.
+        """
+        if affinity is not None and len(self.endpoints) > 1:
+            ep = self.endpoints[int(affinity[:8], 16) % len(self.endpoints)]
+        else:
+            ep = min(self.endpoints, key=lambda e: e.busy)
         ep.busy += 1
         try:
             async with ep.slots:
@@ -360,12 +368,13 @@ async def _call(
 ) -> tuple[str | None, str | None]:
     """(reply text, None) or (None, failure label) or (None, None) when the budget ran out."""
     request = route.request(msgs, seed)
+    affinity = prompt.prompt_hash(msgs)
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
         counters.calls += 1
         try:
-            async with route.endpoint() as ep:
+            async with route.endpoint(affinity if attempt == 1 else None) as ep:
                 kwargs: dict[str, Any] = dict(
                     model=route.model,
                     timeout=settings.timeout_s,
