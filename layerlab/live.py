@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,6 +80,25 @@ class Counters:
     retries: int = 0
     failures: int = 0
     skipped_done: int = 0
+    # successful calls of this invocation: seconds from request sent to reply (queue time not
+    # included) and the token counts the server reported; summarised in the manifest only
+    latencies: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def usage(self) -> dict[str, Any]:
+        """Latency quantiles and token totals of this invocation's answered calls."""
+        if not self.latencies:
+            return {"answered_calls": 0}
+        q = pd.Series(self.latencies).quantile([0.5, 0.9])
+        n = len(self.latencies)
+        return {
+            "answered_calls": n,
+            "latency_s_median": round(float(q[0.5]), 3),
+            "latency_s_p90": round(float(q[0.9]), 3),
+            "prompt_tokens_mean": round(self.prompt_tokens / n, 1),
+            "completion_tokens_mean": round(self.completion_tokens / n, 1),
+        }
 
 
 @dataclass(frozen=True)
@@ -385,9 +405,14 @@ async def _call(
                 )
                 if ep.api_base:
                     kwargs["api_base"] = ep.api_base
+                t0 = time.perf_counter()
                 resp = await asyncio.wait_for(
                     litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
                 )
+                counters.latencies.append(time.perf_counter() - t0)
+            usage = getattr(resp, "usage", None)
+            counters.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+            counters.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
             return str(resp.choices[0].message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
             code = _status_of(exc)
@@ -652,6 +677,7 @@ def run_live(
         "cache_hits": counters.cache_hits,
         "retries": counters.retries,
         "failures": counters.failures,
+        "this_invocation": counters.usage(),
     }
     final = archive.write_run(out, records, {**manifest, "complete": complete, "calls": calls})
     if complete:
