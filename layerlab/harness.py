@@ -106,7 +106,8 @@ class PreparedScenario:
         if attempt == 0 and retriever == self.retriever:
             return self.received[task.task_id]
         sent = self.sent_by(retriever)[task.task_id]
-        ctx = ToolContext(task.task_id, task.policy_id, sent["session_id"], attempt)
+        foreign = self.corpus.foreign_by_policy() if self.corpus is not None else {}
+        ctx = ToolContext(task.task_id, task.policy_id, sent["session_id"], attempt, foreign)
         return self.scenario.transport(sent, ctx)
 
 
@@ -116,9 +117,11 @@ def prepare(
     """Build the scenario's index, search all tasks in one batch, apply the transport faults."""
     docs = scenario.index(corpus.documents)
     sent = _search(corpus, docs, retriever, scenario.principal_scopes())
+    foreign = corpus.foreign_by_policy()
     received: dict[str, Payload] = {
         t.task_id: scenario.transport(
-            sent[t.task_id], ToolContext(t.task_id, t.policy_id, session_for(t.task_id))
+            sent[t.task_id],
+            ToolContext(t.task_id, t.policy_id, session_for(t.task_id), foreign=foreign),
         )
         for t in corpus.tasks
     }
@@ -240,6 +243,7 @@ def evaluate(
     run_id: str,
     prompt_hash: str,
     failure: str | None = None,
+    replicate: int = 0,
 ) -> tuple[Record, Labels]:
     """Score one record and shape it for the archive."""
     spec = prepared.scenario.spec
@@ -269,7 +273,7 @@ def evaluate(
         scenario=spec.name,
         mitigation=arm,
         task_id=task.task_id,
-        replicate=0,
+        replicate=replicate,
         policy_id=task.policy_id,
         variant=task.variant,
         stage=stage,

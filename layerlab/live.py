@@ -16,17 +16,20 @@ adds is what a provider run needs to be trustworthy:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
 from layerlab import __version__, archive, harness, prompt, retrieval
+from layerlab import models as models_mod
 from layerlab._io import atomic_write_text, canonical_json
 from layerlab.archive import Record
 from layerlab.corpus import AnswerKey, Corpus, Task
@@ -51,6 +54,22 @@ class LiveConfig:
     task_ids: tuple[str, ...] | None = None
     settings: ProviderSettings = field(default_factory=ProviderSettings)
     retriever: str = retrieval.REPORTED.name
+    # Each cell is an independent draw: one call per record, ``replicates`` records per cell.
+    replicates: int = 1
+    # Share one reply between records whose prompts are identical (the pre-v2 behaviour; it
+    # forces every strict-vs-repair difference on an unchanged prompt to zero). Off by default.
+    share_replies: bool = False
+    # "json_schema": ask the server to constrain decoding to the reply contract (REPLY_SCHEMA).
+    response_format: Literal["none", "json_schema"] = "none"
+    # Base of the per-record seeds sent to servers that honour one (local models always get
+    # one, base 0 unless given; other providers only when it is given).
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicates < 1:
+            raise ValueError("replicates must be >= 1")
+        if self.response_format not in ("none", "json_schema"):
+            raise ValueError("response_format must be 'none' or 'json_schema'")
 
 
 @dataclass
@@ -61,6 +80,25 @@ class Counters:
     retries: int = 0
     failures: int = 0
     skipped_done: int = 0
+    # successful calls of this invocation: seconds from request sent to reply (queue time not
+    # included) and the token counts the server reported; summarised in the manifest only
+    latencies: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def usage(self) -> dict[str, Any]:
+        """Latency quantiles and token totals of this invocation's answered calls."""
+        if not self.latencies:
+            return {"answered_calls": 0}
+        q = pd.Series(self.latencies).quantile([0.5, 0.9])
+        n = len(self.latencies)
+        return {
+            "answered_calls": n,
+            "latency_s_median": round(float(q[0.5]), 3),
+            "latency_s_p90": round(float(q[0.9]), 3),
+            "prompt_tokens_mean": round(self.prompt_tokens / n, 1),
+            "completion_tokens_mean": round(self.completion_tokens / n, 1),
+        }
 
 
 @dataclass(frozen=True)
@@ -87,10 +125,16 @@ class ResponseCache:
         self.folder = Path(folder)
 
     @staticmethod
-    def key(model: str, params: Mapping[str, Any], phash: str) -> str:
-        return hashlib.sha256(
-            canonical_json({"m": model, "p": dict(params), "h": phash}).encode()
-        ).hexdigest()
+    def key(
+        model: str, params: Mapping[str, Any], phash: str, record: Sequence[Any] = ()
+    ) -> str:
+        """Key of one reply: model, request parameters, prompt hash and the record's identity
+        (scenario, mode, task, replicate), so that each record is its own draw; ``record=()``
+        shares one reply between identical prompts (``share_replies``)."""
+        ident: dict[str, Any] = {"m": model, "p": dict(params), "h": phash}
+        if record:
+            ident["r"] = list(record)
+        return hashlib.sha256(canonical_json(ident).encode()).hexdigest()
 
     def get(self, key: str) -> str | None:
         p = self.folder / key[:2] / f"{key}.json"
@@ -122,6 +166,108 @@ class Budget:
     @property
     def spent(self) -> bool:
         return self.limit is not None and self.used >= self.limit
+
+
+@dataclass
+class _Endpoint:
+    """One server of a model; ``slots`` bounds the requests it is sent at once."""
+
+    api_base: str | None
+    slots: asyncio.Semaphore
+    busy: int = 0
+
+
+@dataclass
+class Route:
+    """How the calls of one ``-m`` model are made: litellm model, endpoints, request shape."""
+
+    model: str  # litellm model string
+    endpoints: list[_Endpoint]
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a local server's placeholder key
+    merge_system: bool = False
+    response_format: dict[str, Any] | None = None
+    seed_base: int | None = None
+
+    def request(self, msgs: list[dict[str, str]], seed: int | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(self.extra)
+        kwargs["messages"] = prompt.merge_system(msgs) if self.merge_system else msgs
+        if self.response_format is not None:
+            kwargs["response_format"] = self.response_format
+        if seed is not None:
+            kwargs["seed"] = seed
+        return kwargs
+
+    @contextlib.asynccontextmanager
+    async def endpoint(self, affinity: str | None = None) -> AsyncIterator[_Endpoint]:
+        """An endpoint, once it has a free slot (time queued there is not request time).
+
+        With an ``affinity`` key (the prompt hash), the same prompt always goes to the same
+        server, so a server that caches the previous prompt's prefix (llama.cpp, vLLM) reads
+        the repeated prompt of a record's strict and repair arms once; otherwise the least busy.
+        """
+        if affinity is not None and len(self.endpoints) > 1:
+            ep = self.endpoints[int(affinity[:8], 16) % len(self.endpoints)]
+        else:
+            ep = min(self.endpoints, key=lambda e: e.busy)
+        ep.busy += 1
+        try:
+            async with ep.slots:
+                yield ep
+        finally:
+            ep.busy -= 1
+
+
+def response_format_for(kind: str, local: bool) -> dict[str, Any] | None:
+    """The ``response_format`` that asks a server to follow the reply contract.
+
+    llama-cpp-python's server takes ``{"type": "json_object", "schema": ...}`` (a grammar);
+    OpenAI-style structured outputs, vLLM and litellm's Ollama/Gemini mappings take
+    ``{"type": "json_schema", ...}``.
+    """
+    if kind == "none":
+        return None
+    if local:
+        return {"type": "json_object", "schema": prompt.REPLY_SCHEMA}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "layerlab_reply", "schema": prompt.REPLY_SCHEMA, "strict": True},
+    }
+
+
+def record_seed(base: int, model: str, scenario: str, mode: str, task_id: str, rep: int) -> int:
+    """A per-record seed (stable across runs), so a rerun without the cache can reproduce replies."""
+    ident = canonical_json([base, model, scenario, mode, task_id, rep])
+    return int(hashlib.sha256(ident.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+def routes_for(
+    config: LiveConfig, concurrency: int, local: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Route]:
+    """A :class:`Route` per model. ``local`` maps a ``local/NAME`` model to its servers' URLs."""
+    from layerlab import models as models_mod
+
+    local = local or {}
+    routes: dict[str, Route] = {}
+    for m in config.models:
+        if m in local:
+            spec = models_mod.lookup(m)
+            routes[m] = Route(
+                model=f"openai/{spec.name}",
+                endpoints=[_Endpoint(b, asyncio.Semaphore(1)) for b in local[m]],
+                extra={"api_key": models_mod.PLACEHOLDER_KEY},
+                merge_system=spec.system_prompt == "merge",
+                response_format=response_format_for(config.response_format, local=True),
+                seed_base=config.seed if config.seed is not None else 0,
+            )
+        else:
+            bases: Sequence[str | None] = config.settings.api_bases or (None,)
+            routes[m] = Route(
+                model=m,
+                endpoints=[_Endpoint(b, asyncio.Semaphore(concurrency)) for b in bases],
+                response_format=response_format_for(config.response_format, local=False),
+                seed_base=config.seed,
+            )
+    return routes
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -173,10 +319,18 @@ def _manifest(
         "n_tasks": n_tasks,
         "retriever": config.retriever,
         "settings": settings,
+        "prompt_version": prompt.PROMPT_VERSION,
+        "replicates": config.replicates,
+        "share_replies": config.share_replies,
+        "response_format": config.response_format,
+        "seed": config.seed,
+        "seeds": "per record, derived from (seed, model, scenario, mode, task, replicate); "
+        "sent to local models always (seed 0 unless given), to other providers only when given",
         "expected_records": len(config.models)
         * len(config.scenarios)
         * len(config.mitigations)
-        * n_tasks,
+        * n_tasks
+        * config.replicates,
     }
 
 
@@ -213,6 +367,11 @@ class _Cell:
     scenario: str
     mode: str
     task: Task
+    replicate: int = 0
+
+
+def ident_of(cell: _Cell) -> tuple[str, str, str, str, int]:
+    return (cell.model, cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
 
 
 ProgressHook = Callable[[Counters, int], None]
@@ -220,31 +379,40 @@ ProgressHook = Callable[[Counters, int], None]
 
 async def _call(
     litellm: Any,
-    model: str,
+    route: Route,
     msgs: list[dict[str, str]],
+    seed: int | None,
     settings: ProviderSettings,
     budget: Budget,
     counters: Counters,
 ) -> tuple[str | None, str | None]:
     """(reply text, None) or (None, failure label) or (None, None) when the budget ran out."""
+    request = route.request(msgs, seed)
+    affinity = prompt.prompt_hash(msgs)
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
         counters.calls += 1
         try:
-            kwargs: dict[str, Any] = dict(
-                model=model,
-                messages=msgs,
-                timeout=settings.timeout_s,
-                num_retries=0,
-                max_retries=0,
-                **settings.request_params(),
-            )
-            if settings.api_base:
-                kwargs["api_base"] = settings.api_base
-            resp = await asyncio.wait_for(
-                litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
-            )
+            async with route.endpoint(affinity if attempt == 1 else None) as ep:
+                kwargs: dict[str, Any] = dict(
+                    model=route.model,
+                    timeout=settings.timeout_s,
+                    num_retries=0,
+                    max_retries=0,
+                    **settings.request_params(),
+                    **request,
+                )
+                if ep.api_base:
+                    kwargs["api_base"] = ep.api_base
+                t0 = time.perf_counter()
+                resp = await asyncio.wait_for(
+                    litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
+                )
+                counters.latencies.append(time.perf_counter() - t0)
+            usage = getattr(resp, "usage", None)
+            counters.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+            counters.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
             return str(resp.choices[0].message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
             code = _status_of(exc)
@@ -254,8 +422,9 @@ async def _call(
                 "PermissionDeniedError",
             }:
                 raise LiveRunError(
-                    f"{model}: provider refused the request ({type(exc).__name__}, status {code}); "
-                    "check the model name and that its API key is set in the environment"
+                    f"{route.model}: provider refused the request ({type(exc).__name__}, "
+                    f"status {code}); check the model name and that its API key is set in the "
+                    "environment"
                 ) from None
             if not _retryable(exc) or attempt == settings.attempts:
                 break
@@ -277,9 +446,12 @@ async def _run(
     done: dict[tuple[str | int, ...], Record],
     progress: ProgressHook | None,
     counters: Counters,
+    local: Mapping[str, Sequence[str]],
 ) -> bool:
     litellm = import_litellm()
     from layerlab import agents
+
+    routes = routes_for(config, concurrency, local)
 
     agents.register()
     wanted = None if config.task_ids is None else set(config.task_ids)
@@ -288,17 +460,18 @@ async def _run(
         n: harness.prepare(corpus, scenarios[n], config.retriever) for n in config.scenarios
     }
     cells = [
-        _Cell(m, s, mode, t)
+        _Cell(m, s, mode, t, r)
         for m in config.models
         for s in config.scenarios
         for t in tasks
         for mode in config.mitigations
+        for r in range(config.replicates)
     ]
     total = len(cells)
     todo = []
     for c in cells:
         provider, name = split_model(c.model)
-        if (provider, name, c.scenario, c.mode, c.task.task_id, 0) in done:
+        if (provider, name, c.scenario, c.mode, c.task.task_id, c.replicate) in done:
             counters.skipped_done += 1
         else:
             todo.append(c)
@@ -307,7 +480,11 @@ async def _run(
     queue: asyncio.Queue[_Cell] = asyncio.Queue()
     for c in todo:
         queue.put_nowait(c)
-    params = config.settings.request_params()
+    params = {
+        **config.settings.request_params(),
+        "response_format": config.response_format,
+        "seed": config.seed,
+    }
     inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
     log = open(out / archive.PROGRESS, "a", encoding="utf-8")
 
@@ -318,8 +495,40 @@ async def _run(
         if progress:
             progress(counters, total)
 
-    async def worker() -> None:
+    async def ask(cell: _Cell, msgs: list[dict[str, str]], phash: str) -> tuple[str | None, str | None, bool]:
+        """(reply, failure, from_cache); (None, None, _) when the budget stopped the run."""
         nonlocal stopped
+        route = routes[cell.model]
+        ident = (cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
+        ckey = ResponseCache.key(cell.model, params, phash, () if config.share_replies else ident)
+        reply = cache.get(ckey)
+        if reply is not None:
+            return reply, None, True
+        if ckey in inflight:  # only with share_replies: the same prompt is being asked
+            reply, failure = await inflight[ckey]
+            return reply, failure, False
+        if stopped:
+            return None, None, False
+        fut: asyncio.Future[tuple[str | None, str | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        inflight[ckey] = fut
+        reply, failure = None, None
+        try:
+            seed = None if route.seed_base is None else record_seed(route.seed_base, *ident_of(cell))
+            reply, failure = await _call(
+                litellm, route, msgs, seed, config.settings, budget, counters
+            )
+            if reply is not None:
+                cache.put(ckey, reply)
+        finally:
+            fut.set_result((reply, failure)) if not fut.done() else None
+            del inflight[ckey]
+        if reply is None and failure is None:
+            stopped = True  # budget spent: leave this cell for --resume
+        return reply, failure, False
+
+    async def worker() -> None:
         while True:
             try:
                 cell = queue.get_nowait()
@@ -328,7 +537,7 @@ async def _run(
             provider, name = split_model(cell.model)
             prep = prepared[cell.scenario]
             g = harness.gate(cell.task, prep, cell.mode)
-            common = dict(provider=provider, model=name, run_id=run_id)
+            common = dict(provider=provider, model=name, run_id=run_id, replicate=cell.replicate)
             if g.inp is None:
                 rec, _ = harness.evaluate(
                     cell.task, key, corpus, prep, cell.mode, g, None, prompt_hash="", **common
@@ -337,37 +546,11 @@ async def _run(
                 continue
             msgs = prompt.messages(g.inp)
             phash = prompt.prompt_hash(msgs)
-            ckey = ResponseCache.key(
-                cell.model, {**params, "api_base": config.settings.api_base}, phash
-            )
-            failure: str | None = None
-            reply = cache.get(ckey)
-            if reply is None and ckey in inflight:
-                # the same prompt is already being asked: share its reply, make no second call
-                reply, failure = await inflight[ckey]
-                if reply is None and failure is None:
-                    continue
-            if reply is not None and failure is None:
+            reply, failure, cached = await ask(cell, msgs, phash)
+            if reply is None and failure is None:
+                continue
+            if cached:
                 counters.cache_hits += 1
-            elif failure is None:
-                if stopped:
-                    continue
-                fut: asyncio.Future[tuple[str | None, str | None]] = (
-                    asyncio.get_running_loop().create_future()
-                )
-                inflight[ckey] = fut
-                try:
-                    reply, failure = await _call(
-                        litellm, cell.model, msgs, config.settings, budget, counters
-                    )
-                    if reply is not None:
-                        cache.put(ckey, reply)
-                finally:
-                    fut.set_result((reply, failure)) if not fut.done() else None
-                    del inflight[ckey]
-                if reply is None and failure is None:
-                    stopped = True  # budget spent: leave this cell for --resume
-                    continue
             out_ = None
             if reply is not None:
                 try:
@@ -426,8 +609,14 @@ def run_live(
     resume: bool = False,
     cache_dir: Path | None = None,
     progress: ProgressHook | None = None,
+    local_servers: int = 1,
+    say: Callable[[str], None] = lambda _m: None,
 ) -> LiveResult:
-    """Run (or resume) a live matrix into ``out``; see the module docstring."""
+    """Run (or resume) a live matrix into ``out``; see the module docstring.
+
+    ``local/NAME`` models are fetched if needed and served by ``local_servers`` llama.cpp
+    servers each for the duration of the run.
+    """
     out = Path(out)
     unknown = [s for s in config.scenarios if s not in scenarios]
     if unknown:
@@ -461,21 +650,28 @@ def run_live(
     counters = Counters()
     b = Budget(budget)
     cache = ResponseCache(cache_dir or out / ".cache")
-    coro = _run(
-        corpus,
-        key,
-        scenarios,
-        config,
-        out,
-        cache,
-        b,
-        concurrency,
-        manifest["run_id"],
-        done,
-        progress,
-        counters,
-    )
-    finished = _run_coroutine(coro)
+    with _local_servers(config, local_servers, say) as local:
+        coro = _run(
+            corpus,
+            key,
+            scenarios,
+            config,
+            out,
+            cache,
+            b,
+            concurrency,
+            manifest["run_id"],
+            done,
+            progress,
+            counters,
+            {m: [s.api_base for s in servers] for m, servers in local.items()},
+        )
+        finished = _run_coroutine(coro)
+        local_prov = {
+            m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
+        }
+    if local_prov:
+        manifest["local_models"] = local_prov
     records = list(_read_progress(out / archive.PROGRESS).values())
     complete = finished and len(records) == manifest["expected_records"]
     calls = {
@@ -483,6 +679,7 @@ def run_live(
         "cache_hits": counters.cache_hits,
         "retries": counters.retries,
         "failures": counters.failures,
+        "this_invocation": counters.usage(),
     }
     final = archive.write_run(out, records, {**manifest, "complete": complete, "calls": calls})
     if complete:
@@ -494,6 +691,29 @@ def run_live(
             f"and a new --budget."
         )
     return LiveResult(out, final, counters, complete, msg)
+
+
+@contextlib.contextmanager
+def _local_servers(
+    config: LiveConfig, n: int, say: Callable[[str], None]
+) -> Iterator[dict[str, list[models_mod.LocalServer]]]:
+    """Fetch and start the servers of the run's ``local/`` models; stop them afterwards."""
+    wanted = [m for m in config.models if models_mod.is_local(m)]
+    if not wanted:
+        yield {}
+        return
+    with contextlib.ExitStack() as stack:
+        running: dict[str, list[models_mod.LocalServer]] = {}
+        try:
+            for m in wanted:
+                spec = models_mod.lookup(m)
+                models_mod.runtime_version()
+                models_mod.fetch(spec, say=say)
+                say(f"starting {n} llama.cpp server(s) for {spec.label}")
+                running[m] = stack.enter_context(models_mod.serve(spec, n_servers=n))
+        except models_mod.ModelError as exc:
+            raise LiveRunError(str(exc)) from None
+        yield running
 
 
 def run_matrix(

@@ -7,6 +7,9 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``slow``      — sleeps ``SLOW_S`` before answering (exceeds a short client timeout);
 * ``malformed`` — replies with broken JSON; ``text`` — replies with prose, not JSON;
 * ``down``      — always 503.
+
+It also answers Ollama's native ``POST /api/chat`` (what litellm's ``ollama_chat/`` provider
+calls) with the same behaviours, as a stand-in for an Ollama server.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class FakeOpenAI:
         self.statuses: Counter[int] = Counter()
         self.lock = threading.Lock()
         self.auth_headers: set[str] = set()
+        self.bodies: list[dict[str, Any]] = []  # every request body, in arrival order
+        self.paths: list[str] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,6 +60,26 @@ class FakeOpenAI:
                 req = json.loads(self.rfile.read(length))
                 with server.lock:
                     server.requests += 1
+                    server.bodies.append(req)
+                    server.paths.append(self.path)
+                if self.path.rstrip("/") == "/api/show":  # Ollama: model details (litellm asks)
+                    return self._send(
+                        200, {"modelfile": "", "parameters": "", "template": "", "details": {}}
+                    )
+                if self.path.rstrip("/") == "/api/chat":  # Ollama's native API
+                    content = reply_for("layerlab/extractive", req["messages"])
+                    return self._send(
+                        200,
+                        {
+                            "model": req["model"],
+                            "created_at": "2026-01-01T00:00:00Z",
+                            "message": {"role": "assistant", "content": content},
+                            "done": True,
+                            "done_reason": "stop",
+                            "prompt_eval_count": 1,
+                            "eval_count": 1,
+                        },
+                    )
                     server.auth_headers.add(self.headers.get("Authorization", ""))
                 model = req["model"]
                 msgs = req["messages"]
