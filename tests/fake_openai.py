@@ -62,6 +62,7 @@ class FakeOpenAI:
                     server.requests += 1
                     server.bodies.append(req)
                     server.paths.append(self.path)
+                    server.auth_headers.add(self.headers.get("Authorization", ""))
                 if self.path.rstrip("/") == "/api/show":  # Ollama: model details (litellm asks)
                     return self._send(
                         200, {"modelfile": "", "parameters": "", "template": "", "details": {}}
