@@ -4,21 +4,35 @@ Same tasks, scenarios, contract modes, retriever and scorer as :mod:`layerlab.ha
 adds is what a provider run needs to be trustworthy:
 
 * a hard **budget** on provider calls (retries included), checked before every attempt;
+* a **preflight**: the first call of every model/endpoint must succeed before any record is
+  written, so a misspelt model, a missing key or a dead endpoint is a one-line setup error,
+  not a run of ``provider_error`` records;
 * a **response cache** keyed by model, request parameters and prompt hash, so a rerun or a
-  rescoring makes no new calls (it holds model replies: keep it private, it is not an archive);
-* **retries** of 429s, 5xx and timeouts with linear backoff, then a labelled failure record;
-* an append-only progress log and **atomic** final writes, so a run killed at any moment
-  (SIGKILL included) resumes with ``resume=True`` to exactly one record per cell and task;
+  rescoring makes no new calls. It holds model replies, so it lives outside the run folder (a
+  user cache directory by default, :func:`default_cache_dir`) and never reaches an archive;
+* **retries** of 429s, 5xx and timeouts with seeded, jittered exponential backoff honouring
+  ``Retry-After``, then a labelled failure record; the error rate per model is reported and a
+  run above ``max_error_rate`` is flagged (the CLI exits non-zero);
+* an append-only progress log with a **checksum per line** and **atomic** final writes, so a
+  run killed at any moment (SIGKILL included) resumes with ``resume=True`` to exactly one
+  record per cell and task; damaged or tampered lines are dropped, reported and recomputed;
 * a **run manifest** whose ``run_id`` is a hash of everything that determines the records, so
-  merged archives never count a run twice and a resume with different settings is refused.
+  merged archives never count a run twice and a resume with different settings is refused. It
+  carries the provenance hashes and cumulative call counts, and names the endpoint only as
+  local or remote (never credentials or a host name).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
+import ipaddress
 import json
 import os
+import random
+import re
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,11 +44,14 @@ from layerlab import __version__, archive, harness, prompt, retrieval
 from layerlab._io import atomic_write_text, canonical_json
 from layerlab.archive import Record
 from layerlab.corpus import AnswerKey, Corpus, Task
-from layerlab.llm import ProviderSettings, import_litellm
+from layerlab.llm import ProviderSettings, import_litellm, retry_after_of
 from layerlab.scenario import Scenario
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 FATAL_STATUS = frozenset({401, 403, 404})
+DEFAULT_MAX_ERROR_RATE = 0.2
+"""Share of a model's provider calls that may end in ``provider_error`` before the run is
+flagged: above it the archive is still written (it is data) but the run counts as failed."""
 
 
 class LiveRunError(RuntimeError):
@@ -70,6 +87,10 @@ class LiveResult:
     counters: Counters
     complete: bool
     message: str
+    errors: dict[str, dict[str, int]] = field(default_factory=dict)
+    over_error_rate: tuple[str, ...] = ()
+    """Models whose provider-error rate exceeded ``max_error_rate``: the run counts as failed."""
+    cache_dir: Path | None = None
 
 
 def split_model(model: str) -> tuple[str, str]:
@@ -78,6 +99,71 @@ def split_model(model: str) -> tuple[str, str]:
         provider, name = model.split("/", 1)
         return provider, name
     return "unknown", model
+
+
+# --- redaction: what a manifest may say about an endpoint ------------------------------------
+
+
+def endpoint_for_hashing(api_base: str | None) -> str | None:
+    """``api_base`` without ``user:password@``, query or fragment: what run ids and cache keys
+    hash (so credentials never change a run's identity and never reach a file)."""
+    if not api_base:
+        return None
+    u = urllib.parse.urlsplit(api_base)
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    netloc = (u.hostname or "") + (f":{port}" if port else "")
+    return urllib.parse.urlunsplit((u.scheme, netloc, u.path, "", ""))
+
+
+def endpoint_label(api_base: str | None) -> str | None:
+    """``local`` (loopback) or ``remote``: all a manifest records about an endpoint."""
+    if not api_base:
+        return None
+    host = (urllib.parse.urlsplit(api_base).hostname or "").strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return "local"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return "remote"
+    return "local" if ip.is_loopback or ip.is_unspecified else "remote"
+
+
+def redact(text: str, api_base: str | None = None) -> str:
+    """``text`` with any ``scheme://user:secret@`` credentials and the raw endpoint removed."""
+    text = re.sub(r"(\w+://)[^/\s@]+@", r"\1", text)
+    if api_base:
+        text = text.replace(api_base, "<api-base>")
+        bare = endpoint_for_hashing(api_base)
+        if bare:
+            text = text.replace(bare, "<api-base>")
+    return text
+
+
+def api_base_problem(api_base: str) -> str | None:
+    """Why ``api_base`` is not a usable endpoint URL, or None."""
+    u = urllib.parse.urlsplit(api_base)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return "expected an http(s) URL such as http://127.0.0.1:8080/v1"
+    try:
+        u.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        return "the port is not a number in 1-65535"
+    return None
+
+
+def default_cache_dir() -> Path:
+    """Where replies are cached unless told otherwise: ``$LAYERLAB_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/layerlab/replies``, else ``~/.cache/layerlab/replies``. Never inside a
+    run folder: the cache holds model replies (answers and cited document ids)."""
+    env = os.environ.get("LAYERLAB_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "layerlab" / "replies"
 
 
 class ResponseCache:
@@ -146,12 +232,16 @@ def _retryable(exc: BaseException) -> bool:
     return code in RETRYABLE_STATUS if code is not None else False
 
 
+def _hashed_settings(settings: ProviderSettings) -> dict[str, Any]:
+    return {**settings.as_dict(), "api_base": endpoint_for_hashing(settings.api_base)}
+
+
 def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     ident = {
         "v": __version__,
         "corpus": corpus.spec_hash,
         "scenarios_spec": scenario_hash,
-        "config": {**asdict(config), "settings": config.settings.as_dict()},
+        "config": {**asdict(config), "settings": _hashed_settings(config.settings)},
         "prompt": prompt.PROMPT_VERSION,
     }
     return "live-" + hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:16]
@@ -160,13 +250,14 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
 def _manifest(
     config: LiveConfig, corpus: Corpus, scenario_hash: str, n_tasks: int
 ) -> dict[str, Any]:
-    settings = config.settings.as_dict()
+    settings = {**config.settings.as_dict(), "api_base": endpoint_label(config.settings.api_base)}
+    task_ids = config.task_ids if config.task_ids is not None else [t.task_id for t in corpus.tasks]
     return {
         "run_id": run_id_for(config, corpus, scenario_hash),
         "kind": "live",
         "layerlab_version": __version__,
         "corpus": corpus.name,
-        "spec_hashes": {"corpus": corpus.spec_hash, "scenarios": scenario_hash},
+        "provenance": archive.provenance_for(corpus, scenario_hash, task_ids),
         "models": list(config.models),
         "scenarios": list(config.scenarios),
         "modes": list(config.modes),
@@ -180,21 +271,108 @@ def _manifest(
     }
 
 
-def _read_progress(path: Path) -> dict[tuple[str, ...], Record]:
-    """Records already written; a torn last line (killed mid-write) is ignored."""
-    done: dict[tuple[str, ...], Record] = {}
+# --- the progress log: one checksummed JSON line per record ------------------------------------
+
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Record)}
+
+
+def _line_sum(row: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(dict(row)).encode()).hexdigest()[:16]
+
+
+def progress_line(rec: Record) -> str:
+    """One log line: the record's fields plus ``sum``, a checksum over them."""
+    row = asdict(rec)
+    return json.dumps({**row, "sum": _line_sum(row)}, sort_keys=True) + "\n"
+
+
+def _typed(row: Mapping[str, Any]) -> bool:
+    if set(row) != set(_FIELD_TYPES):
+        return False
+    for name, kind in _FIELD_TYPES.items():
+        v = row[name]
+        ok = {
+            "bool": isinstance(v, bool),
+            "int": isinstance(v, int) and not isinstance(v, bool),
+            "str": isinstance(v, str),
+        }.get(str(kind), False)
+        if not ok:
+            return False
+    return True
+
+
+def parse_progress_line(raw: bytes) -> Record | str:
+    """A record, or why the line is unusable: ``damaged`` (bytes, JSON, fields or types) or
+    ``tampered`` (well-formed, but the checksum does not match its fields)."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return "damaged"
+    if not isinstance(row, dict):
+        return "damaged"
+    got = row.pop("sum", None)
+    if not _typed(row):
+        return "damaged"
+    if got != _line_sum(row):
+        return "tampered"
+    return Record(**row)
+
+
+@dataclass
+class ProgressReport:
+    """What reading a progress log dropped (those cells are asked again)."""
+
+    damaged: int = 0
+    tampered: int = 0
+    foreign: int = 0
+    retried: int = 0
+
+    @property
+    def dropped(self) -> int:
+        return self.damaged + self.tampered + self.foreign + self.retried
+
+    def describe(self) -> str:
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.damaged, "damaged"),
+                (self.tampered, "tampered (checksum mismatch)"),
+                (self.foreign, "from another run"),
+                (self.retried, "provider_error, asked again (--retry-errors)"),
+            )
+            if n
+        ]
+        return "progress log: dropped " + ", ".join(parts) + " line(s); those cells are recomputed"
+
+
+def read_progress(
+    path: Path, run_id: str | None = None, drop_errors: bool = False
+) -> tuple[dict[tuple[Any, ...], Record], ProgressReport]:
+    """Records already written, first valid line per key. A torn last line (killed mid-write) is
+    ignored silently; any other unusable line is dropped and counted in the report."""
+    done: dict[tuple[Any, ...], Record] = {}
+    report = ProgressReport()
     if not path.exists():
-        return done
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                break
-            try:
-                rec = Record(**json.loads(line))
-            except (ValueError, TypeError):
-                continue
+        return done, report
+    lines = path.read_bytes().split(b"\n")
+    for raw in lines[:-1]:  # the last piece has no newline: empty, or a torn write
+        if not raw.strip():
+            continue
+        rec = parse_progress_line(raw)
+        if isinstance(rec, str):
+            setattr(report, rec, getattr(report, rec) + 1)
+        elif run_id is not None and rec.run_id != run_id:
+            report.foreign += 1
+        elif drop_errors and rec.diagnostic == "provider_error":
+            report.retried += 1
+        else:
             done.setdefault(archive.sort_key(rec), rec)
-    return done
+    return done, report
+
+
+def _rewrite_progress(path: Path, done: Mapping[tuple[Any, ...], Record]) -> None:
+    """Replace the log by its usable lines (atomically), so dropped lines are not met again."""
+    atomic_write_text(path, "".join(progress_line(r) for r in done.values()))
 
 
 def _trim_torn_tail(path: Path) -> None:
@@ -218,6 +396,35 @@ class _Cell:
 ProgressHook = Callable[[Counters, int], None]
 
 
+def setup_problem(exc: BaseException) -> str | None:
+    """Why ``exc`` says the run is set up wrong (no retry can help), or None for errors that
+    may be transient. A missing key is one even where litellm reports it as a 500."""
+    code = _status_of(exc)
+    name = type(exc).__name__
+    text = str(exc)
+    if code in (401, 403) or name in {"AuthenticationError", "PermissionDeniedError"}:
+        return "authentication failed: check that the provider's API key is set in the environment"
+    if "missing credentials" in text.lower() or "api_key client option must be set" in text:
+        return (
+            "no API key: set the provider's key in the environment (a local OpenAI-compatible "
+            "server needs a placeholder, e.g. OPENAI_API_KEY=sk-local)"
+        )
+    if code == 404 or name == "NotFoundError":
+        return "not found (404): check the model name and --api-base"
+    if "LLM Provider NOT provided" in text:
+        return "unknown provider: write the model as provider/name, e.g. openai/gpt-4o-mini"
+    if name == "BadRequestError" and "model" in text.lower():
+        return "the server refused the request (400) naming the model: check the model name"
+    return None
+
+
+def _describe_error(exc: BaseException, api_base: str | None) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    code = _status_of(exc)
+    what = f"{type(exc).__name__}" + (f", status {code}" if code is not None else "")
+    return redact(f"{what}: {first[:160]}", api_base)
+
+
 async def _call(
     litellm: Any,
     model: str,
@@ -225,8 +432,15 @@ async def _call(
     settings: ProviderSettings,
     budget: Budget,
     counters: Counters,
+    rng: random.Random | None = None,
+    last_error: list[str] | None = None,
 ) -> tuple[str | None, str | None]:
-    """(reply text, None) or (None, failure label) or (None, None) when the budget ran out."""
+    """(reply text, None) or (None, failure label) or (None, None) when the budget ran out.
+
+    A setup error (bad key, unknown model, 404) raises :class:`LiveRunError`: it is no data.
+    ``last_error`` (if given) receives a redacted description of the last failure.
+    """
+    rng = rng or random.Random(0)
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
@@ -247,21 +461,68 @@ async def _call(
             )
             return str(resp.choices[0].message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
-            code = _status_of(exc)
-            if code in FATAL_STATUS or type(exc).__name__ in {
-                "AuthenticationError",
-                "NotFoundError",
-                "PermissionDeniedError",
-            }:
+            problem = setup_problem(exc)
+            if problem is not None:
                 raise LiveRunError(
-                    f"{model}: provider refused the request ({type(exc).__name__}, status {code}); "
-                    "check the model name and that its API key is set in the environment"
+                    f"{model}: {problem} ({_describe_error(exc, settings.api_base)})"
                 ) from None
+            if last_error is not None:
+                last_error[:] = [_describe_error(exc, settings.api_base)]
             if not _retryable(exc) or attempt == settings.attempts:
                 break
             counters.retries += 1
-            await asyncio.sleep(settings.delay(attempt))
+            await asyncio.sleep(settings.delay(attempt, rng, retry_after_of(exc)))
     return None, "provider_error"
+
+
+def _first_prompt(
+    corpus: Corpus, scenarios: Mapping[str, Scenario], config: LiveConfig, tasks: Sequence[Task]
+) -> list[dict[str, str]] | None:
+    """The first prompt of the matrix (prompts do not depend on the model), or None."""
+    for name in config.scenarios:
+        prep = harness.prepare(corpus, scenarios[name], config.retriever)
+        for t in tasks:
+            for mode in config.modes:
+                g = harness.gate(t, prep.received[t.task_id], mode)
+                if g.inp is not None:
+                    return prompt.messages(g.inp)
+    return None
+
+
+async def _preflight(
+    litellm: Any,
+    config: LiveConfig,
+    msgs: list[dict[str, str]],
+    cache: ResponseCache,
+    budget: Budget,
+    counters: Counters,
+    rng: random.Random,
+) -> None:
+    """Ask every model its first prompt before any record exists. A setup error, or a call that
+    fails even after its retries, stops the run with one line (nothing is written). The reply
+    is cached, so the run itself does not ask again; a cached reply skips the call."""
+    params = config.settings.request_params()
+    phash = prompt.prompt_hash(msgs)
+    for model in config.models:
+        ckey = ResponseCache.key(
+            model, {**params, "api_base": endpoint_for_hashing(config.settings.api_base)}, phash
+        )
+        if cache.get(ckey) is not None:
+            continue
+        last: list[str] = []
+        reply, failure = await _call(
+            litellm, model, msgs, config.settings, budget, counters, rng, last
+        )
+        if reply is not None:
+            cache.put(ckey, reply)
+        elif failure is not None:
+            where = endpoint_label(config.settings.api_base)
+            raise LiveRunError(
+                f"{model}: preflight call failed after {config.settings.attempts} attempt(s)"
+                + (f" at the {where} --api-base" if where else "")
+                + f" ({last[0] if last else 'no reply'}); nothing written"
+            )
+        # failure None and reply None: the budget is spent, so no call will be made at all
 
 
 async def _run(
@@ -277,11 +538,9 @@ async def _run(
     done: dict[tuple[str, ...], Record],
     progress: ProgressHook | None,
     counters: Counters,
+    rng: random.Random,
 ) -> bool:
     litellm = import_litellm()
-    from layerlab import agents
-
-    agents.register()
     wanted = None if config.task_ids is None else set(config.task_ids)
     tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
     prepared = {
@@ -312,7 +571,7 @@ async def _run(
     log = open(out / archive.PROGRESS, "a", encoding="utf-8")
 
     def emit(rec: Record) -> None:
-        log.write(json.dumps(asdict(rec), sort_keys=True) + "\n")
+        log.write(progress_line(rec))
         log.flush()
         counters.records += 1
         if progress:
@@ -338,7 +597,7 @@ async def _run(
             msgs = prompt.messages(g.inp)
             phash = prompt.prompt_hash(msgs)
             ckey = ResponseCache.key(
-                cell.model, {**params, "api_base": config.settings.api_base}, phash
+                cell.model, {**params, "api_base": endpoint_for_hashing(config.settings.api_base)}, phash
             )
             failure: str | None = None
             reply = cache.get(ckey)
@@ -358,7 +617,7 @@ async def _run(
                 inflight[ckey] = fut
                 try:
                     reply, failure = await _call(
-                        litellm, cell.model, msgs, config.settings, budget, counters
+                        litellm, cell.model, msgs, config.settings, budget, counters, rng
                     )
                     if reply is not None:
                         cache.put(ckey, reply)
@@ -411,6 +670,39 @@ def _run_coroutine(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def error_summary(
+    records: Sequence[Record], models: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """Per model: records that asked it (``called``), and how many ended in ``provider_error``
+    or ``malformed_reply``."""
+    out: dict[str, dict[str, int]] = {}
+    for m in models:
+        provider, name = split_model(m)
+        mine = [r for r in records if (r.provider, r.model) == (provider, name) and r.prompt_hash]
+        out[m] = {
+            "called": len(mine),
+            "provider_error": sum(r.diagnostic == "provider_error" for r in mine),
+            "malformed_reply": sum(r.diagnostic == "malformed_reply" for r in mine),
+        }
+    return out
+
+
+def _error_line(errors: Mapping[str, Mapping[str, int]]) -> str:
+    parts = []
+    for m, e in errors.items():
+        rate = e["provider_error"] / e["called"] if e["called"] else 0.0
+        parts.append(f"{m} {e['provider_error']}/{e['called']} ({rate:.1%})")
+    return "provider errors: " + ", ".join(parts)
+
+
 def run_live(
     corpus: Corpus,
     key: AnswerKey,
@@ -422,43 +714,92 @@ def run_live(
     budget: int | None = None,
     concurrency: int = 8,
     resume: bool = False,
+    retry_errors: bool = False,
     cache_dir: Path | None = None,
     progress: ProgressHook | None = None,
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
+    seed: int = 0,
+    preflight: bool = True,
 ) -> LiveResult:
-    """Run (or resume) a live matrix into ``out``; see the module docstring."""
+    """Run (or resume) a live matrix into ``out``; see the module docstring.
+
+    Everything that can be checked is checked before the run folder is touched: settings,
+    the folder, the cache location and (``preflight``) one call per model. ``seed`` seeds the
+    retry jitter. ``retry_errors`` (with ``resume``) asks ``provider_error`` cells again.
+    """
+    from layerlab._io import writable_folder_problem
+
     out = Path(out)
+    problem = writable_folder_problem(out)
+    if problem:
+        raise LiveRunError(f"--out {out}: {problem}")
+    if budget is not None and budget < 0:
+        raise LiveRunError(f"--budget: expected a number of calls >= 0, got {budget}")
+    if not 0.0 <= max_error_rate <= 1.0:
+        raise LiveRunError(f"--max-error-rate: expected a share in [0, 1], got {max_error_rate}")
+    if retry_errors and not resume:
+        raise LiveRunError("--retry-errors: only with --resume (it re-asks a run's error cells)")
+    if config.settings.api_base:
+        bad = api_base_problem(config.settings.api_base)
+        if bad:
+            raise LiveRunError(f"--api-base: {bad}")
     unknown = [s for s in config.scenarios if s not in scenarios]
     if unknown:
         raise LiveRunError(f"unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
     if config.task_ids is not None:
+        if not config.task_ids:
+            raise LiveRunError("--tasks: no task ids given (expected ids like hr-01-q1)")
         known = {t.task_id for t in corpus.tasks}
-        bad = [t for t in config.task_ids if t not in known]
-        if bad:
-            raise LiveRunError(f"unknown task id(s) {bad[:5]}")
+        bad_ids = [t for t in config.task_ids if t not in known]
+        if bad_ids:
+            raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
+    cache_folder = Path(cache_dir) if cache_dir else default_cache_dir()
+    if _inside(cache_folder, out):
+        raise LiveRunError(
+            f"--cache-dir {cache_folder}: inside the run folder; the cache holds model replies "
+            "and must stay outside what is shared"
+        )
     n_tasks = len(config.task_ids) if config.task_ids is not None else len(corpus.tasks)
     manifest = _manifest(config, corpus, scenario_hash, n_tasks)
     mpath = out / archive.MANIFEST
-    if mpath.exists() or (out / archive.PROGRESS).exists():
+    plog = out / archive.PROGRESS
+    old: dict[str, Any] | None = None
+    if mpath.exists() or plog.exists():
         if not resume:
             raise LiveRunError(
                 f"{out} already holds a run; pass --resume to continue it or choose another --out"
             )
-        old = archive.read_manifest(out) if mpath.exists() else None
+        try:
+            old = archive.read_manifest(out) if mpath.exists() else None
+        except archive.ArchiveError as exc:
+            raise LiveRunError(str(exc)) from None
         if old is not None and old["run_id"] != manifest["run_id"]:
             raise LiveRunError(
                 f"{out} holds run {old['run_id']} with other settings than this command "
                 f"(would be {manifest['run_id']}); resume with the original models, filters and settings"
             )
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(
-        mpath,
-        json.dumps({**manifest, "complete": False, "records": 0}, indent=2, sort_keys=True) + "\n",
-    )
-    _trim_torn_tail(out / archive.PROGRESS)
-    done = _read_progress(out / archive.PROGRESS)
+    done, report = read_progress(plog, manifest["run_id"], drop_errors=retry_errors)
     counters = Counters()
     b = Budget(budget)
-    cache = ResponseCache(cache_dir or out / ".cache")
+    rng = random.Random(seed)
+    cache = ResponseCache(cache_folder)
+    from layerlab import agents
+
+    agents.register()
+    if preflight:
+        wanted = None if config.task_ids is None else set(config.task_ids)
+        tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
+        first = _first_prompt(corpus, scenarios, config, tasks)
+        if first is not None:
+            _run_coroutine(
+                _preflight(import_litellm(), config, first, cache, b, counters, rng)
+            )
+    # from here on the run folder is written
+    out.mkdir(parents=True, exist_ok=True)
+    archive.write_manifest(out, {**manifest, "complete": False, "records": 0})
+    _trim_torn_tail(plog)
+    if report.dropped:
+        _rewrite_progress(plog, done)
     coro = _run(
         corpus,
         key,
@@ -472,17 +813,32 @@ def run_live(
         done,
         progress,
         counters,
+        rng,
     )
-    finished = _run_coroutine(coro)
-    records = list(_read_progress(out / archive.PROGRESS).values())
+    fatal: LiveRunError | None = None
+    try:
+        finished = _run_coroutine(coro)
+    except LiveRunError as exc:
+        fatal, finished = exc, False
+    records = list(read_progress(plog, manifest["run_id"])[0].values())
     complete = finished and len(records) == manifest["expected_records"]
+    before = (old or {}).get("calls") or {}
     calls = {
-        "made": counters.calls,
-        "cache_hits": counters.cache_hits,
-        "retries": counters.retries,
-        "failures": counters.failures,
+        "made": counters.calls + int(before.get("made", 0)),
+        "cache_hits": counters.cache_hits + int(before.get("cache_hits", 0)),
+        "retries": counters.retries + int(before.get("retries", 0)),
+        "failures": counters.failures + int(before.get("failures", 0)),
     }
-    final = archive.write_run(out, records, {**manifest, "complete": complete, "calls": calls})
+    errors = error_summary(records, config.models)
+    final = archive.write_run(
+        out, records, {**manifest, "complete": complete, "calls": calls, "errors": errors}
+    )
+    notes = [report.describe()] if report.dropped else []
+    if fatal is not None:
+        raise LiveRunError(
+            f"{fatal}; {len(records)} records kept as a partial archive: fix the cause and "
+            "continue with --resume"
+        )
     if complete:
         msg = f"complete: {len(records)} records, {counters.calls} provider calls, {counters.cache_hits} cache hits"
     else:
@@ -491,7 +847,13 @@ def run_live(
             f"records written (a valid partial archive). Continue with the same command plus --resume "
             f"and a new --budget."
         )
-    return LiveResult(out, final, counters, complete, msg)
+    over = [
+        m
+        for m, e in errors.items()
+        if e["called"] and e["provider_error"] / e["called"] > max_error_rate
+    ]
+    msg = "\n".join([*notes, msg, _error_line(errors)])
+    return LiveResult(out, final, counters, complete, msg, errors, tuple(over), cache_folder)
 
 
 def run_matrix(

@@ -52,7 +52,6 @@ import numpy as np
 import pandas as pd
 
 from layerlab import __version__, archive, harness, prompt
-from layerlab._io import atomic_write_text
 from layerlab.contract import get_mode
 from layerlab.corpus import AnswerKey, Corpus, DomainInfo, Task
 from layerlab.reader import Evidence, ReaderInput, ReaderOutput
@@ -421,7 +420,7 @@ def run_to(
         "kind": "langchain_study",
         "layerlab_version": __version__,
         "corpus": c.name,
-        "spec_hashes": {"corpus": c.spec_hash, "scenarios": ident["scenarios"]},
+        "provenance": archive.provenance_for(c, ident["scenarios"], {r["task_id"] for r in rows}),
         "models": [model],
         "arms": list(ARMS),
         "conditions": list(scen),
@@ -433,8 +432,7 @@ def run_to(
         "archive_schema_version": archive.SCHEMA_VERSION,
         "files": {archive.STUDY_ARCHIVE: sha256_file(out / archive.STUDY_ARCHIVE)},
     }
-    atomic_write_text(out / archive.MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
+    return archive.write_manifest(out, manifest)
 
 
 def table7(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

@@ -46,3 +46,9 @@ def every_gate(corpus: corpus_mod.Corpus) -> list[tuple[str, str, corpus_mod.Tas
             for mode in harness.MODES:
                 out.append((s.name, mode, t, harness.gate(t, prep.received[t.task_id], mode)))
     return out
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_reply_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep the live harness's default reply cache (a user cache directory) inside the test run."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))

@@ -122,11 +122,49 @@ def test_exhausted_errors_and_bad_replies_are_labelled_failures(
         ("malformed", "malformed_reply"),
         ("text", "malformed_reply"),
     ):
-        res = _run(corpus, key, scen, _cfg(model, server.base), tmp_path / model, concurrency=4)
+        # preflight off: a model that is down from the first call is a setup error (tested in
+        # test_bad_inputs); here the transient-error path itself is under test
+        res = _run(
+            corpus,
+            key,
+            scen,
+            _cfg(model, server.base),
+            tmp_path / model,
+            concurrency=4,
+            preflight=False,
+        )
         recs = read_records(tmp_path / model / "records.parquet")
         assert res.complete and {r.diagnostic for r in recs} == {label}
         assert not any(r.success for r in recs) and all(r.prompt_hash for r in recs)
+        rate = {"down": 1.0}.get(model, 0.0)
+        assert res.over_error_rate == ((f"openai/{model}",) if rate else ())
+        assert res.manifest["errors"][f"openai/{model}"]["provider_error"] == rate * 24
     assert server.statuses[503] == 3 * 12  # 3 attempts for each of 12 distinct prompts
+
+
+def test_a_model_down_from_the_start_stops_before_any_record(
+    tmp_path, server, corpus, key, scen
+) -> None:
+    with pytest.raises(live.LiveRunError, match="preflight call failed.*nothing written"):
+        _run(corpus, key, scen, _cfg("down", server.base), tmp_path / "d")
+    assert not (tmp_path / "d").exists()
+    assert server.statuses[503] == 3  # one prompt, its three attempts
+
+
+def test_retry_errors_asks_error_cells_again(tmp_path, server, corpus, key, scen) -> None:
+    cfg = _cfg("down", server.base, tasks=2)
+    _run(corpus, key, scen, cfg, tmp_path, preflight=False)
+    assert {r.diagnostic for r in read_records(tmp_path / "records.parquet")} == {
+        "provider_error"
+    }
+    again = _run(corpus, key, scen, cfg, tmp_path, resume=True, preflight=False)
+    assert again.counters.calls == 0  # a plain resume keeps error records
+    retried = _run(
+        corpus, key, scen, cfg, tmp_path, resume=True, retry_errors=True, preflight=False
+    )
+    assert retried.counters.calls == 3 * 4 and "asked again" in retried.message
+    assert retried.manifest["calls"]["made"] == 2 * 3 * 4  # cumulative over both invocations
+    assert len(read_records(tmp_path / "records.parquet")) == 8
 
 
 def test_budget_is_never_exceeded_and_resume_completes(tmp_path, server, corpus, key, scen) -> None:
