@@ -96,7 +96,7 @@ VALUE_PATTERNS: dict[str, str] = {
     # study cells
     "condition": _IDENT,
     "arm": _IDENT,
-    "control_layer": r"([a-z][a-z0-9_]{0,63})?",
+    "control_layer": r"([a-z][a-z0-9_]{0,63}|-)?",
 }
 
 
