@@ -411,12 +411,14 @@ def run_live(
             task_ids=task_ids,
             settings=settings,
         )
-        for m in config.modes:
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    for m in config.modes:
+        try:
             get_mode(m)
-    except (ValueError, KeyError) as exc:
-        raise _fail(str(exc.args[0] if isinstance(exc, KeyError) else exc)) from None
+        except KeyError as exc:
+            raise _fail(f"--mode: {exc.args[0]}") from None
     cache = cache_dir or live.default_cache_dir()
-    typer.echo(f"reply cache: {cache} (private: holds model replies, never archived)", err=True)
     bar = _progress_hook() if progress else None
     try:
         result = live.run_live(
@@ -442,6 +444,7 @@ def run_live(
             bar.close()
     typer.echo(result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
+    typer.echo(f"reply cache: {cache} (private: holds model replies, never archived)")
     if result.over_error_rate:
         typer.echo(
             f"error: provider-error rate above --max-error-rate {max_error_rate:g} for "

@@ -409,6 +409,11 @@ def setup_problem(exc: BaseException) -> str | None:
             "no API key: set the provider's key in the environment (a local OpenAI-compatible "
             "server needs a placeholder, e.g. OPENAI_API_KEY=sk-local)"
         )
+    if "credentials encoded in URL" in text:
+        return (
+            "--api-base carries credentials (user:password@) that clash with the API key "
+            "header; drop them from the URL and pass the key through the environment"
+        )
     if code == 404 or name == "NotFoundError":
         return "not found (404): check the model name and --api-base"
     if "LLM Provider NOT provided" in text:
@@ -745,7 +750,7 @@ def run_live(
             raise LiveRunError(f"--api-base: {bad}")
     unknown = [s for s in config.scenarios if s not in scenarios]
     if unknown:
-        raise LiveRunError(f"unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
+        raise LiveRunError(f"--scenario: unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
     if config.task_ids is not None:
         if not config.task_ids:
             raise LiveRunError("--tasks: no task ids given (expected ids like hr-01-q1)")
@@ -753,6 +758,14 @@ def run_live(
         bad_ids = [t for t in config.task_ids if t not in known]
         if bad_ids:
             raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
+    from layerlab import agents
+
+    for m in config.models:
+        if split_model(m)[0] == agents.PROVIDER:
+            try:
+                agents.check_name(m)
+            except ValueError as exc:
+                raise LiveRunError(f"--model: {exc}") from None
     cache_folder = Path(cache_dir) if cache_dir else default_cache_dir()
     if _inside(cache_folder, out):
         raise LiveRunError(
@@ -783,8 +796,6 @@ def run_live(
     b = Budget(budget)
     rng = random.Random(seed)
     cache = ResponseCache(cache_folder)
-    from layerlab import agents
-
     agents.register()
     if preflight:
         wanted = None if config.task_ids is None else set(config.task_ids)

@@ -6,7 +6,10 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``flaky``     — per prompt: first call 429, second 500, third answers;
 * ``slow``      — sleeps ``SLOW_S`` before answering (exceeds a short client timeout);
 * ``malformed`` — replies with broken JSON; ``text`` — replies with prose, not JSON;
-* ``down``      — always 503.
+* ``down``      — always 503;
+* ``gone``      — answers the first request, then 404 (a model withdrawn mid-run);
+* ``limited``   — per prompt: first call 429 with ``Retry-After: 0.3``, then answers;
+* any other name — 404 "model not found", as OpenAI-compatible servers answer.
 """
 
 from __future__ import annotations
@@ -37,11 +40,15 @@ class FakeOpenAI:
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
-            def _send(self, code: int, body: dict[str, Any]) -> None:
+            def _send(
+                self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(body).encode()
                 with server.lock:
                     server.statuses[code] += 1
                 self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -62,6 +69,18 @@ class FakeOpenAI:
                 with server.lock:
                     server.hits[(model, h)] += 1
                     n = server.hits[(model, h)]
+                known = {"good", "flaky", "slow", "malformed", "text", "down", "gone", "limited"}
+                if model not in known or (model == "gone" and server.requests > 1):
+                    return self._send(
+                        404,
+                        {"error": {"message": f"model {model!r} not found", "type": "not_found"}},
+                    )
+                if model == "limited" and n == 1:
+                    return self._send(
+                        429,
+                        {"error": {"message": "slow down", "type": "rate_limit"}},
+                        {"Retry-After": "0.3"},
+                    )
                 if model == "down":
                     return self._send(
                         503, {"error": {"message": "unavailable", "type": "server_error"}}
