@@ -83,9 +83,9 @@ ALLOWLIST = frozenset(SCHEMA.names)
 # passed ``check``). Every string column therefore has a closed vocabulary or a pattern that
 # admits identifiers and hashes only: no whitespace, bounded length. Checked on write and read.
 _IDENT = r"[a-z][a-z0-9_]{0,63}"
-_TOKEN = r"[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,127}"  # model names: org/name:tag@variant
+_TOKEN = r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}"  # model names: org/name:tag@variant
 VALUE_PATTERNS: dict[str, str] = {
-    "run_id": r"[a-z][a-z0-9_]{0,31}(-[0-9a-f]{6,64})?",
+    "run_id": r"[a-z][a-z0-9_]{0,31}(-[0-9a-z]{1,64})?",
     "provider": r"[a-z0-9][a-z0-9_.-]{0,63}",
     "model": _TOKEN,
     "scenario": _IDENT,

@@ -633,6 +633,14 @@ def recompute_cmd(
 
         report.print_recompute(head)
         typer.echo(f"wrote {len(head['written'])} files to {out}")
+    for stamp in head["stamps"]:
+        typer.echo(f"warning: tables stamped {stamp}", err=True)
+    if head["provider_error_records"]:
+        typer.echo(
+            f"warning: {head['provider_error_records']} of {head['records']} records are "
+            "provider_error (counted as failures); see each run's manifest errors",
+            err=True,
+        )
 
 
 @app.command("reproduce")

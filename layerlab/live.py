@@ -797,14 +797,19 @@ def run_live(
     rng = random.Random(seed)
     cache = ResponseCache(cache_folder)
     agents.register()
-    if preflight:
+    per_model = manifest["expected_records"] // max(1, len(config.models))
+    pending = [
+        m
+        for m in config.models
+        if sum(k[:2] == split_model(m) for k in done) < per_model  # a finished model is not asked
+    ]
+    if preflight and pending:
         wanted = None if config.task_ids is None else set(config.task_ids)
         tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
         first = _first_prompt(corpus, scenarios, config, tasks)
         if first is not None:
-            _run_coroutine(
-                _preflight(import_litellm(), config, first, cache, b, counters, rng)
-            )
+            check = dataclasses.replace(config, models=tuple(pending))
+            _run_coroutine(_preflight(import_litellm(), check, first, cache, b, counters, rng))
     # from here on the run folder is written
     out.mkdir(parents=True, exist_ok=True)
     archive.write_manifest(out, {**manifest, "complete": False, "records": 0})

@@ -64,6 +64,7 @@ def recompute(
     return {
         "records": len(df),
         "stamps": stamps,
+        "provider_error_records": int((df["diagnostic"] == "provider_error").sum()),
         "units": list(eff.paired.units),
         "n_boot": n_boot,
         "seed": seed,
