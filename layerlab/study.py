@@ -403,13 +403,14 @@ def run_to(
 
     c, key = corpus_mod.load(), corpus_mod.load_answer_key()
     scen = load_scenarios(scenarios_path)
+    scen_hash = spec_hash(Path(scenarios_path or paths.SCENARIO_SPEC))
     ident = {
         "v": __version__,
         "model": model,
         "seed": seed,
         "retries": max_retries,
         "corpus": c.spec_hash,
-        "scenarios": spec_hash(Path(scenarios_path or paths.SCENARIO_SPEC)),
+        "scenarios": scen_hash,
     }
     run_id = "study-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     rows = run_study(c, key, scen, model, seed, max_retries, run_id)
@@ -420,7 +421,7 @@ def run_to(
         "kind": "langchain_study",
         "layerlab_version": __version__,
         "corpus": c.name,
-        "provenance": archive.provenance_for(c, ident["scenarios"], {r["task_id"] for r in rows}),
+        "provenance": archive.provenance_for(c, scen_hash, {r["task_id"] for r in rows}),
         "models": [model],
         "arms": list(ARMS),
         "conditions": list(scen),
