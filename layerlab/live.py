@@ -894,9 +894,11 @@ def run_matrix(
 
     c, key = corpus_mod.load(), corpus_mod.load_answer_key()
     scen = load_scenarios()
-    if out is None:
+    cache_dir = None
+    if out is None:  # a throwaway run gets a throwaway cache, so its counts do not depend on history
         _TMP.append(tempfile.TemporaryDirectory(prefix="layerlab-live-"))
         out = Path(_TMP[-1].name) / "run"
+        cache_dir = Path(_TMP[-1].name) / "cache"
     cfg = LiveConfig(
         models=tuple(models),
         scenarios=tuple(scenarios or scen),
@@ -912,6 +914,7 @@ def run_matrix(
         budget=budget,
         concurrency=concurrency,
         resume=resume,
+        cache_dir=cache_dir,
     )
 
 
