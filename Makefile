@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv reproduce quick test lab archives lint bench lock clean
+.PHONY: help venv local models reproduce quick test lab archives lint bench lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,6 +27,31 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $@
 
 venv: $(STAMP) ## Create .venv from the hash-locked requirements (done by the targets below).
+
+# The local model runtime, llama-cpp-python[server], is a source package: its sdist (sha256 in
+# requirements-llama.lock) is compiled once into a wheel kept in the user cache, then installed
+# with its server dependencies from the hash-locked requirements-local.lock.
+CACHE := $(or $(LAYERLAB_CACHE),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/layerlab,$(HOME)/.cache/layerlab))
+LLAMA_VERSION := $(shell sed -n 's/^llama-cpp-python==\([^ ]*\).*/\1/p' requirements-llama.lock)
+LLAMA_WHEELS := $(CACHE)/wheels/$(shell $(PYTHON) -c 'import platform,sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')
+LOCAL_STAMP := $(VENV)/.local-$(shell cat requirements-local.lock requirements-llama.lock | cksum | cut -d' ' -f1)
+# build only what the CPU here runs; no multimodal helpers (the benchmark is text only)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF
+
+$(LOCAL_STAMP): $(STAMP) requirements-local.lock requirements-llama.lock
+	@if ! ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) once (compiles llama.cpp: 10-60 min on 2 cores; cached in $(LLAMA_WHEELS))"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip wheel --quiet --disable-pip-version-check \
+	    --no-deps --require-hashes -r requirements-llama.lock -w $(LLAMA_WHEELS); fi
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-local.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-index --find-links $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+	rm -f $(VENV)/.local-*
+	touch $@
+
+local: $(LOCAL_STAMP) ## Install the local model runtime (llama.cpp server; built once, then cached).
+
+models: $(LOCAL_STAMP) ## Install the runtime and fetch the registered local models into the user cache.
+	$(BIN)/layerlab models fetch
 
 reproduce: $(STAMP) ## Regenerate the corpus and every table and figure (all notebooks), offline.
 	$(BIN)/layerlab corpus build
@@ -62,8 +87,11 @@ lint: $(STAMP) ## ruff and mypy over the package.
 bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
 	$(BIN)/python -m layerlab.bench
 
-lock: ## Regenerate requirements.lock from pyproject.toml (needs uv).
+lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).
 	uv pip compile pyproject.toml --extra dev --extra study --generate-hashes --universal --python-version 3.11 -o requirements.lock
+	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --no-emit-package llama-cpp-python -o requirements-local.lock
+	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --quiet \
+	  | awk '/^llama-cpp-python==/{p=1; print; next} p && /^ +--hash/{print; next} {p=0}' > requirements-llama.lock
 
 clean: ## Remove the virtual environment and caches.
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,9 +1,14 @@
 """Privacy-safe record archives: one Parquet row per scored record, allowlisted columns only.
 
-An archive keeps what aggregate recomputation needs — provider, model, scenario, contract mode,
-task and policy keys, binary labels, the diagnostic label and the prompt hash — and nothing
+An archive keeps what aggregate recomputation needs — provider, model, scenario, mitigation
+arm, task and policy keys, the replicate index, binary labels, the diagnostic label and the prompt hash — and nothing
 else: no prose, no answer text, no document ids, no latency, cost or credentials. The allowlist
 is the schema itself; it is checked when an archive is written and again when it is read.
+
+Schema history: version 1 named the arm column ``contract_mode`` and had no ``replicate``
+column. Version 2 renames it ``mitigation`` (values name registered mitigations or stacks; the
+strict contract is the baseline) and adds ``replicate`` (0-based; 0 for single runs) to the record
+key. Version-1 archives still read: the column is renamed and ``replicate`` set to 0 on read.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import pyarrow.parquet as pq
 
 from layerlab._io import atomic_write_bytes
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+STUDY_SCHEMA_VERSION = 1  # the focused study's cells have their own, unchanged layout
 
 LABELS = (
     "success",
@@ -35,7 +41,7 @@ LABELS = (
     "safe_resolution",
     "reached_reader",
 )
-KEYS = ("provider", "model", "scenario", "contract_mode", "task_id")
+KEYS = ("provider", "model", "scenario", "mitigation", "task_id", "replicate")
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,9 @@ class Record:
     provider: str
     model: str
     scenario: str
-    contract_mode: str
+    mitigation: str
     task_id: str
+    replicate: int
     policy_id: str
     variant: int
     stage: str
@@ -70,6 +77,7 @@ class Record:
 _TYPES: dict[str, pa.DataType] = {
     "schema_version": pa.int16(),
     "variant": pa.int8(),
+    "replicate": pa.int16(),
     **{name: pa.bool_() for name in LABELS},
 }
 SCHEMA = pa.schema(
@@ -89,7 +97,7 @@ VALUE_PATTERNS: dict[str, str] = {
     "provider": r"[a-z0-9][a-z0-9_.-]{0,63}",
     "model": _TOKEN,
     "scenario": _IDENT,
-    "contract_mode": r"[a-z][a-z0-9_+]{0,63}",  # a registered mitigation or a stack of them
+    "mitigation": r"[a-z][a-z0-9_+]{0,63}",  # a registered mitigation or a stack of them
     "task_id": r"[a-z][a-z0-9_]{0,63}-\d{2}-q\d{1,2}",
     "policy_id": r"[a-z][a-z0-9_]{0,63}-\d{2}",
     "prompt_hash": r"([0-9a-f]{64})?",
@@ -140,8 +148,8 @@ class ArchiveError(ValueError):
     """An archive that is not a valid layerlab archive (message names the file and problem)."""
 
 
-def sort_key(r: Record) -> tuple[str, ...]:
-    return (r.provider, r.model, r.scenario, r.contract_mode, r.task_id)
+def sort_key(r: Record) -> tuple[str | int, ...]:
+    return (r.provider, r.model, r.scenario, r.mitigation, r.task_id, r.replicate)
 
 
 def to_table(records: Iterable[Record]) -> pa.Table:
@@ -155,7 +163,11 @@ def to_table(records: Iterable[Record]) -> pa.Table:
 
 
 def validate_table(
-    table: pa.Table, source: str, schema: pa.Schema | None = None, keys: Sequence[str] = KEYS
+    table: pa.Table,
+    source: str,
+    schema: pa.Schema | None = None,
+    keys: Sequence[str] = KEYS,
+    version: int = SCHEMA_VERSION,
 ) -> None:
     """Raise :class:`ArchiveError` unless ``table`` is an allowlisted, key-unique archive."""
     schema = schema or SCHEMA
@@ -173,9 +185,9 @@ def validate_table(
         if table.column(f.name).null_count:
             raise ArchiveError(f"{source}: column {f.name!r} has null values")
     versions = set(table.column("schema_version").to_pylist())
-    if versions - {SCHEMA_VERSION}:
+    if versions - {version}:
         raise ArchiveError(
-            f"{source}: schema_version {sorted(versions)} found, this layerlab reads {SCHEMA_VERSION}"
+            f"{source}: schema_version {sorted(versions)} found, this layerlab reads {version}"
         )
     _check_values(table, source)
     rows = list(zip(*(table.column(k).to_pylist() for k in keys), strict=True))
@@ -194,13 +206,42 @@ def write_records(path: Path, records: Sequence[Record]) -> None:
     atomic_write_bytes(Path(path), buf.getvalue())
 
 
-def read_table(path: Path, schema: pa.Schema | None = None, keys: Sequence[str] = KEYS) -> pa.Table:
-    """Read and validate an archive; raise :class:`ArchiveError` on any problem."""
+def upgrade_v1(table: pa.Table) -> pa.Table:
+    """A version-1 record table in the version-2 layout (``contract_mode`` -> ``mitigation``,
+    ``replicate`` = 0). Anything else is returned unchanged for validation to judge."""
+    names = table.column_names
+    if "contract_mode" not in names or "mitigation" in names or "replicate" in names:
+        return table
+    if "schema_version" not in names or set(table.column("schema_version").to_pylist()) != {1}:
+        return table
+    table = table.rename_columns(["mitigation" if n == "contract_mode" else n for n in names])
+    n = table.num_rows
+    table = table.set_column(
+        table.column_names.index("schema_version"),
+        "schema_version",
+        pa.array([SCHEMA_VERSION] * n, pa.int16()),
+    )
+    table = table.append_column("replicate", pa.array([0] * n, pa.int16()))
+    return table.select(SCHEMA.names)
+
+
+def read_table(
+    path: Path,
+    schema: pa.Schema | None = None,
+    keys: Sequence[str] = KEYS,
+    version: int = SCHEMA_VERSION,
+) -> pa.Table:
+    """Read and validate an archive; raise :class:`ArchiveError` on any problem.
+
+    Record archives of schema version 1 are upgraded on read (see the module docstring).
+    """
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise ArchiveError(f"{path}: not a readable Parquet archive ({exc})") from exc
-    validate_table(table, str(path), schema, keys)
+    if schema is None:
+        table = upgrade_v1(table)
+    validate_table(table, str(path), schema, keys, version)
     return table.cast(schema or SCHEMA)
 
 
@@ -232,7 +273,7 @@ STUDY_SCHEMA = pa.schema(
             for n in ("control", "control_layer", "prompt_hash")
         ],
     ],
-    metadata={b"layerlab.archive.schema_version": str(SCHEMA_VERSION).encode()},
+    metadata={b"layerlab.archive.schema_version": str(STUDY_SCHEMA_VERSION).encode()},
 )
 STUDY_KEYS = ("provider", "model", "condition", "arm", "task_id")
 STUDY_ARCHIVE = "study.parquet"
@@ -247,7 +288,7 @@ def write_study(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     table = pa.Table.from_pydict(
         {n: [r[n] for r in rows] for n in STUDY_SCHEMA.names}, schema=STUDY_SCHEMA
     )
-    validate_table(table, str(path), STUDY_SCHEMA, STUDY_KEYS)
+    validate_table(table, str(path), STUDY_SCHEMA, STUDY_KEYS, STUDY_SCHEMA_VERSION)
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd", write_statistics=False)
     atomic_write_bytes(Path(path), buf.getvalue())
@@ -257,7 +298,10 @@ def read_study(path: Path) -> list[dict[str, Any]]:
     """Read and validate a study archive (a file or a study run folder)."""
     path = Path(path)
     return read_table(
-        path / STUDY_ARCHIVE if path.is_dir() else path, STUDY_SCHEMA, STUDY_KEYS
+        path / STUDY_ARCHIVE if path.is_dir() else path,
+        STUDY_SCHEMA,
+        STUDY_KEYS,
+        STUDY_SCHEMA_VERSION,
     ).to_pylist()
 
 
@@ -283,6 +327,13 @@ MANIFEST_KEYS = frozenset(
         "models",
         "scenarios",
         "modes",
+        "mitigations",
+        "prompt_version",
+        "replicates",
+        "share_replies",
+        "response_format",
+        "seeds",
+        "local_models",
         "n_tasks",
         "retriever",
         "settings",
@@ -481,7 +532,11 @@ def check_path(path: Path) -> dict[str, Any]:
         raise ArchiveError(
             f"{arch}: checksum {got[:12]}… differs from manifest {str(want)[:12]}… (modified or truncated)"
         )
-    table = read_table(arch, STUDY_SCHEMA, STUDY_KEYS) if study else read_table(arch)
+    table = (
+        read_table(arch, STUDY_SCHEMA, STUDY_KEYS, STUDY_SCHEMA_VERSION)
+        if study
+        else read_table(arch)
+    )
     if table.num_rows != m.get("records"):
         raise ArchiveError(f"{arch}: {table.num_rows} records, manifest says {m.get('records')}")
     run_ids = set(table.column("run_id").to_pylist())

@@ -72,7 +72,7 @@ def _live_run(
     c = corpus_mod.load(paths.CORPUS_DIR)
     key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
     scen = load_scenarios()
-    cfg = live.LiveConfig(models=models, scenarios=scenarios, modes=modes)
+    cfg = live.LiveConfig(models=models, scenarios=scenarios, mitigations=modes)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         res = live.run_live(

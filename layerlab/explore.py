@@ -271,7 +271,7 @@ def representative_cases(df: Any, model: str = "extractive") -> list[tuple[str, 
         return sorted(d.loc[mask, "task_id"].unique())
 
     def cell(s: str, m: str) -> Any:
-        return (d["scenario"] == s) & (d["contract_mode"] == m)
+        return (d["scenario"] == s) & (d["mitigation"] == m)
 
     drift_ok = set(ids(cell("schema_drift", "repair") & d["success"])) & set(
         ids(cell("schema_drift", "strict") & ~d["success"])

@@ -97,6 +97,7 @@ def evaluate(
     run_id: str,
     prompt_hash: str,
     failure: str | None = None,
+    replicate: int = 0,
 ) -> tuple[Record, Labels]:
     """Score one record and shape it for the archive."""
     spec = prepared.scenario.spec
@@ -118,8 +119,9 @@ def evaluate(
         provider=provider,
         model=model,
         scenario=spec.name,
-        contract_mode=mode,
+        mitigation=mode,
         task_id=task.task_id,
+        replicate=replicate,
         policy_id=task.policy_id,
         variant=task.variant,
         stage=stage,
@@ -179,8 +181,8 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
     for r in records:
         if r.scenario not in order:
             order.append(r.scenario)
-        cells[(r.scenario, r.contract_mode)].append(r)
-    modes = sorted({r.contract_mode for r in records}, key=lambda m: (m != "strict", m))
+        cells[(r.scenario, r.mitigation)].append(r)
+    modes = sorted({r.mitigation for r in records}, key=lambda m: (m != "strict", m))
 
     def table(attr: str) -> dict[str, dict[str, float]]:
         return {

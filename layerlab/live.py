@@ -1,6 +1,6 @@
 """The live harness: the deterministic pipeline with a model (through litellm) as the reader.
 
-Same tasks, scenarios, contract modes, retriever and scorer as :mod:`layerlab.harness`. What it
+Same tasks, scenarios, mitigation arms, retriever and scorer as :mod:`layerlab.harness`. What it
 adds is what a provider run needs to be trustworthy:
 
 * a hard **budget** on provider calls (retries included), checked before every attempt;
@@ -25,6 +25,7 @@ adds is what a provider run needs to be trustworthy:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import ipaddress
@@ -33,14 +34,15 @@ import os
 import random
 import re
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
 from layerlab import __version__, archive, harness, prompt, retrieval
+from layerlab import models as models_mod
 from layerlab._io import atomic_write_text, canonical_json
 from layerlab.archive import Record
 from layerlab.corpus import AnswerKey, Corpus, Task
@@ -54,6 +56,7 @@ DEFAULT_MAX_ERROR_RATE = 0.2
 flagged: above it the archive is still written (it is data) but the run counts as failed."""
 
 
+
 class LiveRunError(RuntimeError):
     """A run that cannot go on (bad settings, fatal provider error, resume mismatch)."""
 
@@ -64,10 +67,26 @@ class LiveConfig:
 
     models: tuple[str, ...]
     scenarios: tuple[str, ...]
-    modes: tuple[str, ...] = harness.MODES
+    mitigations: tuple[str, ...] = harness.MODES
     task_ids: tuple[str, ...] | None = None
     settings: ProviderSettings = field(default_factory=ProviderSettings)
     retriever: str = retrieval.REPORTED.name
+    # Each cell is an independent draw: one call per record, ``replicates`` records per cell.
+    replicates: int = 1
+    # Share one reply between records whose prompts are identical (the pre-v2 behaviour; it
+    # forces every strict-vs-repair difference on an unchanged prompt to zero). Off by default.
+    share_replies: bool = False
+    # "json_schema": ask the server to constrain decoding to the reply contract (REPLY_SCHEMA).
+    response_format: Literal["none", "json_schema"] = "none"
+    # Base of the per-record seeds sent to servers that honour one (local models always get
+    # one, base 0 unless given; other providers only when it is given).
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicates < 1:
+            raise ValueError("replicates must be >= 1")
+        if self.response_format not in ("none", "json_schema"):
+            raise ValueError("response_format must be 'none' or 'json_schema'")
 
 
 @dataclass
@@ -105,8 +124,8 @@ def split_model(model: str) -> tuple[str, str]:
 
 
 def endpoint_for_hashing(api_base: str | None) -> str | None:
-    """``api_base`` without ``user:password@``, query or fragment: what run ids and cache keys
-    hash (so credentials never change a run's identity and never reach a file)."""
+    """``api_base`` without ``user:password@``, query or fragment (what :func:`redact` also
+    removes from messages)."""
     if not api_base:
         return None
     u = urllib.parse.urlsplit(api_base)
@@ -173,10 +192,16 @@ class ResponseCache:
         self.folder = Path(folder)
 
     @staticmethod
-    def key(model: str, params: Mapping[str, Any], phash: str) -> str:
-        return hashlib.sha256(
-            canonical_json({"m": model, "p": dict(params), "h": phash}).encode()
-        ).hexdigest()
+    def key(
+        model: str, params: Mapping[str, Any], phash: str, record: Sequence[Any] = ()
+    ) -> str:
+        """Key of one reply: model, request parameters, prompt hash and the record's identity
+        (scenario, mode, task, replicate), so that each record is its own draw; ``record=()``
+        shares one reply between identical prompts (``share_replies``)."""
+        ident: dict[str, Any] = {"m": model, "p": dict(params), "h": phash}
+        if record:
+            ident["r"] = list(record)
+        return hashlib.sha256(canonical_json(ident).encode()).hexdigest()
 
     def get(self, key: str) -> str | None:
         p = self.folder / key[:2] / f"{key}.json"
@@ -210,6 +235,100 @@ class Budget:
         return self.limit is not None and self.used >= self.limit
 
 
+@dataclass
+class _Endpoint:
+    """One server of a model; ``slots`` bounds the requests it is sent at once."""
+
+    api_base: str | None
+    slots: asyncio.Semaphore
+    busy: int = 0
+
+
+@dataclass
+class Route:
+    """How the calls of one ``-m`` model are made: litellm model, endpoints, request shape."""
+
+    model: str  # litellm model string
+    endpoints: list[_Endpoint]
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a local server's placeholder key
+    merge_system: bool = False
+    response_format: dict[str, Any] | None = None
+    seed_base: int | None = None
+
+    def request(self, msgs: list[dict[str, str]], seed: int | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(self.extra)
+        kwargs["messages"] = prompt.merge_system(msgs) if self.merge_system else msgs
+        if self.response_format is not None:
+            kwargs["response_format"] = self.response_format
+        if seed is not None:
+            kwargs["seed"] = seed
+        return kwargs
+
+    @contextlib.asynccontextmanager
+    async def endpoint(self) -> AsyncIterator[_Endpoint]:
+        """The least busy endpoint, once it has a free slot (queue time is not request time)."""
+        ep = min(self.endpoints, key=lambda e: e.busy)
+        ep.busy += 1
+        try:
+            async with ep.slots:
+                yield ep
+        finally:
+            ep.busy -= 1
+
+
+def response_format_for(kind: str, local: bool) -> dict[str, Any] | None:
+    """The ``response_format`` that asks a server to follow the reply contract.
+
+    llama-cpp-python's server takes ``{"type": "json_object", "schema": ...}`` (a grammar);
+    OpenAI-style structured outputs, vLLM and litellm's Ollama/Gemini mappings take
+    ``{"type": "json_schema", ...}``.
+    """
+    if kind == "none":
+        return None
+    if local:
+        return {"type": "json_object", "schema": prompt.REPLY_SCHEMA}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "layerlab_reply", "schema": prompt.REPLY_SCHEMA, "strict": True},
+    }
+
+
+def record_seed(base: int, model: str, scenario: str, mode: str, task_id: str, rep: int) -> int:
+    """A per-record seed (stable across runs), so a rerun without the cache can reproduce replies."""
+    ident = canonical_json([base, model, scenario, mode, task_id, rep])
+    return int(hashlib.sha256(ident.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+def routes_for(
+    config: LiveConfig, concurrency: int, local: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Route]:
+    """A :class:`Route` per model. ``local`` maps a ``local/NAME`` model to its servers' URLs."""
+    from layerlab import models as models_mod
+
+    local = local or {}
+    routes: dict[str, Route] = {}
+    for m in config.models:
+        if m in local:
+            spec = models_mod.lookup(m)
+            routes[m] = Route(
+                model=f"openai/{spec.name}",
+                endpoints=[_Endpoint(b, asyncio.Semaphore(1)) for b in local[m]],
+                extra={"api_key": models_mod.PLACEHOLDER_KEY},
+                merge_system=spec.system_prompt == "merge",
+                response_format=response_format_for(config.response_format, local=True),
+                seed_base=config.seed if config.seed is not None else 0,
+            )
+        else:
+            bases: Sequence[str | None] = config.settings.api_bases or (None,)
+            routes[m] = Route(
+                model=m,
+                endpoints=[_Endpoint(b, asyncio.Semaphore(concurrency)) for b in bases],
+                response_format=response_format_for(config.response_format, local=False),
+                seed_base=config.seed,
+            )
+    return routes
+
+
 def _status_of(exc: BaseException) -> int | None:
     code = getattr(exc, "status_code", None)
     return int(code) if isinstance(code, int) else None
@@ -232,16 +351,12 @@ def _retryable(exc: BaseException) -> bool:
     return code in RETRYABLE_STATUS if code is not None else False
 
 
-def _hashed_settings(settings: ProviderSettings) -> dict[str, Any]:
-    return {**settings.as_dict(), "api_base": endpoint_for_hashing(settings.api_base)}
-
-
 def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     ident = {
         "v": __version__,
         "corpus": corpus.spec_hash,
         "scenarios_spec": scenario_hash,
-        "config": {**asdict(config), "settings": _hashed_settings(config.settings)},
+        "config": {**asdict(config), "settings": config.settings.as_dict()},
         "prompt": prompt.PROMPT_VERSION,
     }
     return "live-" + hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:16]
@@ -250,7 +365,11 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
 def _manifest(
     config: LiveConfig, corpus: Corpus, scenario_hash: str, n_tasks: int
 ) -> dict[str, Any]:
-    settings = {**config.settings.as_dict(), "api_base": endpoint_label(config.settings.api_base)}
+    settings = {
+        **config.settings.as_dict(),
+        # where the model was served, only as local or remote: never a host, user or key
+        "api_bases": [endpoint_label(b) for b in config.settings.api_bases],
+    }
     task_ids = config.task_ids if config.task_ids is not None else [t.task_id for t in corpus.tasks]
     return {
         "run_id": run_id_for(config, corpus, scenario_hash),
@@ -260,14 +379,22 @@ def _manifest(
         "provenance": archive.provenance_for(corpus, scenario_hash, task_ids),
         "models": list(config.models),
         "scenarios": list(config.scenarios),
-        "modes": list(config.modes),
+        "mitigations": list(config.mitigations),
         "n_tasks": n_tasks,
         "retriever": config.retriever,
         "settings": settings,
+        "prompt_version": prompt.PROMPT_VERSION,
+        "replicates": config.replicates,
+        "share_replies": config.share_replies,
+        "response_format": config.response_format,
+        "seed": config.seed,
+        "seeds": "per record, derived from (seed, model, scenario, mode, task, replicate); "
+        "sent to local models always (seed 0 unless given), to other providers only when given",
         "expected_records": len(config.models)
         * len(config.scenarios)
-        * len(config.modes)
-        * n_tasks,
+        * len(config.mitigations)
+        * n_tasks
+        * config.replicates,
     }
 
 
@@ -391,6 +518,11 @@ class _Cell:
     scenario: str
     mode: str
     task: Task
+    replicate: int = 0
+
+
+def ident_of(cell: _Cell) -> tuple[str, str, str, str, int]:
+    return (cell.model, cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
 
 
 ProgressHook = Callable[[Counters, int], None]
@@ -432,8 +564,9 @@ def _describe_error(exc: BaseException, api_base: str | None) -> str:
 
 async def _call(
     litellm: Any,
-    model: str,
+    route: Route,
     msgs: list[dict[str, str]],
+    seed: int | None,
     settings: ProviderSettings,
     budget: Budget,
     counters: Counters,
@@ -446,33 +579,37 @@ async def _call(
     ``last_error`` (if given) receives a redacted description of the last failure.
     """
     rng = rng or random.Random(0)
+    request = route.request(msgs, seed)
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
         counters.calls += 1
+        base: str | None = None
         try:
-            kwargs: dict[str, Any] = dict(
-                model=model,
-                messages=msgs,
-                timeout=settings.timeout_s,
-                num_retries=0,
-                max_retries=0,
-                **settings.request_params(),
-            )
-            if settings.api_base:
-                kwargs["api_base"] = settings.api_base
-            resp = await asyncio.wait_for(
-                litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
-            )
+            async with route.endpoint() as ep:
+                base = ep.api_base
+                kwargs: dict[str, Any] = dict(
+                    model=route.model,
+                    timeout=settings.timeout_s,
+                    num_retries=0,
+                    max_retries=0,
+                    **settings.request_params(),
+                    **request,
+                )
+                if ep.api_base:
+                    kwargs["api_base"] = ep.api_base
+                resp = await asyncio.wait_for(
+                    litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
+                )
             return str(resp.choices[0].message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
             problem = setup_problem(exc)
             if problem is not None:
                 raise LiveRunError(
-                    f"{model}: {problem} ({_describe_error(exc, settings.api_base)})"
+                    f"{route.model}: {problem} ({_describe_error(exc, base)})"
                 ) from None
             if last_error is not None:
-                last_error[:] = [_describe_error(exc, settings.api_base)]
+                last_error[:] = [_describe_error(exc, base)]
             if not _retryable(exc) or attempt == settings.attempts:
                 break
             counters.retries += 1
@@ -480,51 +617,65 @@ async def _call(
     return None, "provider_error"
 
 
-def _first_prompt(
+def _reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any]) -> str:
+    """The cache key of one record's reply (shared by identical prompts with ``share_replies``)."""
+    params = {
+        **config.settings.request_params(),
+        "response_format": config.response_format,
+        "seed": config.seed,
+    }
+    return ResponseCache.key(model, params, phash, () if config.share_replies else tuple(ident))
+
+
+def _first_cell(
     corpus: Corpus, scenarios: Mapping[str, Scenario], config: LiveConfig, tasks: Sequence[Task]
-) -> list[dict[str, str]] | None:
-    """The first prompt of the matrix (prompts do not depend on the model), or None."""
+) -> tuple[tuple[str, str, str, int], list[dict[str, str]]] | None:
+    """The first cell of the matrix that reaches the reader, as (scenario, mitigation, task id,
+    replicate) and its prompt (prompts do not depend on the model), or None."""
     for name in config.scenarios:
         prep = harness.prepare(corpus, scenarios[name], config.retriever)
         for t in tasks:
-            for mode in config.modes:
+            for mode in config.mitigations:
                 g = harness.gate(t, prep.received[t.task_id], mode)
                 if g.inp is not None:
-                    return prompt.messages(g.inp)
+                    return (name, mode, t.task_id, 0), prompt.messages(g.inp)
     return None
 
 
 async def _preflight(
     litellm: Any,
     config: LiveConfig,
-    msgs: list[dict[str, str]],
+    models: Sequence[str],
+    first: tuple[tuple[str, str, str, int], list[dict[str, str]]],
+    routes: Mapping[str, Route],
     cache: ResponseCache,
     budget: Budget,
     counters: Counters,
     rng: random.Random,
 ) -> None:
-    """Ask every model its first prompt before any record exists. A setup error, or a call that
-    fails even after its retries, stops the run with one line (nothing is written). The reply
-    is cached, so the run itself does not ask again; a cached reply skips the call."""
-    params = config.settings.request_params()
+    """Ask every model its first record's prompt before any record exists. A setup error, or a
+    call that fails even after its retries, stops the run with one line (nothing is written).
+    The reply is cached under that record's key, so the run does not ask again; a cached reply
+    skips the call."""
+    ident, msgs = first
     phash = prompt.prompt_hash(msgs)
-    for model in config.models:
-        ckey = ResponseCache.key(
-            model, {**params, "api_base": endpoint_for_hashing(config.settings.api_base)}, phash
-        )
+    for model in models:
+        ckey = _reply_key(config, model, phash, ident)
         if cache.get(ckey) is not None:
             continue
+        route = routes[model]
+        seed = None if route.seed_base is None else record_seed(route.seed_base, model, *ident)
         last: list[str] = []
         reply, failure = await _call(
-            litellm, model, msgs, config.settings, budget, counters, rng, last
+            litellm, route, msgs, seed, config.settings, budget, counters, rng, last
         )
         if reply is not None:
             cache.put(ckey, reply)
         elif failure is not None:
-            where = endpoint_label(config.settings.api_base)
+            where = sorted({endpoint_label(e.api_base) or "" for e in route.endpoints} - {""})
             raise LiveRunError(
                 f"{model}: preflight call failed after {config.settings.attempts} attempt(s)"
-                + (f" at the {where} --api-base" if where else "")
+                + (f" at the {'/'.join(where)} --api-base" if where else "")
                 + f" ({last[0] if last else 'no reply'}); nothing written"
             )
         # failure None and reply None: the budget is spent, so no call will be made at all
@@ -540,29 +691,36 @@ async def _run(
     budget: Budget,
     concurrency: int,
     run_id: str,
-    done: dict[tuple[str, ...], Record],
+    done: dict[tuple[str | int, ...], Record],
     progress: ProgressHook | None,
     counters: Counters,
+    local: Mapping[str, Sequence[str]],
     rng: random.Random,
 ) -> bool:
     litellm = import_litellm()
+    from layerlab import agents
+
+    routes = routes_for(config, concurrency, local)
+
+    agents.register()
     wanted = None if config.task_ids is None else set(config.task_ids)
     tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
     prepared = {
         n: harness.prepare(corpus, scenarios[n], config.retriever) for n in config.scenarios
     }
     cells = [
-        _Cell(m, s, mode, t)
+        _Cell(m, s, mode, t, r)
         for m in config.models
         for s in config.scenarios
         for t in tasks
-        for mode in config.modes
+        for mode in config.mitigations
+        for r in range(config.replicates)
     ]
     total = len(cells)
     todo = []
     for c in cells:
         provider, name = split_model(c.model)
-        if (provider, name, c.scenario, c.mode, c.task.task_id) in done:
+        if (provider, name, c.scenario, c.mode, c.task.task_id, c.replicate) in done:
             counters.skipped_done += 1
         else:
             todo.append(c)
@@ -571,7 +729,6 @@ async def _run(
     queue: asyncio.Queue[_Cell] = asyncio.Queue()
     for c in todo:
         queue.put_nowait(c)
-    params = config.settings.request_params()
     inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
     log = open(out / archive.PROGRESS, "a", encoding="utf-8")
 
@@ -582,8 +739,40 @@ async def _run(
         if progress:
             progress(counters, total)
 
-    async def worker() -> None:
+    async def ask(cell: _Cell, msgs: list[dict[str, str]], phash: str) -> tuple[str | None, str | None, bool]:
+        """(reply, failure, from_cache); (None, None, _) when the budget stopped the run."""
         nonlocal stopped
+        route = routes[cell.model]
+        ident = (cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
+        ckey = _reply_key(config, cell.model, phash, ident)
+        reply = cache.get(ckey)
+        if reply is not None:
+            return reply, None, True
+        if ckey in inflight:  # only with share_replies: the same prompt is being asked
+            reply, failure = await inflight[ckey]
+            return reply, failure, False
+        if stopped:
+            return None, None, False
+        fut: asyncio.Future[tuple[str | None, str | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        inflight[ckey] = fut
+        reply, failure = None, None
+        try:
+            seed = None if route.seed_base is None else record_seed(route.seed_base, *ident_of(cell))
+            reply, failure = await _call(
+                litellm, route, msgs, seed, config.settings, budget, counters, rng
+            )
+            if reply is not None:
+                cache.put(ckey, reply)
+        finally:
+            fut.set_result((reply, failure)) if not fut.done() else None
+            del inflight[ckey]
+        if reply is None and failure is None:
+            stopped = True  # budget spent: leave this cell for --resume
+        return reply, failure, False
+
+    async def worker() -> None:
         while True:
             try:
                 cell = queue.get_nowait()
@@ -592,7 +781,9 @@ async def _run(
             provider, name = split_model(cell.model)
             prep = prepared[cell.scenario]
             g = harness.gate(cell.task, prep.received[cell.task.task_id], cell.mode)
-            common = dict(provider=provider, model=name, run_id=run_id)
+            common: dict[str, Any] = dict(
+                provider=provider, model=name, run_id=run_id, replicate=cell.replicate
+            )
             if g.inp is None:
                 rec, _ = harness.evaluate(
                     cell.task, key, corpus, prep, cell.mode, g, None, prompt_hash="", **common
@@ -601,37 +792,11 @@ async def _run(
                 continue
             msgs = prompt.messages(g.inp)
             phash = prompt.prompt_hash(msgs)
-            ckey = ResponseCache.key(
-                cell.model, {**params, "api_base": endpoint_for_hashing(config.settings.api_base)}, phash
-            )
-            failure: str | None = None
-            reply = cache.get(ckey)
-            if reply is None and ckey in inflight:
-                # the same prompt is already being asked: share its reply, make no second call
-                reply, failure = await inflight[ckey]
-                if reply is None and failure is None:
-                    continue
-            if reply is not None and failure is None:
+            reply, failure, cached = await ask(cell, msgs, phash)
+            if reply is None and failure is None:
+                continue
+            if cached:
                 counters.cache_hits += 1
-            elif failure is None:
-                if stopped:
-                    continue
-                fut: asyncio.Future[tuple[str | None, str | None]] = (
-                    asyncio.get_running_loop().create_future()
-                )
-                inflight[ckey] = fut
-                try:
-                    reply, failure = await _call(
-                        litellm, cell.model, msgs, config.settings, budget, counters, rng
-                    )
-                    if reply is not None:
-                        cache.put(ckey, reply)
-                finally:
-                    fut.set_result((reply, failure)) if not fut.done() else None
-                    del inflight[ckey]
-                if reply is None and failure is None:
-                    stopped = True  # budget spent: leave this cell for --resume
-                    continue
             out_ = None
             if reply is not None:
                 try:
@@ -722,16 +887,21 @@ def run_live(
     retry_errors: bool = False,
     cache_dir: Path | None = None,
     progress: ProgressHook | None = None,
+    local_servers: int = 1,
+    say: Callable[[str], None] = lambda _m: None,
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
     seed: int = 0,
     preflight: bool = True,
 ) -> LiveResult:
     """Run (or resume) a live matrix into ``out``; see the module docstring.
 
-    Everything that can be checked is checked before the run folder is touched: settings,
-    the folder, the cache location and (``preflight``) one call per model. ``seed`` seeds the
-    retry jitter. ``retry_errors`` (with ``resume``) asks ``provider_error`` cells again.
+    ``local/NAME`` models are fetched if needed and served by ``local_servers`` llama.cpp
+    servers each for the duration of the run. Everything that can be checked is checked before
+    the run folder is touched: settings, the folder, the cache location and (``preflight``) one
+    call per model. ``seed`` seeds the retry jitter; ``retry_errors`` (with ``resume``) asks
+    ``provider_error`` cells again.
     """
+    from layerlab import agents
     from layerlab._io import writable_folder_problem
 
     out = Path(out)
@@ -744,8 +914,8 @@ def run_live(
         raise LiveRunError(f"--max-error-rate: expected a share in [0, 1], got {max_error_rate}")
     if retry_errors and not resume:
         raise LiveRunError("--retry-errors: only with --resume (it re-asks a run's error cells)")
-    if config.settings.api_base:
-        bad = api_base_problem(config.settings.api_base)
+    for base in config.settings.api_bases:
+        bad = api_base_problem(base)
         if bad:
             raise LiveRunError(f"--api-base: {bad}")
     unknown = [s for s in config.scenarios if s not in scenarios]
@@ -758,8 +928,6 @@ def run_live(
         bad_ids = [t for t in config.task_ids if t not in known]
         if bad_ids:
             raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
-    from layerlab import agents
-
     for m in config.models:
         if split_model(m)[0] == agents.PROVIDER:
             try:
@@ -798,44 +966,54 @@ def run_live(
     cache = ResponseCache(cache_folder)
     agents.register()
     per_model = manifest["expected_records"] // max(1, len(config.models))
-    pending = [
-        m
-        for m in config.models
-        if sum(k[:2] == split_model(m) for k in done) < per_model  # a finished model is not asked
+    pending = [  # a model whose records are all done is not asked again
+        m for m in config.models if sum(k[:2] == split_model(m) for k in done) < per_model
     ]
-    if preflight and pending:
-        wanted = None if config.task_ids is None else set(config.task_ids)
-        tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
-        first = _first_prompt(corpus, scenarios, config, tasks)
-        if first is not None:
-            check = dataclasses.replace(config, models=tuple(pending))
-            _run_coroutine(_preflight(import_litellm(), check, first, cache, b, counters, rng))
-    # from here on the run folder is written
-    out.mkdir(parents=True, exist_ok=True)
-    archive.write_manifest(out, {**manifest, "complete": False, "records": 0})
-    _trim_torn_tail(plog)
-    if report.dropped:
-        _rewrite_progress(plog, done)
-    coro = _run(
-        corpus,
-        key,
-        scenarios,
-        config,
-        out,
-        cache,
-        b,
-        concurrency,
-        manifest["run_id"],
-        done,
-        progress,
-        counters,
-        rng,
-    )
     fatal: LiveRunError | None = None
-    try:
-        finished = _run_coroutine(coro)
-    except LiveRunError as exc:
-        fatal, finished = exc, False
+    with _local_servers(config, local_servers, say) as local:
+        bases = {m: [s.api_base for s in servers] for m, servers in local.items()}
+        if preflight and pending:
+            wanted = None if config.task_ids is None else set(config.task_ids)
+            tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
+            first = _first_cell(corpus, scenarios, config, tasks)
+            if first is not None:
+                routes = routes_for(config, concurrency, bases)
+                _run_coroutine(
+                    _preflight(
+                        import_litellm(), config, pending, first, routes, cache, b, counters, rng
+                    )
+                )
+        # from here on the run folder is written
+        out.mkdir(parents=True, exist_ok=True)
+        archive.write_manifest(out, {**manifest, "complete": False, "records": 0})
+        _trim_torn_tail(plog)
+        if report.dropped:
+            _rewrite_progress(plog, done)
+        coro = _run(
+            corpus,
+            key,
+            scenarios,
+            config,
+            out,
+            cache,
+            b,
+            concurrency,
+            manifest["run_id"],
+            done,
+            progress,
+            counters,
+            bases,
+            rng,
+        )
+        try:
+            finished = _run_coroutine(coro)
+        except LiveRunError as exc:
+            fatal, finished = exc, False
+        local_prov = {
+            m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
+        }
+    if local_prov:
+        manifest["local_models"] = local_prov
     records = list(read_progress(plog, manifest["run_id"])[0].values())
     complete = finished and len(records) == manifest["expected_records"]
     before = (old or {}).get("calls") or {}
@@ -870,6 +1048,29 @@ def run_live(
     ]
     msg = "\n".join([*notes, msg, _error_line(errors)])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), cache_folder)
+
+
+@contextlib.contextmanager
+def _local_servers(
+    config: LiveConfig, n: int, say: Callable[[str], None]
+) -> Iterator[dict[str, list[models_mod.LocalServer]]]:
+    """Fetch and start the servers of the run's ``local/`` models; stop them afterwards."""
+    wanted = [m for m in config.models if models_mod.is_local(m)]
+    if not wanted:
+        yield {}
+        return
+    with contextlib.ExitStack() as stack:
+        running: dict[str, list[models_mod.LocalServer]] = {}
+        try:
+            for m in wanted:
+                spec = models_mod.lookup(m)
+                models_mod.runtime_version()
+                models_mod.fetch(spec, say=say)
+                say(f"starting {n} llama.cpp server(s) for {spec.label}")
+                running[m] = stack.enter_context(models_mod.serve(spec, n_servers=n))
+        except models_mod.ModelError as exc:
+            raise LiveRunError(str(exc)) from None
+        yield running
 
 
 def run_matrix(
@@ -922,10 +1123,10 @@ _TMP: list[Any] = []
 
 
 def run_overview(result: LiveResult) -> pd.DataFrame:
-    """Success by model × scenario × mode of a finished run (what a notebook shows)."""
+    """Success by model × scenario × mitigation arm of a finished run (what a notebook shows)."""
     df = pd.DataFrame([r.__dict__ for r in archive.read_records(result.out / archive.ARCHIVE)])
-    g = df.groupby(["provider", "model", "scenario", "contract_mode"], sort=False)["success"].mean()
-    wide = g.unstack("contract_mode").reset_index()
+    g = df.groupby(["provider", "model", "scenario", "mitigation"], sort=False)["success"].mean()
+    wide = g.unstack("mitigation").reset_index()
     return wide[["provider", "model", "scenario", "strict", "repair"]]
 
 

@@ -45,7 +45,10 @@ class ProviderSettings:
     attempts: int = 3
     backoff_s: float = 2.0
     temperature: float | None = None
-    api_base: str | None = None
+    # Base URLs of servers that serve the model (several: calls are spread over them). Where a
+    # model is served does not change what it answers, so they are in neither the cache key nor
+    # the run id.
+    api_bases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -61,7 +64,10 @@ class ProviderSettings:
         return params
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """What determines the records (endpoints excluded: see ``api_bases``)."""
+        d = asdict(self)
+        d.pop("api_bases")
+        return d
 
     def delay(
         self, attempt: int, rng: random.Random, retry_after: float | None = None

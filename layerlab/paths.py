@@ -10,6 +10,7 @@ DATA = ROOT / "data"
 SPECS = DATA / "specs"
 CORPUS_SPEC_DIR = SPECS / "enterprise_v2"
 SCENARIO_SPEC = SPECS / "scenarios.yaml"
+MODEL_SPEC = SPECS / "models.yaml"
 CORPUS_DIR = DATA / "corpus" / "enterprise_v2"
 ARCHIVES = DATA / "archives"
 PAPER = ROOT / "paper"
@@ -26,3 +27,15 @@ FIGURES = ARTIFACTS / "figures"
 REPRODUCTION = ARTIFACTS / "paper" / "REPRODUCTION.md"
 ARTIFACT_DIRS = ("paper/tables", "figures")
 ARTIFACT_FILES = ("paper/REPRODUCTION.md",)
+
+
+def user_cache() -> Path:
+    """The per-user cache outside the repository: fetched models, server logs, reply caches.
+
+    ``$LAYERLAB_CACHE`` if set, else ``$XDG_CACHE_HOME/layerlab``, else ``~/.cache/layerlab``.
+    """
+    env = os.environ.get("LAYERLAB_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "layerlab"

@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict
 from typing import Any
 
 from layerlab._io import canonical_json
 from layerlab.reader import Evidence, ReaderInput, ReaderOutput
 
-PROMPT_VERSION = "layerlab.prompt/v1"
-INPUT_MARKER = "INPUT:"
+INPUT_MARKER = "Search results:"
+PROMPT_VERSION = "layerlab.prompt/v2"
 
 SYSTEM = (
     "You answer questions about Northwind's internal policies using only the search results "
@@ -31,14 +30,71 @@ SYSTEM = (
     "abstaining}. Abstain rather than guess when the evidence does not support an answer."
 )
 
+# The reply contract as a JSON schema, for servers that constrain decoding to one
+# (``--response-format json_schema``). Bounded lengths keep a small model from rambling.
+REPLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "string", "enum": ["answered", "abstained"]},
+        "answer": {"anyOf": [{"type": "string", "maxLength": 80}, {"type": "null"}]},
+        "citations": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 3},
+        "reason": {"anyOf": [{"type": "string", "maxLength": 160}, {"type": "null"}]},
+    },
+    "required": ["status", "answer", "citations", "reason"],
+    "additionalProperties": False,
+}
+
+# The user turn is plain text a small model can read (v1 sent canonical JSON). It is still
+# machine-readable: :func:`parse_input` recovers the exact ReaderInput (the reference agents
+# read it that way), and a test checks the round trip over every prompt of every cell.
+_META = (
+    "status", "effective_year", "version", "domain", "owner", "access_scope", "tenant",
+    "session_id", "truncated",
+)  # fmt: skip
+_HEAD = re.compile(r"^\[(\d+)\] doc_id: (.*)$")
+
+
+def _meta_line(e: Evidence) -> str:
+    vals = {
+        **{k: getattr(e, k) for k in _META},
+        "session_id": e.session_id if e.session_id is not None else "none",
+        "truncated": "yes" if e.truncated else "no",
+    }
+    return " | ".join(f"{k}: {vals[k]}" for k in _META)
+
+
+def render_input(inp: ReaderInput) -> str:
+    """The user turn's text for one reader input (deterministic)."""
+    lines = [
+        "Answer the question from the search results below; they are listed in rank order.",
+        f"Question: {inp.question}",
+        f"Answer kind: {inp.answer_kind}",
+        f"Request session id: {inp.session_id}",
+        f"Search status: {inp.tool_status}",
+    ]
+    if inp.tool_error is not None:
+        lines.append(f"Search error: {inp.tool_error}")
+    lines.append(INPUT_MARKER)
+    if not inp.evidence:
+        lines.append("(no results)")
+    for e in inp.evidence:
+        lines += ["", f"[{e.rank}] doc_id: {e.doc_id}", f"title: {e.title}", _meta_line(e)]
+        lines.append(f"text: {e.text}")
+    return "\n".join(lines)
+
 
 def messages(inp: ReaderInput) -> list[dict[str, str]]:
     """Chat messages for one reader input (deterministic text)."""
-    user = (
-        "Answer the question from the search results below. The request's session id is "
-        f"given; results are listed in rank order.\n{INPUT_MARKER}\n{canonical_json(asdict(inp))}"
-    )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": render_input(inp)}]
+
+
+def merge_system(msgs: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Fold the system message into the first user turn (for chat templates that drop it)."""
+    system = [m["content"] for m in msgs if m["role"] == "system"]
+    rest = [dict(m) for m in msgs if m["role"] != "system"]
+    if system and rest:
+        rest[0]["content"] = "\n\n".join([*system, rest[0]["content"]])
+    return rest
 
 
 def prompt_hash(msgs: list[dict[str, str]]) -> str:
@@ -46,13 +102,52 @@ def prompt_hash(msgs: list[dict[str, str]]) -> str:
     return hashlib.sha256(canonical_json({"v": PROMPT_VERSION, "m": msgs}).encode()).hexdigest()
 
 
+def _field(line: str, name: str) -> str:
+    prefix = f"{name}: "
+    if not line.startswith(prefix):
+        raise ValueError(f"expected a {name!r} line, got {line[:40]!r}")
+    return line[len(prefix) :]
+
+
 def parse_input(msgs: list[dict[str, Any]]) -> ReaderInput:
     """Recover the reader input from a prompt (used by the local reference agents)."""
     text = str(msgs[-1]["content"])
-    _, _, payload = text.partition(INPUT_MARKER + "\n")
-    data = json.loads(payload)
-    data["evidence"] = tuple(Evidence(**e) for e in data["evidence"])
-    return ReaderInput(**data)
+    head, _, body = text.partition("\n" + INPUT_MARKER + "\n")
+    h = head.split("\n")
+    error = next((_field(x, "Search error") for x in h if x.startswith("Search error: ")), None)
+    evidence: list[Evidence] = []
+    blocks = [] if body == "(no results)" else body.split("\n\n")
+    for block in blocks:
+        lines = block.strip("\n").split("\n")
+        m = _HEAD.match(lines[0])
+        if m is None:
+            raise ValueError(f"expected a result header, got {lines[0][:40]!r}")
+        meta = dict(kv.split(": ", 1) for kv in lines[2].split(" | "))
+        evidence.append(
+            Evidence(
+                rank=int(m.group(1)),
+                doc_id=m.group(2),
+                title=_field(lines[1], "title"),
+                text=_field("\n".join(lines[3:]), "text"),
+                domain=meta["domain"],
+                status=meta["status"],
+                effective_year=int(meta["effective_year"]),
+                version=int(meta["version"]),
+                owner=meta["owner"],
+                access_scope=meta["access_scope"],
+                tenant=meta["tenant"],
+                session_id=None if meta["session_id"] == "none" else meta["session_id"],
+                truncated=meta["truncated"] == "yes",
+            )
+        )
+    return ReaderInput(
+        question=_field(h[1], "Question"),
+        answer_kind=_field(h[2], "Answer kind"),
+        session_id=_field(h[3], "Request session id"),
+        tool_status=_field(h[4], "Search status"),
+        tool_error=error,
+        evidence=tuple(evidence),
+    )
 
 
 class MalformedReply(ValueError):

@@ -66,17 +66,17 @@ def scenario_order(df: pd.DataFrame) -> list[str]:
 
 
 def rates(df: pd.DataFrame, label: str = "success") -> pd.DataFrame:
-    """Rate, n and Wilson 95% interval of ``label`` by scenario x contract mode."""
+    """Rate, n and Wilson 95% interval of ``label`` by scenario x mitigation arm."""
     rows = []
     for s in scenario_order(df):
-        for mode in sorted(df["contract_mode"].unique(), key=lambda m: (m != "strict", m)):
-            cell = df[(df["scenario"] == s) & (df["contract_mode"] == mode)]
+        for mode in sorted(df["mitigation"].unique(), key=lambda m: (m != "strict", m)):
+            cell = df[(df["scenario"] == s) & (df["mitigation"] == mode)]
             k, n = int(cell[label].sum()), len(cell)
             lo, hi = wilson(k, n)
             rows.append(
                 {
                     "scenario": s,
-                    "mode": mode,
+                    "mitigation": mode,
                     "n": n,
                     "k": k,
                     "rate": k / n if n else float("nan"),
@@ -109,8 +109,8 @@ def paired(
 ) -> Paired:
     """Pair mode ``a`` with mode ``b`` by (provider, model, scenario, task)."""
     keys = ["provider", "model", "scenario", "task_id", "policy_id"]
-    left = df.loc[df["contract_mode"] == a, [*keys, label]].rename(columns={label: a})
-    right = df.loc[df["contract_mode"] == b, [*keys, label]].rename(columns={label: b})
+    left = df.loc[df["mitigation"] == a, [*keys, label]].rename(columns={label: a})
+    right = df.loc[df["mitigation"] == b, [*keys, label]].rename(columns={label: b})
     wide = left.merge(right, on=keys, how="inner")
     if wide.empty:
         raise ValueError(f"archives hold no {a!r}/{b!r} pairs")
@@ -281,9 +281,9 @@ def specificity_margin(eff: Effects, target: str = TARGET, alpha: float = 0.05) 
 def model_gains(df: pd.DataFrame, top: int = 10) -> pd.DataFrame:
     """Table 8: the largest strict→repair success gains by model × scenario."""
     g = (
-        df.groupby(["provider", "model", "scenario", "contract_mode"])["success"]
+        df.groupby(["provider", "model", "scenario", "mitigation"])["success"]
         .mean()
-        .unstack("contract_mode")
+        .unstack("mitigation")
     )
     g = g.dropna(subset=["strict", "repair"]).reset_index()
     g["gain"] = g["repair"] - g["strict"]
@@ -307,7 +307,7 @@ def provider_averages(df: pd.DataFrame) -> pd.DataFrame:
             "records": len(sub),
         }
         for mode in ("strict", "repair"):
-            m = sub[sub["contract_mode"] == mode]
+            m = sub[sub["mitigation"] == mode]
             row[f"success {mode}"] = float(m["success"].mean()) if len(m) else float("nan")
         row["success overall"] = float(sub["success"].mean())
         row["grounded false positive"] = float(sub["grounded_false_positive"].mean())
@@ -328,7 +328,7 @@ def crosschecks(df: pd.DataFrame, eff: Effects) -> pd.DataFrame:
         sub = df[df["scenario"] == s]
         wide = sub.pivot_table(
             index=["provider", "model", "task_id", "policy_id"],
-            columns="contract_mode",
+            columns="mitigation",
             values="success",
             aggfunc="first",
         ).dropna()
@@ -345,7 +345,7 @@ def crosschecks(df: pd.DataFrame, eff: Effects) -> pd.DataFrame:
             "mcnemar exact p": p_mc,
             "mcnemar agrees": (p_mc < 0.05) == boot_sig,
         }
-        rates_ = sub.groupby("contract_mode")["success"].mean()
+        rates_ = sub.groupby("mitigation")["success"].mean()
         if n01 + n10 == 0:
             row.update(
                 {
@@ -364,7 +364,7 @@ def crosschecks(df: pd.DataFrame, eff: Effects) -> pd.DataFrame:
             )
         else:
             y = sub["success"].astype(float).to_numpy()
-            x = sm.add_constant((sub["contract_mode"] == "repair").astype(float).to_numpy())
+            x = sm.add_constant((sub["mitigation"] == "repair").astype(float).to_numpy())
             groups = pd.factorize(sub["provider"] + "/" + sub["model"] + "/" + sub["policy_id"])[0]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -362,7 +362,7 @@ def run_study(
                 safe = S if answerable else (not answered or (d.retry_restored and S))
                 rows.append(
                     {
-                        "schema_version": archive.SCHEMA_VERSION,
+                        "schema_version": archive.STUDY_SCHEMA_VERSION,
                         "run_id": run_id,
                         "provider": provider,
                         "model": name,
@@ -430,7 +430,7 @@ def run_to(
         "controls": {"max_retries": max_retries},
         "records": len(rows),
         "complete": True,
-        "archive_schema_version": archive.SCHEMA_VERSION,
+        "archive_schema_version": archive.STUDY_SCHEMA_VERSION,
         "files": {archive.STUDY_ARCHIVE: sha256_file(out / archive.STUDY_ARCHIVE)},
     }
     return archive.write_manifest(out, manifest)

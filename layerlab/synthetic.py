@@ -53,7 +53,7 @@ def synthetic_frame(
                             "provider": f"prov{u % 3}",
                             "model": f"model{u}",
                             "scenario": s,
-                            "contract_mode": mode,
+                            "mitigation": mode,
                             "task_id": tasks,
                             "policy_id": policies,
                             "variant": var,

@@ -94,7 +94,7 @@ def table4(df: pd.DataFrame) -> pd.DataFrame:
     for s in stats.scenario_order(df):
         row: dict[str, Any] = {"scenario": s}
         for mode in ("strict", "repair"):
-            m = r[(r["scenario"] == s) & (r["mode"] == mode)]
+            m = r[(r["scenario"] == s) & (r["mitigation"] == mode)]
             if len(m):
                 row.update(
                     {
@@ -115,7 +115,7 @@ def table5(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
         s = e["scenario"]
         row: dict[str, Any] = {"scenario": s}
         for mode in ("strict", "repair"):
-            m = gf[(gf["scenario"] == s) & (gf["mode"] == mode)]
+            m = gf[(gf["scenario"] == s) & (gf["mitigation"] == mode)]
             row[f"GF {mode}"] = float(m["rate"].iloc[0])
         row.update(
             {
@@ -296,7 +296,7 @@ def table9(df: pd.DataFrame) -> pd.DataFrame:
 def grounded_false_positive_rates(df: pd.DataFrame) -> pd.DataFrame:
     """GF strict / GF repair by scenario (for the figure)."""
     r = stats.rates(df, "grounded_false_positive")
-    wide = r.pivot(index="scenario", columns="mode", values="rate")
+    wide = r.pivot(index="scenario", columns="mitigation", values="rate")
     order = stats.scenario_order(df)
     return pd.DataFrame(
         {

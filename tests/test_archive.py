@@ -26,8 +26,9 @@ def _rec(**over: object) -> Record:
         provider="p",
         model="m",
         scenario="clean",
-        contract_mode="strict",
+        mitigation="strict",
         task_id="t-01-q1",
+        replicate=0,
         policy_id="t-01",
         variant=1,
         stage="reader",
@@ -96,3 +97,28 @@ def test_foreign_schema_version(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "v.parquet")
     with pytest.raises(ArchiveError, match=r"schema_version \[99\] found"):
         read_records(tmp_path / "v.parquet")
+
+
+def test_replicates_are_distinct_records(tmp_path: Path) -> None:
+    write_records(tmp_path / "a.parquet", [_rec(replicate=1), _rec(replicate=0)])
+    assert [r.replicate for r in read_records(tmp_path / "a.parquet")] == [0, 1]
+
+
+def test_version_1_archives_still_read(tmp_path: Path) -> None:
+    """A v1 archive (``contract_mode``, no ``replicate``) reads as v2: renamed, replicate 0."""
+    table = to_table([_rec(mitigation="repair"), _rec()]).drop_columns(["replicate"])
+    names = ["contract_mode" if n == "mitigation" else n for n in table.column_names]
+    table = table.rename_columns(names)
+    i = table.schema.get_field_index("schema_version")
+    table = table.set_column(i, "schema_version", pa.array([1, 1], pa.int16()))
+    pq.write_table(table, tmp_path / "v1.parquet")
+    back = read_records(tmp_path / "v1.parquet")
+    assert [(r.mitigation, r.replicate, r.schema_version) for r in back] == [
+        ("repair", 0, SCHEMA_VERSION),
+        ("strict", 0, SCHEMA_VERSION),
+    ]
+    # a v2 archive that still carries the old column name is not silently accepted
+    bad = to_table([_rec()]).append_column("contract_mode", pa.array(["strict"]))
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    with pytest.raises(ArchiveError, match="contract_mode"):
+        read_records(tmp_path / "bad.parquet")

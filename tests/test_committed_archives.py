@@ -25,11 +25,11 @@ def test_checksums_and_manifest() -> None:
 
 def test_reference_archive_is_current(corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey) -> None:
     committed = archive.read_records(REF / "records.parquet")
-    by_key = {(r.model, r.scenario, r.contract_mode, r.task_id): r for r in committed}
+    by_key = {(r.model, r.scenario, r.mitigation, r.task_id): r for r in committed}
     scen = load_scenarios()
     for name in ("extractive", "cautious"):
         for r in harness.run_deterministic(corpus, key, scen, reader=READERS[name]()):
-            c = by_key[(name, r.scenario, r.contract_mode, r.task_id)]
+            c = by_key[(name, r.scenario, r.mitigation, r.task_id)]
             assert tuple(getattr(c, k) for k in LABELS) == tuple(getattr(r, k) for k in LABELS), (
-                f"{name} {r.scenario} {r.contract_mode} {r.task_id}: committed archive is stale; run `make archives`"
+                f"{name} {r.scenario} {r.mitigation} {r.task_id}: committed archive is stale; run `make archives`"
             )

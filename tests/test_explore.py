@@ -65,7 +65,7 @@ def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:
     df = stats.records_frame([paths.ARCHIVES / "reference_agents"])
     cases = explore.representative_cases(df)
     assert [c[0] for c in cases] == [c[0] for c in explore.CASES]
-    d = df[df["model"] == "extractive"].set_index(["scenario", "contract_mode", "task_id"])
+    d = df[df["model"] == "extractive"].set_index(["scenario", "mitigation", "task_id"])
     (_, drift_task, _, _) = cases[0]
     assert not d.loc[("schema_drift", "strict", drift_task), "success"]
     assert d.loc[("schema_drift", "repair", drift_task), "success"]

@@ -50,14 +50,14 @@ def test_extractive_agent_reproduces_the_deterministic_harness(
     )
     assert res.complete
     got = {
-        (r.scenario, r.contract_mode, r.task_id): r
+        (r.scenario, r.mitigation, r.task_id): r
         for r in read_records(tmp_path / "run" / "records.parquet")
     }
     det = harness.run_deterministic(corpus, key, scen)
     assert len(got) == len(det) == 4320
     for r in det:
-        lv = got[(r.scenario, r.contract_mode, r.task_id)]
-        assert _labels(lv) == _labels(r), (r.scenario, r.contract_mode, r.task_id)
+        lv = got[(r.scenario, r.mitigation, r.task_id)]
+        assert _labels(lv) == _labels(r), (r.scenario, r.mitigation, r.task_id)
         assert (lv.prompt_hash == "") == (r.prompt_hash == "")
     assert {(r.provider, r.model) for r in got.values()} == {("layerlab", "extractive")}
     # a rerun into the same folder makes no new calls
@@ -72,13 +72,14 @@ def _cfg(model: str, base: str, tasks: int = 6, **settings) -> live.LiveConfig:
 
     c = cm.load(paths.CORPUS_DIR)
     s = ProviderSettings(
-        timeout_s=settings.pop("timeout_s", 1.0), backoff_s=0.01, api_base=base, **settings
+        timeout_s=settings.pop("timeout_s", 1.0), backoff_s=0.01, api_bases=(base,), **settings
     )
     return live.LiveConfig(
         models=(f"openai/{model}",),
         scenarios=("clean", "stale_index"),
         task_ids=tuple(t.task_id for t in c.tasks[:tasks]),
         settings=s,
+        share_replies=True,  # the call counts below are per distinct prompt
     )
 
 
@@ -342,7 +343,7 @@ def test_credentials_and_host_never_reach_the_run_folder(tmp_path, server) -> No
     for f in out.rglob("*"):
         data = f.read_bytes()
         assert b"secret" not in data and b"user" not in data and b"127.0.0.1" not in data, f
-    assert archive.read_manifest(out)["settings"]["api_base"] == "local"
+    assert archive.read_manifest(out)["settings"]["api_bases"] == ["local"]
     assert sorted(p.name for p in out.iterdir()) == [
         "manifest.json",
         "records.jsonl",
@@ -355,9 +356,9 @@ def test_credentials_and_host_never_reach_the_run_folder(tmp_path, server) -> No
     plain = live.LiveConfig(
         models=("layerlab/extractive",),
         scenarios=("clean",),
-        settings=ProviderSettings(api_base=f"http://127.0.0.1:{port}/v1"),
+        settings=ProviderSettings(api_bases=(f"http://127.0.0.1:{port}/v1",)),
     )
-    creds = dataclasses.replace(plain, settings=ProviderSettings(api_base=base))
+    creds = dataclasses.replace(plain, settings=ProviderSettings(api_bases=(base,)))
     c = corpus_mod.load()
     assert live.run_id_for(plain, c, SCEN_HASH) == live.run_id_for(creds, c, SCEN_HASH)
     assert live.endpoint_label("https://api.example.com/v1") == "remote"

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from layerlab import paths
+from layerlab.archive import SCHEMA_VERSION
 from layerlab.cli import app
 
 runner = CliRunner()
@@ -84,10 +85,10 @@ def test_bad_archives_are_refused_and_nothing_is_written(tmp_path: Path) -> None
     newer = good.set_column(
         v,
         pa.field("schema_version", pa.int16(), nullable=False),
-        pa.array([2] * good.num_rows, pa.int16()),
+        pa.array([SCHEMA_VERSION + 1] * good.num_rows, pa.int16()),
     )
     res = runner.invoke(
-        app, ["recompute", str(REF), str(_bad(tmp_path, "v2.parquet", newer)), "--out", str(out)]
+        app, ["recompute", str(REF), str(_bad(tmp_path, "vnext.parquet", newer)), "--out", str(out)]
     )
-    assert res.exit_code == 1 and "schema_version [2]" in res.output
+    assert res.exit_code == 1 and f"schema_version [{SCHEMA_VERSION + 1}]" in res.output
     assert not out.exists()

@@ -122,8 +122,8 @@ def test_compound_scenario_needs_no_code(
     p.write_text(text)
     scen = load_scenarios(p)
     recs = harness.run_deterministic(corpus, key, {"stale_plus_drift": scen["stale_plus_drift"]})
-    strict = [r for r in recs if r.contract_mode == "strict"]
-    repair = [r for r in recs if r.contract_mode == "repair"]
+    strict = [r for r in recs if r.mitigation == "strict"]
+    repair = [r for r in recs if r.mitigation == "repair"]
     assert all(r.diagnostic == "tool_contract" and not r.reached_reader for r in strict)
     # repair fixes the representation but not the freshness: it reaches the reader and still fails
     assert all(r.reached_reader and not r.success for r in repair)

@@ -90,9 +90,9 @@ def test_policy_level_is_wider_or_equal_for_correlated_variants() -> None:
     # variants of a policy share their outcome: the policy level must not shrink the interval
     df = synthetic.synthetic_frame(n_units=6, effects={"schema_drift": 0.5}, seed=4)
     first = df["task_id"].str.endswith("-q1")
-    base = df[first][["provider", "model", "scenario", "contract_mode", "policy_id", "success"]]
+    base = df[first][["provider", "model", "scenario", "mitigation", "policy_id", "success"]]
     df = df.drop(columns="success").merge(
-        base, on=["provider", "model", "scenario", "contract_mode", "policy_id"]
+        base, on=["provider", "model", "scenario", "mitigation", "policy_id"]
     )
     lo2, hi2 = _interval(df, 1000, seed=1)
     lo3, hi3 = _interval(df, 1000, seed=1, policy_level=True)
