@@ -516,8 +516,9 @@ def check_path(path: Path) -> dict[str, Any]:
     m = read_manifest(path)
     if "manifest_sha256" not in m:
         raise ArchiveError(
-            f"{path / MANIFEST}: has no manifest_sha256 (written by an older layerlab); "
-            "regenerate the run or merge it again"
+            f"{path / MANIFEST}: has no manifest_sha256 (written by an older layerlab, or the "
+            "checksum was removed); rerun it, or use its records.parquet as a bare archive file "
+            "(recompute --allow-partial)"
         )
     study = m.get("kind") == "langchain_study"
     arch = path / (STUDY_ARCHIVE if study else ARCHIVE)

@@ -8,6 +8,7 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``malformed`` — replies with broken JSON; ``text`` — replies with prose, not JSON;
 * ``down``      — always 503;
 * ``gone``      — answers the first request, then 404 (a model withdrawn mid-run);
+* ``fading``    — answers the first request, then 503 (an overloaded server);
 * ``limited``   — per prompt: first call 429 with ``Retry-After: 0.3``, then answers;
 * any other name — 404 "model not found", as OpenAI-compatible servers answer.
 """
@@ -70,6 +71,7 @@ class FakeOpenAI:
                     server.hits[(model, h)] += 1
                     n = server.hits[(model, h)]
                 known = {"good", "flaky", "slow", "malformed", "text", "down", "gone", "limited"}
+                known.add("fading")
                 if model not in known or (model == "gone" and server.requests > 1):
                     return self._send(
                         404,
@@ -81,7 +83,7 @@ class FakeOpenAI:
                         {"error": {"message": "slow down", "type": "rate_limit"}},
                         {"Retry-After": "0.3"},
                     )
-                if model == "down":
+                if model == "down" or (model == "fading" and server.requests > 1):
                     return self._send(
                         503, {"error": {"message": "unavailable", "type": "server_error"}}
                     )

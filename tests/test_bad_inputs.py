@@ -407,3 +407,20 @@ def test_module_entry_points_and_version(tmp_path) -> None:
     bad = _py("-m", "layerlab", "run", "live", "-m", "layerlab/extractive", "--budget", "-1")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and "--out" in bad.stderr
+
+
+def test_a_mostly_failed_run_exits_non_zero_and_recompute_says_so(capsys, tmp_path, server) -> None:
+    out = tmp_path / "run"
+    args = ["run", "live", "-m", "openai/fading", "--api-base", server.base, "--out", str(out)]
+    args += ["--tasks", "hr-01-q1,hr-01-q2", "--scenario", "clean", "--scenario", "schema_drift"]
+    args += ["--backoff", "0.01", "--no-progress", "--concurrency", "1"]
+    line = _fails(capsys, args, "above --max-error-rate 0.2 for openai/fading", code=4)
+    assert "--resume --retry-errors" in line
+    m = archive.read_manifest(out)
+    errors = m["errors"]["openai/fading"]
+    assert m["complete"] is True and errors["provider_error"] == errors["called"] - 1 > 0
+    # the errors stay visible downstream
+    tables = tmp_path / "tables"
+    assert main(["recompute", str(out), "--n-boot", "100", "--out", str(tables)]) == 0
+    _, err = capsys.readouterr()
+    assert f"{errors['provider_error']} of {m['records']} records are provider_error" in err
