@@ -62,9 +62,10 @@ quick: $(STAMP) ## A fast reproduce (fewer bootstrap resamples) into out/quick, 
 
 NBVAL_ARTIFACTS := $(CURDIR)/out/nbval-artifacts
 
-test: $(STAMP) ## Lint, unit tests, notebooks under nbval, and the freshness check of tables and figures.
+test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), notebooks under nbval, freshness of tables and figures.
 	$(BIN)/ruff check layerlab tests
-	$(BIN)/python -m pytest
+	$(BIN)/layerlab models fetch smollm2-135m
+	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest
 	rm -rf $(NBVAL_ARTIFACTS)
 	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider notebooks/
 	$(BIN)/layerlab reproduce --compare $(NBVAL_ARTIFACTS)
@@ -84,7 +85,7 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/mypy
 
-bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
+bench: $(LOCAL_STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
 	$(BIN)/python -m layerlab.bench
 
 lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).

@@ -1,8 +1,12 @@
-"""The retriever audit (paper Table 3): recall and version preference per condition.
+"""Evaluator-side audits: the retriever audit (paper Table 3) and the corpus-tells audit.
 
-An evaluator-side computation: it reads the answer key to know which document each task
-needs. Conditions are index views (the clean corpus, or a faulted copy of it); each retriever
-is fitted on the view and searched with every task's question in one batch.
+The retriever audit reads the answer key to know which document each task needs. Conditions
+are index views (the clean corpus, or a faulted copy of it); each retriever is fitted on the
+view and searched with every task's question in one batch.
+
+The corpus-tells audit (:func:`corpus_tells`) measures what could give version validity or
+session state away outside the metadata: past-tense prose in superseded documents, id suffixes
+that track the current version, and wrong-session evidence that states the right answer.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import numpy as np
 from layerlab import retrieval
 from layerlab.corpus import AnswerKey, Corpus, Document
 from layerlab.cues import CueMatcher
-from layerlab.scenario import Scenario
+from layerlab.extract import sentences
+from layerlab.scenario import ForeignSession, Scenario
+from layerlab.text import states_value, words
 
 
 @dataclass(frozen=True)
@@ -147,3 +153,131 @@ def audit(
         "domain_cues": domain_cue_counts(corpus),
         "duplicate_query": {"queries": duplicate_queries(corpus, key)},
     }
+
+
+# --- corpus tells ------------------------------------------------------------------------------
+
+# Finite past-tense forms that policy prose written in the present does not need: the past of
+# be/have/do and common irregular simple pasts. Regular "-ed" forms are left out on purpose: in
+# policy prose they are mostly participles ("is approved", "the signed agreement"), and the modals
+# could/would mostly carry present possibility ("maintenance that could interrupt").
+PAST_TENSE_MARKERS = frozenset(
+    """
+    was were had did went came became began ran took gave knew wrote rose fell chose drew grew
+    saw flew spoke broke drove forgot
+    """.split()
+)
+
+
+def past_tense_markers(text: str) -> list[str]:
+    """The past-tense markers in ``text``, in order (see :data:`PAST_TENSE_MARKERS`)."""
+    return [w for w in words(text) if w in PAST_TENSE_MARKERS]
+
+
+def _share(flags: Sequence[bool]) -> float:
+    return round(sum(flags) / len(flags), 4) if flags else 0.0
+
+
+def past_tense_rates(corpus: Corpus) -> dict[str, float]:
+    """Share of documents (and of sentences) with a past-tense marker, per version status."""
+    out: dict[str, float] = {}
+    for status in ("current", "superseded"):
+        docs = [d for d in corpus.documents if d.status == status]
+        out[status] = _share([bool(past_tense_markers(d.text)) for d in docs])
+        sents = [s for d in docs for s in sentences(d.text)]
+        out[f"{status}_sentences"] = _share([bool(past_tense_markers(s)) for s in sents])
+    out["gap_points"] = round(abs(out["current"] - out["superseded"]) * 100, 2)
+    return out
+
+
+def id_suffix_shares(corpus: Corpus) -> dict[str, float]:
+    """For each document id suffix, the share of policies whose current version holds it."""
+    current = [d.doc_id.rsplit("-", 1)[-1] for d in corpus.documents if d.status == "current"]
+    return {s: _share([c == s for c in current]) for s in sorted(set(current))}
+
+
+def wrong_session_answers(
+    corpus: Corpus, key: AnswerKey, scenarios: Mapping[str, Scenario]
+) -> dict[str, Any]:
+    """What the extractive reader answers from wrong-session evidence in the deterministic run.
+
+    Scenarios that apply the ``foreign_session`` operator are run through the deterministic
+    harness; a grounded answer there must differ from the expected one (the other tenant's
+    value), and no other-tenant document may state a task's expected answer.
+    """
+    from layerlab import harness  # the harness imports this package's scorer; keep it lazy
+
+    names = [
+        n for n, s in scenarios.items() if any(isinstance(op, ForeignSession) for op in s.operators)
+    ]
+    chosen = {n: scenarios[n] for n in names}
+    records = harness.run_deterministic(corpus, key, chosen) if chosen else []
+    grounded = [r for r in records if r.grounded]
+    foreign = corpus.foreign_by_policy()
+    leaks = sorted(
+        t.task_id
+        for t in corpus.tasks
+        if t.policy_id in foreign
+        and states_value(foreign[t.policy_id].text, key[t.task_id].expected_answer)
+    )
+    return {
+        "scenarios": names,
+        "records": len(records),
+        "answered": sum(r.answered for r in records),
+        "grounded": len(grounded),
+        "grounded_and_correct": sum(r.exact_match for r in grounded),
+        "foreign_documents": len(foreign),
+        "foreign_documents_stating_expected": leaks,
+        "policies_without_foreign_version": sorted(
+            {d.policy_id for d in corpus.documents} - set(foreign)
+        ),
+    }
+
+
+def corpus_tells(
+    corpus: Corpus, key: AnswerKey, scenarios: Mapping[str, Scenario]
+) -> dict[str, Any]:
+    """The corpus-tells audit as a JSON-ready dict (see ``layerlab audit corpus --json``)."""
+    return {
+        "past_tense": past_tense_rates(corpus),
+        "current_id_suffix": id_suffix_shares(corpus),
+        "wrong_session": wrong_session_answers(corpus, key, scenarios),
+    }
+
+
+def tells_problems(result: Mapping[str, Any], max_gap_points: float = 10.0) -> list[str]:
+    """The corpus-tells audit's verdict: one line per criterion that fails (empty = clean).
+
+    Criteria: past-tense rates of current and superseded documents within ``max_gap_points``;
+    the current version holds each id suffix 40-60% of the time; in the deterministic run no
+    grounded wrong-session answer equals the expected answer; no other-tenant document states
+    an expected answer, and every policy has one.
+    """
+    out: list[str] = []
+    pt = result["past_tense"]
+    if pt["gap_points"] > max_gap_points:
+        out.append(
+            f"past tense: current {pt['current']:.1%} vs superseded {pt['superseded']:.1%} "
+            f"differ by {pt['gap_points']:.1f} points (at most {max_gap_points:g} expected)"
+        )
+    for suffix, share in result["current_id_suffix"].items():
+        if not 0.4 <= share <= 0.6:
+            out.append(
+                f"id suffix -{suffix}: current version holds it {share:.1%} (40-60% expected)"
+            )
+    ws = result["wrong_session"]
+    if ws["grounded_and_correct"]:
+        out.append(
+            f"wrong session: {ws['grounded_and_correct']} grounded answer(s) equal the expected answer"
+        )
+    if ws["foreign_documents_stating_expected"]:
+        out.append(
+            "wrong session: other-tenant documents state the expected answer of "
+            + ", ".join(ws["foreign_documents_stating_expected"])
+        )
+    if ws["policies_without_foreign_version"]:
+        out.append(
+            "wrong session: no other-tenant version of "
+            + ", ".join(ws["policies_without_foreign_version"])
+        )
+    return out

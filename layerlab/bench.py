@@ -174,5 +174,93 @@ def bench_bootstrap(repeat: int) -> dict[str, Any]:
 BENCHMARKS["bootstrap"] = bench_bootstrap
 
 
+def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) -> dict[str, Any]:
+    """The harness against a llama.cpp server driven directly with the same requests.
+
+    One server of a local model; the same reader prompts (clean and conflicting evidence, strict
+    and repair: one call per record), the same seeds, response format and token cap. *Direct*
+    posts each request body to the server in turn; *harness* is ``run_live`` end to end (corpus,
+    retrieval, contract, scoring, archive) against the same server with an empty reply cache.
+    The ratio is harness throughput over direct throughput (goal: >= 0.90). Needs ``make local``.
+    """
+    import tempfile
+    import urllib.request
+    from pathlib import Path
+
+    from layerlab import corpus as corpus_mod
+    from layerlab import harness, live, models, paths, prompt
+    from layerlab.llm import ProviderSettings
+    from layerlab.scenario import load_scenarios
+    from layerlab.spec import spec_hash
+
+    spec = models.lookup(model)
+    models.fetch(spec)
+    c = corpus_mod.load(paths.CORPUS_DIR)
+    key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
+    scen = load_scenarios()
+    scenarios, arms = ("clean", "conflicting_evidence"), harness.MODES
+    task_ids = tuple(t.task_id for t in c.tasks[:tasks])
+    settings = ProviderSettings(timeout_s=600, max_tokens=120)
+    with models.serve(spec, n_servers=1) as (server,):
+        settings = ProviderSettings(timeout_s=600, max_tokens=120, api_bases=(server.api_base,))
+        cfg = live.LiveConfig(
+            models=(f"openai/{spec.name}",), scenarios=scenarios, mitigations=arms,
+            task_ids=task_ids, settings=settings, response_format="json_schema", seed=0,
+        )  # fmt: skip
+        # the direct requests: exactly what the harness sends, built from the same pieces
+        route = live.routes_for(cfg, 1)[cfg.models[0]]
+        fmt = live.response_format_for("json_schema", local=True)
+        bodies = []
+        for s in scenarios:
+            prep = harness.prepare(c, scen[s])
+            for t in c.tasks[: len(task_ids)]:
+                for arm in arms:
+                    g = harness.gate(t, prep.received[t.task_id], arm)
+                    if g.inp is None:
+                        continue
+                    seed = live.record_seed(0, cfg.models[0], s, arm, t.task_id, 0)
+                    req = route.request(prompt.messages(g.inp), seed)
+                    bodies.append({"model": spec.name, "max_tokens": 120, **req, "response_format": fmt})
+
+        def direct() -> None:
+            for b in bodies:
+                r = urllib.request.Request(
+                    server.api_base + "/chat/completions",
+                    data=json.dumps(b).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
+                with urllib.request.urlopen(r, timeout=600) as resp:
+                    resp.read()
+
+        def through_harness() -> None:
+            with tempfile.TemporaryDirectory() as tmp:
+                res = live.run_live(
+                    c, key, scen, cfg, Path(tmp) / "run", scenario_hash=spec_hash(paths.SCENARIO_SPEC),
+                    concurrency=4, cache_dir=Path(tmp) / "cache",
+                )  # fmt: skip
+                assert res.complete and res.counters.calls == len(bodies), res.message
+
+        direct()  # warm-up: model pages, prompt cache
+        d_times, h_times = [], []
+        for _ in range(repeat):  # interleaved, so that machine load hits both alike
+            d_times.append(_median_seconds(direct, 1)[0])
+            h_times.append(_median_seconds(through_harness, 1)[0])
+    d, h = statistics.median(d_times), statistics.median(h_times)
+    return {
+        "benchmark": "local_model_harness_vs_direct",
+        "model": spec.name,
+        "calls": len(bodies),
+        "repeat": repeat,
+        "direct_median_seconds": round(d, 2),
+        "harness_median_seconds": round(h, 2),
+        "seconds_per_call_direct": round(d / len(bodies), 2),
+        "throughput_ratio": round(d / h, 3),
+        "goal": ">= 0.90",
+    }
+
+
+BENCHMARKS["local_model"] = bench_local_model
+
+
 if __name__ == "__main__":
     main()

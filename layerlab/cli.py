@@ -7,6 +7,7 @@ expected; nothing written); 2 a usage error; 3 an incomplete run or a partial ar
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,14 +135,15 @@ def spec_check(
 def spec_lint(
     path: Path = typer.Argument(paths.CORPUS_SPEC_DIR, help="A spec folder or one YAML file."),
 ) -> None:
-    """Authoring report: can the extractive reader find each value; which questions carry cues.
+    """Authoring report: can the extractive reader find each value; does each question use only
+    words its current document contains (or declared paraphrases); which questions carry cues.
 
     Cue words of every domain in the folder of ``path`` are used, so linting one file still
-    sees the other domains' cues.
+    sees the other domains' cues. Exit 1 on an extraction failure or an unsupported question.
     """
     from layerlab.cues import CueMatcher
     from layerlab.extract import extract
-    from layerlab.spec import load_domains
+    from layerlab.spec import lint_questions, load_domains, unused_paraphrases
     from layerlab.text import normalize_answer
 
     folder = path if path.is_dir() else path.parent
@@ -173,8 +175,19 @@ def spec_lint(
                     other += 1
                     typer.echo(f"{d.domain}: {p.id} questions[{qi}] cue points to {r!r}: {q}")
         typer.echo(f"{d.domain}: cues own={own} other={other} unresolved={none}")
-    if bad:
-        typer.echo(f"{bad} extraction failure(s)")
+    unsupported = lint_questions(chosen)
+    for finding in unsupported:
+        typer.echo(str(finding))
+    for d in chosen:
+        for p in d.policies:
+            stale = unused_paraphrases(p)
+            if stale:
+                typer.echo(f"{d.domain}: {p.id} paraphrases no question needs: {', '.join(stale)}")
+    if bad or unsupported:
+        typer.echo(
+            f"{bad} extraction failure(s), {len(unsupported)} question(s) with words their "
+            "current document does not contain"
+        )
         raise typer.Exit(1)
 
 
@@ -200,7 +213,8 @@ def corpus_build(
     counts = manifest["counts"]
     typer.echo(
         f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policy units, "
-        f"{counts['documents']} documents, {counts['tasks']} tasks (spec {c.spec_hash[:12]})"
+        f"{counts['documents']} documents, {counts['tasks']} tasks, "
+        f"{counts['foreign_documents']} other-tenant documents (spec {c.spec_hash[:12]})"
     )
 
 
@@ -235,6 +249,49 @@ def audit_retriever(
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
         report.print_audit(result)
+
+
+@audit_app.command("corpus")
+def audit_corpus(
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    scenarios_path: Path = typer.Option(
+        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
+) -> None:
+    """Tells outside the metadata: past-tense rates of current vs superseded prose, which id
+    suffix the current version holds, and whether wrong-session answers can be right.
+    Exit 1 when a criterion fails."""
+    import json
+
+    from layerlab import audit
+
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    result = audit.corpus_tells(c, key, scen)
+    problems = audit.tells_problems(result)
+    if as_json:
+        typer.echo(json.dumps({**result, "problems": problems}, indent=2, sort_keys=True))
+    else:
+        pt, ws = result["past_tense"], result["wrong_session"]
+        typer.echo(
+            f"past tense: current {pt['current']:.1%} of documents, superseded "
+            f"{pt['superseded']:.1%} (gap {pt['gap_points']:.1f} points); sentences: current "
+            f"{pt['current_sentences']:.1%}, superseded {pt['superseded_sentences']:.1%}"
+        )
+        shares = ", ".join(f"-{s} {v:.1%}" for s, v in result["current_id_suffix"].items())
+        typer.echo(f"current version holds id suffix: {shares}")
+        typer.echo(
+            f"wrong session ({', '.join(ws['scenarios']) or 'no scenario'}): {ws['records']} "
+            f"records, {ws['answered']} answered, {ws['grounded']} grounded, "
+            f"{ws['grounded_and_correct']} grounded and equal to the expected answer; "
+            f"{ws['foreign_documents']} other-tenant documents, "
+            f"{len(ws['foreign_documents_stating_expected'])} stating an expected answer"
+        )
+        for line in problems:
+            typer.echo(f"problem: {line}")
+    if problems:
+        raise typer.Exit(1)
 
 
 run_app = typer.Typer(no_args_is_help=True, help="Run the benchmark harnesses.")
@@ -367,7 +424,10 @@ def run_live(
         None, "--seed", help="Base of per-record seeds sent to the server (local models: 0 unless given)."
     ),
     local_servers: int = typer.Option(
-        1, "--local-servers", min=1, help="llama.cpp servers started per local/ model (cores are shared out)."
+        None,
+        "--local-servers",
+        min=1,
+        help="llama.cpp servers started per local/ model, one thread each (default: one per core).",
     ),
     budget: int = typer.Option(
         None, "--budget", help="Hard cap on provider calls, retries included (>= 0)."
@@ -465,7 +525,7 @@ def run_live(
             retry_errors=retry_errors,
             cache_dir=cache,
             progress=bar.update if bar else None,
-            local_servers=local_servers,
+            local_servers=local_servers or (os.cpu_count() or 1),
             say=lambda m: typer.echo(m, err=True),
             max_error_rate=max_error_rate,
             seed=retry_seed,
@@ -858,7 +918,9 @@ def models_fetch(
 def models_serve(
     name: str = typer.Argument(..., help="Model name."),
     port: int = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
-    threads: int = typer.Option(None, help="CPU threads (default: all cores)."),
+    threads: int = typer.Option(
+        1, help="CPU threads (1: llama.cpp's threads spin-wait when the cores are shared)."
+    ),
 ) -> None:
     """Serve a fetched model on 127.0.0.1 (OpenAI-compatible) until interrupted (Ctrl-C)."""
     import signal

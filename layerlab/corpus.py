@@ -2,29 +2,47 @@
 
 The answer key (expected answers, required document ids) is a different type from the public
 task and is written to its own file, so nothing that carries a task into a reader can carry
-the answer with it. Document ids are opaque (``<policy>-a`` / ``<policy>-b``, which of the two
-is current is fixed by a hash of the policy id), so an id never reveals validity.
+the answer with it. Document ids are opaque (``<policy>-a`` / ``<policy>-b``): within each
+domain a seeded rule gives the current version the ``-a`` suffix for half of the policies and
+``-b`` for the other half, so an id suffix carries no version signal.
+
+Each policy also has *another tenant's* version (:attr:`Corpus.foreign`, ``foreign.jsonl``):
+the current prose restating a different value of the same answer kind, derived
+deterministically from the spec (:func:`foreign_value`). The wrong-session fault serves it, so
+an answer grounded in wrong-session evidence is wrong, not a right answer under a wrong id.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from layerlab import __version__
 from layerlab._io import atomic_write_text, canonical_json, read_jsonl, sha256_file, write_jsonl
-from layerlab.spec import DomainSpec, load_domains, spec_hash
+from layerlab.spec import (
+    DomainSpec,
+    PolicySpec,
+    SpecError,
+    SpecProblem,
+    load_domains,
+    spec_hash,
+    value_pattern,
+)
+from layerlab.text import normalize_answer, states_value
 
 if TYPE_CHECKING:
     import pandas as pd
 
 Status = Literal["current", "superseded"]
 TENANT = "northwind"
+FOREIGN_TENANT = "fabrikam"  # the other tenant whose context a wrong session serves
 CORPUS_NAME = "enterprise_v2"
-FILES = ("documents.jsonl", "tasks.jsonl", "answer_key.jsonl", "domains.json")
+FILES = ("documents.jsonl", "tasks.jsonl", "answer_key.jsonl", "domains.json", "foreign.jsonl")
 
 
 @dataclass(frozen=True)
@@ -85,6 +103,7 @@ class Corpus:
     documents: tuple[Document, ...]
     tasks: tuple[Task, ...]
     domains: tuple[DomainInfo, ...]
+    foreign: tuple[Document, ...] = ()  # another tenant's version of each policy
     _by_id: Mapping[str, Document] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -92,6 +111,10 @@ class Corpus:
 
     def document(self, doc_id: str) -> Document:
         return self._by_id[doc_id]
+
+    def foreign_by_policy(self) -> dict[str, Document]:
+        """policy id -> the other tenant's version of that policy."""
+        return {d.policy_id: d for d in self.foreign}
 
     @property
     def cue_words(self) -> dict[str, tuple[str, ...]]:
@@ -114,15 +137,146 @@ class AnswerKey(Mapping[str, AnswerKeyEntry]):
         return len(self._entries)
 
 
-def _current_suffix(policy_id: str) -> str:
-    return "a" if hashlib.sha256(policy_id.encode()).digest()[0] % 2 == 0 else "b"
+def _draw(*parts: str) -> int:
+    """A stable integer from ``parts`` (the corpus's seeded rules; no global RNG)."""
+    return int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest()[:8], "big")
 
 
-def doc_ids(policy_id: str) -> tuple[str, str]:
-    """(current id, superseded id) of a policy."""
-    cur = _current_suffix(policy_id)
-    sup = "b" if cur == "a" else "a"
-    return f"{policy_id}-{cur}", f"{policy_id}-{sup}"
+def current_suffixes(policy_ids: Sequence[str]) -> dict[str, str]:
+    """Which id suffix (``a`` or ``b``) the current version of each policy gets.
+
+    Policies are ordered by a seeded hash of their id and the first half get ``a``; with an odd
+    count the middle one is decided by the hash's parity. Applied per domain, the current version
+    holds each suffix for half of the policies, so a suffix says nothing about validity.
+    """
+    order = sorted(policy_ids, key=lambda p: (_draw("suffix", p), p))
+    half, odd = divmod(len(order), 2)
+    out = {p: "a" if i < half else "b" for i, p in enumerate(order)}
+    if odd:
+        mid = order[half]
+        out[mid] = "a" if _draw("suffix-odd", mid) % 2 == 0 else "b"
+    return out
+
+
+def doc_ids(policy_id: str, current_suffix: str) -> tuple[str, str]:
+    """(current id, superseded id) of a policy whose current version has ``current_suffix``."""
+    sup = "b" if current_suffix == "a" else "a"
+    return f"{policy_id}-{current_suffix}", f"{policy_id}-{sup}"
+
+
+def policy_of(doc_id: str) -> str:
+    """The policy id inside a document id built by this module (``<policy>-<suffix>``)."""
+    return doc_id.split("~", 1)[0].rsplit("-", 1)[0]
+
+
+# --- another tenant's version of a policy --------------------------------------------------------
+
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+_FACTORS = tuple(Decimal(f) for f in ("0.5", "0.75", "1.5", "2", "3"))
+
+
+def _numeric_alternatives(value: str, kind: str) -> list[str]:
+    """Values of the same shape as ``value`` with its number scaled (unit and format kept).
+
+    A number with decimals moves in steps of its last digit instead (99.9% -> 99.8%), so the
+    alternative stays in the range such figures take.
+    """
+    m = _NUMBER.search(value)
+    if m is None:
+        return []
+    raw = m.group(0)
+    n = Decimal(raw.replace(",", ""))
+    places = len(raw.split(".", 1)[1]) if "." in raw else 0
+    quantum = Decimal(1).scaleb(-places)
+    if places:
+        xs = [n + k * quantum for k in (-1, -2, -3, 1, 2, 3)]
+    else:
+        xs = [(n * f).quantize(quantum, rounding=ROUND_HALF_UP) for f in _FACTORS]
+    out: list[str] = []
+    for x in xs:
+        if x <= 1:  # keep the unit's plural form valid
+            continue
+        if kind == "percent" and n <= 100 < x:
+            continue
+        num = f"{x:,.{places}f}" if x >= 1000 else f"{x:.{places}f}"
+        out.append(value[: m.start()] + num + value[m.end() :])
+    return out
+
+
+def _restate(prose: str, old: str, new: str) -> str:
+    return value_pattern(old).sub(new, prose)
+
+
+def foreign_value(policy: PolicySpec, pools: Sequence[Sequence[str]] = ()) -> tuple[str, str]:
+    """Another tenant's value for ``policy`` and its prose: (value, text).
+
+    The value has the policy's answer kind and differs from both of our versions: numeric kinds
+    scale the current number by a seeded factor; roles and systems take a seeded pick from
+    ``pools`` (the corpus's other values of that kind, in tiers of preference: the policy's own
+    domain first). The text is the current prose with the value replaced, and it states neither
+    of our values. Raises :class:`ValueError` when the current prose does not state its value as
+    written, or when no candidate qualifies.
+    """
+    cur, sup = policy.current, policy.superseded
+    if not value_pattern(cur.value).search(cur.prose):
+        raise ValueError(
+            f"current.prose must state {cur.value!r} as written (case aside) so that another "
+            "tenant's version can be derived from it"
+        )
+    ours = {normalize_answer(cur.value), normalize_answer(sup.value)}
+    if policy.answer_kind in {"role", "system"}:
+        tiers = [sorted({v for v in pool}, key=normalize_answer) for pool in pools]
+    else:
+        tiers = [_numeric_alternatives(cur.value, policy.answer_kind)]
+    seen: set[str] = set()
+    for tier in tiers:
+        cands = [v for v in tier if normalize_answer(v) not in ours | seen]
+        seen |= {normalize_answer(v) for v in cands}
+        start = _draw("foreign", policy.id) % len(cands) if cands else 0
+        for v in cands[start:] + cands[:start]:
+            if states_value(cur.prose, v):
+                continue
+            text = " ".join(_restate(cur.prose, cur.value, v).split())
+            if states_value(text, v) and not any(states_value(text, x.value) for x in (cur, sup)):
+                return v, text
+    raise ValueError(f"no value of kind {policy.answer_kind!r} qualifies as another tenant's")
+
+
+def _foreign_documents(domains: Sequence[DomainSpec]) -> list[Document]:
+    pools: dict[tuple[str, str], list[str]] = {}
+    for d in domains:
+        for p in d.policies:
+            for key in ((d.domain, p.answer_kind), ("", p.answer_kind)):
+                pools.setdefault(key, []).extend((p.current.value, p.superseded.value))
+    out: list[Document] = []
+    problems: list[SpecProblem] = []
+    for d in domains:
+        for i, p in enumerate(d.policies):
+            try:
+                tiers = (pools[(d.domain, p.answer_kind)], pools[("", p.answer_kind)])
+                _, text = foreign_value(p, tiers)
+            except ValueError as exc:
+                problems.append(SpecProblem(f"{d.domain}.yaml", None, f"policies[{i}]", str(exc)))
+                continue
+            text = re.sub(rf"\b{TENANT}\b", FOREIGN_TENANT.capitalize(), text, flags=re.I)
+            out.append(
+                Document(
+                    doc_id=f"{p.id}~{FOREIGN_TENANT}",
+                    policy_id=p.id,
+                    domain=d.domain,
+                    title=p.topic,
+                    text=text,
+                    status="current",
+                    effective_year=p.current.effective_year,
+                    version=2,
+                    owner=d.owner,
+                    access_scope=p.access_scope,
+                    tenant=FOREIGN_TENANT,
+                )
+            )
+    if problems:
+        raise SpecError(problems)
+    return sorted(out, key=lambda x: x.doc_id)
 
 
 def build(
@@ -132,9 +286,11 @@ def build(
     documents: list[Document] = []
     tasks: list[Task] = []
     key: dict[str, AnswerKeyEntry] = {}
-    for d in sorted(domains, key=lambda d: d.domain):
+    domains = sorted(domains, key=lambda d: d.domain)
+    for d in domains:
+        suffix = current_suffixes([p.id for p in d.policies])
         for p in d.policies:
-            cur_id, sup_id = doc_ids(p.id)
+            cur_id, sup_id = doc_ids(p.id, suffix[p.id])
             for doc_id, ver, status, version in (
                 (cur_id, p.current, "current", 2),
                 (sup_id, p.superseded, "superseded", 1),
@@ -162,7 +318,9 @@ def build(
         DomainInfo(d.domain, d.title, d.owner, tuple(d.cue_words))
         for d in sorted(domains, key=lambda d: d.domain)
     )
-    return Corpus(name, hash_, tuple(documents), tuple(tasks), infos), AnswerKey(key)
+    foreign = tuple(_foreign_documents(domains))
+    corpus = Corpus(name, hash_, tuple(documents), tuple(tasks), infos, foreign)
+    return corpus, AnswerKey(key)
 
 
 def build_from_specs(spec_dir: Path, name: str = CORPUS_NAME) -> tuple[Corpus, AnswerKey]:
@@ -184,6 +342,7 @@ def write(corpus: Corpus, key: AnswerKey, out: Path) -> dict[str, Any]:
     write_jsonl(out / "documents.jsonl", (_row(d) for d in corpus.documents))
     write_jsonl(out / "tasks.jsonl", (_row(t) for t in corpus.tasks))
     write_jsonl(out / "answer_key.jsonl", (_row(key[t.task_id]) for t in corpus.tasks))
+    write_jsonl(out / "foreign.jsonl", (_row(d) for d in corpus.foreign))
     atomic_write_text(
         out / "domains.json", canonical_json([_row(d) for d in corpus.domains]) + "\n"
     )
@@ -196,6 +355,7 @@ def write(corpus: Corpus, key: AnswerKey, out: Path) -> dict[str, Any]:
             "policy_units": len({d.policy_id for d in corpus.documents}),
             "documents": len(corpus.documents),
             "tasks": len(corpus.tasks),
+            "foreign_documents": len(corpus.foreign),
         },
         "files": {name: sha256_file(out / name) for name in FILES},
     }
@@ -233,14 +393,17 @@ def load(folder: Path | str | None = None) -> Corpus:
     from layerlab import paths
 
     folder = Path(folder or paths.CORPUS_DIR)
-    manifest = _check_manifest(folder, ("documents.jsonl", "tasks.jsonl", "domains.json"))
+    manifest = _check_manifest(
+        folder, ("documents.jsonl", "tasks.jsonl", "domains.json", "foreign.jsonl")
+    )
     docs = tuple(Document(**r) for r in read_jsonl(folder / "documents.jsonl"))
+    foreign = tuple(Document(**r) for r in read_jsonl(folder / "foreign.jsonl"))
     tasks = tuple(Task(**r) for r in read_jsonl(folder / "tasks.jsonl"))
     domains = tuple(
         DomainInfo(r["domain"], r["title"], r["owner"], tuple(r["cue_words"]))
         for r in json.loads((folder / "domains.json").read_text(encoding="utf-8"))
     )
-    return Corpus(manifest["corpus"], manifest["spec_hash"], docs, tasks, domains)
+    return Corpus(manifest["corpus"], manifest["spec_hash"], docs, tasks, domains, foreign)
 
 
 def load_answer_key(folder: Path | str | None = None) -> AnswerKey:

@@ -79,8 +79,11 @@ def _tool_effects(sent: dict[str, Any], received: Payload) -> list[str]:
                     f"tool: text of {a['doc_id']} cut to {len(b['text'])} of {len(a['text'])} characters"
                 )
             if isinstance(b, dict) and b.get("session_id") != a.get("session_id"):
+                other_text = b.get("text") != a.get("text")
                 out.append(
-                    f"session: {a['doc_id']} arrived as {b.get('doc_id')} from session {b.get('session_id')}"
+                    f"session: {b.get('doc_id')} arrived from session {b.get('session_id')} "
+                    f"(tenant {b.get('tenant')})"
+                    + (", with that tenant's own text" if other_text else "")
                 )
     if received.get("status") != sent.get("status") and "status" in received:
         out.append(f"tool: status {sent.get('status')!r} -> {received.get('status')!r}")

@@ -52,6 +52,7 @@ def prepare(
     scopes = scenario.principal_scopes()
     sent: dict[str, dict[str, Any]] = {}
     received: dict[str, Payload] = {}
+    foreign = corpus.foreign_by_policy()
     for i, t in enumerate(tasks):
         sid = session_for(t.task_id)
         keep = ranking.indices[i] >= 0
@@ -59,7 +60,8 @@ def prepare(
             t.question, ranking.docs(i), ranking.scores[i][keep].tolist(), sid, scopes
         )
         sent[t.task_id] = payload
-        received[t.task_id] = scenario.transport(payload, ToolContext(t.task_id, t.policy_id, sid))
+        ctx = ToolContext(t.task_id, t.policy_id, sid, foreign=foreign)
+        received[t.task_id] = scenario.transport(payload, ctx)
     return PreparedScenario(scenario, {d.doc_id: d for d in docs}, sent, received)
 
 

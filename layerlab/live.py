@@ -33,6 +33,7 @@ import json
 import os
 import random
 import re
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -97,6 +98,25 @@ class Counters:
     retries: int = 0
     failures: int = 0
     skipped_done: int = 0
+    # successful calls of this invocation: seconds from request sent to reply (queue time not
+    # included) and the token counts the server reported; summarised in the manifest only
+    latencies: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def usage(self) -> dict[str, Any]:
+        """Latency quantiles and token totals of this invocation's answered calls."""
+        if not self.latencies:
+            return {"answered_calls": 0}
+        q = pd.Series(self.latencies).quantile([0.5, 0.9])
+        n = len(self.latencies)
+        return {
+            "answered_calls": n,
+            "latency_s_median": round(float(q[0.5]), 3),
+            "latency_s_p90": round(float(q[0.9]), 3),
+            "prompt_tokens_mean": round(self.prompt_tokens / n, 1),
+            "completion_tokens_mean": round(self.completion_tokens / n, 1),
+        }
 
 
 @dataclass(frozen=True)
@@ -190,6 +210,9 @@ class ResponseCache:
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
+        # replies the preflight asked for in this invocation: their records count them as
+        # calls, not cache hits
+        self.preflighted: set[str] = set()
 
     @staticmethod
     def key(
@@ -265,9 +288,17 @@ class Route:
         return kwargs
 
     @contextlib.asynccontextmanager
-    async def endpoint(self) -> AsyncIterator[_Endpoint]:
-        """The least busy endpoint, once it has a free slot (queue time is not request time)."""
-        ep = min(self.endpoints, key=lambda e: e.busy)
+    async def endpoint(self, affinity: str | None = None) -> AsyncIterator[_Endpoint]:
+        """An endpoint, once it has a free slot (time queued there is not request time).
+
+        With an ``affinity`` key (the prompt hash), the same prompt always goes to the same
+        server, so a server that caches the previous prompt's prefix (llama.cpp, vLLM) reads
+        the repeated prompt of a record's strict and repair arms once; otherwise the least busy.
+        """
+        if affinity is not None and len(self.endpoints) > 1:
+            ep = self.endpoints[int(affinity[:8], 16) % len(self.endpoints)]
+        else:
+            ep = min(self.endpoints, key=lambda e: e.busy)
         ep.busy += 1
         try:
             async with ep.slots:
@@ -368,7 +399,7 @@ def _manifest(
     settings = {
         **config.settings.as_dict(),
         # where the model was served, only as local or remote: never a host, user or key
-        "api_bases": [endpoint_label(b) for b in config.settings.api_bases],
+        "endpoints": [endpoint_label(b) for b in config.settings.api_bases],
     }
     task_ids = config.task_ids if config.task_ids is not None else [t.task_id for t in corpus.tasks]
     return {
@@ -580,13 +611,14 @@ async def _call(
     """
     rng = rng or random.Random(0)
     request = route.request(msgs, seed)
+    affinity = prompt.prompt_hash(msgs)
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
         counters.calls += 1
         base: str | None = None
         try:
-            async with route.endpoint() as ep:
+            async with route.endpoint(affinity if attempt == 1 else None) as ep:
                 base = ep.api_base
                 kwargs: dict[str, Any] = dict(
                     model=route.model,
@@ -598,9 +630,14 @@ async def _call(
                 )
                 if ep.api_base:
                     kwargs["api_base"] = ep.api_base
+                t0 = time.perf_counter()
                 resp = await asyncio.wait_for(
                     litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
                 )
+                counters.latencies.append(time.perf_counter() - t0)
+            usage = getattr(resp, "usage", None)
+            counters.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+            counters.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
             return str(resp.choices[0].message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
             problem = setup_problem(exc)
@@ -671,6 +708,7 @@ async def _preflight(
         )
         if reply is not None:
             cache.put(ckey, reply)
+            cache.preflighted.add(ckey)
         elif failure is not None:
             where = sorted({endpoint_label(e.api_base) or "" for e in route.endpoints} - {""})
             raise LiveRunError(
@@ -747,7 +785,7 @@ async def _run(
         ckey = _reply_key(config, cell.model, phash, ident)
         reply = cache.get(ckey)
         if reply is not None:
-            return reply, None, True
+            return reply, None, ckey not in cache.preflighted
         if ckey in inflight:  # only with share_replies: the same prompt is being asked
             reply, failure = await inflight[ckey]
             return reply, failure, False
@@ -1022,6 +1060,7 @@ def run_live(
         "cache_hits": counters.cache_hits + int(before.get("cache_hits", 0)),
         "retries": counters.retries + int(before.get("retries", 0)),
         "failures": counters.failures + int(before.get("failures", 0)),
+        "this_invocation": counters.usage(),
     }
     errors = error_summary(records, config.models)
     final = archive.write_run(

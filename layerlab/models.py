@@ -318,6 +318,15 @@ def _ready(api_base: str) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the server's process: be sent SIGTERM when the process that started it dies, so a
+    killed run (SIGKILL included) leaves no orphaned server behind (Linux ``PR_SET_PDEATHSIG``)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
 def start(
     spec: ModelSpec,
     *,
@@ -336,7 +345,7 @@ def start(
         raise ModelError(f"{spec.name} is not fetched; run `layerlab models fetch {spec.name}`")
     settings = ServerSettings(
         n_ctx=n_ctx or spec.context,
-        n_threads=n_threads or max(1, os.cpu_count() or 1),
+        n_threads=n_threads or 1,
         chat_format=spec.chat_format,
     )
     port = port or free_port()
@@ -353,7 +362,13 @@ def start(
     if spec.chat_format:
         cmd += ["--chat_format", spec.chat_format]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
     server = LocalServer(spec, port, settings, proc, log)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
@@ -373,11 +388,13 @@ def start(
 def serve(spec: ModelSpec, n_servers: int = 1, **kwargs: Any) -> Iterator[list[LocalServer]]:
     """Run ``n_servers`` servers of one model for the duration of a ``with`` block.
 
-    Threads are shared out between servers (each gets ``cpu_count // n_servers``).
+    Each server answers one request at a time with one thread by default: on a shared machine
+    llama.cpp's threads spin-wait on each other, and two threads per server measured 4-8x
+    slower than one when other processes used the cores (one server per core scales instead).
     """
     if n_servers < 1:
         raise ModelError("n_servers must be >= 1")
-    threads = kwargs.pop("n_threads", None) or max(1, (os.cpu_count() or 1) // n_servers)
+    threads = kwargs.pop("n_threads", None) or 1
     servers: list[LocalServer] = []
     try:
         for _ in range(n_servers):

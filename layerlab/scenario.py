@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from layerlab import paths
-from layerlab.corpus import Document
+from layerlab.corpus import Document, policy_of
 from layerlab.spec import SpecError, load_yaml_as
 
 Stage = Literal["index", "access", "tool"]
@@ -53,6 +53,9 @@ class ToolContext:
     policy_id: str
     session_id: str
     attempt: int = 0  # 0 for the first call; a bounded retry calls the tool again with 1, 2, ...
+    # policy id -> another tenant's version of that policy (Corpus.foreign_by_policy): public
+    # documents that the session-state fault serves in place of ours
+    foreign: Mapping[str, Document] = field(default_factory=dict, repr=False, compare=False)
 
 
 class FaultOperator:
@@ -334,8 +337,14 @@ class _ForeignParams(_Params):
 
 @register_operator
 class ForeignSession(FaultOperator):
-    """Session state crosses over: the evidence comes from another session's context and
-    carries that session's id (and a session-scoped document id)."""
+    """Session state crosses over: the search runs in another tenant's session, so each result
+    is that tenant's version of the same policy — a different value of the same kind — carrying
+    that session's id, that tenant and a session-scoped document id. Two results of one policy
+    collapse into its one foreign version; ranks are renumbered.
+
+    The foreign documents come from the corpus (``ToolContext.foreign``); a result without one
+    is an error, never silently passed through as our own evidence.
+    """
 
     name = "foreign_session"
     stage = "tool"
@@ -347,9 +356,34 @@ class ForeignSession(FaultOperator):
             return payload
         other = f"s-{stable_int(ctx.session_id, self.params.tag) % 16**8:08x}"  # type: ignore[attr-defined]
         out = copy.deepcopy(payload)
+        results: list[dict[str, Any]] = []
+        served: set[str] = set()
         for r in out["results"]:
-            r["doc_id"] = f"{r['doc_id']}~{other}"
-            r["session_id"] = other
+            theirs = ctx.foreign.get(policy_of(r["doc_id"]))
+            if theirs is None:
+                raise ValueError(
+                    f"foreign_session: no other-tenant version of {r['doc_id']!r}; build the "
+                    "tool context with the corpus's foreign versions (Corpus.foreign_by_policy)"
+                )
+            if theirs.doc_id in served:
+                continue
+            served.add(theirs.doc_id)
+            r.update(
+                rank=len(results) + 1,
+                doc_id=f"{r['doc_id']}~{other}",
+                title=theirs.title,
+                text=theirs.text,
+                domain=theirs.domain,
+                status=theirs.status,
+                effective_year=theirs.effective_year,
+                version=theirs.version,
+                owner=theirs.owner,
+                access_scope=theirs.access_scope,
+                tenant=theirs.tenant,
+                session_id=other,
+            )
+            results.append(r)
+        out["results"] = results
         return out
 
 

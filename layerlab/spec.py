@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from layerlab.text import normalize_answer, states_value
+from layerlab.text import normalize_answer, states_value, words
 
 AnswerKind = Literal["duration", "money", "percent", "count", "role", "system"]
 ANSWER_KINDS: tuple[str, ...] = ("duration", "money", "percent", "count", "role", "system")
@@ -39,6 +39,12 @@ class _Strict(BaseModel):
 
 
 NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+def value_pattern(value: str) -> re.Pattern[str]:
+    """``value`` as written (case and spacing aside), not inside a longer number or word."""
+    body = r"\s+".join(re.escape(w) for w in value.split())
+    return re.compile(rf"(?<![\w.$]){body}(?![\w%]|[.,]\d)", re.IGNORECASE)
 
 
 class VersionSpec(_Strict):
@@ -68,6 +74,9 @@ class PolicySpec(_Strict):
     current: VersionSpec
     superseded: VersionSpec
     questions: Annotated[list[NonEmpty], Field(min_length=3, max_length=3)]
+    # words the questions use that the current document does not: reviewed paraphrases
+    # ("vendor" for the document's "supplier"); `layerlab spec lint` flags any other
+    paraphrases: list[Annotated[str, Field(pattern=r"^[a-z0-9]+$")]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _versions_differ(self) -> PolicySpec:
@@ -78,6 +87,11 @@ class PolicySpec(_Strict):
             raise ValueError(
                 f"current.effective_year ({cur.effective_year}) must be later than "
                 f"superseded.effective_year ({sup.effective_year})"
+            )
+        if not value_pattern(cur.value).search(cur.prose):
+            raise ValueError(
+                f"current.prose must state {cur.value!r} as written (case aside), so that another "
+                "tenant's version of the policy can be derived by replacing it"
             )
         if states_value(cur.prose, sup.value):
             raise ValueError(
@@ -94,6 +108,8 @@ class PolicySpec(_Strict):
         for q in self.questions:
             if not q.rstrip().endswith("?"):
                 raise ValueError(f"question {q!r} must end with '?'")
+        if len(set(self.paraphrases)) != len(self.paraphrases):
+            raise ValueError("paraphrases must not repeat")
         return self
 
 
@@ -374,6 +390,91 @@ def load_domains(path: Path) -> list[DomainSpec]:
     if problems:
         raise SpecError(problems)
     return sorted((d for _, d in domains), key=lambda d: d.domain)
+
+
+# --- question lint ------------------------------------------------------------------------------
+
+# Function words and the scaffolding every question uses ("what", "how long", "which tool",
+# "the amount"): they say what is asked, not which situation it is asked about.
+LINT_STOP_WORDS = frozenset(
+    """
+    a an the of to in on at by for from with without into over under about after before during
+    until within per and or but not no so than then if when once while unless as like whether
+    is are was were be been being has have had do does did done get gets can could may might must
+    should will would need needs what which who whom whose how why where many much long soon
+    often quickly far i me my we us our you your they them their it its this that these those
+    there someone anyone each every any some all own one s re up out off through go goes back
+    needed
+    amount number percentage share level limit maximum minimum deadline time period role tool
+    system platform apply applies applied handle handles use used using sign signs set give
+    gives given take takes keep kept new large big
+    """.split()
+)
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ies", "es", "s", "ed", "ing", "ly", "e"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    """The words of ``text`` that carry content: no stop word, no bare number."""
+    return [w for w in words(text) if w not in LINT_STOP_WORDS and not w.isdigit()]
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    """A question variant with content words that its current document does not contain."""
+
+    domain: str
+    policy_id: str
+    question: int  # index into the policy's questions
+    words: tuple[str, ...]
+    text: str
+
+    def __str__(self) -> str:
+        missing = ", ".join(self.words)
+        return (
+            f"{self.domain}: {self.policy_id} questions[{self.question}] uses words its current "
+            f"document does not contain ({missing}): {self.text}"
+        )
+
+
+def unsupported_words(policy: PolicySpec) -> list[tuple[int, tuple[str, ...]]]:
+    """Per question variant, the content words that neither the current document (its title
+    and prose) nor the policy's declared ``paraphrases`` contain (light stemming on both sides).
+
+    A variant that asks about a situation its document never mentions ("when hiring a
+    contractor") cannot be answered from it; a reviewed paraphrase ("vendor" for "supplier") is
+    declared once in the spec.
+    """
+    known = {_stem(w) for w in words(f"{policy.topic} {policy.current.prose}")}
+    known |= {_stem(w) for w in policy.paraphrases}
+    out = []
+    for i, q in enumerate(policy.questions):
+        miss = tuple(dict.fromkeys(w for w in content_words(q) if _stem(w) not in known))
+        if miss:
+            out.append((i, miss))
+    return out
+
+
+def lint_questions(domains: Iterable[DomainSpec]) -> list[LintFinding]:
+    """Every question variant whose content words its current document does not contain."""
+    return [
+        LintFinding(d.domain, p.id, i, miss, p.questions[i])
+        for d in domains
+        for p in d.policies
+        for i, miss in unsupported_words(p)
+    ]
+
+
+def unused_paraphrases(policy: PolicySpec) -> list[str]:
+    """Declared paraphrases that no question needs (stale entries to remove)."""
+    doc = {_stem(w) for w in words(f"{policy.topic} {policy.current.prose}")}
+    asked = {_stem(w) for q in policy.questions for w in content_words(q)} - doc
+    return [w for w in policy.paraphrases if _stem(w) not in asked]
 
 
 def spec_hash(path: Path) -> str:

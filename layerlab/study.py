@@ -112,6 +112,7 @@ def make_retriever(
     from langchain_core.retrievers import BaseRetriever
 
     by_question = {t.question: t for t in tasks}
+    foreign = corpus.foreign_by_policy()
 
     class LayerRAGRetriever(BaseRetriever):
         """Search through the scenario's faults; documents carry the evidence metadata."""
@@ -124,7 +125,10 @@ def make_retriever(
             task = by_question[query]
             sent = prepared.sent[task.task_id]
             payload = prepared.scenario.transport(
-                sent, ToolContext(task.task_id, task.policy_id, sent["session_id"], self.attempt)
+                sent,
+                ToolContext(
+                    task.task_id, task.policy_id, sent["session_id"], self.attempt, foreign=foreign
+                ),
             )
             res = get_mode("repair").check(payload)  # tolerant parsing, bounded
             if res.outcome == "unavailable":

@@ -11,6 +11,9 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``fading``    — answers the first request, then 503 (an overloaded server);
 * ``limited``   — per prompt: first call 429 with ``Retry-After: 0.3``, then answers;
 * any other name — 404 "model not found", as OpenAI-compatible servers answer.
+
+It also answers Ollama's native ``POST /api/chat`` (what litellm's ``ollama_chat/`` provider
+calls) with the same behaviours, as a stand-in for an Ollama server.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class FakeOpenAI:
         self.statuses: Counter[int] = Counter()
         self.lock = threading.Lock()
         self.auth_headers: set[str] = set()
+        self.bodies: list[dict[str, Any]] = []  # every request body, in arrival order
+        self.paths: list[str] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,7 +68,27 @@ class FakeOpenAI:
                 req = json.loads(self.rfile.read(length))
                 with server.lock:
                     server.requests += 1
+                    server.bodies.append(req)
+                    server.paths.append(self.path)
                     server.auth_headers.add(self.headers.get("Authorization", ""))
+                if self.path.rstrip("/") == "/api/show":  # Ollama: model details (litellm asks)
+                    return self._send(
+                        200, {"modelfile": "", "parameters": "", "template": "", "details": {}}
+                    )
+                if self.path.rstrip("/") == "/api/chat":  # Ollama's native API
+                    content = reply_for("layerlab/extractive", req["messages"])
+                    return self._send(
+                        200,
+                        {
+                            "model": req["model"],
+                            "created_at": "2026-01-01T00:00:00Z",
+                            "message": {"role": "assistant", "content": content},
+                            "done": True,
+                            "done_reason": "stop",
+                            "prompt_eval_count": 1,
+                            "eval_count": 1,
+                        },
+                    )
                 model = req["model"]
                 msgs = req["messages"]
                 h = hashlib.sha256(json.dumps(msgs, sort_keys=True).encode()).hexdigest()

@@ -52,4 +52,56 @@ def test_missing_corpus_is_a_clear_error(tmp_path) -> None:
 
 def test_cue_counts_match_the_matcher(corpus: corpus_mod.Corpus) -> None:
     counts = audit.domain_cue_counts(corpus)
-    assert counts == {"correct": 80, "incorrect": 16, "unresolved": 144}
+    assert counts == {"correct": 79, "incorrect": 13, "unresolved": 148}
+
+
+def test_corpus_tells_audit_on_the_committed_corpus() -> None:
+    """Done-when criteria of a corpus without tells, measured on data/corpus."""
+    result = runner.invoke(app, ["audit", "corpus", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["problems"] == []
+    pt = out["past_tense"]
+    assert abs(pt["current"] - pt["superseded"]) <= 0.10
+    assert all(0.4 <= s <= 0.6 for s in out["current_id_suffix"].values())
+    ws = out["wrong_session"]
+    # the deterministic run answers from wrong-session evidence, grounded, and never right
+    assert ws["scenarios"] == ["wrong_session"] and ws["records"] == 2 * 240
+    assert ws["grounded"] > 0.9 * ws["records"] and ws["grounded_and_correct"] == 0
+    assert ws["foreign_documents_stating_expected"] == []
+
+
+def test_grounded_wrong_session_answers_differ_from_expected(
+    corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey
+) -> None:
+    from layerlab import harness
+    from layerlab.scenario import load_scenarios
+    from layerlab.text import normalize_answer
+
+    scen = load_scenarios()
+    prepared = harness.prepare(corpus, scen["wrong_session"])
+    reader = harness.ExtractiveReader()
+    for t in corpus.tasks:
+        g = harness.gate(t, prepared.received[t.task_id], "strict")
+        assert g.inp is not None
+        out = reader.read(g.inp)
+        if out.answer is not None:
+            assert normalize_answer(out.answer) != normalize_answer(
+                key[t.task_id].expected_answer
+            ), t.task_id
+
+
+def test_tells_problems_names_each_failed_criterion() -> None:
+    bad = {
+        "past_tense": {"current": 0.05, "superseded": 0.95, "gap_points": 90.0},
+        "current_id_suffix": {"a": 0.625, "b": 0.375},
+        "wrong_session": {
+            "grounded_and_correct": 3,
+            "foreign_documents_stating_expected": ["x-01-q1"],
+            "policies_without_foreign_version": [],
+        },
+    }
+    lines = audit.tells_problems(bad)
+    assert len(lines) == 5
+    assert lines[0].startswith("past tense: current 5.0% vs superseded 95.0%")
+    assert "id suffix -a: current version holds it 62.5%" in lines[1]

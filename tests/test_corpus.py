@@ -33,9 +33,99 @@ def test_ids_unique_and_opaque(corpus: corpus_mod.Corpus) -> None:
     ids = [d.doc_id for d in corpus.documents]
     assert len(set(ids)) == len(ids)
     assert len({t.task_id for t in corpus.tasks}) == 240
-    # the id suffix does not give the version away: both suffixes occur as current
-    suffixes = Counter(d.doc_id[-1] for d in corpus.documents if d.status == "current")
-    assert set(suffixes) == {"a", "b"}
+    # the id suffix does not give the version away: the current version holds each suffix
+    # 40-60% of the time, overall and in every domain
+    from layerlab import audit
+
+    for s, share in audit.id_suffix_shares(corpus).items():
+        assert 0.4 <= share <= 0.6, (s, share)
+    for d in corpus.domains:
+        cur = Counter(
+            x.doc_id[-1] for x in corpus.documents if x.domain == d.domain and x.status == "current"
+        )
+        assert set(cur) == {"a", "b"} and abs(cur["a"] - cur["b"]) <= 1, (d.domain, cur)
+
+
+def test_suffix_rule_balances_any_policy_set() -> None:
+    for n in (1, 2, 7, 10, 11):
+        ids = [f"x-{i:02d}" for i in range(n)]
+        got = Counter(corpus_mod.current_suffixes(ids).values())
+        assert got["a"] + got["b"] == n and abs(got["a"] - got["b"]) <= 1
+        assert corpus_mod.current_suffixes(ids) == corpus_mod.current_suffixes(ids[::-1])
+
+
+def test_superseded_prose_reads_like_current_prose(corpus: corpus_mod.Corpus) -> None:
+    from layerlab import audit
+
+    rates = audit.past_tense_rates(corpus)
+    assert rates["gap_points"] <= 10, rates
+    # the detector itself sees the old tell: past-tense prose is flagged
+    assert audit.past_tense_markers("Department heads had to approve it, and it was rare.") == [
+        "had",
+        "was",
+    ]
+    assert (
+        audit.past_tense_markers("Department heads must approve it; the signed copy is kept.") == []
+    )
+
+
+def test_foreign_versions_state_a_different_value_of_the_same_kind(
+    corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey
+) -> None:
+    from layerlab.extract import extract
+
+    theirs = corpus.foreign_by_policy()
+    assert set(theirs) == {d.policy_id for d in corpus.documents}
+    ours = {(d.policy_id, d.status): d for d in corpus.documents}
+    for t in corpus.tasks:
+        f = theirs[t.policy_id]
+        assert f.tenant == corpus_mod.FOREIGN_TENANT != corpus_mod.TENANT
+        assert f.status == "current" and f.title == ours[(t.policy_id, "current")].title
+        expected = key[t.task_id].expected_answer
+        assert not states_value(f.text, expected), t.task_id
+        # a reader finds a value of the task's kind in it, and it is not the expected one
+        got = extract(t.question, t.answer_kind, f.text)
+        assert got is not None and not states_value(got, expected), (t.task_id, got)
+        old = ours[(t.policy_id, "superseded")]
+        assert f.text != old.text and f.text != ours[(t.policy_id, "current")].text
+
+
+def test_foreign_value_rule() -> None:
+    from layerlab.spec import PolicySpec
+
+    def policy(kind: str, cur: str, sup: str, prose: str) -> PolicySpec:
+        return PolicySpec.model_validate(
+            {
+                "id": "x-01",
+                "topic": "t",
+                "answer_kind": kind,
+                "current": {"value": cur, "effective_year": 2024, "prose": prose},
+                "superseded": {
+                    "value": sup,
+                    "effective_year": 2020,
+                    "prose": f"The figure is {sup} for every case covered by this rule, as agreed.",
+                },
+                "questions": ["a?", "b?", "c?"],
+            }
+        )
+
+    pad = " for every case covered by this rule, as agreed with the team."
+    for kind, cur, sup in (
+        ("duration", "5 business days", "10 business days"),
+        ("money", "$7,500", "$4,000"),
+        ("percent", "99.9%", "99.5%"),
+        ("count", "2 reviewers", "1 reviewer"),
+    ):
+        p = policy(kind, cur, sup, f"The figure is {cur}{pad}")
+        value, text = corpus_mod.foreign_value(p)
+        assert value not in (cur, sup) and states_value(text, value)
+        assert not states_value(text, cur) and not states_value(text, sup)
+        assert corpus_mod.foreign_value(p) == (value, text)  # deterministic
+    p = policy("role", "Data Owner", "Head of IT", f"Access is certified by the Data Owner{pad}")
+    value, text = corpus_mod.foreign_value(p, [["Data Owner", "Head of IT", "Finance Controller"]])
+    assert value == "Finance Controller" and "Finance Controller" in text
+    with pytest.raises(ValueError, match="no value of kind 'role'"):
+        corpus_mod.foreign_value(p, [["Data Owner", "Head of IT"]])
 
 
 def test_every_answer_is_stated_in_its_document(

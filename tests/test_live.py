@@ -71,6 +71,7 @@ def _cfg(model: str, base: str, tasks: int = 6, **settings) -> live.LiveConfig:
     from layerlab import corpus as cm
 
     c = cm.load(paths.CORPUS_DIR)
+    cfg_kw = {k: settings.pop(k) for k in ("share_replies", "replicates") if k in settings}
     s = ProviderSettings(
         timeout_s=settings.pop("timeout_s", 1.0), backoff_s=0.01, api_bases=(base,), **settings
     )
@@ -79,7 +80,7 @@ def _cfg(model: str, base: str, tasks: int = 6, **settings) -> live.LiveConfig:
         scenarios=("clean", "stale_index"),
         task_ids=tuple(t.task_id for t in c.tasks[:tasks]),
         settings=s,
-        share_replies=True,  # the call counts below are per distinct prompt
+        **cfg_kw,
     )
 
 
@@ -95,10 +96,12 @@ def _run(corpus, key, scen, cfg, out, **kw) -> live.LiveResult:
 
 
 def test_retries_429_and_500_then_succeeds(tmp_path, server, corpus, key, scen) -> None:
-    res = _run(corpus, key, scen, _cfg("flaky", server.base), tmp_path, concurrency=4)
+    res = _run(
+        corpus, key, scen, _cfg("flaky", server.base, share_replies=True), tmp_path, concurrency=4
+    )
     recs = read_records(tmp_path / "records.parquet")
     assert res.complete and len(recs) == 24
-    distinct = 6 * 2  # 6 tasks x 2 scenarios: strict and repair prompts coincide
+    distinct = 6 * 2  # 6 tasks x 2 scenarios: strict and repair prompts coincide (shared)
     assert res.counters.calls == 3 * distinct and res.counters.retries == 2 * distinct
     assert server.statuses[429] == distinct and server.statuses[500] == distinct
     assert {r.diagnostic for r in recs if r.scenario == "clean"} <= {"ok", "retrieval", "reader"}
@@ -142,7 +145,7 @@ def test_exhausted_errors_and_bad_replies_are_labelled_failures(
         rate = {"down": 1.0}.get(model, 0.0)
         assert res.over_error_rate == ((f"openai/{model}",) if rate else ())
         assert res.manifest["errors"][f"openai/{model}"]["provider_error"] == rate * 24
-    assert server.statuses[503] == 3 * 12  # 3 attempts for each of 12 distinct prompts
+    assert server.statuses[503] == 3 * 24  # 3 attempts for each of the 24 records (one call each)
 
 
 def test_a_model_down_from_the_start_stops_before_any_record(
@@ -165,8 +168,8 @@ def test_retry_errors_asks_error_cells_again(tmp_path, server, corpus, key, scen
     retried = _run(
         corpus, key, scen, cfg, tmp_path, resume=True, retry_errors=True, preflight=False
     )
-    assert retried.counters.calls == 3 * 4 and "asked again" in retried.message
-    assert retried.manifest["calls"]["made"] == 2 * 3 * 4  # cumulative over both invocations
+    assert retried.counters.calls == 3 * 8 and "asked again" in retried.message
+    assert retried.manifest["calls"]["made"] == 2 * 3 * 8  # cumulative over both invocations
     assert len(read_records(tmp_path / "records.parquet")) == 8
 
 
@@ -343,7 +346,7 @@ def test_credentials_and_host_never_reach_the_run_folder(tmp_path, server) -> No
     for f in out.rglob("*"):
         data = f.read_bytes()
         assert b"secret" not in data and b"user" not in data and b"127.0.0.1" not in data, f
-    assert archive.read_manifest(out)["settings"]["api_bases"] == ["local"]
+    assert archive.read_manifest(out)["settings"]["endpoints"] == ["local"]
     assert sorted(p.name for p in out.iterdir()) == [
         "manifest.json",
         "records.jsonl",
@@ -436,3 +439,93 @@ def test_cumulative_call_counts_across_resumes(tmp_path, server, corpus, key, sc
     assert second.complete
     made = second.manifest["calls"]["made"]
     assert made == first.counters.calls + second.counters.calls == server.requests
+
+
+def test_one_call_per_record_with_replicates_and_shared_replies_only_on_request(
+    tmp_path, server, corpus, key, scen
+) -> None:
+    per_record = _run(
+        corpus, key, scen, _cfg("good", server.base, tasks=3, replicates=2), tmp_path / "r"
+    )
+    recs = read_records(tmp_path / "r" / "records.parquet")
+    assert per_record.complete and len(recs) == 3 * 2 * 2 * 2
+    assert {r.replicate for r in recs} == {0, 1}
+    # strict and repair ask the same prompt, yet each record is its own call
+    assert per_record.counters.calls == len(recs) and per_record.counters.cache_hits == 0
+    assert per_record.manifest["share_replies"] is False and per_record.manifest["replicates"] == 2
+    again = _run(
+        corpus, key, scen, _cfg("good", server.base, tasks=3, replicates=2), tmp_path / "r",
+        resume=True,
+    )
+    assert again.counters.calls == 0
+    shared = _run(
+        corpus, key, scen, _cfg("good", server.base, tasks=3, share_replies=True), tmp_path / "s"
+    )
+    assert shared.complete and shared.counters.calls == 3 * 2  # one per distinct prompt
+    assert shared.manifest["share_replies"] is True
+
+
+def test_calls_are_spread_over_several_servers(tmp_path, monkeypatch, corpus, key, scen) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    with FakeOpenAI() as a, FakeOpenAI() as b:
+        cfg = _cfg("good", a.base, tasks=6)
+        cfg = live.LiveConfig(
+            models=cfg.models,
+            scenarios=cfg.scenarios,
+            task_ids=cfg.task_ids,
+            settings=ProviderSettings(timeout_s=5, api_bases=(a.base, b.base)),
+        )
+        res = _run(corpus, key, scen, cfg, tmp_path, concurrency=8)
+        assert res.complete and a.requests > 0 and b.requests > 0
+        assert a.requests + b.requests == res.counters.calls
+        assert "api_bases" not in json.dumps(res.manifest["settings"])
+
+
+def test_response_format_and_seed_reach_the_server(tmp_path, server, corpus, key, scen) -> None:
+    base = _cfg("good", server.base, tasks=2)
+    cfg = live.LiveConfig(
+        models=base.models, scenarios=base.scenarios, task_ids=base.task_ids,
+        settings=base.settings, response_format="json_schema", seed=11,
+    )
+    res = _run(corpus, key, scen, cfg, tmp_path)
+    assert res.complete and res.manifest["response_format"] == "json_schema"
+    bodies = server.bodies
+    assert bodies and all(b["response_format"]["type"] == "json_schema" for b in bodies)
+    schema = bodies[0]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["status"]["enum"] == ["answered", "abstained"]
+    seeds = [b["seed"] for b in bodies]
+    assert len(set(seeds)) == len(seeds)  # one seed per record
+    again = live.record_seed(11, "openai/good", "clean", "strict", cfg.task_ids[0], 0)
+    assert again in seeds
+
+
+@pytest.mark.parametrize(
+    ("model", "suffix", "path"),
+    [
+        ("ollama_chat/good", "", "/api/chat"),  # the README's Ollama command
+        ("hosted_vllm/good", "/v1", "/v1/chat/completions"),  # the README's vLLM command
+    ],
+)
+def test_ollama_and_vllm_commands_reach_their_servers_with_structured_output(
+    tmp_path, monkeypatch, model, suffix, path
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with FakeOpenAI() as srv:
+        res = runner.invoke(
+            app,
+            [
+                "run", "live", "-m", model, "--api-base", f"http://127.0.0.1:{srv.port}{suffix}",
+                "--out", str(tmp_path / "o"), "--tasks", "hr-01-q1,it_ops-02-q1",
+                "--scenario", "clean", "--response-format", "json_schema", "--no-progress",
+                "--timeout", "10",
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        assert path in srv.paths and all(p.startswith(path.rsplit("/", 2)[0]) for p in srv.paths)
+        recs = read_records(tmp_path / "o" / "records.parquet")
+        assert all(r.diagnostic not in ("provider_error", "malformed_reply") for r in recs)
+        body = srv.bodies[srv.paths.index(path)]
+        if model.startswith("ollama"):
+            assert body["format"]["properties"]["status"]["enum"] == ["answered", "abstained"]
+        else:
+            assert body["response_format"]["type"] == "json_schema"

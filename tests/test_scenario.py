@@ -158,11 +158,19 @@ def test_tool_operators_change_only_their_layer(corpus: corpus_mod.Corpus) -> No
     clean = harness.prepare(corpus, scen["clean"])
     t = corpus.tasks[0]
     sent = clean.sent[t.task_id]
-    ctx = ToolContext(t.task_id, t.policy_id, sent["session_id"])
+    ctx = ToolContext(
+        t.task_id, t.policy_id, sent["session_id"], foreign=corpus.foreign_by_policy()
+    )
     foreign = scen["wrong_session"].transport(sent, ctx)
     assert foreign is not None and sent["results"][0]["session_id"] is None
     assert all(r["session_id"] not in (None, sent["session_id"]) for r in foreign["results"])
-    assert [r["text"] for r in foreign["results"]] == [r["text"] for r in sent["results"]]
+    assert {r["tenant"] for r in foreign["results"]} == {corpus_mod.FOREIGN_TENANT}
+    # another tenant's version of each retrieved policy: one per policy, ranks renumbered
+    policies = list(dict.fromkeys(corpus_mod.policy_of(r["doc_id"]) for r in sent["results"]))
+    assert [corpus_mod.policy_of(r["doc_id"]) for r in foreign["results"]] == policies
+    assert [r["rank"] for r in foreign["results"]] == list(range(1, len(policies) + 1))
+    theirs = corpus.foreign_by_policy()
+    assert [r["text"] for r in foreign["results"]] == [theirs[p].text for p in policies]
     partial = scen["partial_timeout"].transport(sent, ctx)
     assert partial is not None and partial["status"] == "partial" and len(partial["results"]) == 1
     assert len(partial["results"][0]["text"]) < len(sent["results"][0]["text"])
@@ -177,3 +185,11 @@ def test_tool_operators_change_only_their_layer(corpus: corpus_mod.Corpus) -> No
         "corrupt_metadata",
         "foreign_session",
     }
+
+
+def test_wrong_session_without_foreign_versions_is_a_clear_error(corpus: corpus_mod.Corpus) -> None:
+    scen = load_scenarios()
+    t = corpus.tasks[0]
+    sent = harness.prepare(corpus, scen["clean"]).sent[t.task_id]
+    with pytest.raises(ValueError, match="no other-tenant version"):
+        scen["wrong_session"].transport(sent, ToolContext(t.task_id, t.policy_id, "s-1"))

@@ -160,3 +160,49 @@ def test_duplicate_policy_id_is_reported_at_its_own_line(
     lineno = [i for i, ln in enumerate(text.splitlines(), 1) if "id: returns-01" in ln][1]
     (line,) = _problems(p)
     assert line.startswith(f"{p}:{lineno}: policies[1].id: duplicate policy id 'returns-01'")
+
+
+def test_lint_flags_a_question_its_document_cannot_answer(tmp_path: Path) -> None:
+    from layerlab.spec import lint_questions
+
+    assert lint_questions(load_domains(paths.CORPUS_SPEC_DIR)) == []
+    text = (paths.CORPUS_SPEC_DIR / "legal.yaml").read_text()
+    good = "What is the turnaround for a mutual confidentiality agreement submitted through the intake form?"
+    bad = "What is the turnaround for a mutual confidentiality agreement when hiring a contractor?"
+    assert good in text
+    p = _write(tmp_path, "legal.yaml", text.replace(good, bad))
+    (finding,) = lint_questions(load_domains(p))
+    assert finding.policy_id == "legal-02" and finding.question == 1
+    assert finding.words == ("hiring", "contractor")
+    result = runner.invoke(app, ["spec", "lint", str(p)])
+    assert result.exit_code == 1
+    assert "legal-02 questions[1] uses words its current document does not contain" in result.output
+    assert "hiring, contractor" in result.output and "Traceback" not in result.output
+
+
+def test_cli_spec_lint_passes_on_committed_specs() -> None:
+    result = runner.invoke(app, ["spec", "lint"])
+    assert result.exit_code == 0, result.output
+    assert "does not contain" not in result.output
+
+
+def test_declared_paraphrases_must_be_words() -> None:
+    from pydantic import ValidationError
+
+    from layerlab.spec import PolicySpec
+
+    (d,) = [x for x in load_domains(paths.CORPUS_SPEC_DIR) if x.domain == "finance"]
+    data = d.policies[4].model_dump()
+    data["paraphrases"] = ["Vendor bill"]
+    with pytest.raises(ValidationError):
+        PolicySpec.model_validate(data)
+
+
+def test_current_prose_must_state_its_value_as_written(tmp_path: Path, good_spec_text: str) -> None:
+    # "45-days" states the value for the reader (normalised, "45 days") but cannot be replaced
+    # as written, so another tenant's version could not be derived from it
+    assert "within 45 days of the delivery date" in good_spec_text
+    text = good_spec_text.replace("within 45 days of the", "within 45-days of the")
+    p = _write(tmp_path, "returns.yaml", text)
+    (line,) = _problems(p)
+    assert "returns.yaml:" in line and "current.prose must state '45 days' as written" in line

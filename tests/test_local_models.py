@@ -1,0 +1,113 @@
+"""A real language model through the live harness: SmolLM2-135M-Instruct served by llama.cpp.
+
+Needs the local runtime and the model (``make local models``; ``make test`` installs both and
+sets ``LAYERLAB_REQUIRE_LOCAL=1`` so that a missing runtime fails instead of skipping).
+A few tasks × every scenario × both contract modes: the archive is complete and valid, every
+reply that reached the model is parsed or labelled ``malformed_reply``, strict and repair are
+separate calls, and a rerun makes no call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from layerlab import archive, models
+from layerlab.cli import app
+
+runner = CliRunner()
+MODEL = "smollm2-135m"
+TASKS = "finance-01-q1,hr-03-q2"
+
+
+def _ready() -> str | None:
+    try:
+        models.runtime_version()
+    except models.ModelError as exc:
+        return str(exc)
+    if not models.is_fetched(models.lookup(MODEL)):
+        return f"{MODEL} is not fetched (layerlab models fetch {MODEL})"
+    return None
+
+
+_why = _ready()
+if _why and os.environ.get("LAYERLAB_REQUIRE_LOCAL") == "1":
+    raise RuntimeError(f"LAYERLAB_REQUIRE_LOCAL=1 but {_why}")
+pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    out = tmp_path_factory.mktemp("smollm2") / "run"
+    cache = out.parent / "replies"
+    args = [
+        "run", "live", "-m", f"local/{MODEL}", "--out", str(out), "--tasks", TASKS,
+        "--response-format", "json_schema", "--max-tokens", "120", "--no-progress",
+        "--cache-dir", str(cache), "--local-servers", "1",
+    ]  # fmt: skip
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(app, [*args, "--resume"])
+    return out, first.output, again.output
+
+
+def test_archive_is_complete_and_every_reply_is_parsed_or_labelled(run) -> None:
+    out, _, _ = run
+    info = archive.check_path(out)
+    assert info["complete"] is True
+    recs = archive.read_records(out / archive.ARCHIVE)
+    manifest = json.loads((out / archive.MANIFEST).read_text())
+    n_scen, n_arms = len(manifest["scenarios"]), len(manifest["mitigations"])
+    assert len(recs) == 2 * n_scen * n_arms and n_scen == 9
+    assert {(r.provider, r.model) for r in recs} == {("local", MODEL)}
+    read = [r for r in recs if r.reached_reader]
+    assert read and all(r.prompt_hash for r in read)
+    # a reply either parsed (answered or abstained) or is labelled malformed; no provider errors
+    for r in read:
+        assert r.answered or r.abstained or r.diagnostic == "malformed_reply", r
+        assert r.diagnostic != "provider_error"
+
+
+def test_strict_and_repair_are_separate_calls_and_a_rerun_makes_none(run) -> None:
+    out, first, again = run
+    manifest = json.loads((out / archive.MANIFEST).read_text())
+    read = [r for r in archive.read_records(out / archive.ARCHIVE) if r.reached_reader]
+    import re
+
+    made = int(re.search(r"(\d+) provider calls", first).group(1))  # type: ignore[union-attr]
+    assert made >= len(read)  # one call per record (plus any retries)
+    assert manifest["share_replies"] is False
+    assert "0 provider calls" in again
+    local = manifest["local_models"][f"local/{MODEL}"]
+    assert local["file_sha256"] == models.lookup(MODEL).file.sha256
+    assert local["runtime"].startswith("llama-cpp-python ")
+    assert local["server"]["n_ctx"] == 4096
+
+
+def test_a_killed_parent_leaves_no_server_behind(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "from layerlab import models; import time, sys; "
+        f"s = models.start(models.lookup({MODEL!r})); print(s.process.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())  # type: ignore[union-attr]
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError("the llama.cpp server outlived the process that started it")
