@@ -104,6 +104,7 @@ VALUE_PATTERNS: dict[str, str] = {
     # study cells
     "condition": _IDENT,
     "arm": _IDENT,
+    "control": _IDENT,  # the study's control that fired (allow, refuse, none, ...)
     "control_layer": r"([a-z][a-z0-9_]{0,63}|-)?",
 }
 
@@ -113,11 +114,12 @@ def value_vocabularies() -> dict[str, frozenset[str]]:
     from layerlab.contract import Outcome
     from layerlab.score import DIAGNOSTICS
 
-    stages = frozenset({"reader", *get_args(Outcome)})
+    # a record ends at the reader, at a mitigation's refusal, or at the contract's outcome
+    # (harness.evaluate)
+    stages = frozenset({"reader", "refused", *get_args(Outcome)})
     return {
         "diagnostic": frozenset(DIAGNOSTICS),
         "stage": stages,
-        "control": frozenset({"allow", "abstain", "reject", "none"}),
     }
 
 
@@ -355,7 +357,7 @@ MANIFEST_KEYS = frozenset(
 )
 
 # --- provenance: what a record's numbers depend on besides the model --------------------------
-PROVENANCE_FIELDS = ("corpus_spec", "corpus", "scenarios", "prompt", "tasks")
+PROVENANCE_FIELDS = ("corpus_spec", "corpus", "scenarios", "mitigations", "prompt", "tasks")
 MIXED = "mixed"
 
 
@@ -369,9 +371,10 @@ def _sha(obj: Any) -> str:
 
 def provenance_for(corpus: Any, scenario_hash: str, task_ids: Iterable[str]) -> dict[str, str]:
     """The provenance hashes of a run: corpus spec, built corpus (documents and public tasks),
-    scenario spec, prompt template and the task set. Runs whose hashes differ measure different
-    things and are not pooled without saying so (:func:`merge`, :func:`vet`)."""
-    from layerlab import prompt
+    scenario spec, mitigation spec, prompt template and the task set. Runs whose hashes differ
+    measure different things and are not pooled without saying so (:func:`merge`, :func:`vet`)."""
+    from layerlab import paths, prompt
+    from layerlab.spec import spec_hash
 
     return {
         "corpus_spec": corpus.spec_hash,
@@ -382,6 +385,7 @@ def provenance_for(corpus: Any, scenario_hash: str, task_ids: Iterable[str]) -> 
             }
         ),
         "scenarios": scenario_hash,
+        "mitigations": spec_hash(paths.MITIGATION_SPEC),
         "prompt": _sha({"v": prompt.PROMPT_VERSION, "system": prompt.SYSTEM}),
         "tasks": _sha(sorted(task_ids)),
     }

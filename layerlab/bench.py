@@ -93,7 +93,7 @@ def bench_live_throughput(repeat: int) -> dict[str, Any]:
     from layerlab.scenario import load_scenarios
 
     scen = tuple(load_scenarios())
-    _live_run(("layerlab/extractive",), ("clean",), ("strict",), 8)  # warm-up: litellm import
+    _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up: litellm import
     times, res = [], None
     for _ in range(repeat):
         t, res = _live_run(("layerlab/extractive",), scen, MODES, 16)
@@ -119,13 +119,15 @@ def bench_live_latency(
 
     The wall time is end to end (corpus load, retrieval, scoring, archive writes included).
     """
-    _live_run(("layerlab/extractive",), ("clean",), ("strict",), 8)  # warm-up
+    from layerlab.harness import MODES
+
+    _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up
     times, res = [], None
     for _ in range(repeat):
         t, res = _live_run(
             (f"layerlab/extractive@{latency_ms}ms",),
             ("clean", "conflicting_evidence"),
-            ("strict",),
+            MODES[:1],
             concurrency,
         )
         times.append(t)
@@ -215,7 +217,7 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
             prep = harness.prepare(c, scen[s])
             for t in c.tasks[: len(task_ids)]:
                 for arm in arms:
-                    g = harness.gate(t, prep.received[t.task_id], arm)
+                    g = harness.gate(t, prep, arm)
                     if g.inp is None:
                         continue
                     seed = live.record_seed(0, cfg.models[0], s, arm, t.task_id, 0)

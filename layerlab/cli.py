@@ -306,8 +306,18 @@ def run_deterministic(
         paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
     ),
     retriever: str = typer.Option("tfidf_domain_validity", help="Registered retriever name."),
+    mitigation: list[str] = typer.Option(
+        None,
+        "--mitigation",
+        "-m",
+        help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
+        "default the contract arms.",
+    ),
+    spec_path: Path = typer.Option(
+        paths.MITIGATION_SPEC, "--mitigations", help="Mitigations spec file."
+    ),
 ) -> None:
-    """240 tasks x 9 scenarios x 2 contract modes with the extractive reader (no model)."""
+    """240 tasks x 9 scenarios x the contract arms (or any mitigation arms), extractive reader."""
     import json
 
     from layerlab import harness, report
@@ -317,8 +327,13 @@ def run_deterministic(
     _check_out(out)
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
+    spec = _load_mitigations(spec_path)
     try:
-        records = harness.run_deterministic(c, key, scen, retriever=retriever)
+        arms = [spec.arm(m) for m in (mitigation or spec.contract_arms)]
+    except KeyError as exc:
+        raise _fail(f"--mitigation: {exc.args[0]}") from None
+    try:
+        records = harness.run_deterministic(c, key, scen, arms, retriever=retriever)
     except KeyError as exc:
         raise _fail(f"--retriever: {exc.args[0]}") from None
     summary = harness.summarize(records)
@@ -379,6 +394,66 @@ def scenario_operators() -> None:
         typer.echo(f"{'':18} {(cls.__doc__ or '').strip().splitlines()[0]}")
 
 
+mitigation_app = typer.Typer(no_args_is_help=True, help="Mitigations and the specificity matrix.")
+app.add_typer(mitigation_app, name="mitigation")
+
+
+def _load_mitigations(path: Path) -> Any:
+    from layerlab.mitigation import load_mitigations
+
+    try:
+        return load_mitigations(path)
+    except SpecError as exc:
+        raise _spec_fail(exc, "mitigation spec problem(s)") from None
+
+
+@mitigation_app.command("list")
+def mitigation_list(
+    path: Path = typer.Argument(paths.MITIGATION_SPEC, help="Mitigations spec file."),
+    kinds: bool = typer.Option(False, "--kinds", help="List the registered kinds instead."),
+) -> None:
+    """The mitigations (entries and stacks) of the spec: layers, stage, actions; or the kinds."""
+    from layerlab import report
+    from layerlab.mitigation import KINDS
+
+    if kinds:
+        for name, cls in sorted(KINDS.items()):
+            typer.echo(
+                f"{name:20} stage={cls.stage:12} layers={'+'.join(cls.layers) or '-':14} "
+                f"actions={'/'.join(cls.actions)}"
+            )
+            typer.echo(f"{'':20} {(cls.__doc__ or '').strip().splitlines()[0]}")
+        return
+    spec = _load_mitigations(path)
+    frame = spec.frame().drop(columns=["description"])
+    report.print_frame(frame, f"Mitigations ({path.name}; baseline: {spec.baseline})")
+    n = sum(not a.is_stack and a.kinds != ("contract",) for a in spec.arms.values())
+    typer.echo(f"{len(spec.arms)} arms: {len(spec.contract_arms)} contract entries, {n} other entries, "
+               f"{sum(a.is_stack for a in spec.arms.values())} stacks; `--kinds` lists the registered kinds")
+
+
+@mitigation_app.command("run")
+def mitigation_run(
+    out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
+    mitigation: list[str] = typer.Option(
+        None, "--mitigation", "-m", help="Arm (repeatable); default every matrix arm."
+    ),
+    reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
+    spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
+) -> None:
+    """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
+    from layerlab import specificity
+
+    spec = _load_mitigations(spec_path)
+    try:
+        for m in mitigation or []:
+            spec.arm(m)
+        man = specificity.run_archive(out, mitigation or None, reader, spec_path)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    typer.echo(f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})")
+
+
 @run_app.command("live")
 def run_live(
     model: list[str] = typer.Option(
@@ -395,7 +470,11 @@ def run_live(
         None, "--scenario", help="Scenario filter (repeatable); default all."
     ),
     mode: list[str] = typer.Option(
-        None, "--mode", help="Contract mode filter (repeatable); default strict and repair."
+        None,
+        "--mitigation",
+        "--mode",
+        help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml; "
+        "default the contract arms.",
     ),
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
@@ -469,7 +548,6 @@ def run_live(
     Offline, the `layerlab/` models are local reference agents: deterministic baselines, not models.
     """
     from layerlab import live
-    from layerlab.contract import get_mode
     from layerlab.harness import MODES
     from layerlab.llm import ProviderSettings
     from layerlab.spec import spec_hash
@@ -504,11 +582,13 @@ def run_live(
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    from layerlab.mitigation import load_mitigations
+
     for m in config.mitigations:
         try:
-            get_mode(m)
+            load_mitigations().arm(m)
         except KeyError as exc:
-            raise _fail(f"--mode: {exc.args[0]}") from None
+            raise _fail(f"--mitigation: {exc.args[0]}") from None
     cache = cache_dir or live.default_cache_dir()
     bar = _progress_hook() if progress else None
     try:
@@ -688,6 +768,12 @@ def recompute_cmd(
     n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
     policy_level: bool = typer.Option(False, help="Add the policy-unit level to the bootstrap."),
+    matrix: list[Path] = typer.Option(
+        None,
+        "--matrix",
+        help="Mitigation archive(s) for Table 10 (repeatable; default data/archives/mitigations).",
+    ),
+    no_matrix: bool = typer.Option(False, "--no-matrix", help="Skip Table 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the headline figures as JSON."),
     allow_partial: bool = typer.Option(
         False,
@@ -700,7 +786,7 @@ def recompute_cmd(
         help="Accept archives of different provenance; the tables are stamped MIXED PROVENANCE.",
     ),
 ) -> None:
-    """Recompute Tables 4, 5, 8, 9 and the specificity margin from archives alone."""
+    """Recompute Tables 4, 5, 8, 9, 10 and the specificity margin from archives alone."""
     import json
 
     from layerlab.archive import ArchiveError
@@ -714,6 +800,7 @@ def recompute_cmd(
             n_boot=n_boot,
             seed=seed,
             policy_level=policy_level,
+            matrix_archives=None if no_matrix else (matrix or [paths.ARCHIVES / "mitigations"]),
             allow_partial=allow_partial,
             allow_mixed=allow_mixed,
         )
@@ -796,17 +883,20 @@ def reproduce_cmd(
 def explore_cmd(
     task: str = typer.Option(..., "--task", help="Task id, e.g. finance-05-q1."),
     scenario: str = typer.Option(..., "--scenario", help="Scenario name."),
-    mode: str = typer.Option("strict", "--mode", help="Contract mode."),
+    mode: str = typer.Option(
+        None, "--mitigation", "--mode", help="Mitigation arm (default: the baseline)."
+    ),
     reader: str = typer.Option(
         "extractive", "--reader", help="Deterministic reader: extractive or cautious."
     ),
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab import explore
-    from layerlab.contract import get_mode
+    from layerlab.mitigation import load_mitigations
 
     try:
-        get_mode(mode)
+        mode = mode or load_mitigations().baseline
+        load_mitigations().arm(mode)
         t = explore.trace(task, scenario, mode, reader)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
@@ -824,7 +914,6 @@ def study_langchain(
         "layerlab/extractive", help="litellm model string (offline: a local reference agent)."
     ),
     seed: int = typer.Option(7, help="Seed of the task-selection rule."),
-    max_retries: int = typer.Option(2, help="Bounded retries of the completeness control."),
 ) -> None:
     """Table 7: 8 tasks x 9 conditions x 2 arms (uncontrolled vs LayerRAG controls) through LangChain."""
     try:
@@ -832,7 +921,7 @@ def study_langchain(
     except ImportError as exc:
         raise _fail(str(exc)) from None
     try:
-        m = study.run_to(out, model=model, seed=seed, max_retries=max_retries)
+        m = study.run_to(out, model=model, seed=seed)
     except ImportError as exc:
         raise _fail(str(exc)) from None
     from layerlab.archive import read_study

@@ -673,7 +673,7 @@ def _first_cell(
         prep = harness.prepare(corpus, scenarios[name], config.retriever)
         for t in tasks:
             for mode in config.mitigations:
-                g = harness.gate(t, prep.received[t.task_id], mode)
+                g = harness.gate(t, prep, mode)
                 if g.inp is not None:
                     return (name, mode, t.task_id, 0), prompt.messages(g.inp)
     return None
@@ -818,7 +818,7 @@ async def _run(
                 return
             provider, name = split_model(cell.model)
             prep = prepared[cell.scenario]
-            g = harness.gate(cell.task, prep.received[cell.task.task_id], cell.mode)
+            g = harness.gate(cell.task, prep, cell.mode)
             common: dict[str, Any] = dict(
                 provider=provider, model=name, run_id=run_id, replicate=cell.replicate
             )
@@ -841,6 +841,8 @@ async def _run(
                     out_ = prompt.parse_reply(reply)
                 except prompt.MalformedReply:
                     failure = "malformed_reply"
+            if out_ is not None:
+                g, out_ = harness.after_reader(cell.task, prep, cell.mode, g, out_)
             if failure:
                 counters.failures += 1
             rec, _ = harness.evaluate(
@@ -1166,7 +1168,13 @@ def run_overview(result: LiveResult) -> pd.DataFrame:
     df = pd.DataFrame([r.__dict__ for r in archive.read_records(result.out / archive.ARCHIVE)])
     g = df.groupby(["provider", "model", "scenario", "mitigation"], sort=False)["success"].mean()
     wide = g.unstack("mitigation").reset_index()
-    return wide[["provider", "model", "scenario", "strict", "repair"]]
+    arms = [m for m in config_arms(df) if m in wide]
+    return wide[["provider", "model", "scenario", *arms]]
+
+
+def config_arms(df: pd.DataFrame) -> list[str]:
+    """The arms of a records frame, in the order they first appear."""
+    return list(dict.fromkeys(df["mitigation"]))
 
 
 def same_records(a: Path | str, b: Path | str) -> bool:

@@ -20,6 +20,7 @@ from layerlab import paths
 
 QUICK_PARAMETERS: dict[str, dict[str, Any]] = {
     "06_bootstrap_intervals.ipynb": {"n_boot": 1000},
+    "09_specificity_matrix.ipynb": {"n_boot": 1000},
 }
 
 
