@@ -156,7 +156,7 @@ def test_bad_live_flags(capsys, tmp_path) -> None:
         (["--tasks", "hr-99-q1"], "--tasks: unknown task id(s) ['hr-99-q1']", 1),
         (["--tasks", "90 days"], "is not a task id", 1),
         (["--scenario", "sunny"], "--scenario: unknown scenario(s) ['sunny']", 1),
-        (["--mode", "lenient"], "--mode: unknown contract mode 'lenient'", 1),
+        (["--mode", "lenient"], "--mitigation: unknown mitigation 'lenient'", 1),
         (["--api-base", "localhost:8080"], "--api-base: expected an http(s) URL", 1),
         (["--retry-errors"], "--retry-errors: only with --resume", 1),
         (["--max-error-rate", "2"], "--max-error-rate: expected a share between 0 and 1", 1),
