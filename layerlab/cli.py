@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -363,6 +364,19 @@ def run_live(
         paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
     ),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    limit: int = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        help="Ask only N tasks, stratified by domain and policy unit (seeded: --limit-seed).",
+    ),
+    limit_seed: int = typer.Option(0, "--limit-seed", help="Seed of the --limit selection."),
+    sample_log: Path = typer.Option(
+        None,
+        "--sample-log",
+        help="Append a private per-sample log here (question, evidence ids, reply, verdict with "
+        "reasons; outside --out, never archived). Off by default. `layerlab view` renders it.",
+    ),
 ) -> None:
     """Run the matrix through litellm: any model, budgets, cache, retries, resume.
 
@@ -402,6 +416,12 @@ def run_live(
             get_mode(m)
     except (ValueError, KeyError) as exc:
         raise _fail(str(exc)) from None
+    if limit is not None:
+        from layerlab.runconfig import stratified_tasks
+
+        pool = [t for t in c.tasks if task_ids is None or t.task_id in set(task_ids)]
+        config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
+    log = _open_sample_log(sample_log, out)
     bar = _progress_hook() if progress else None
     try:
         result = live.run_live(
@@ -418,16 +438,55 @@ def run_live(
             progress=bar.update if bar else None,
             local_servers=local_servers or (os.cpu_count() or 1),
             say=lambda m: typer.echo(m, err=True),
+            samples=log,
         )
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
     finally:
         if bar:
             bar.close()
+        if log:
+            log.close()
+    _print_results(out)
+    if log:
+        typer.echo(f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)")
     typer.echo(result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
     if not result.complete:
         raise typer.Exit(3)
+
+
+def _open_sample_log(path: Path | None, out: Path) -> Any:
+    """The ``--sample-log`` writer (``None`` when off); refused inside the run folder."""
+    if path is None:
+        return None
+    from layerlab import samplelog
+
+    try:
+        return samplelog.SampleLog(samplelog.check_path(path, out))
+    except samplelog.SampleLogError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"--sample-log {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _print_results(out: Path) -> None:
+    """The per-model results table of a run folder (from its results.json), and error lines."""
+    import json
+
+    from layerlab import report, results
+
+    p = out / results.RESULTS
+    if not p.exists():
+        return
+    res = json.loads(p.read_text(encoding="utf-8"))
+    for ref, title in ((False, "Results by model"), (True, "Reference agents (deterministic baselines, not models)")):
+        df = results.table(res, reference=ref)
+        if not df.empty:
+            report.print_wide(df, f"{title}: rate [95% interval]")
+    for line in results.error_summary(res):
+        typer.echo(f"errors: {line}")
+    typer.echo(f"results: {p} (interval: {res['interval']})")
 
 
 class _Bar:
@@ -764,3 +823,69 @@ def models_serve(
     finally:
         server.stop()
     typer.echo("stopped")
+
+
+@app.command("report")
+def report_cmd(
+    inputs: list[Path] = typer.Argument(
+        ..., metavar="RUN_OR_ARCHIVE...", help="Run folders or archive files (records or study)."
+    ),
+    out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
+    title: str = typer.Option("LayerRAG-Bench report", help="Page title."),
+) -> None:
+    """One self-contained HTML page: per-model results with intervals, reference agents as a
+    separate baseline, a model x scenario breakdown, diagnostics, figures and provenance."""
+    from layerlab import htmlreport
+
+    try:
+        htmlreport.write(inputs, out, title)
+    except (htmlreport.ReportError, ValueError) as exc:
+        raise _fail(f"{exc} (nothing written)") from None
+    typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB, self-contained: open it in a browser)")
+
+
+@app.command("view")
+def view_cmd(
+    inputs: list[Path] = typer.Argument(
+        ..., metavar="LOG_OR_ARCHIVE...", help="Sample logs (--sample-log), run folders or archives."
+    ),
+    out: Path = typer.Option(Path("view.html"), "--out", help="The HTML file to write."),
+) -> None:
+    """A self-contained HTML viewer of records: choose run, model, scenario and mitigation; filter
+    by outcome and diagnostic; verdict first, the path below. From a sample log it is private."""
+    from layerlab import viewer
+
+    try:
+        viewer.write(inputs, out)
+    except viewer.ViewError as exc:
+        raise _fail(f"{exc} (nothing written)") from None
+    typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+
+
+@app.command("dictionary")
+def dictionary_cmd(
+    out: Path = typer.Option(
+        paths.DATA / "DATA_DICTIONARY.md", "--out", help="Where to write the Markdown."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 1 if --out differs from the generated text."
+    ),
+) -> None:
+    """The archives' data dictionary (meaning, type, vocabulary per column), from the schemas."""
+    from layerlab import dictionary
+    from layerlab._io import atomic_write_text
+
+    problems = dictionary.missing_entries()
+    for p in problems:
+        typer.echo(p, err=True)
+    if problems:
+        raise _fail(f"{len(problems)} schema entries without a description (layerlab/dictionary.py)")
+    text = dictionary.render()
+    if check:
+        current = out.read_text(encoding="utf-8") if out.exists() else None
+        if current != text:
+            raise _fail(f"{out} is stale: run `layerlab dictionary`")
+        typer.echo(f"ok: {out} is current")
+        return
+    atomic_write_text(out, text)
+    typer.echo(f"wrote {out}")

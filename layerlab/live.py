@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from layerlab import __version__, archive, harness, prompt, retrieval
+from layerlab import __version__, archive, harness, prompt, results, retrieval, samplelog
 from layerlab import models as models_mod
 from layerlab._io import atomic_write_text, canonical_json
 from layerlab.archive import Record
@@ -347,6 +347,7 @@ def ident_of(cell: _Cell) -> tuple[str, str, str, str, int]:
 
 
 ProgressHook = Callable[[Counters, int], None]
+SampleHook = Callable[[dict[str, Any]], None]  # receives samplelog.entry(...) per record
 
 
 async def _call(
@@ -413,6 +414,7 @@ async def _run(
     progress: ProgressHook | None,
     counters: Counters,
     local: Mapping[str, Sequence[str]],
+    samples: SampleHook | None = None,
 ) -> bool:
     litellm = import_litellm()
     from layerlab import agents
@@ -508,6 +510,8 @@ async def _run(
                 rec, _ = harness.evaluate(
                     cell.task, key, corpus, prep, cell.mode, g, None, prompt_hash="", **common
                 )
+                if samples:  # the private per-sample log (opt-in, never in the run folder)
+                    samples(samplelog.entry(rec, cell.task, key[cell.task.task_id], g, None, None))
                 emit(rec)
                 continue
             msgs = prompt.messages(g.inp)
@@ -537,6 +541,8 @@ async def _run(
                 failure=failure,
                 **common,
             )
+            if samples:
+                samples(samplelog.entry(rec, cell.task, key[cell.task.task_id], g, reply, out_))
             emit(rec)
 
     try:
@@ -575,6 +581,7 @@ def run_live(
     progress: ProgressHook | None = None,
     local_servers: int = 1,
     say: Callable[[str], None] = lambda _m: None,
+    samples: SampleHook | None = None,
 ) -> LiveResult:
     """Run (or resume) a live matrix into ``out``; see the module docstring.
 
@@ -629,6 +636,7 @@ def run_live(
             progress,
             counters,
             {m: [s.api_base for s in servers] for m, servers in local.items()},
+            samples,
         )
         finished = _run_coroutine(coro)
         local_prov = {
@@ -645,6 +653,8 @@ def run_live(
         "failures": counters.failures,
     }
     final = archive.write_run(out, records, {**manifest, "complete": complete, "calls": calls})
+    if records:
+        results.write_results(out)  # per-model rates with intervals, next to the archive
     if complete:
         msg = f"complete: {len(records)} records, {counters.calls} provider calls, {counters.cache_hits} cache hits"
     else:
