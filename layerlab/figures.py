@@ -155,6 +155,6 @@ def rates_by_scenario(long: pd.DataFrame, title: str, label: str = "strict succe
         ax.set_ylim(-0.05, 1.05)
         ax.set_ylabel(label, fontsize=8)
     axes[-1, 0].set_xticks(range(len(scenarios)), scenarios, rotation=30, ha="right")
-    axes[0, 0].legend(title="arm", fontsize=7, title_fontsize=8, loc="upper right", ncols=len(arms))
+    axes[0, 0].legend(title="arm", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(title, fontsize=10)
     return fig

@@ -129,21 +129,25 @@ def _scenario_table(m: dict[str, Any], answerable: dict[str, bool]) -> pd.DataFr
 
 
 def _diagnostic_table(res: dict[str, Any]) -> pd.DataFrame:
-    labels = list(dictionary.DIAGNOSTIC_MEANINGS)
-    rows = []
+    """Records per diagnostic label (rows) and model x arm (columns); labels no record has are
+    left out, labels the glossary does not know are kept."""
+    meanings = dictionary.DIAGNOSTIC_MEANINGS
+    cols: dict[str, dict[str, int]] = {}
     for m in res["models"]:
-        for arm, counts in m["diagnostics"].items():
-            extra = sorted(set(counts) - set(labels))
-            row: dict[str, Any] = {
-                "model": f"{m['provider']}/{m['model']}"
-                + (" (reference agent)" if m["reference_agent"] else ""),
-                "arm": arm,
-            }
-            row.update({d: int(counts.get(d, 0)) for d in labels + extra})
-            rows.append(row)
-    df = pd.DataFrame(rows).fillna(0)
-    keep = [c for c in df.columns if c in ("model", "arm") or df[c].astype(int).sum() > 0]
-    return df[keep]
+        for arm in results.arm_order(m["diagnostics"]):
+            tag = " (agent)" if m["reference_agent"] else ""
+            cols[f"{m['model']}{tag} {arm}"] = m["diagnostics"][arm]
+    seen = {d for c in cols.values() for d in c}
+    labels = [d for d in meanings if d in seen] + sorted(seen - set(meanings))
+    rows = [
+        {
+            "diagnostic": d,
+            "meaning": meanings.get(d, "-"),
+            **{name: int(c.get(d, 0)) for name, c in cols.items()},
+        }
+        for d in labels
+    ]
+    return pd.DataFrame(rows)
 
 
 def _answerable() -> dict[str, bool]:
@@ -257,7 +261,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
             page.section(
                 "models",
                 "Results by model",
-                page.table(results.table(res, reference=False)),
+                page.table(results.table(res, reference=False), nowrap=True),
                 page.para(
                     "Malformed replies and provider errors are failures (never counted as safe "
                     "refusals); their shares say how much of a model's score is lost before scoring.",
@@ -278,7 +282,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
             )
         )
     base = (
-        page.table(results.table(res, reference=True))
+        page.table(results.table(res, reference=True), nowrap=True)
         if res is not None and agents
         else page.para("No reference-agent records in these archives.", "muted")
     )
@@ -301,7 +305,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
                 "muted",
             )
         )
-        scen_parts.append(page.table(_scenario_table(m, answerable)))
+        scen_parts.append(page.table(_scenario_table(m, answerable), nowrap=True))
     body.append(
         page.section(
             "scenarios",
@@ -314,7 +318,8 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
             "diagnostics",
             "Diagnostics",
             page.para(
-                "Records per diagnostic label (the first layer that failed; see the glossary).",
+                "Records per diagnostic label (the first layer that failed) for each model and arm; "
+                "reference agents are marked (agent).",
                 "muted",
             ),
             page.table(_diagnostic_table(res)) if res is not None else "",

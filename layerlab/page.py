@@ -40,6 +40,7 @@ details { margin: 6px 0; } summary { cursor: pointer; }
 code, pre { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px; }
 pre { background: var(--soft); padding: 8px; overflow-x: auto; white-space: pre-wrap; }
 nav.toc a { margin-right: 14px; }
+table.nowrap td { white-space: nowrap; } div.scroll { overflow-x: auto; }
 """
 
 
@@ -73,8 +74,9 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def table(df: pd.DataFrame, caption: str = "", floats: str = "{:.3f}") -> str:
-    """A DataFrame as an HTML table (no index; floats formatted; numbers right-aligned)."""
+def table(df: pd.DataFrame, caption: str = "", floats: str = "{:.3f}", nowrap: bool = False) -> str:
+    """A DataFrame as an HTML table (no index; floats formatted; numbers right-aligned);
+    ``nowrap`` keeps each cell on one line (rates with intervals), scrolling sideways if needed."""
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
     rows = []
     for row in df.itertuples(index=False):
@@ -88,7 +90,9 @@ def table(df: pd.DataFrame, caption: str = "", floats: str = "{:.3f}") -> str:
             cells.append(f"<td{cls}>{esc(txt)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    cls = ' class="nowrap"' if nowrap else ""
+    t = f"<table{cls}>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f'<div class="scroll">{t}</div>' if nowrap else t
 
 
 def kv_table(items: Iterable[tuple[str, Any]]) -> str:

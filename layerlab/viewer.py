@@ -79,9 +79,20 @@ function card(r) {
   path += '</details>';
   return '<details class="rec"><summary>' + head + '</summary>' + verdict + path + '</details>';
 }
+function fromHash() {
+  // filters travel in the address (#scenario=wrong_session&outcome=grounded_wrong): a view can be linked
+  const h = new URLSearchParams(location.hash.slice(1));
+  for (const f of FIELDS) if (h.has(f)) $('f-' + f).value = h.get(f);
+}
+function toHash(want) {
+  const h = new URLSearchParams();
+  for (const f of FIELDS) if (want[f]) h.set(f, want[f]);
+  history.replaceState(null, '', h.toString() ? '#' + h.toString() : location.pathname);
+}
 function render() {
   const want = {};
   for (const f of FIELDS) want[f] = $('f-' + f).value;
+  toHash(want);
   const hits = DATA.filter(r => FIELDS.every(f => !want[f] || (f === 'model' ? unitOf(r) : String(r[f])) === want[f]));
   const counts = {};
   for (const r of hits) counts[r.outcome] = (counts[r.outcome] || 0) + 1;
@@ -93,8 +104,9 @@ function render() {
 }
 const MAX = %MAX%;
 fill();
+fromHash();
 render();
-"""
+"""  # noqa: E501  (inline JavaScript: the page must be one file)
 
 EXTRA_CSS = """
 .filters { display: flex; flex-wrap: wrap; gap: 10px 16px; background: var(--soft); padding: 10px;
