@@ -296,8 +296,9 @@ def scenario_operators() -> None:
 
 @run_app.command("live")
 def run_live(
+    ctx: typer.Context,
     model: list[str] = typer.Option(
-        ...,
+        None,
         "--model",
         "-m",
         help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama_chat/llama3.1, "
@@ -377,6 +378,12 @@ def run_live(
         help="Append a private per-sample log here (question, evidence ids, reply, verdict with "
         "reasons; outside --out, never archived). Off by default. `layerlab view` renders it.",
     ),
+    config_path: Path = typer.Option(
+        None,
+        "--config",
+        help="A YAML run configuration (models with their own endpoints and settings, scenarios, "
+        "mitigations, tasks or limit, budget, replicates); stored in --out as run.yaml.",
+    ),
 ) -> None:
     """Run the matrix through litellm: any model, budgets, cache, retries, resume.
 
@@ -388,6 +395,11 @@ def run_live(
     from layerlab.llm import ProviderSettings
     from layerlab.spec import spec_hash
 
+    if config_path is not None:
+        _run_config(ctx, config_path, out, resume, cache_dir, corpus_dir, scenarios_path, progress, sample_log)
+        return
+    if not model:
+        raise _fail("-m/--model: give at least one model (or a run configuration with --config)")
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
     task_ids: tuple[str, ...] | None = None
@@ -453,6 +465,75 @@ def run_live(
     typer.echo(result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
     if not result.complete:
+        raise typer.Exit(3)
+
+
+# flags a run configuration sets itself: refused next to --config rather than silently ignored
+_CONFIG_OWNS = (
+    "model", "scenario", "mode", "tasks", "api_base", "replicates", "share_replies",
+    "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
+    "attempts", "backoff", "temperature", "limit", "limit_seed",
+)  # fmt: skip
+
+
+def _run_config(
+    ctx: typer.Context,
+    config_path: Path,
+    out: Path,
+    resume: bool,
+    cache_dir: Path | None,
+    corpus_dir: Path,
+    scenarios_path: Path,
+    progress: bool,
+    sample_log: Path | None,
+) -> None:
+    """``run live --config run.yaml``: validate, run every model group, merge, print results."""
+    from layerlab import live, runconfig
+    from layerlab.contract import MODES as CONTRACT_MODES
+    from layerlab.spec import spec_hash
+
+    for name in _CONFIG_OWNS:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name == "COMMANDLINE":
+            flag = "--" + name.replace("_", "-")
+            raise _fail(f"{flag}: set it in the run configuration {config_path}, not next to --config")
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    try:
+        spec = runconfig.load_run_config(
+            config_path, list(scen), list(CONTRACT_MODES), [t.task_id for t in c.tasks]
+        )
+        text = config_path.read_text(encoding="utf-8")
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the run configuration; nothing run") from None
+    log = _open_sample_log(sample_log, out)
+    try:
+        complete, message = runconfig.execute(
+            spec,
+            text,
+            out,
+            c,
+            key,
+            scen,
+            scenario_hash=spec_hash(scenarios_path),
+            resume=resume,
+            cache_dir=cache_dir,
+            progress=_progress_hook if progress else None,
+            samples=log,
+            default_local_servers=os.cpu_count() or 1,
+            say=lambda m: typer.echo(m, err=True),
+        )
+    except (live.LiveRunError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if log:
+            log.close()
+    _print_results(out)
+    if log:
+        typer.echo(f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)")
+    typer.echo(message)
+    typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / runconfig.CONFIG_COPY}")
+    if not complete:
         raise typer.Exit(3)
 
 

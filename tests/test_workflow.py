@@ -278,3 +278,65 @@ def test_annotated_schema_carries_descriptions() -> None:
     s = dictionary.annotated_schema()
     assert s.field("success").metadata[b"description"].startswith(b"strict success")
     assert s.names == archive.SCHEMA.names
+
+
+# --- the YAML run configuration ----------------------------------------------------------------
+
+CONFIG = """\
+models:
+  - model: layerlab/extractive
+  - model: layerlab/cautious
+    max_tokens: 300
+defaults: {timeout: 60}
+scenarios: [clean, wrong_session]
+limit: 3
+budget: 1000
+"""
+
+
+def test_run_config_runs_each_model_with_its_settings_and_is_stored(tmp_path: Path) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(CONFIG)
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert (out / "run.yaml").read_text() == CONFIG
+    assert archive.check_path(out)["records"] == 2 * 2 * 2 * 3
+    subs = sorted((out / "runs").iterdir())
+    assert [s.name for s in subs] == ["01-layerlab-extractive", "02-layerlab-cautious"]
+    settings = [archive.read_manifest(s)["settings"] for s in subs]
+    assert [s["max_tokens"] for s in settings] == [600, 300]
+    assert all(s["timeout_s"] == 60.0 for s in settings)
+    res_json = json.loads((out / results.RESULTS).read_text())
+    assert {m["model"] for m in res_json["models"]} == {"extractive", "cautious"}
+
+
+def test_run_config_with_shared_settings_is_one_run(tmp_path: Path, corpus: corpus_mod.Corpus) -> None:
+    from layerlab.runconfig import RunConfigSpec, plan
+
+    spec = RunConfigSpec.model_validate(
+        {"models": [{"model": "openai/a", "api_base": ["http://h:1/v1"]}, {"model": "openai/b"}]}
+    )
+    groups = plan(spec, ["clean"], corpus.tasks)
+    assert [g.models for g in groups] == [("openai/a",), ("openai/b",)]  # own endpoints
+    assert groups[0].config.settings.api_bases == ("http://h:1/v1",)
+    spec = RunConfigSpec.model_validate({"models": [{"model": "openai/a"}, {"model": "openai/b"}]})
+    (g,) = plan(spec, ["clean"], corpus.tasks)
+    assert g.models == ("openai/a", "openai/b") and g.folder == ""
+
+
+def test_bad_run_config_names_file_line_and_field_and_writes_nothing(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("models:\n  - model: layerlab/extractive\n    api_key: sk-x\nlimit: 0\n")
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out)])
+    assert res.exit_code == 1
+    assert f"{cfg}:3: models[0].api_key: unknown key" in res.output
+    assert f"{cfg}:4: limit:" in res.output
+    assert not out.exists()
+    cfg.write_text("models:\n  - model: layerlab/extractive\nscenarios: [clean, nope]\n")
+    res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out)])
+    assert f"{cfg}:3: scenarios[1]: unknown scenario 'nope'" in res.output
+    res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out), "--budget", "3"])
+    assert res.exit_code == 1 and "--budget: set it in the run configuration" in res.output
+    assert not out.exists()
