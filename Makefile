@@ -57,7 +57,7 @@ reproduce: $(STAMP) ## Regenerate the corpus and every table and figure (all not
 	$(BIN)/layerlab corpus build
 	$(BIN)/layerlab reproduce
 
-quick: $(STAMP) ## A fast reproduce (fewer bootstrap resamples) into out/quick, leaving the repo untouched.
+quick: $(STAMP) ## A fast reproduce (fewer bootstrap resamples, no live-matrix re-run; ~60 s) into out/quick, repo untouched.
 	$(BIN)/layerlab reproduce --quick
 
 NBVAL_ARTIFACTS := $(CURDIR)/out/nbval-artifacts

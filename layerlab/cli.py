@@ -719,21 +719,40 @@ def reproduce_cmd(
         for nb in reproduce.update_committed():
             typer.echo(f"updated {nb.relative_to(paths.ROOT)}")
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    import sys
 
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-    ) as bar:
-        task = bar.add_task("notebooks", total=len(reproduce.notebooks()))
+    if not sys.stderr.isatty():  # a log or CI: one plain line per notebook, with an ETA
+        written = _reproduce_plain(quick)
+    else:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
-        def started(nb: Path, i: int, n: int) -> None:
-            bar.update(task, completed=i, description=nb.name)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
+            transient=False,
+        ) as bar:
+            task = bar.add_task("notebooks", total=None, eta="")
 
-        try:
-            written = reproduce.run(quick=quick, on_start=started)
-        except reproduce.ReproduceError as exc:
-            raise _fail(str(exc)) from None
-        bar.update(task, completed=len(reproduce.notebooks()), description="done")
+            def started(nb: Path, i: int, n: int) -> None:
+                bar.update(task, total=n, completed=i, description=nb.name)
+
+            def done(nb: Path, i: int, n: int, secs: float, left: float | None) -> None:
+                bar.update(task, completed=i + 1, eta=_eta_text(left))
+
+            try:
+                written = reproduce.run(quick=quick, on_start=started, on_done=done)
+            except reproduce.ReproduceError as exc:
+                raise _fail(str(exc)) from None
+            bar.update(task, description="done", eta="")
     for w in written:
         typer.echo(f"{w.status:9} {w.path}")
     counts = {s: sum(w.status == s for w in written) for s in ("new", "changed", "unchanged")}
@@ -741,6 +760,40 @@ def reproduce_cmd(
         f"{len(written)} artifacts: {counts['new']} new, {counts['changed']} changed, "
         f"{counts['unchanged']} unchanged"
     )
+
+
+def _eta_text(left: float | None) -> str:
+    if left is None:
+        return "ETA unknown"
+    m, sec = divmod(int(round(left)), 60)
+    return f"ETA {m}:{sec:02d}"
+
+
+def _reproduce_plain(quick: bool) -> Any:
+    """``reproduce`` for a pipe or log file: one flushed line per notebook start and end."""
+    import time
+
+    from layerlab import reproduce
+
+    t0 = time.monotonic()
+
+    def started(nb: Path, i: int, n: int) -> None:
+        typer.echo(f"[{i + 1}/{n}] {nb.name} ...", err=True)
+
+    def done(nb: Path, i: int, n: int, secs: float, left: float | None) -> None:
+        typer.echo(
+            f"[{i + 1}/{n}] {nb.name} done in {secs:.1f} s (elapsed {time.monotonic() - t0:.0f} s, "
+            f"{_eta_text(left)})",
+            err=True,
+        )
+
+    if quick:
+        skipped = ", ".join(sorted(reproduce.QUICK_SKIP))
+        typer.echo(f"quick: {skipped} left out (no table or figure); fewer bootstrap resamples", err=True)
+    try:
+        return reproduce.run(quick=quick, on_start=started, on_done=done)
+    except reproduce.ReproduceError as exc:
+        raise _fail(str(exc)) from None
 
 
 @app.command("explore")

@@ -95,14 +95,14 @@ class _Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    timeout: float | None = Field(None, gt=0)
-    max_tokens: int | None = Field(None, gt=0)
-    attempts: int | None = Field(None, ge=1)
-    backoff: float | None = Field(None, ge=0)
+    timeout: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    attempts: int | None = Field(default=None, ge=1)
+    backoff: float | None = Field(default=None, ge=0)
     temperature: float | None = None
     response_format: Literal["none", "json_schema"] | None = None
     seed: int | None = None
-    local_servers: int | None = Field(None, ge=1)
+    local_servers: int | None = Field(default=None, ge=1)
 
 
 class ModelEntry(_Settings):
@@ -118,14 +118,14 @@ class RunConfigSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     models: list[ModelEntry] = Field(min_length=1)
-    defaults: _Settings = Field(default_factory=_Settings)
+    defaults: _Settings = _Settings()
     scenarios: list[str] | None = None  # default: every scenario of the DSL
     mitigations: list[str] | None = None  # default: every arm (strict, repair)
     tasks: list[str] | None = None  # task ids; default all
-    limit: int | None = Field(None, ge=1)  # a stratified, seeded subset of the tasks
+    limit: int | None = Field(default=None, ge=1)  # a stratified, seeded subset of the tasks
     limit_seed: int = LIMIT_SEED
     replicates: int = Field(1, ge=1)
-    budget: int | None = Field(None, ge=0)  # hard cap on provider calls over the whole run
+    budget: int | None = Field(default=None, ge=0)  # hard cap on provider calls over the whole run
     concurrency: int = Field(8, ge=1)
     share_replies: bool = False
 

@@ -340,3 +340,23 @@ def test_bad_run_config_names_file_line_and_field_and_writes_nothing(tmp_path: P
     res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out), "--budget", "3"])
     assert res.exit_code == 1 and "--budget: set it in the run configuration" in res.output
     assert not out.exists()
+
+
+# --- reproduce: quick and progress -------------------------------------------------------------
+
+
+def test_quick_leaves_out_only_notebooks_that_exist() -> None:
+    from layerlab import reproduce
+
+    names = {nb.name for nb in reproduce.notebooks()}
+    assert reproduce.QUICK_SKIP <= names
+    assert set(reproduce.QUICK_PARAMETERS) <= names
+
+
+def test_eta_uses_last_timings_then_the_mean_so_far() -> None:
+    from layerlab.reproduce import eta
+
+    assert eta({}, ["a", "b"], {"a": 3.0, "b": 4.0}) == 7.0
+    assert eta({"x": 2.0, "y": 4.0}, ["a", "new"], {"a": 10.0}) == 13.0
+    assert eta({}, ["new"], {}) is None
+    assert eta({"x": 1.0}, [], {}) == 0.0
