@@ -169,8 +169,11 @@ class SampleLog:
         self.count += 1
 
     def close(self) -> None:
+        """Close the log; a log left empty (a run that failed before any record) is removed."""
         self._fh.flush()
         self._fh.close()
+        if self.path.stat().st_size == 0:
+            self.path.unlink()
 
 
 def read(path: Path) -> list[dict[str, Any]]:

@@ -360,3 +360,44 @@ def test_eta_uses_last_timings_then_the_mean_so_far() -> None:
     assert eta({"x": 2.0, "y": 4.0}, ["a", "new"], {"a": 10.0}) == 13.0
     assert eta({}, ["new"], {}) is None
     assert eta({"x": 1.0}, [], {}) == 0.0
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no headless Chromium here")
+def test_viewer_filters_and_verdict_first_in_headless_chromium(
+    small_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    import subprocess
+
+    _, log = small_run
+    page_ = viewer.write([log], tmp_path / "v.html")
+    url = f"file://{page_}#model=layerlab/extractive&scenario=wrong_session&outcome=grounded_wrong"
+    dom = subprocess.run(
+        [
+            str(_chromium()), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--dump-dom", url,
+        ],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    want = [
+        e
+        for e in samplelog.read(log)
+        if e["model"] == "extractive"
+        and e["scenario"] == "wrong_session"
+        and e["outcome"] == "grounded_wrong"
+    ]
+    assert want
+    assert f"{len(want)} of {len(samplelog.read(log))} records" in dom
+    listing = dom.split('<div id="list">')[1].split("<script")[0]
+    cards = listing.split('<details class="rec"')[1:]
+    assert len(cards) == len(want)
+    first = cards[0]
+    # the verdict comes before the path, and the path is collapsed
+    assert first.index("Verdict") < first.index('class="path"')
+    assert '<details class="path">' in first
