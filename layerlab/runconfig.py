@@ -279,7 +279,7 @@ def execute(
                 budget=left,
                 concurrency=spec.concurrency,
                 resume=resume,
-                cache_dir=cache_dir or out / ".cache",
+                cache_dir=cache_dir,
                 progress=bar.update if bar else None,
                 local_servers=g.local_servers or default_local_servers,
                 say=say,
