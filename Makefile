@@ -73,12 +73,14 @@ test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), noteboo
 lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
 
-archives: $(STAMP) ## Re-run the reference agents (live harness) and the LangChain study into data/archives/.
+archives: $(STAMP) ## Re-run the reference agents (live harness), the mitigation matrix and the LangChain study into data/archives/.
 	rm -rf out/reference_agents
 	$(BIN)/layerlab run live -m layerlab/extractive -m layerlab/cautious --out out/reference_agents --no-progress --concurrency 16
 	mkdir -p data/archives/reference_agents
 	cp out/reference_agents/records.parquet out/reference_agents/manifest.json data/archives/reference_agents/
 	$(BIN)/layerlab study langchain --out data/archives/langchain_study
+	rm -rf data/archives/mitigations
+	$(BIN)/layerlab mitigation run --out data/archives/mitigations
 	cd data/archives && sha256sum */*.parquet */manifest.json > SHA256SUMS
 
 lint: $(STAMP) ## ruff and mypy over the package.

@@ -93,7 +93,7 @@ def bench_live_throughput(repeat: int) -> dict[str, Any]:
     from layerlab.scenario import load_scenarios
 
     scen = tuple(load_scenarios())
-    _live_run(("layerlab/extractive",), ("clean",), ("strict",), 8)  # warm-up: litellm import
+    _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up: litellm import
     times, res = [], None
     for _ in range(repeat):
         t, res = _live_run(("layerlab/extractive",), scen, MODES, 16)
@@ -119,13 +119,15 @@ def bench_live_latency(
 
     The wall time is end to end (corpus load, retrieval, scoring, archive writes included).
     """
-    _live_run(("layerlab/extractive",), ("clean",), ("strict",), 8)  # warm-up
+    from layerlab.harness import MODES
+
+    _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up
     times, res = [], None
     for _ in range(repeat):
         t, res = _live_run(
             (f"layerlab/extractive@{latency_ms}ms",),
             ("clean", "conflicting_evidence"),
-            ("strict",),
+            MODES[:1],
             concurrency,
         )
         times.append(t)

@@ -225,8 +225,18 @@ def run_deterministic(
         paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
     ),
     retriever: str = typer.Option("tfidf_domain_validity", help="Registered retriever name."),
+    mitigation: list[str] = typer.Option(
+        None,
+        "--mitigation",
+        "-m",
+        help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
+        "default the contract arms.",
+    ),
+    spec_path: Path = typer.Option(
+        paths.MITIGATION_SPEC, "--mitigations", help="Mitigations spec file."
+    ),
 ) -> None:
-    """240 tasks x 9 scenarios x 2 contract modes with the extractive reader (no model)."""
+    """240 tasks x 9 scenarios x the contract arms (or any mitigation arms), extractive reader."""
     import json
 
     from layerlab import harness, report
@@ -235,7 +245,12 @@ def run_deterministic(
 
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
-    records = harness.run_deterministic(c, key, scen, retriever=retriever)
+    spec = _load_mitigations(spec_path)
+    try:
+        arms = [spec.arm(m) for m in (mitigation or spec.contract_arms)]
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    records = harness.run_deterministic(c, key, scen, arms, retriever=retriever)
     summary = harness.summarize(records)
     write_records(out / "records.parquet", records)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -294,6 +309,66 @@ def scenario_operators() -> None:
         typer.echo(f"{'':18} {(cls.__doc__ or '').strip().splitlines()[0]}")
 
 
+mitigation_app = typer.Typer(no_args_is_help=True, help="Mitigations and the specificity matrix.")
+app.add_typer(mitigation_app, name="mitigation")
+
+
+def _load_mitigations(path: Path) -> Any:
+    from layerlab.mitigation import load_mitigations
+
+    try:
+        return load_mitigations(path)
+    except SpecError as exc:
+        raise _spec_fail(exc, "mitigation spec problem(s)") from None
+
+
+@mitigation_app.command("list")
+def mitigation_list(
+    path: Path = typer.Argument(paths.MITIGATION_SPEC, help="Mitigations spec file."),
+    kinds: bool = typer.Option(False, "--kinds", help="List the registered kinds instead."),
+) -> None:
+    """The mitigations (entries and stacks) of the spec: layers, stage, actions; or the kinds."""
+    from layerlab import report
+    from layerlab.mitigation import KINDS
+
+    if kinds:
+        for name, cls in sorted(KINDS.items()):
+            typer.echo(
+                f"{name:20} stage={cls.stage:12} layers={'+'.join(cls.layers) or '-':14} "
+                f"actions={'/'.join(cls.actions)}"
+            )
+            typer.echo(f"{'':20} {(cls.__doc__ or '').strip().splitlines()[0]}")
+        return
+    spec = _load_mitigations(path)
+    frame = spec.frame().drop(columns=["description"])
+    report.print_frame(frame, f"Mitigations ({path.name}; baseline: {spec.baseline})")
+    n = sum(not a.is_stack and a.kinds != ("contract",) for a in spec.arms.values())
+    typer.echo(f"{len(spec.arms)} arms: {len(spec.contract_arms)} contract entries, {n} other entries, "
+               f"{sum(a.is_stack for a in spec.arms.values())} stacks; `--kinds` lists the registered kinds")
+
+
+@mitigation_app.command("run")
+def mitigation_run(
+    out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
+    mitigation: list[str] = typer.Option(
+        None, "--mitigation", "-m", help="Arm (repeatable); default every matrix arm."
+    ),
+    reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
+    spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
+) -> None:
+    """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
+    from layerlab import specificity
+
+    spec = _load_mitigations(spec_path)
+    try:
+        for m in mitigation or []:
+            spec.arm(m)
+        man = specificity.run_archive(out, mitigation or None, reader, spec_path)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    typer.echo(f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})")
+
+
 @run_app.command("live")
 def run_live(
     ctx: typer.Context,
@@ -311,7 +386,11 @@ def run_live(
         None, "--scenario", help="Scenario filter (repeatable); default all."
     ),
     mode: list[str] = typer.Option(
-        None, "--mode", help="Contract mode filter (repeatable); default strict and repair."
+        None,
+        "--mitigation",
+        "--mode",
+        help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml; "
+        "default the contract arms.",
     ),
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
@@ -422,10 +501,10 @@ def run_live(
             response_format=response_format,  # type: ignore[arg-type]  # checked by LiveConfig
             seed=seed,
         )
-        for m in config.mitigations:
-            from layerlab.contract import get_mode
+        from layerlab.mitigation import load_mitigations
 
-            get_mode(m)
+        for m in config.mitigations:
+            load_mitigations().arm(m)
     except (ValueError, KeyError) as exc:
         raise _fail(str(exc)) from None
     if limit is not None:
@@ -489,7 +568,7 @@ def _run_config(
 ) -> None:
     """``run live --config run.yaml``: validate, run every model group, merge, print results."""
     from layerlab import live, runconfig
-    from layerlab.contract import MODES as CONTRACT_MODES
+    from layerlab.mitigation import load_mitigations
     from layerlab.spec import spec_hash
 
     for name in _CONFIG_OWNS:
@@ -501,7 +580,7 @@ def _run_config(
     scen = _load_scenarios(scenarios_path)
     try:
         spec = runconfig.load_run_config(
-            config_path, list(scen), list(CONTRACT_MODES), [t.task_id for t in c.tasks]
+            config_path, list(scen), list(load_mitigations().arms), [t.task_id for t in c.tasks]
         )
         text = config_path.read_text(encoding="utf-8")
     except SpecError as exc:
@@ -666,16 +745,29 @@ def recompute_cmd(
     n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
     policy_level: bool = typer.Option(False, help="Add the policy-unit level to the bootstrap."),
+    matrix: list[Path] = typer.Option(
+        None,
+        "--matrix",
+        help="Mitigation archive(s) for Table 10 (repeatable; default data/archives/mitigations).",
+    ),
+    no_matrix: bool = typer.Option(False, "--no-matrix", help="Skip Table 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the headline figures as JSON."),
 ) -> None:
-    """Recompute Tables 4, 5, 8, 9 and the specificity margin from archives alone."""
+    """Recompute Tables 4, 5, 8, 9, 10 and the specificity margin from archives alone."""
     import json
 
     from layerlab.archive import ArchiveError
     from layerlab.recompute import recompute
 
     try:
-        head = recompute(archives, out, n_boot=n_boot, seed=seed, policy_level=policy_level)
+        head = recompute(
+            archives,
+            out,
+            n_boot=n_boot,
+            seed=seed,
+            policy_level=policy_level,
+            matrix_archives=None if no_matrix else (matrix or [paths.ARCHIVES / "mitigations"]),
+        )
     except (ArchiveError, ValueError) as exc:
         raise _fail(f"{exc} (nothing written)") from None
     if as_json:
@@ -800,17 +892,20 @@ def _reproduce_plain(quick: bool) -> Any:
 def explore_cmd(
     task: str = typer.Option(..., "--task", help="Task id, e.g. finance-05-q1."),
     scenario: str = typer.Option(..., "--scenario", help="Scenario name."),
-    mode: str = typer.Option("strict", "--mode", help="Contract mode."),
+    mode: str = typer.Option(
+        None, "--mitigation", "--mode", help="Mitigation arm (default: the baseline)."
+    ),
     reader: str = typer.Option(
         "extractive", "--reader", help="Deterministic reader: extractive or cautious."
     ),
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab import explore
-    from layerlab.contract import get_mode
+    from layerlab.mitigation import load_mitigations
 
     try:
-        get_mode(mode)
+        mode = mode or load_mitigations().baseline
+        load_mitigations().arm(mode)
         t = explore.trace(task, scenario, mode, reader)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
@@ -828,7 +923,6 @@ def study_langchain(
         "layerlab/extractive", help="litellm model string (offline: a local reference agent)."
     ),
     seed: int = typer.Option(7, help="Seed of the task-selection rule."),
-    max_retries: int = typer.Option(2, help="Bounded retries of the completeness control."),
 ) -> None:
     """Table 7: 8 tasks x 9 conditions x 2 arms (uncontrolled vs LayerRAG controls) through LangChain."""
     try:
@@ -836,7 +930,7 @@ def study_langchain(
     except ImportError as exc:
         raise _fail(str(exc)) from None
     try:
-        m = study.run_to(out, model=model, seed=seed, max_retries=max_retries)
+        m = study.run_to(out, model=model, seed=seed)
     except ImportError as exc:
         raise _fail(str(exc)) from None
     from layerlab.archive import read_study

@@ -7,9 +7,9 @@ bounded normalisation — key aliases, one level of unnesting, string-to-number 
 evidence that is present: it never adds a result or a field, never turns a denial or an error
 into evidence, never refreshes an index and never touches session ids.
 
-Contract modes are the first case of a *mitigation*: a named, registered step that plugs into
-one layer of the pipeline (see :data:`MODES`). Other layer-specific mitigations can be added the
-same way without touching the harness.
+A contract mode is the contract layer's *mitigation*: the named modes (the strict baseline and
+schema repair) are entries of ``data/specs/mitigations.yaml`` of the registered kind
+``contract`` (:class:`layerlab.mitigation.ContractCheck`), beside the other layers' mitigations.
 """
 
 from __future__ import annotations
@@ -273,7 +273,8 @@ class ContractResult:
 
 @dataclass(frozen=True)
 class ContractMode:
-    """A contract-layer mitigation: how a tool payload is checked before the reader sees it."""
+    """How a tool payload is checked before the reader sees it (built from a ``contract`` entry
+    of the mitigations spec; see :func:`layerlab.mitigation.contract_mode`)."""
 
     name: str
     repair: bool
@@ -311,26 +312,3 @@ class ContractMode:
         if parsed.status == "denied":
             return ContractResult("denied", True, None, edits, ("permission denied",))
         return ContractResult("accepted", True, parsed, edits)
-
-
-MODES: dict[str, ContractMode] = {}
-
-
-def register_mode(mode: ContractMode) -> ContractMode:
-    MODES[mode.name] = mode
-    return mode
-
-
-register_mode(
-    ContractMode("strict", repair=False, description="reject any payload that fails the schema")
-)
-register_mode(
-    ContractMode("repair", repair=True, description="bounded schema normalisation, then validate")
-)
-
-
-def get_mode(name: str) -> ContractMode:
-    try:
-        return MODES[name]
-    except KeyError:
-        raise KeyError(f"unknown contract mode {name!r}; known: {sorted(MODES)}") from None

@@ -60,14 +60,16 @@ STAGE_MEANINGS: dict[str, str] = {
     "unavailable": "the tool returned no usable output (ended before a prompt was built)",
     "denied": "the tool denied access (ended before a prompt was built)",
     "rejected": "the contract rejected the payload (ended before a prompt was built)",
+    "refused": "a mitigation refused before the reader: a structured non-answer with a reason",
 }
 
 
 def stage_values() -> tuple[str, ...]:
-    """Every value of ``stage``: ``reader`` and each non-accepting contract outcome."""
+    """Every value of ``stage``: ``reader``, ``refused`` (a mitigation's structured non-answer)
+    and each non-accepting contract outcome (see :func:`layerlab.harness.evaluate`)."""
     from layerlab.contract import Outcome
 
-    return ("reader", *(o for o in get_args(Outcome) if o != "accepted"))
+    return ("reader", "refused", *(o for o in get_args(Outcome) if o != "accepted"))
 
 
 def _listing(meanings: Mapping[str, str]) -> str:
@@ -89,13 +91,15 @@ def _scenarios() -> str:
 
 
 def _arms() -> str:
-    from layerlab.harness import MODES
+    from layerlab.mitigation import load_mitigations
 
-    return (
-        ", ".join(f"`{m}`" for m in MODES)
-        + " — `strict` is the baseline (the strict tool contract, no mitigation); "
-        "`repair` the bounded schema-repair mitigation"
-    )
+    spec = load_mitigations()
+    parts = []
+    for name, arm in spec.arms.items():
+        what = arm.description or ("a stack of " + ", ".join(arm.kinds) if arm.is_stack else arm.kinds[0])
+        tag = " (the baseline: no mitigation)" if name == spec.baseline else ""
+        parts.append(f"`{name}`{tag} — {what.rstrip('.')}")
+    return "; ".join(parts) + " — from `data/specs/mitigations.yaml` (`layerlab mitigation list`)"
 
 
 def _diagnostics() -> str:
@@ -126,7 +130,10 @@ RECORD_COLUMNS: dict[str, Column] = {
         "free text, e.g. `gpt-4o-mini`, `smollm2-135m`, `extractive`, `cautious`",
     ),
     "scenario": Column("the fault scenario injected into the pipeline", _scenarios),
-    "mitigation": Column("the mitigation arm the record ran under", _arms),
+    "mitigation": Column(
+        "the mitigation arm the record ran under (an entry or a stack of the mitigations spec)",
+        _arms,
+    ),
     "task_id": Column(
         "the public task (one question variant of one policy unit)",
         "`<domain>-<NN>-q<variant>`, e.g. `finance-05-q1`",
@@ -216,7 +223,8 @@ STUDY_COLUMNS: dict[str, Column] = {
     "retries": Column("retries the completeness control made", "`0` … `max_retries`"),
     "control": Column(
         "which control decided the cell",
-        "`allow`, `abstain`, `reject` (a retry that fails ends in `abstain`); `none` in the uncontrolled arm",
+        "`allow` — the evidence passed every check; `refuse` — a control refused (a structured "
+        "non-answer with a reason); `none` — the uncontrolled arm",
     ),
     "control_layer": Column(
         "the layer the deciding control serves",

@@ -16,6 +16,7 @@ from typing import Any
 from layerlab import harness, retrieval
 from layerlab.contract import ContractResult
 from layerlab.corpus import AnswerKey, AnswerKeyEntry, Corpus, Task
+from layerlab.mitigation import contract_pair, load_mitigations
 from layerlab.reader import READERS, ReaderInput, ReaderOutput
 from layerlab.scenario import Payload, Scenario
 from layerlab.score import Labels
@@ -36,6 +37,7 @@ class Trace:
     inp: ReaderInput | None
     out: ReaderOutput | None
     labels: Labels
+    actions: tuple[str, ...] = ()  # what the arm's mitigations did, in order
 
 
 def _index_effects(
@@ -93,7 +95,7 @@ def _tool_effects(sent: dict[str, Any], received: Payload) -> list[str]:
 def trace(
     task_id: str,
     scenario: str,
-    mode: str = "strict",
+    mode: str | None = None,
     reader: str = "extractive",
     *,
     corpus: Corpus | None = None,
@@ -113,10 +115,13 @@ def trace(
     if scenario not in scen:
         raise KeyError(f"unknown scenario {scenario!r}; known: {list(scen)}")
     task = tasks[task_id]
+    mode = mode or load_mitigations().baseline
     prep = harness.prepare(c, scen[scenario], retrieval.REPORTED.name)
     sent, received = prep.sent[task_id], prep.received[task_id]
-    g = harness.gate(task, received, mode)
+    g = harness.gate(task, prep, mode)
     out = READERS[reader]().read(g.inp) if g.inp is not None else None
+    if out is not None:
+        g, out = harness.after_reader(task, prep, mode, g, out)
     _, labels = harness.evaluate(
         task,
         k,
@@ -169,6 +174,7 @@ def trace(
         g.inp,
         out,
         labels,
+        (*g.actions, *([f"attempts: {g.attempts}"] if g.attempts > 1 else [])),
     )
 
 
@@ -206,7 +212,7 @@ def render(t: Trace) -> str:
     lines = [
         f"task {t.task.task_id} ({t.task.domain}, policy {t.task.policy_id}, {t.task.answer_kind})",
         f"question: {t.task.question}",
-        f"scenario: {t.scenario}   contract mode: {t.mode}   reader: {t.reader}",
+        f"scenario: {t.scenario}   mitigation: {t.mode}   reader: {t.reader}",
         "",
         "what the fault did:",
         *[f"  - {f}" for f in t.faults],
@@ -231,6 +237,7 @@ def render(t: Trace) -> str:
     if len(t.contract.edits) > 12:
         lines.append(f"  ... {len(t.contract.edits) - 12} more edit(s)")
     lines += [f"  problem: {p}" for p in t.contract.problems[:6]]
+    lines += [f"  mitigation: {a}" for a in t.actions]
     if t.out is None:
         lines += ["", "reader: not reached (the record ended before the reader)"]
     else:
@@ -249,13 +256,14 @@ def render(t: Trace) -> str:
     return "\n".join(lines)
 
 
+BASE, TREAT = contract_pair()
 CASES = (
-    ("repaired schema drift (strict)", "schema_drift", "strict"),
-    ("repaired schema drift (repair)", "schema_drift", "repair"),
-    ("stale evidence", "stale_index", "repair"),
-    ("access denied", "permission_denied", "repair"),
-    ("partial tool output", "partial_timeout", "repair"),
-    ("wrong session", "wrong_session", "repair"),
+    (f"repaired schema drift ({BASE})", "schema_drift", BASE),
+    (f"repaired schema drift ({TREAT})", "schema_drift", TREAT),
+    ("stale evidence", "stale_index", TREAT),
+    ("access denied", "permission_denied", TREAT),
+    ("partial tool output", "partial_timeout", TREAT),
+    ("wrong session", "wrong_session", TREAT),
 )
 
 
@@ -276,24 +284,24 @@ def representative_cases(df: Any, model: str = "extractive") -> list[tuple[str, 
     def cell(s: str, m: str) -> Any:
         return (d["scenario"] == s) & (d["mitigation"] == m)
 
-    drift_ok = set(ids(cell("schema_drift", "repair") & d["success"])) & set(
-        ids(cell("schema_drift", "strict") & ~d["success"])
+    drift_ok = set(ids(cell("schema_drift", TREAT) & d["success"])) & set(
+        ids(cell("schema_drift", BASE) & ~d["success"])
     )
     eligible = {
         "schema_drift": drift_ok,
-        "stale_index": set(ids(cell("stale_index", "repair") & d["grounded_false_positive"])),
+        "stale_index": set(ids(cell("stale_index", TREAT) & d["grounded_false_positive"])),
         "permission_denied": set(
-            ids(cell("permission_denied", "repair") & (d["stage"] == "denied"))
+            ids(cell("permission_denied", TREAT) & (d["stage"] == "denied"))
         ),
         "partial_timeout": set(
             ids(
-                cell("partial_timeout", "repair")
+                cell("partial_timeout", TREAT)
                 & d["reached_reader"]
                 & ~d["success"]
                 & (d["diagnostic"] == "completeness")
             )
         ),
-        "wrong_session": set(ids(cell("wrong_session", "repair") & d["grounded_false_positive"])),
+        "wrong_session": set(ids(cell("wrong_session", TREAT) & d["grounded_false_positive"])),
     }
     common = set.intersection(*eligible.values())
     out = []
@@ -348,7 +356,8 @@ def widget(corpus: Corpus | None = None) -> Any:
     scen = load_scenarios()
     task = w.Dropdown(options=[t.task_id for t in c.tasks], description="task")
     scenario = w.Dropdown(options=list(scen), description="scenario")
-    mode = w.ToggleButtons(options=["strict", "repair"], description="mode")
+    spec = load_mitigations()
+    mode = w.Dropdown(options=list(spec.arms), value=spec.baseline, description="mitigation")
     out = w.Output()
 
     def show(*_: Any) -> None:

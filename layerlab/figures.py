@@ -17,6 +17,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from layerlab import paths  # noqa: E402
+from layerlab.mitigation import contract_pair  # noqa: E402
 
 STYLE = {
     "axes.spines.right": False,
@@ -25,7 +26,8 @@ STYLE = {
     "svg.hashsalt": "layerlab",
     "pdf.fonttype": 42,
 }
-PALETTE = {"strict": "#4c72b0", "repair": "#dd8452"}
+BASELINE, TREATMENT = contract_pair()
+PALETTE = {BASELINE: "#4c72b0", TREATMENT: "#dd8452"}
 
 
 def _setup() -> None:
@@ -55,12 +57,12 @@ def save(fig: Any, name: str, out_dir: Path | None = None) -> list[str]:
 
 
 def success_heatmap(
-    table: pd.DataFrame, title: str, columns: tuple[str, str] = ("strict", "repair")
+    table: pd.DataFrame, title: str, columns: tuple[str, str] = (BASELINE, TREATMENT)
 ) -> Any:
     """Scenario × contract-mode success rates as an annotated heatmap."""
     _setup()
     data = table.set_index("scenario")[list(columns)]
-    data.columns = ["strict", "repair"]
+    data.columns = [BASELINE, TREATMENT]
     fig, ax = plt.subplots(figsize=(4.2, 4.4))
     sns.heatmap(
         data,
@@ -83,7 +85,7 @@ def grounded_false_positives(table: pd.DataFrame, title: str) -> Any:
     """Groundedness false positives (grounded ∧ ¬S) by scenario and mode."""
     _setup()
     long = table.melt(
-        id_vars="scenario", value_vars=["GF strict", "GF repair"], var_name="mode", value_name="GF"
+        id_vars="scenario", value_vars=[f"GF {BASELINE}", f"GF {TREATMENT}"], var_name="mode", value_name="GF"
     )
     long["mode"] = long["mode"].str.replace("GF ", "", regex=False)
     fig, ax = plt.subplots(figsize=(6.0, 3.6))
@@ -103,10 +105,50 @@ def paired_effects_forest(effects: pd.DataFrame, title: str) -> Any:
     y = range(len(e))
     est = 100 * e["estimate"]
     ax.hlines(list(y), 100 * e["ci_low"], 100 * e["ci_high"], color="#333333", linewidth=2)
-    ax.plot(est, list(y), "o", color=PALETTE["repair"])
+    ax.plot(est, list(y), "o", color=PALETTE[TREATMENT])
     ax.axvline(0, color="#999999", linewidth=1, linestyle="--")
     ax.set_yticks(list(y), e["scenario"])
     ax.set_xlabel("repair − strict success (percentage points)")
+    ax.set_title(title)
+    return fig
+
+
+def specificity_heatmap(cells: pd.DataFrame, title: str) -> Any:
+    """Mitigation × scenario paired effects (pp) as a diverging heatmap; target cells boxed."""
+    _setup()
+    rows = list(dict.fromkeys(cells["mitigation"]))
+    cols = list(dict.fromkeys(cells["scenario"]))
+    data = (
+        cells.pivot(index="mitigation", columns="scenario", values="estimate").loc[rows, cols] * 100
+    )
+    fig, ax = plt.subplots(figsize=(1.0 * len(cols) + 2.6, 0.42 * len(rows) + 1.8))
+    sns.heatmap(
+        data,
+        annot=True,
+        fmt=".0f",
+        vmin=-100,
+        vmax=100,
+        center=0,
+        cmap="RdBu",
+        cbar_kws={"label": "effect vs baseline (pp)"},
+        ax=ax,
+        linewidths=0.5,
+        annot_kws={"fontsize": 7},
+    )
+    for _, c in cells[cells["target"]].iterrows():
+        ax.add_patch(
+            plt.Rectangle(
+                (cols.index(c["scenario"]), rows.index(c["mitigation"])),
+                1,
+                1,
+                fill=False,
+                edgecolor="#222222",
+                linewidth=1.6,
+            )
+        )
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    ax.set_xticklabels(ax.get_xticklabels(), rotation=35, ha="right")
     ax.set_title(title)
     return fig
 
@@ -141,14 +183,15 @@ def rates_by_scenario(long: pd.DataFrame, title: str, label: str = "strict succe
     fig, axes = plt.subplots(
         len(units), 1, figsize=(7.2, 1.1 + 1.9 * len(units)), sharex=True, squeeze=False
     )
-    colours = sns.color_palette("colorblind", len(arms))
+    colours = sns.color_palette("colorblind" if len(arms) <= 10 else "tab20", len(arms))
+    step = min(0.18, 0.8 / max(len(arms), 1))  # every arm's point stays within its scenario
     for ax, unit in zip(axes[:, 0], units, strict=True):
         sub = long[long["unit"] == unit]
         for j, arm in enumerate(arms):
             a = sub[sub["arm"] == arm].set_index("scenario").reindex(scenarios)
-            x = [i + (j - (len(arms) - 1) / 2) * 0.18 for i in range(len(scenarios))]
+            x = [i + (j - (len(arms) - 1) / 2) * step for i in range(len(scenarios))]
             err = [a["rate"] - a["ci_low"], a["ci_high"] - a["rate"]]
-            colour = PALETTE.get(arm, colours[j])
+            colour = PALETTE.get(arm, colours[j]) if len(arms) <= 2 else colours[j]
             ax.errorbar(x, a["rate"], yerr=err, fmt="o", ms=4, capsize=2, color=colour, label=arm)
         n = int(sub["n"].max()) if len(sub) else 0
         ax.set_title(f"{unit}  (n = {n} records per point)", fontsize=9, loc="left")
@@ -156,5 +199,5 @@ def rates_by_scenario(long: pd.DataFrame, title: str, label: str = "strict succe
         ax.set_ylabel(label, fontsize=8)
     axes[-1, 0].set_xticks(range(len(scenarios)), scenarios, rotation=30, ha="right")
     axes[0, 0].legend(title="arm", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(title, fontsize=10, y=1.0 + 0.06 / len(units))
     return fig

@@ -1,8 +1,9 @@
-"""The deterministic harness: every task under every scenario and contract mode, no model.
+"""The deterministic harness: every task under every scenario and mitigation arm, no model.
 
 For each scenario the index view is built once, the retriever is fitted on it and all questions
 are searched in one batch; each task's tool payload then goes through the scenario's transport
-faults, each contract mode, the reader and the scorer. The same :func:`prepare` and
+faults and each arm — a contract plus mitigation steps (:mod:`layerlab.mitigation`), which may
+call the faulted tool again, filter the evidence or refuse — then the reader and the scorer. The same :func:`prepare` and
 :func:`evaluate` steps serve the live harness, which swaps the reader for a model.
 """
 
@@ -11,19 +12,26 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from layerlab import retrieval
+from layerlab import mitigation, retrieval
 from layerlab._io import canonical_json
 from layerlab.archive import SCHEMA_VERSION, Record
-from layerlab.contract import ContractResult, get_mode, search_payload
+from layerlab.contract import ContractResult, search_payload
 from layerlab.corpus import AnswerKey, Corpus, Document, Task
+from layerlab.mitigation import MAX_ATTEMPTS, PASS, Act, Arm, Call
 from layerlab.reader import ExtractiveReader, Reader, ReaderInput, ReaderOutput, reader_input
 from layerlab.scenario import Payload, Scenario, ToolContext, stable_int
 from layerlab.score import Labels, score
 
-MODES = ("strict", "repair")
+
+def contract_arms() -> tuple[str, ...]:
+    """The contract arms of the committed mitigations spec, baseline first (Tables 2, 4, 5)."""
+    return mitigation.load_mitigations().contract_arms
+
+
+MODES = contract_arms()
 
 
 def session_for(task_id: str) -> str:
@@ -31,14 +39,76 @@ def session_for(task_id: str) -> str:
     return f"s-{stable_int('session', task_id) % 16**8:08x}"
 
 
+def domain_owners(corpus: Corpus) -> dict[str, frozenset[str]]:
+    """Owner -> the domains it publishes (public corpus metadata a mitigation may check)."""
+    out: dict[str, set[str]] = {}
+    for d in corpus.domains:
+        out.setdefault(d.owner, set()).add(d.domain)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _search(
+    corpus: Corpus, docs: Sequence[Document], retriever: str, scopes: frozenset[str] | None
+) -> dict[str, dict[str, Any]]:
+    r = retrieval.make(retriever, docs, corpus.cue_words)
+    tasks = corpus.tasks
+    ranking = r.search([t.question for t in tasks], [t.domain for t in tasks])
+    sent: dict[str, dict[str, Any]] = {}
+    for i, t in enumerate(tasks):
+        keep = ranking.indices[i] >= 0
+        sent[t.task_id] = search_payload(
+            t.question,
+            ranking.docs(i),
+            ranking.scores[i][keep].tolist(),
+            session_for(t.task_id),
+            scopes,
+        )
+    return sent
+
+
 @dataclass(frozen=True)
 class PreparedScenario:
-    """One scenario made concrete: its index and every task's payload before and after transport."""
+    """One scenario made concrete: its index and every task's payload before and after transport.
+
+    :meth:`fetch` calls the (faulted) tool again — a retry (``attempt`` > 0) or a re-query with
+    another registered retriever, whose batch search is computed once and cached.
+    """
 
     scenario: Scenario
     index: Mapping[str, Document]
     sent: Mapping[str, dict[str, Any]]
     received: Mapping[str, Payload]
+    corpus: Corpus | None = None
+    retriever: str = retrieval.REPORTED.name
+    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    _other: dict[str, Mapping[str, dict[str, Any]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def sent_by(self, retriever: str) -> Mapping[str, dict[str, Any]]:
+        """Every task's tool payload (before transport faults) under ``retriever``."""
+        if retriever == self.retriever:
+            return self.sent
+        if retriever not in self._other:
+            if self.corpus is None:
+                raise ValueError("this prepared scenario cannot re-query (built without a corpus)")
+            self._other[retriever] = _search(
+                self.corpus,
+                list(self.index.values()),
+                retriever,
+                self.scenario.principal_scopes(),
+            )
+        return self._other[retriever]
+
+    def fetch(self, task: Task, attempt: int = 0, retriever: str | None = None) -> Payload:
+        """The tool reply for ``task`` on call ``attempt`` with ``retriever`` (after transport)."""
+        retriever = retriever or self.retriever
+        if attempt == 0 and retriever == self.retriever:
+            return self.received[task.task_id]
+        sent = self.sent_by(retriever)[task.task_id]
+        foreign = self.corpus.foreign_by_policy() if self.corpus is not None else {}
+        ctx = ToolContext(task.task_id, task.policy_id, sent["session_id"], attempt, foreign)
+        return self.scenario.transport(sent, ctx)
 
 
 def prepare(
@@ -46,23 +116,24 @@ def prepare(
 ) -> PreparedScenario:
     """Build the scenario's index, search all tasks in one batch, apply the transport faults."""
     docs = scenario.index(corpus.documents)
-    r = retrieval.make(retriever, docs, corpus.cue_words)
-    tasks = corpus.tasks
-    ranking = r.search([t.question for t in tasks], [t.domain for t in tasks])
-    scopes = scenario.principal_scopes()
-    sent: dict[str, dict[str, Any]] = {}
-    received: dict[str, Payload] = {}
+    sent = _search(corpus, docs, retriever, scenario.principal_scopes())
     foreign = corpus.foreign_by_policy()
-    for i, t in enumerate(tasks):
-        sid = session_for(t.task_id)
-        keep = ranking.indices[i] >= 0
-        payload = search_payload(
-            t.question, ranking.docs(i), ranking.scores[i][keep].tolist(), sid, scopes
+    received: dict[str, Payload] = {
+        t.task_id: scenario.transport(
+            sent[t.task_id],
+            ToolContext(t.task_id, t.policy_id, session_for(t.task_id), foreign=foreign),
         )
-        sent[t.task_id] = payload
-        ctx = ToolContext(t.task_id, t.policy_id, sid, foreign=foreign)
-        received[t.task_id] = scenario.transport(payload, ctx)
-    return PreparedScenario(scenario, {d.doc_id: d for d in docs}, sent, received)
+        for t in corpus.tasks
+    }
+    return PreparedScenario(
+        scenario,
+        {d.doc_id: d for d in docs},
+        sent,
+        received,
+        corpus,
+        retriever,
+        domain_owners(corpus),
+    )
 
 
 def input_hash(inp: ReaderInput) -> str:
@@ -72,17 +143,90 @@ def input_hash(inp: ReaderInput) -> str:
 
 @dataclass(frozen=True)
 class Gate:
-    """A payload after the contract: the result and, if accepted, the reader's input."""
+    """A task after the pre-reader part of an arm: the contract's result and either the reader's
+    input or a mitigation's structured refusal; with what the mitigations did on the way."""
 
     contract: ContractResult
     inp: ReaderInput | None
+    refusal: str | None = None
+    attempts: int = 1
+    retriever: str = retrieval.REPORTED.name
+    waited_s: float = 0.0  # simulated backoff (the tool is local: nothing sleeps)
+    actions: tuple[str, ...] = ()
 
 
-def gate(task: Task, payload: Payload, mode: str) -> Gate:
-    """Run the contract mode; build the reader input only for an accepted payload."""
-    cr = get_mode(mode).check(payload)
-    inp = reader_input(task, cr.payload) if cr.payload is not None else None
-    return Gate(cr, inp)
+def _arm(arm: str | Arm) -> Arm:
+    return arm if isinstance(arm, Arm) else mitigation.arm(arm)
+
+
+def _empty_input(task: Task, session_id: str) -> ReaderInput:
+    return ReaderInput(task.question, task.answer_kind, session_id, "ok", None, ())
+
+
+def gate(task: Task, prepared: PreparedScenario, arm: str | Arm) -> Gate:
+    """Run an arm's index, tool, access, contract and reader-input steps for one task.
+
+    Retries call the faulted tool again (bounded by each mitigation and by ``MAX_ATTEMPTS``);
+    a refusal ends the record with a structured non-answer before the reader.
+    """
+    a = _arm(arm)
+    retr = a.retriever(prepared.retriever)
+    sid = session_for(task.task_id)
+    attempt, waited, log = 0, 0.0, []
+    while True:
+        call = Call(task.task_id, task.question, sid, attempt, retr, prepared.owners)
+        cr = a.contract.check(prepared.fetch(task, attempt, retr))
+        act, who, inp = PASS, "", None
+        for m in a.at("access", "tool"):
+            act, who = m.on_tool(cr, call), m.name
+            if act.action != "pass":
+                break
+        if act.action == "pass" and cr.payload is not None:
+            inp = reader_input(task, cr.payload)
+            for m in a.at("reader_input"):
+                act, who = m.on_input(inp, call), m.name
+                if act.action == "filter" and act.inp is not None:
+                    log.append(f"{who}: filter ({act.reason})")
+                    inp, act = act.inp, PASS
+                elif act.action != "pass":
+                    break
+        if act.action == "retry" and attempt + 1 < MAX_ATTEMPTS:
+            log.append(f"{who}: retry ({act.reason})")
+            attempt, waited, retr = attempt + 1, waited + act.delay_s, act.retriever or retr
+            continue
+        if act.action in ("retry", "refuse"):
+            why = act.reason if act.action == "refuse" else f"cap of {MAX_ATTEMPTS} tool calls"
+            log.append(f"{who}: refuse ({why})")
+            return Gate(cr, None, f"{who}: {why}", attempt + 1, retr, waited, tuple(log))
+        if inp is None and a.empty_context_on_failure:
+            inp = _empty_input(task, sid)
+        return Gate(cr, inp, None, attempt + 1, retr, waited, tuple(log))
+
+
+def after_reader(
+    task: Task, prepared: PreparedScenario, arm: str | Arm, g: Gate, out: ReaderOutput
+) -> tuple[Gate, ReaderOutput | None]:
+    """Run an arm's after-reader steps on a parsed reply: pass it, or refuse it."""
+    a = _arm(arm)
+    if g.inp is None:
+        return g, out
+    call = Call(
+        task.task_id, task.question, g.inp.session_id, g.attempts - 1, g.retriever, prepared.owners
+    )
+    for m in a.at("after_reader"):
+        act: Act = m.on_output(g.inp, out, call)
+        if act.action == "refuse":
+            refused = Gate(
+                g.contract,
+                g.inp,
+                f"{m.name}: {act.reason}",
+                g.attempts,
+                g.retriever,
+                g.waited_s,
+                (*g.actions, f"{m.name}: refuse ({act.reason})"),
+            )
+            return refused, None
+    return g, out
 
 
 def evaluate(
@@ -90,7 +234,7 @@ def evaluate(
     key: AnswerKey,
     corpus: Corpus,
     prepared: PreparedScenario,
-    mode: str,
+    arm: str,
     g: Gate,
     out: ReaderOutput | None,
     *,
@@ -113,15 +257,21 @@ def evaluate(
         corpus,
         prepared.index,
         failure,
+        g.refusal,
     )
-    stage = "reader" if g.inp is not None else g.contract.outcome
+    if g.inp is not None:
+        stage = "reader"
+    elif g.refusal is not None:
+        stage = "refused"
+    else:
+        stage = g.contract.outcome
     rec = Record(
         schema_version=SCHEMA_VERSION,
         run_id=run_id,
         provider=provider,
         model=model,
         scenario=spec.name,
-        mitigation=mode,
+        mitigation=arm,
         task_id=task.task_id,
         replicate=replicate,
         policy_id=task.policy_id,
@@ -138,28 +288,32 @@ def run_deterministic(
     corpus: Corpus,
     key: AnswerKey,
     scenarios: Mapping[str, Scenario],
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str | Arm] | None = None,
     retriever: str = retrieval.REPORTED.name,
     reader: Reader | None = None,
     run_id: str = "deterministic",
 ) -> list[Record]:
-    """All tasks x scenarios x modes through the extractive reader (or ``reader``)."""
+    """All tasks x scenarios x mitigation arms (default: the contract arms) through the
+    extractive reader (or ``reader``). Arms are names in the committed mitigations spec or
+    :class:`~layerlab.mitigation.Arm` values (e.g. from another spec file)."""
     reader = reader or ExtractiveReader()
+    arms = [_arm(m) for m in (modes if modes is not None else contract_arms())]
     records: list[Record] = []
     for scenario in scenarios.values():
         prepared = prepare(corpus, scenario, retriever)
         for task in corpus.tasks:
-            payload = prepared.received[task.task_id]
-            for mode in modes:
-                g = gate(task, payload, mode)
+            for a in arms:
+                g = gate(task, prepared, a)
                 out = reader.read(g.inp) if g.inp is not None else None
                 ph = input_hash(g.inp) if g.inp is not None else ""
+                if out is not None:
+                    g, out = after_reader(task, prepared, a, g, out)
                 rec, _ = evaluate(
                     task,
                     key,
                     corpus,
                     prepared,
-                    mode,
+                    a.name,
                     g,
                     out,
                     provider="deterministic",
@@ -184,7 +338,8 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
         if r.scenario not in order:
             order.append(r.scenario)
         cells[(r.scenario, r.mitigation)].append(r)
-    modes = sorted({r.mitigation for r in records}, key=lambda m: (m != "strict", m))
+    baseline = mitigation.load_mitigations().baseline
+    modes = sorted({r.mitigation for r in records}, key=lambda m: (m != baseline, m))
 
     def table(attr: str) -> dict[str, dict[str, float]]:
         return {

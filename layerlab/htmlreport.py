@@ -139,15 +139,13 @@ def _diagnostic_table(res: dict[str, Any]) -> pd.DataFrame:
             cols[f"{m['model']}{tag} {arm}"] = m["diagnostics"][arm]
     seen = {d for c in cols.values() for d in c}
     labels = [d for d in meanings if d in seen] + sorted(seen - set(meanings))
-    rows = [
-        {
-            "diagnostic": d,
-            "meaning": meanings.get(d, "-"),
-            **{name: int(c.get(d, 0)) for name, c in cols.items()},
-        }
-        for d in labels
-    ]
+    rows = [{"diagnostic": d, **{name: int(c.get(d, 0)) for name, c in cols.items()}} for d in labels]
     return pd.DataFrame(rows)
+
+
+def _diagnostic_meanings(labels: Sequence[str]) -> pd.DataFrame:
+    meanings = dictionary.DIAGNOSTIC_MEANINGS
+    return pd.DataFrame([{"diagnostic": d, "meaning": meanings.get(d, "-")} for d in labels])
 
 
 def _answerable() -> dict[str, bool]:
@@ -322,7 +320,13 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
                 "reference agents are marked (agent).",
                 "muted",
             ),
-            page.table(_diagnostic_table(res)) if res is not None else "",
+            page.table(_diagnostic_table(res), nowrap=True) if res is not None else "",
+            page.details(
+                "what each diagnostic label means",
+                page.table(_diagnostic_meanings(list(_diagnostic_table(res)["diagnostic"]))),
+            )
+            if res is not None
+            else "",
         )
     )
     figs = []

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -79,6 +80,25 @@ class Counters:
     retries: int = 0
     failures: int = 0
     skipped_done: int = 0
+    # successful calls of this invocation: seconds from request sent to reply (queue time not
+    # included) and the token counts the server reported; summarised in the manifest only
+    latencies: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def usage(self) -> dict[str, Any]:
+        """Latency quantiles and token totals of this invocation's answered calls."""
+        if not self.latencies:
+            return {"answered_calls": 0}
+        q = pd.Series(self.latencies).quantile([0.5, 0.9])
+        n = len(self.latencies)
+        return {
+            "answered_calls": n,
+            "latency_s_median": round(float(q[0.5]), 3),
+            "latency_s_p90": round(float(q[0.9]), 3),
+            "prompt_tokens_mean": round(self.prompt_tokens / n, 1),
+            "completion_tokens_mean": round(self.completion_tokens / n, 1),
+        }
 
 
 @dataclass(frozen=True)
@@ -178,9 +198,17 @@ class Route:
         return kwargs
 
     @contextlib.asynccontextmanager
-    async def endpoint(self) -> AsyncIterator[_Endpoint]:
-        """The least busy endpoint, once it has a free slot (queue time is not request time)."""
-        ep = min(self.endpoints, key=lambda e: e.busy)
+    async def endpoint(self, affinity: str | None = None) -> AsyncIterator[_Endpoint]:
+        """An endpoint, once it has a free slot (time queued there is not request time).
+
+        With an ``affinity`` key (the prompt hash), the same prompt always goes to the same
+        server, so a server that caches the previous prompt's prefix (llama.cpp, vLLM) reads
+        the repeated prompt of a record's strict and repair arms once; otherwise the least busy.
+        """
+        if affinity is not None and len(self.endpoints) > 1:
+            ep = self.endpoints[int(affinity[:8], 16) % len(self.endpoints)]
+        else:
+            ep = min(self.endpoints, key=lambda e: e.busy)
         ep.busy += 1
         try:
             async with ep.slots:
@@ -361,12 +389,13 @@ async def _call(
 ) -> tuple[str | None, str | None]:
     """(reply text, None) or (None, failure label) or (None, None) when the budget ran out."""
     request = route.request(msgs, seed)
+    affinity = prompt.prompt_hash(msgs)
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
         counters.calls += 1
         try:
-            async with route.endpoint() as ep:
+            async with route.endpoint(affinity if attempt == 1 else None) as ep:
                 kwargs: dict[str, Any] = dict(
                     model=route.model,
                     timeout=settings.timeout_s,
@@ -377,9 +406,14 @@ async def _call(
                 )
                 if ep.api_base:
                     kwargs["api_base"] = ep.api_base
+                t0 = time.perf_counter()
                 resp = await asyncio.wait_for(
                     litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
                 )
+                counters.latencies.append(time.perf_counter() - t0)
+            usage = getattr(resp, "usage", None)
+            counters.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+            counters.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
             return str(resp.choices[0].message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
             code = _status_of(exc)
@@ -504,7 +538,7 @@ async def _run(
                 return
             provider, name = split_model(cell.model)
             prep = prepared[cell.scenario]
-            g = harness.gate(cell.task, prep.received[cell.task.task_id], cell.mode)
+            g = harness.gate(cell.task, prep, cell.mode)
             common = dict(provider=provider, model=name, run_id=run_id, replicate=cell.replicate)
             if g.inp is None:
                 rec, _ = harness.evaluate(
@@ -527,6 +561,8 @@ async def _run(
                     out_ = prompt.parse_reply(reply)
                 except prompt.MalformedReply:
                     failure = "malformed_reply"
+            if out_ is not None:
+                g, out_ = harness.after_reader(cell.task, prep, cell.mode, g, out_)
             if failure:
                 counters.failures += 1
             rec, _ = harness.evaluate(
@@ -651,6 +687,7 @@ def run_live(
         "cache_hits": counters.cache_hits,
         "retries": counters.retries,
         "failures": counters.failures,
+        "this_invocation": counters.usage(),
     }
     final = archive.write_run(out, records, {**manifest, "complete": complete, "calls": calls})
     if records:
@@ -740,7 +777,13 @@ def run_overview(result: LiveResult) -> pd.DataFrame:
     df = pd.DataFrame([r.__dict__ for r in archive.read_records(result.out / archive.ARCHIVE)])
     g = df.groupby(["provider", "model", "scenario", "mitigation"], sort=False)["success"].mean()
     wide = g.unstack("mitigation").reset_index()
-    return wide[["provider", "model", "scenario", "strict", "repair"]]
+    arms = [m for m in config_arms(df) if m in wide]
+    return wide[["provider", "model", "scenario", *arms]]
+
+
+def config_arms(df: pd.DataFrame) -> list[str]:
+    """The arms of a records frame, in the order they first appear."""
+    return list(dict.fromkeys(df["mitigation"]))
 
 
 def same_records(a: Path | str, b: Path | str) -> bool:

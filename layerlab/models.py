@@ -318,6 +318,15 @@ def _ready(api_base: str) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the server's process: be sent SIGTERM when the process that started it dies, so a
+    killed run (SIGKILL included) leaves no orphaned server behind (Linux ``PR_SET_PDEATHSIG``)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
 def start(
     spec: ModelSpec,
     *,
@@ -353,7 +362,13 @@ def start(
     if spec.chat_format:
         cmd += ["--chat_format", spec.chat_format]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
     server = LocalServer(spec, port, settings, proc, log)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:

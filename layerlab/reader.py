@@ -20,6 +20,7 @@ from typing import Literal, Protocol
 from layerlab.contract import SearchPayload
 from layerlab.corpus import Task
 from layerlab.extract import extract
+from layerlab.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,8 @@ class ExtractiveReader:
         return ReaderOutput("abstained", None, (), reason)
 
 
-READERS: dict[str, Callable[[], Reader]] = {"extractive": ExtractiveReader}
+READERS: Registry[Callable[[], Reader]] = Registry("reader")
+READERS.register(ExtractiveReader, "extractive")
 
 
 class CautiousReader:
@@ -137,4 +139,4 @@ class CautiousReader:
         return ExtractiveReader().read(replace(inp, evidence=current))
 
 
-READERS["cautious"] = CautiousReader
+READERS.register(CautiousReader, "cautious")

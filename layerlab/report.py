@@ -48,18 +48,17 @@ def print_table2(summary: dict[str, Any], console: Console | None = None) -> Non
     console = console or _console()
     table = Table(title=f"Deterministic results ({summary['records']} records)")
     table.add_column("scenario")
-    for col in ("S strict", "S repair", "GF strict", "GF repair", "main diagnosis"):
+    arms = list(next(iter(summary["success"].values()), {}))
+    for col in (*[f"S {a}" for a in arms], *[f"GF {a}" for a in arms], "main diagnosis"):
         table.add_column(col, justify="right" if col != "main diagnosis" else "left")
     for s, per in summary["success"].items():
         gf = summary["grounded_false_positive"][s]
-        diag = summary["diagnostics"][s].get("strict", {})
+        diag = summary["diagnostics"][s].get(arms[0], {}) if arms else {}
         main = max(diag.items(), key=lambda kv: (kv[1], kv[0]))[0] if diag else ""
         table.add_row(
             s,
-            f"{per.get('strict', 0):.3f}",
-            f"{per.get('repair', 0):.3f}",
-            f"{gf.get('strict', 0):.3f}",
-            f"{gf.get('repair', 0):.3f}",
+            *[f"{per.get(a, 0):.3f}" for a in arms],
+            *[f"{gf.get(a, 0):.3f}" for a in arms],
             main,
         )
     console.print(table)
@@ -83,12 +82,11 @@ def print_recompute(head: dict[str, Any], console: Console | None = None) -> Non
     table = Table(
         title=f"Success by scenario ({head['records']} records, units: {', '.join(head['units'])})"
     )
-    for col in ("scenario", "strict", "repair"):
+    arms = list(next(iter(head["success"].values()), {}))
+    for col in ("scenario", *arms):
         table.add_column(col, justify="left" if col == "scenario" else "right")
     for s, v in head["success"].items():
-        table.add_row(
-            s, f"{v.get('strict', float('nan')):.3f}", f"{v.get('repair', float('nan')):.3f}"
-        )
+        table.add_row(s, *[f"{v.get(a, float('nan')):.3f}" for a in arms])
     console.print(table)
     g = head["schema_drift_gain"]
     m = head["specificity_margin"]
@@ -102,6 +100,9 @@ def print_recompute(head: dict[str, Any], console: Console | None = None) -> Non
     )
     if head["note"]:
         console.print(f"note: {head['note']}")
+    if head.get("specificity_matrix"):
+        verdicts = ", ".join(f"{k} {v}" for k, v in head["specificity_matrix"].items())
+        console.print(f"specificity matrix (Table 10): {verdicts}")
 
 
 def print_wide(df: Any, title: str, console: Console | None = None) -> None:

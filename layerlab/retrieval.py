@@ -24,6 +24,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 from layerlab.corpus import Document
 from layerlab.cues import CueMatcher
+from layerlab.registry import Registry
 
 TOP_K = 3
 
@@ -43,13 +44,12 @@ class RetrieverConfig:
     description: str = ""
 
 
-REGISTRY: dict[str, RetrieverConfig] = {}
+REGISTRY: Registry[RetrieverConfig] = Registry("retriever", lambda c: c.name)
 
 
 def register(config: RetrieverConfig) -> RetrieverConfig:
     """Add a retriever configuration to the registry under its name."""
-    REGISTRY[config.name] = config
-    return config
+    return REGISTRY.register(config)
 
 
 REPORTED = register(
@@ -74,10 +74,7 @@ register(
 
 
 def get(name: str) -> RetrieverConfig:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown retriever {name!r}; known: {sorted(REGISTRY)}") from None
+    return REGISTRY.lookup(name)
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ class RunConfigSpec(BaseModel):
     models: list[ModelEntry] = Field(min_length=1)
     defaults: _Settings = _Settings()
     scenarios: list[str] | None = None  # default: every scenario of the DSL
-    mitigations: list[str] | None = None  # default: every arm (strict, repair)
+    mitigations: list[str] | None = None  # default: the contract arms (strict, repair)
     tasks: list[str] | None = None  # task ids; default all
     limit: int | None = Field(default=None, ge=1)  # a stratified, seeded subset of the tasks
     limit_seed: int = LIMIT_SEED

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from layerlab import paths
 from layerlab.corpus import Document, policy_of
+from layerlab.registry import Registry
 from layerlab.spec import SpecError, load_yaml_as
 
 Stage = Literal["index", "access", "tool"]
@@ -79,13 +80,12 @@ class FaultOperator:
         raise NotImplementedError
 
 
-OPERATORS: dict[str, type[FaultOperator]] = {}
+OPERATORS: Registry[type[FaultOperator]] = Registry("fault operator", lambda c: c.name)
 
 
 def register_operator(cls: type[FaultOperator]) -> type[FaultOperator]:
     """Class decorator: make a fault operator available to the DSL under ``cls.name``."""
-    OPERATORS[cls.name] = cls
-    return cls
+    return OPERATORS.register(cls)
 
 
 # --- index stage -------------------------------------------------------------------------------
@@ -246,8 +246,6 @@ class _PartialParams(_Params):
     keep_results: int = Field(default=1, ge=0, le=10)
     min_keep: float = Field(default=0.15, ge=0.0, le=1.0)
     max_keep: float = Field(default=0.85, ge=0.0, le=1.0)
-    # the retry attempt from which the tool completes (None: the timeout persists on every retry)
-    recover_on_retry: int | None = Field(default=None, ge=1)
 
 
 @register_operator
@@ -264,8 +262,6 @@ class PartialTimeout(FaultOperator):
         if not payload or "results" not in payload:
             return payload
         p: _PartialParams = self.params  # type: ignore[assignment]
-        if p.recover_on_retry is not None and ctx.attempt >= p.recover_on_retry:
-            return payload
         out = copy.deepcopy(payload)
         kept = out["results"][: p.keep_results]
         for r in kept:
@@ -397,6 +393,9 @@ class _StrictModel(BaseModel):
 class FaultSpec(_StrictModel):
     op: str
     params: dict[str, Any] = Field(default_factory=dict)
+    # how many tool calls the fault lasts (None: every call). A transient tool-stage fault with
+    # ``lasts: 1`` hits the first call only, so a bounded retry can recover.
+    lasts: int | None = Field(default=None, ge=1)
 
 
 class ScenarioSpec(_StrictModel):
@@ -406,6 +405,14 @@ class ScenarioSpec(_StrictModel):
     expected_behaviour: str = Field(min_length=1)
     answerable: bool
     faults: list[FaultSpec] = Field(default_factory=list)
+
+    @property
+    def outcome(self) -> Literal["success", "safe_resolution"]:
+        """The outcome this scenario is judged by: strict success where a correct answer is the
+        safe outcome (``answerable``), safe resolution — a structured non-answer — elsewhere.
+        The one place that decides it (the scorer's ``safe_resolution`` equals ``success`` on
+        answerable scenarios, so every cell can be read from that one label)."""
+        return "success" if self.answerable else "safe_resolution"
 
 
 class ScenarioFile(_StrictModel):
@@ -420,6 +427,7 @@ class Scenario:
     spec: ScenarioSpec
     operators: tuple[FaultOperator, ...]
     seed: int
+    lasts: tuple[int | None, ...] = ()  # per operator: how many tool calls it lasts (None: all)
 
     @property
     def name(self) -> str:
@@ -448,6 +456,9 @@ class Scenario:
     def transport(self, payload: Payload, ctx: ToolContext) -> Payload:
         """The tool payload as it arrives after the tool-stage faults."""
         for i, op in enumerate(self.operators):
+            lasts = self.lasts[i] if i < len(self.lasts) else None
+            if lasts is not None and ctx.attempt >= lasts:
+                continue  # a transient fault is over by this attempt
             if op.stage == "tool":
                 # a retry draws a fresh stream; the first call keeps the stream of a single call
                 extra = (ctx.task_id,) if ctx.attempt == 0 else (ctx.task_id, ctx.attempt)
@@ -473,6 +484,14 @@ def _check(file: ScenarioFile) -> list[tuple[tuple[Any, ...], str]]:
                     )
                 )
                 continue
+            if f.lasts is not None and cls.stage != "tool":
+                problems.append(
+                    (
+                        (*loc, "lasts"),
+                        f"only tool-stage faults can be transient; {f.op!r} acts at the "
+                        f"{cls.stage} stage",
+                    )
+                )
             try:
                 cls.Params.model_validate(f.params)
             except ValidationError as exc:
@@ -491,7 +510,9 @@ def load_scenarios(path: Path | str | None = None) -> dict[str, Scenario]:
         ops = tuple(
             OPERATORS[f.op](OPERATORS[f.op].Params.model_validate(f.params)) for f in s.faults
         )
-        out[s.name] = Scenario(s, ops, int(stable_int(spec.seed, s.name) % 2**32))
+        out[s.name] = Scenario(
+            s, ops, int(stable_int(spec.seed, s.name) % 2**32), tuple(f.lasts for f in s.faults)
+        )
     return out
 
 

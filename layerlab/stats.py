@@ -24,8 +24,10 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from layerlab.archive import load_records
+from layerlab.mitigation import contract_pair
 
 TARGET = "schema_drift"
+BASELINE, TREATMENT = contract_pair()  # the contract arms, named by the mitigations spec
 
 
 def records_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
@@ -69,7 +71,7 @@ def rates(df: pd.DataFrame, label: str = "success") -> pd.DataFrame:
     """Rate, n and Wilson 95% interval of ``label`` by scenario x mitigation arm."""
     rows = []
     for s in scenario_order(df):
-        for mode in sorted(df["mitigation"].unique(), key=lambda m: (m != "strict", m)):
+        for mode in sorted(df["mitigation"].unique(), key=lambda m: (m != BASELINE, m)):
             cell = df[(df["scenario"] == s) & (df["mitigation"] == mode)]
             k, n = int(cell[label].sum()), len(cell)
             lo, hi = wilson(k, n)
@@ -105,7 +107,7 @@ class Paired:
 
 
 def paired(
-    df: pd.DataFrame, label: str = "success", a: str = "repair", b: str = "strict"
+    df: pd.DataFrame, label: str = "success", a: str = TREATMENT, b: str = BASELINE
 ) -> Paired:
     """Pair mode ``a`` with mode ``b`` by (provider, model, scenario, task)."""
     keys = ["provider", "model", "scenario", "task_id", "policy_id"]
@@ -285,13 +287,13 @@ def model_gains(df: pd.DataFrame, top: int = 10) -> pd.DataFrame:
         .mean()
         .unstack("mitigation")
     )
-    g = g.dropna(subset=["strict", "repair"]).reset_index()
-    g["gain"] = g["repair"] - g["strict"]
+    g = g.dropna(subset=[BASELINE, TREATMENT]).reset_index()
+    g["gain"] = g[TREATMENT] - g[BASELINE]
     g = g.sort_values(
         ["gain", "provider", "model", "scenario"], ascending=[False, True, True, True]
     )
     return (
-        g[["provider", "model", "scenario", "strict", "repair", "gain"]]
+        g[["provider", "model", "scenario", BASELINE, TREATMENT, "gain"]]
         .head(top)
         .reset_index(drop=True)
     )
@@ -306,7 +308,7 @@ def provider_averages(df: pd.DataFrame) -> pd.DataFrame:
             "models": sub["model"].nunique(),
             "records": len(sub),
         }
-        for mode in ("strict", "repair"):
+        for mode in (BASELINE, TREATMENT):
             m = sub[sub["mitigation"] == mode]
             row[f"success {mode}"] = float(m["success"].mean()) if len(m) else float("nan")
         row["success overall"] = float(sub["success"].mean())
@@ -332,7 +334,7 @@ def crosschecks(df: pd.DataFrame, eff: Effects) -> pd.DataFrame:
             values="success",
             aggfunc="first",
         ).dropna()
-        st, rp = wide["strict"].astype(bool), wide["repair"].astype(bool)
+        st, rp = wide[BASELINE].astype(bool), wide[TREATMENT].astype(bool)
         n01, n10 = int((~st & rp).sum()), int((st & ~rp).sum())
         table = [[int((st & rp).sum()), n10], [n01, int((~st & ~rp).sum())]]
         p_mc = float(mcnemar(table, exact=True).pvalue) if n01 + n10 else 1.0
@@ -364,7 +366,7 @@ def crosschecks(df: pd.DataFrame, eff: Effects) -> pd.DataFrame:
             )
         else:
             y = sub["success"].astype(float).to_numpy()
-            x = sm.add_constant((sub["mitigation"] == "repair").astype(float).to_numpy())
+            x = sm.add_constant((sub["mitigation"] == TREATMENT).astype(float).to_numpy())
             groups = pd.factorize(sub["provider"] + "/" + sub["model"] + "/" + sub["policy_id"])[0]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -385,3 +387,44 @@ def crosschecks(df: pd.DataFrame, eff: Effects) -> pd.DataFrame:
             )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def arm_effects(
+    df: pd.DataFrame,
+    treatment: str,
+    baseline: str,
+    label: str = "success",
+    n_boot: int = 10_000,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = 0.05,
+) -> Effects:
+    """Treatment − baseline arm on ``label`` per scenario, with hierarchical bootstrap
+    percentile intervals: the generic form of :func:`paired_effects` (any two arms of the
+    ``mitigation`` column, any binary outcome column), built on :func:`paired`,
+    :func:`point_estimates` and :func:`bootstrap`."""
+    p = paired(df, label, treatment, baseline)
+    est = point_estimates(p)
+    reps = bootstrap(p, n_boot, seed, policy_level)
+    lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2], axis=0)
+    note = ""
+    if len(p.units) == 1:
+        note = (
+            f"single provider-model unit ({p.units[0]}): intervals reflect task resampling only; "
+            "variation between models is not estimable"
+        )
+    rows = []
+    for i, s in enumerate(p.scenarios):
+        rows.append(
+            {
+                "scenario": s,
+                "estimate": float(est[i]),
+                "ci_low": float(lo[i]),
+                "ci_high": float(hi[i]),
+                "n_units": len(p.units),
+                "n_pairs": int(p.valid[:, i, :].sum()),
+                "exactly_zero": bool((p.diff[:, i, :][p.valid[:, i, :]] == 0).all()),
+                "includes_zero": bool(lo[i] <= 0 <= hi[i]),
+            }
+        )
+    return Effects(pd.DataFrame(rows), reps, p, note)

@@ -6,33 +6,26 @@ A langchain-core :class:`~langchain_core.retrievers.BaseRetriever` serves our re
 simulators; a chain (retrieval -> [controls] -> prompt -> chat model -> JSON parser) answers with
 any litellm model through a small LangChain chat-model adapter — offline, the local reference agents.
 
-Arms:
+Arms — compositions of registered mitigations (``data/specs/mitigations.yaml``), run by the same
+harness steps and scored by the one scorer (:func:`layerlab.score.score`) as every other arm:
 
-* ``uncontrolled`` — whatever evidence the tool delivers (tolerantly parsed) goes to the model; tool
-  errors become an empty context.
-* ``controls`` — LayerRAG evidence-aware controls, each tied to the layer it serves:
+* ``uncontrolled`` (stack ``repair + empty_context``) — whatever evidence the tool delivers
+  (tolerantly parsed by schema repair) goes to the model; a tool failure becomes an empty context.
+* ``controls`` (stack ``controls``) — the LayerRAG evidence-aware controls, each a registered
+  mitigation tied to the layer it serves: availability (no usable output: refuse), authorisation
+  (denied: refuse), tool contract (bounded schema repair), completeness (partial output: bounded
+  re-fetch, else refuse), session state (foreign-session evidence dropped; none left: refuse),
+  freshness (non-current evidence dropped; none left: refuse) and metadata (current evidence whose
+  domain label does not fit its owner: refuse); evidence that passes every check is allowed.
 
-  ========  ==============  ===============================================================
-  control   layer           fires when
-  ========  ==============  ===============================================================
-  abstain   availability    the tool returned no usable output
-  abstain   authorisation   the tool denied access
-  reject    tool_contract   the payload fails the schema even after bounded repair
-  retry     completeness    the tool reports partial output: call again (bounded), else abstain
-  reject    session_state   evidence carries another session's id
-  abstain   freshness       no evidence with status ``current`` remains
-  reject    metadata        the current evidence fails the integrity check (domain label vs owner)
-  allow     —               evidence passes every check (non-current results are dropped)
-  ========  ==============  ===============================================================
+The langchain-core retriever runs an arm's pre-reader steps (tool call through the scenario's
+faults, contract, mitigations) and returns the delivered evidence as LangChain documents; the chain
+(prompt -> chat model) answers; the reply is parsed and scored like any harness record.
 
-Conditions are the nine scenarios. *Answerable* conditions (clean, schema_drift,
-conflicting_evidence: the required evidence is present and valid) credit a strictly successful
-answer; the six *unsafe* ones (stale_index, missing_tool_output, partial_timeout,
-permission_denied, corrupted_metadata, wrong_session) credit a structured non-answer. A bounded
-retry that restores complete evidence turns the cell into an ordinary one: it is then credited as
-safe only if the answer is strictly successful (an answer from restored evidence is not a free
-pass). In the committed scenario the timeout persists across retries, so retries end in
-abstention; ``recover_on_retry`` in the scenario DSL makes it transient.
+Conditions are the nine scenarios; which outcome each is judged by (strict success where a correct
+answer is safe, a structured non-answer elsewhere) is declared in the scenario DSL. In the
+committed scenarios the timeout persists across retries, so retries end in a refusal; a scenario
+that declares the fault transient (``lasts: 1``) and answerable credits the recovered answer.
 
 Eight tasks are drawn by a seeded rule: one per domain, uniformly among the tasks the reported
 retriever and extractive reader solve in the clean condition (so that the study measures the
@@ -44,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +46,12 @@ import pandas as pd
 
 from layerlab import __version__, archive, harness, prompt
 from layerlab._io import atomic_write_text
-from layerlab.contract import get_mode
-from layerlab.corpus import AnswerKey, Corpus, DomainInfo, Task
-from layerlab.reader import Evidence, ReaderInput, ReaderOutput
-from layerlab.scenario import Scenario, ToolContext
-from layerlab.text import normalize_answer, states_value
+from layerlab.corpus import AnswerKey, Corpus, Task
+from layerlab.mitigation import load_mitigations
+from layerlab.reader import Evidence, ReaderOutput
+from layerlab.scenario import Scenario
 
-ARMS = ("uncontrolled", "controls")
+ARMS = ("uncontrolled", "controls")  # stacks of the mitigations spec
 INSTALL_HINT = (
     "the LangChain study needs langchain-core: pip install 'layerlab[study]' (make installs it)"
 )
@@ -73,20 +65,12 @@ def _lc() -> Any:
     return langchain_core
 
 
-class ToolFailure(Exception):
-    """The search tool gave no evidence: ``layer`` says why (availability, authorisation, tool_contract)."""
-
-    def __init__(self, layer: str, reason: str):
-        super().__init__(reason)
-        self.layer = layer
-        self.reason = reason
-
-
 def select_tasks(
     corpus: Corpus, key: AnswerKey, scenarios: Mapping[str, Scenario], seed: int = 7
 ) -> list[Task]:
     """One task per domain, drawn with ``seed`` among clean-solvable, non-duplicate tasks."""
-    recs = harness.run_deterministic(corpus, key, {"clean": scenarios["clean"]}, modes=("strict",))
+    baseline = load_mitigations().baseline
+    recs = harness.run_deterministic(corpus, key, {"clean": scenarios["clean"]}, modes=(baseline,))
     solved = {r.task_id for r in recs if r.success}
     counts: dict[str, int] = {}
     for t in corpus.tasks:
@@ -104,121 +88,52 @@ def select_tasks(
 
 
 def make_retriever(
-    corpus: Corpus, prepared: harness.PreparedScenario, tasks: Sequence[Task], attempt: int = 0
+    corpus: Corpus,
+    prepared: harness.PreparedScenario,
+    tasks: Sequence[Task],
+    arm: str = ARMS[0],
+    gates: dict[str, harness.Gate] | None = None,
 ) -> Any:
-    """A langchain-core retriever over one scenario's faulted search tool."""
+    """A langchain-core retriever over one scenario's faulted search tool and one arm's
+    pre-reader steps; each task's :class:`~layerlab.harness.Gate` is kept in ``gates``."""
     _lc()
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
 
     by_question = {t.question: t for t in tasks}
-    foreign = corpus.foreign_by_policy()
+    kept = gates if gates is not None else {}
 
     class LayerRAGRetriever(BaseRetriever):
-        """Search through the scenario's faults; documents carry the evidence metadata."""
-
-        attempt: int = 0
+        """Search through the scenario's faults and the arm's mitigations; documents carry the
+        evidence metadata (an empty list when the arm refused or the tool failed)."""
 
         def _get_relevant_documents(
             self, query: str, *, run_manager: CallbackManagerForRetrieverRun
         ) -> list[Any]:
             task = by_question[query]
-            sent = prepared.sent[task.task_id]
-            payload = prepared.scenario.transport(
-                sent,
-                ToolContext(
-                    task.task_id, task.policy_id, sent["session_id"], self.attempt, foreign=foreign
-                ),
-            )
-            res = get_mode("repair").check(payload)  # tolerant parsing, bounded
-            if res.outcome == "unavailable":
-                raise ToolFailure("availability", "the search tool returned no usable output")
-            if res.outcome == "denied":
-                raise ToolFailure("authorisation", "access to the evidence was denied")
-            if res.outcome == "rejected" or res.payload is None:
-                raise ToolFailure(
-                    "tool_contract", "the tool payload fails its schema after bounded repair"
-                )
-            p = res.payload
+            g = harness.gate(task, prepared, arm)
+            kept[task.task_id] = g
+            if g.inp is None:
+                return []
             return [
                 Document(
-                    page_content=r.text,
+                    page_content=e.text,
                     metadata={
-                        **r.model_dump(exclude={"text"}),
-                        "tool_status": p.status,
-                        "request_session_id": p.session_id,
+                        **{k: v for k, v in asdict(e).items() if k != "text"},
+                        "tool_status": g.inp.tool_status,
+                        "request_session_id": g.inp.session_id,
                     },
                 )
-                for r in p.results
+                for e in g.inp.evidence
             ]
 
-    return LayerRAGRetriever(attempt=attempt)
+    return LayerRAGRetriever()
 
 
 def _evidence(docs: Sequence[Any]) -> tuple[Evidence, ...]:
     names = [f.name for f in fields(Evidence) if f.name != "text"]
     return tuple(Evidence(text=d.page_content, **{n: d.metadata[n] for n in names}) for d in docs)
-
-
-@dataclass(frozen=True)
-class Decision:
-    control: str  # allow | abstain | reject | none
-    layer: str
-    reason: str
-    docs: tuple[Any, ...]
-    retries: int
-    retry_restored: bool
-
-
-def controls(
-    question: str,
-    retriever_for: Any,
-    owners: Mapping[str, frozenset[str]],
-    max_retries: int = 2,
-) -> Decision:
-    """LayerRAG evidence-aware controls around one retrieval (see the module docstring)."""
-    retries, restored = 0, False
-    while True:
-        try:
-            docs = retriever_for(retries).invoke(question)
-        except ToolFailure as f:
-            kind = "reject" if f.layer == "tool_contract" else "abstain"
-            return Decision(kind, f.layer, f.reason, (), retries, restored)
-        partial = any(d.metadata["tool_status"] != "ok" or d.metadata["truncated"] for d in docs)
-        if not partial:
-            restored = retries > 0
-            break
-        if retries >= max_retries:
-            return Decision(
-                "abstain",
-                "completeness",
-                f"partial output after {retries} bounded retries",
-                (),
-                retries,
-                False,
-            )
-        retries += 1
-    if any(d.metadata["session_id"] not in (None, d.metadata["request_session_id"]) for d in docs):
-        return Decision(
-            "reject", "session_state", "evidence belongs to another session", (), retries, restored
-        )
-    current = tuple(d for d in docs if d.metadata["status"] == "current")
-    if not current:
-        return Decision("abstain", "freshness", "no current evidence", (), retries, restored)
-    # integrity of the evidence that would be used: its domain label must fit its owner
-    if any(
-        d.metadata["domain"] not in owners.get(d.metadata["owner"], frozenset()) for d in current
-    ):
-        return Decision(
-            "reject",
-            "metadata",
-            "domain label inconsistent with the document owner",
-            (),
-            retries,
-            restored,
-        )
-    return Decision("allow", "-", "evidence passed every check", current, retries, restored)
 
 
 def make_chat_model(
@@ -275,29 +190,23 @@ def make_chat_model(
 
 
 def make_chain(chat_model: Any) -> Any:
-    """prompt -> chat model -> JSON answer contract, as a LangChain runnable over a ReaderInput."""
+    """prompt -> chat model -> reply text, as a LangChain runnable over a ReaderInput."""
     _lc()
     from langchain_core.messages import HumanMessage, SystemMessage
     from langchain_core.runnables import RunnableLambda
 
-    def to_messages(inp: ReaderInput) -> list[Any]:
+    def to_messages(inp: Any) -> list[Any]:
         sys_msg, user = prompt.messages(inp)
         return [SystemMessage(content=sys_msg["content"]), HumanMessage(content=user["content"])]
 
-    def parse(msg: Any) -> ReaderOutput | None:
-        try:
-            return prompt.parse_reply(str(msg.content))
-        except prompt.MalformedReply:
-            return None
-
-    return RunnableLambda(to_messages) | chat_model | RunnableLambda(parse)
+    return RunnableLambda(to_messages) | chat_model | RunnableLambda(lambda m: str(m.content))
 
 
-def _owners(domains: Sequence[DomainInfo]) -> dict[str, frozenset[str]]:
-    out: dict[str, set[str]] = {}
-    for d in domains:
-        out.setdefault(d.owner, set()).add(d.domain)
-    return {k: frozenset(v) for k, v in out.items()}
+def _parse(reply: str) -> tuple[ReaderOutput | None, str | None]:
+    try:
+        return prompt.parse_reply(reply), None
+    except prompt.MalformedReply:
+        return None, "malformed_reply"
 
 
 def run_study(
@@ -306,65 +215,51 @@ def run_study(
     scenarios: Mapping[str, Scenario],
     model: str = "layerlab/extractive",
     seed: int = 7,
-    max_retries: int = 2,
     run_id: str = "",
 ) -> list[dict[str, Any]]:
-    """All cells: 8 tasks x conditions x 2 arms, scored (strict success and safe resolution)."""
+    """All cells: 8 tasks x conditions x arms, through LangChain, scored by the one scorer."""
     _lc()
     tasks = select_tasks(corpus, key, scenarios, seed)
     chain = make_chain(make_chat_model(model))
     provider, name = model.split("/", 1) if "/" in model else ("unknown", model)
-    owners = _owners(corpus.domains)
+    spec = load_mitigations()
     rows = []
     for cond, scen in scenarios.items():
         prep = harness.prepare(corpus, scen)
-        for t in tasks:
-            entry = key[t.task_id]
-            sid = prep.sent[t.task_id]["session_id"]
-            for arm in ARMS:
-                if arm == "uncontrolled":
-                    try:
-                        docs = tuple(make_retriever(corpus, prep, tasks).invoke(t.question))
-                    except ToolFailure:
-                        docs = ()
-                    d = Decision("none", "-", "", docs, 0, False)
-                else:
-                    d = controls(
-                        t.question,
-                        lambda k, prep=prep: make_retriever(corpus, prep, tasks, attempt=k),
-                        owners,
-                        max_retries,
-                    )
-                valid = d.control == "allow" or (arm == "uncontrolled" and bool(d.docs))
+        for arm in ARMS:
+            a = spec.arm(arm)
+            gates: dict[str, harness.Gate] = {}
+            retriever = make_retriever(corpus, prep, tasks, arm, gates)
+            for t in tasks:
+                docs = retriever.invoke(t.question)
+                g = gates[t.task_id]
                 out: ReaderOutput | None = None
+                failure: str | None = None
                 phash = ""
-                ev = _evidence(d.docs)
-                if d.control in ("allow", "none"):
-                    status = d.docs[0].metadata["tool_status"] if d.docs else "ok"
-                    inp = ReaderInput(t.question, t.answer_kind, sid, status, None, ev)
-                    phash = prompt.prompt_hash(prompt.messages(inp))
-                    out = chain.invoke(inp)
-                answered = out is not None and out.status == "answered" and out.answer is not None
-                delivered = {e.doc_id for e in ev}
-                cites = out.citations if out else ()
-                E = (
-                    answered
-                    and out is not None
-                    and normalize_answer(out.answer or "")
-                    == normalize_answer(entry.expected_answer)
+                if g.inp is not None:
+                    assert _evidence(docs) == g.inp.evidence
+                    phash = prompt.prompt_hash(prompt.messages(g.inp))
+                    out, failure = _parse(chain.invoke(g.inp))
+                    if out is not None:
+                        g, out = harness.after_reader(t, prep, a, g, out)
+                _, lab = harness.evaluate(
+                    t,
+                    key,
+                    corpus,
+                    prep,
+                    arm,
+                    g,
+                    out,
+                    provider=provider,
+                    model=name,
+                    run_id=run_id,
+                    prompt_hash=phash,
+                    failure=failure,
                 )
-                R = all(x in delivered for x in entry.required_doc_ids)
-                G = answered and bool(cites) and all(c in delivered for c in cites)
-                S = bool(E and R and G and valid)
-                grounded = bool(
-                    answered
-                    and out
-                    and any(
-                        e.doc_id in cites and states_value(e.text, out.answer or "") for e in ev
-                    )
+                refused_by = g.refusal.split(":", 1)[0] if g.refusal else None
+                layer = next(
+                    (m.layers[0] for m in a.steps if m.name == refused_by and m.layers), "-"
                 )
-                answerable = scen.spec.answerable
-                safe = S if answerable else (not answered or (d.retry_restored and S))
                 rows.append(
                     {
                         "schema_version": archive.STUDY_SCHEMA_VERSION,
@@ -375,17 +270,17 @@ def run_study(
                         "arm": arm,
                         "task_id": t.task_id,
                         "policy_id": t.policy_id,
-                        "answerable": answerable,
-                        "success": S,
-                        "safe_resolution": bool(safe),
-                        "answered": answered,
-                        "abstained": not answered,
-                        "grounded": grounded,
-                        "grounded_false_positive": grounded and not S,
-                        "retry_restored": d.retry_restored,
-                        "retries": d.retries,
-                        "control": d.control,
-                        "control_layer": d.layer,
+                        "answerable": scen.spec.answerable,
+                        "success": lab.success,
+                        "safe_resolution": lab.safe_resolution,
+                        "answered": lab.answered,
+                        "abstained": lab.abstained,
+                        "grounded": lab.grounded,
+                        "grounded_false_positive": lab.grounded_false_positive,
+                        "retry_restored": g.attempts > 1 and g.inp is not None,
+                        "retries": g.attempts - 1,
+                        "control": "refuse" if g.refusal else ("allow" if a.steps and not a.empty_context_on_failure else "none"),
+                        "control_layer": layer if g.refusal else "-",
                         "prompt_hash": phash,
                     }
                 )
@@ -396,7 +291,6 @@ def run_to(
     out: Path,
     model: str = "layerlab/extractive",
     seed: int = 7,
-    max_retries: int = 2,
     scenarios_path: Path | None = None,
 ) -> dict[str, Any]:
     """Run the study on the committed corpus and write ``study.parquet`` + ``manifest.json``."""
@@ -408,16 +302,17 @@ def run_to(
 
     c, key = corpus_mod.load(), corpus_mod.load_answer_key()
     scen = load_scenarios(scenarios_path)
+    spec = load_mitigations()
     ident = {
         "v": __version__,
         "model": model,
         "seed": seed,
-        "retries": max_retries,
+        "mitigations": spec_hash(paths.MITIGATION_SPEC),
         "corpus": c.spec_hash,
         "scenarios": spec_hash(Path(scenarios_path or paths.SCENARIO_SPEC)),
     }
     run_id = "study-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-    rows = run_study(c, key, scen, model, seed, max_retries, run_id)
+    rows = run_study(c, key, scen, model, seed, run_id)
     out = Path(out)
     archive.write_study(out / archive.STUDY_ARCHIVE, rows)
     manifest = {
@@ -425,13 +320,17 @@ def run_to(
         "kind": "langchain_study",
         "layerlab_version": __version__,
         "corpus": c.name,
-        "spec_hashes": {"corpus": c.spec_hash, "scenarios": ident["scenarios"]},
+        "spec_hashes": {
+            "corpus": c.spec_hash,
+            "scenarios": ident["scenarios"],
+            "mitigations": ident["mitigations"],
+        },
         "models": [model],
         "arms": list(ARMS),
         "conditions": list(scen),
         "tasks": sorted({r["task_id"] for r in rows}),
         "seed": seed,
-        "controls": {"max_retries": max_retries},
+        "controls": {a: list(spec.arm(a).kinds) for a in ARMS},
         "records": len(rows),
         "complete": True,
         "archive_schema_version": archive.STUDY_SCHEMA_VERSION,
@@ -448,7 +347,7 @@ def table7(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     for arm in ARMS:
         a = df[df["arm"] == arm]
         ans, uns, clean = a[a["answerable"]], a[~a["answerable"]], a[a["condition"] == "clean"]
-        wrong_controls = int((ans["control"].isin(["abstain", "reject"])).sum())
+        wrong_controls = int((ans["control"] == "refuse").sum())
         out.append(
             {
                 "arm": arm,
@@ -490,14 +389,14 @@ def table7_by_condition(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def run_study_default(
-    model: str = "layerlab/extractive", seed: int = 7, max_retries: int = 2
+    model: str = "layerlab/extractive", seed: int = 7
 ) -> list[dict[str, Any]]:
     """The study on the committed corpus and scenarios (what the notebook runs)."""
     from layerlab import corpus as corpus_mod
     from layerlab.scenario import load_scenarios
 
     return run_study(
-        corpus_mod.load(), corpus_mod.load_answer_key(), load_scenarios(), model, seed, max_retries
+        corpus_mod.load(), corpus_mod.load_answer_key(), load_scenarios(), model, seed
     )
 
 

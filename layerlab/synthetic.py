@@ -12,6 +12,9 @@ import numpy as np
 import pandas as pd
 
 from layerlab.archive import SCHEMA_VERSION
+from layerlab.mitigation import contract_pair
+
+BASELINE, TREATMENT = contract_pair()
 
 
 def synthetic_frame(
@@ -46,7 +49,7 @@ def synthetic_frame(
             )
             strict = rng.random(n) < base_rate
             repair = rng.random(n) < base_rate + g if eff != 0 else strict.copy()
-            for mode, ok in (("strict", strict), ("repair", repair)):
+            for mode, ok in ((BASELINE, strict), (TREATMENT, repair)):
                 parts.append(
                     pd.DataFrame(
                         {

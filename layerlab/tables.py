@@ -11,6 +11,7 @@ import yaml
 
 from layerlab import paths, stats
 from layerlab.scenario import Scenario
+from layerlab.stats import BASELINE, TREATMENT
 
 CAPTIONS = {
     "table1": "Fault scenarios, targeted reliability layers and expected safe behaviour.",
@@ -62,10 +63,8 @@ def table2(summary: Mapping[str, Any]) -> pd.DataFrame:
         rows.append(
             {
                 "scenario": s,
-                "S strict": per.get("strict", float("nan")),
-                "S repair": per.get("repair", float("nan")),
-                "GF strict": gf.get("strict", float("nan")),
-                "GF repair": gf.get("repair", float("nan")),
+                **{f"S {m}": per.get(m, float("nan")) for m in (BASELINE, TREATMENT)},
+                **{f"GF {m}": gf.get(m, float("nan")) for m in (BASELINE, TREATMENT)},
             }
         )
     return pd.DataFrame(rows)
@@ -88,12 +87,44 @@ def table3(audit_result: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+FAILURES = {"malformed": "malformed_reply", "provider error": "provider_error"}
+
+
+def _failure_rates(sub: pd.DataFrame) -> dict[str, float]:
+    """Share of records that are malformed replies / provider errors (failures, not refusals)."""
+    n = len(sub)
+    return {k: float((sub["diagnostic"] == v).sum() / n) if n else 0.0 for k, v in FAILURES.items()}
+
+
+def failure_note(df: pd.DataFrame) -> str:
+    """The caption sentence on reader-side failures, from what the archive holds."""
+    units = df["provider"] + "/" + df["model"]
+    per = []
+    for u in sorted(set(units)):
+        sub = df[units == u]
+        per.append(
+            f"{u} {int((sub['diagnostic'] == FAILURES['malformed']).sum())}"
+            f"/{int((sub['diagnostic'] == FAILURES['provider error']).sum())}"
+        )
+    return (
+        " Malformed replies and provider errors are failures on every scenario, never refusals; "
+        f"their shares are reported as columns. Malformed/provider-error records by unit: "
+        f"{', '.join(per)} (of {len(df)} records)."
+    )
+
+
+def _captioned(frame: pd.DataFrame, name: str, df: pd.DataFrame) -> pd.DataFrame:
+    frame.attrs["caption"] = CAPTIONS[name] + failure_note(df)
+    return frame
+
+
 def table4(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 4: success by scenario and contract arm (Wilson intervals), with failure shares."""
     r = stats.rates(df, "success")
     out = []
     for s in stats.scenario_order(df):
         row: dict[str, Any] = {"scenario": s}
-        for mode in ("strict", "repair"):
+        for mode in (BASELINE, TREATMENT):
             m = r[(r["scenario"] == s) & (r["mitigation"] == mode)]
             if len(m):
                 row.update(
@@ -104,8 +135,10 @@ def table4(df: pd.DataFrame) -> pd.DataFrame:
                     }
                 )
         row["n per mode"] = int(r[r["scenario"] == s]["n"].max())
+        sub = df[(df["scenario"] == s) & df["mitigation"].isin([BASELINE, TREATMENT])]
+        row.update(_failure_rates(sub))
         out.append(row)
-    return pd.DataFrame(out)
+    return _captioned(pd.DataFrame(out), "table4", df)
 
 
 def table5(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
@@ -114,7 +147,7 @@ def table5(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
     for _, e in eff.table.iterrows():
         s = e["scenario"]
         row: dict[str, Any] = {"scenario": s}
-        for mode in ("strict", "repair"):
+        for mode in (BASELINE, TREATMENT):
             m = gf[(gf["scenario"] == s) & (gf["mitigation"] == mode)]
             row[f"GF {mode}"] = float(m["rate"].iloc[0])
         row.update(
@@ -125,8 +158,10 @@ def table5(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
                 "exactly zero": bool(e["exactly_zero"]),
             }
         )
+        sub = df[(df["scenario"] == s) & df["mitigation"].isin([BASELINE, TREATMENT])]
+        row.update(_failure_rates(sub))
         out.append(row)
-    return pd.DataFrame(out)
+    return _captioned(pd.DataFrame(out), "table5", df)
 
 
 def _fmt(v: Any) -> str:
@@ -172,11 +207,11 @@ def paper_comparison(
         "records ending before the reader carry no prompt",
     )
     for s, v in ref["table4_success_by_scenario_contract"].items():
-        for mode in ("strict", "repair"):
+        for mode in (BASELINE, TREATMENT):
             add(f"Table 4 {s} {mode}", float(v[mode]), _ours_rate(t4, s, mode), setup)
     t5r = ref["table5_groundedness_and_paired_effects"]
     ws = t5[t5["scenario"] == "wrong_session"]
-    for mode in ("strict", "repair"):
+    for mode in (BASELINE, TREATMENT):
         add(
             f"Table 5 wrong_session GF {mode}",
             float(t5r["wrong_session_grounded_but_failed"][mode]),
@@ -289,8 +324,10 @@ def table8(df: pd.DataFrame, top: int = 10) -> pd.DataFrame:
 
 
 def table9(df: pd.DataFrame) -> pd.DataFrame:
-    """Provider-level averages."""
-    return stats.provider_averages(df)
+    """Provider-level averages, with the shares of malformed replies and provider errors."""
+    t = stats.provider_averages(df)
+    fail = pd.DataFrame([_failure_rates(df[df["provider"] == p]) for p in t["provider"]])
+    return _captioned(pd.concat([t, fail], axis=1), "table9", df)
 
 
 def grounded_false_positive_rates(df: pd.DataFrame) -> pd.DataFrame:
@@ -301,8 +338,7 @@ def grounded_false_positive_rates(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "scenario": order,
-            "GF strict": wide.loc[order, "strict"].to_numpy(),
-            "GF repair": wide.loc[order, "repair"].to_numpy(),
+            **{f"GF {m}": wide.loc[order, m].to_numpy() for m in (BASELINE, TREATMENT)},
         }
     )
 
@@ -339,7 +375,7 @@ def audit_notes(audit_result: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def diagnostics(summary: Mapping[str, Any], mode: str = "strict") -> pd.DataFrame:
+def diagnostics(summary: Mapping[str, Any], mode: str = BASELINE) -> pd.DataFrame:
     """Diagnostic-label counts per scenario for one contract mode (which layer failed)."""
     rows = []
     for s, per in summary["diagnostics"].items():

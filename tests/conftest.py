@@ -35,14 +35,17 @@ def good_spec_text() -> str:
 
 @pytest.fixture(scope="session")
 def every_gate(corpus: corpus_mod.Corpus) -> list[tuple[str, str, corpus_mod.Task, object]]:
-    """Every cell of the matrix after the contract: (scenario, mode, task, Gate)."""
+    """Every cell of the matrix before the reader, under every arm of the committed mitigations
+    spec (contract arms, mitigations and stacks): (scenario, arm, task, Gate)."""
     from layerlab import harness
+    from layerlab.mitigation import load_mitigations
     from layerlab.scenario import load_scenarios
 
+    arms = list(load_mitigations().arms)
     out = []
     for s in load_scenarios().values():
         prep = harness.prepare(corpus, s)
         for t in corpus.tasks:
-            for mode in harness.MODES:
-                out.append((s.name, mode, t, harness.gate(t, prep.received[t.task_id], mode)))
+            for arm in arms:
+                out.append((s.name, arm, t, harness.gate(t, prep, arm)))
     return out

@@ -8,7 +8,8 @@ import pytest
 
 from layerlab import corpus as corpus_mod
 from layerlab import harness
-from layerlab.contract import SearchPayload, get_mode, repair_payload
+from layerlab.contract import SearchPayload, repair_payload
+from layerlab.mitigation import contract_mode as get_mode
 from layerlab.scenario import load_scenarios
 
 
@@ -77,5 +78,7 @@ def test_repair_keeps_foreign_session_ids(corpus) -> None:
 
 
 def test_unknown_mode() -> None:
-    with pytest.raises(KeyError, match="unknown contract mode 'lenient'"):
+    with pytest.raises(KeyError, match="unknown mitigation 'lenient'"):
         get_mode("lenient")
+    with pytest.raises(KeyError, match="not a contract entry"):
+        get_mode("freshness_guard")

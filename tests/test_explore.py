@@ -58,7 +58,7 @@ def test_bad_input_is_a_clear_error() -> None:
     res = runner.invoke(
         app, ["explore", "--task", "hr-01-q1", "--scenario", "clean", "--mode", "lax"]
     )
-    assert res.exit_code == 1 and "unknown contract mode 'lax'" in res.output
+    assert res.exit_code == 1 and "unknown mitigation 'lax'" in res.output
 
 
 def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:

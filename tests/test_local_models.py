@@ -86,3 +86,28 @@ def test_strict_and_repair_are_separate_calls_and_a_rerun_makes_none(run) -> Non
     assert local["file_sha256"] == models.lookup(MODEL).file.sha256
     assert local["runtime"].startswith("llama-cpp-python ")
     assert local["server"]["n_ctx"] == 4096
+
+
+def test_a_killed_parent_leaves_no_server_behind(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "from layerlab import models; import time, sys; "
+        f"s = models.start(models.lookup({MODEL!r})); print(s.process.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())  # type: ignore[union-attr]
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError("the llama.cpp server outlived the process that started it")

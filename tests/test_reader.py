@@ -31,7 +31,11 @@ def test_no_answer_key_value_reaches_any_reader_input(
 ) -> None:
     """Every reader input of every cell: the expected answer appears only inside prose."""
     inputs = [(s, m, t, g.inp) for s, m, t, g in every_gate if g.inp is not None]
-    assert len(inputs) == 3120
+    # the contract arms reach the reader on 3,120 of 4,320 cells, as in the paper (missing and
+    # denied end before the prompt in both arms, schema drift under strict); mitigations add more
+    from layerlab.harness import MODES
+
+    assert sum(m in MODES for _, m, _, _ in inputs) == 3120 and len(inputs) > 3120
     for scenario, mode, t, inp in inputs:
         entry = key[t.task_id]
         assert not states_value(inp.question, entry.expected_answer)
@@ -51,7 +55,7 @@ def test_no_answer_key_value_reaches_any_reader_input(
 def test_extractive_reader_answers_from_evidence_and_cites_it(corpus: corpus_mod.Corpus) -> None:
     prep = harness.prepare(corpus, load_scenarios()["clean"])
     t = corpus.tasks[0]
-    g = harness.gate(t, prep.received[t.task_id], "strict")
+    g = harness.gate(t, prep, "strict")
     assert g.inp is not None
     out = ExtractiveReader().read(g.inp)
     assert out.status == "answered" and out.citations[0] in {e.doc_id for e in g.inp.evidence}

@@ -76,8 +76,8 @@ def _inp(*evs: Evidence, status: str = "ok") -> ReaderInput:
     return ReaderInput(TASK.question, "duration", "s-1", status, None, evs)
 
 
-def _score(inp, out, answerable=True, contract=OK):
-    return score(TASK, ENTRY, answerable, contract, inp, out, CORPUS, INDEX)
+def _score(inp, out, answerable=True, contract=OK, failure=None, refusal=None):
+    return score(TASK, ENTRY, answerable, contract, inp, out, CORPUS, INDEX, failure, refusal)
 
 
 def test_success_needs_all_four() -> None:
@@ -136,11 +136,34 @@ def test_records_that_end_before_the_reader() -> None:
             answerable=False,
             contract=ContractResult(outcome, outcome == "denied", None),
         )  # type: ignore[arg-type]
+        # a failure is not a refusal: ending because a layer failed is not a safe resolution
         assert (
-            not lab.success and not lab.answered and lab.safe_resolution and lab.diagnostic == label
+            not lab.success
+            and not lab.answered
+            and not lab.abstained
+            and not lab.safe_resolution
+            and lab.diagnostic == label
         )
+        # ... but a mitigation's structured refusal of the same record is
+        lab = _score(
+            None,
+            None,
+            answerable=False,
+            contract=ContractResult(outcome, outcome == "denied", None),
+            refusal="some_guard: no usable evidence",
+        )  # type: ignore[arg-type]
+        assert lab.abstained and lab.safe_resolution and not lab.answered
     lab = _score(None, None, answerable=True, contract=ContractResult("rejected", False, None))
     assert not lab.safe_resolution
+
+
+def test_failures_are_never_safe() -> None:
+    """malformed replies and provider errors are failures on every scenario."""
+    inp = _inp(_ev(DOCS[0]))
+    for failure in ("malformed_reply", "provider_error"):
+        for answerable in (True, False):
+            lab = _score(inp, None, answerable=answerable, failure=failure)
+            assert not lab.safe_resolution and not lab.abstained and lab.diagnostic == failure
 
 
 def test_wrong_policy_is_a_retrieval_failure() -> None:

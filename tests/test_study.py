@@ -33,7 +33,7 @@ def test_controls_resolve_every_unsafe_cell_and_keep_answerable_success(rows) ->
     assert all(
         r["safe_resolution"] and not r["answered"] for r in ctl if not r["answerable"]
     )  # 48/48
-    assert not any(r["control"] in ("abstain", "reject") for r in ctl if r["answerable"])
+    assert not any(r["control"] == "refuse" for r in ctl if r["answerable"])
     layers = {(r["condition"], r["control_layer"]) for r in ctl if not r["answerable"]}
     assert layers == {
         ("stale_index", "freshness"),
@@ -53,12 +53,22 @@ def test_uncontrolled_arm_answers_unsafe_cells_grounded_but_wrong(rows) -> None:
     assert all(not r["success"] for r in unc if r["condition"] in ("stale_index", "wrong_session"))
 
 
-def test_a_retry_that_restores_evidence_is_credited_only_when_successful(
-    tmp_path: Path, corpus, key
-) -> None:
-    text = paths.SCENARIO_SPEC.read_text().replace(
-        "params: {keep_results: 1, min_keep: 0.05, max_keep: 0.5}",
-        "params: {keep_results: 1, min_keep: 0.05, max_keep: 0.5, recover_on_retry: 1}",
+def test_a_transient_timeout_is_recovered_by_the_bounded_retry(tmp_path: Path, corpus, key) -> None:
+    """A transient fault (``lasts: 1``) declared answerable in the DSL: the controls' bounded
+    re-fetch recovers complete evidence and the answer is credited as strict success."""
+    text = paths.SCENARIO_SPEC.read_text()
+    old = """    answerable: false
+    faults:
+      - op: partial_timeout
+        params: {keep_results: 1, min_keep: 0.05, max_keep: 0.5}"""
+    assert old in text
+    text = text.replace(
+        old,
+        """    answerable: true
+    faults:
+      - op: partial_timeout
+        params: {keep_results: 1, min_keep: 0.05, max_keep: 0.5}
+        lasts: 1""",
     )
     p = tmp_path / "scenarios.yaml"
     p.write_text(text)
@@ -68,7 +78,9 @@ def test_a_retry_that_restores_evidence_is_credited_only_when_successful(
     )
     ctl = [r for r in rows if r["arm"] == "controls" and r["condition"] == "partial_timeout"]
     assert all(r["retry_restored"] and r["retries"] == 1 and r["control"] == "allow" for r in ctl)
-    assert all(r["safe_resolution"] == r["success"] for r in ctl) and all(r["success"] for r in ctl)
+    assert all(r["safe_resolution"] and r["success"] for r in ctl)
+    unc = [r for r in rows if r["arm"] == "uncontrolled" and r["condition"] == "partial_timeout"]
+    assert not any(r["retries"] for r in unc) and not all(r["success"] for r in unc)
 
 
 def test_committed_study_archive_is_current(rows) -> None:
@@ -89,7 +101,7 @@ def test_langchain_types(corpus) -> None:
     c = corpus_mod.load()
 
     prep = harness.prepare(c, load_scenarios()["clean"])
-    r = study.make_retriever(c, prep, c.tasks[:3])
+    r = study.make_retriever(c, prep, c.tasks[:3], "controls")
     assert isinstance(r, BaseRetriever)
     docs = r.invoke(c.tasks[0].question)
     assert docs and {"doc_id", "status", "session_id"} <= set(docs[0].metadata)

@@ -1,0 +1,275 @@
+"""The mitigation × scenario specificity matrix (Table 10) and the archive it is computed from.
+
+Each cell is the paired effect of a mitigation arm against the baseline arm on the scenario's
+judged outcome — strict success on answerable scenarios, safe resolution on unsafe ones (the
+scorer's ``safe_resolution`` label is exactly that, see :attr:`ScenarioSpec.outcome`) — with a
+hierarchical bootstrap interval (:func:`layerlab.stats.arm_effects`). A mitigation *targets* the
+scenarios whose layer it names. Per mitigation: the target gain (mean effect over its target
+scenarios), the largest off-target change, the specificity margin (target gain minus the largest
+absolute off-target change) with a joint interval from the same bootstrap replicates, and a
+verdict by the rule in :data:`VERDICT_RULE`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from layerlab import __version__, archive, harness, paths, stats
+from layerlab.mitigation import MitigationSet, load_mitigations, targets
+from layerlab.scenario import Scenario, load_scenarios
+
+OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
+VERDICT_RULE = (
+    "Verdict: over-broad if any off-target cell's 95% interval lies entirely below zero "
+    "(it harms a layer it does not target); otherwise specific if the target gain's 95% interval "
+    "lies entirely above zero; otherwise ineffective."
+)
+ARCHIVE_DIR = paths.ARCHIVES / "mitigations"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Cells (one row per mitigation × scenario) and the per-mitigation summary."""
+
+    cells: pd.DataFrame
+    summary: pd.DataFrame
+    baseline: str
+    note: str
+
+
+def scenario_layers(scenarios: Mapping[str, Scenario] | None = None) -> dict[str, str]:
+    """Scenario -> its layer label, from the scenario DSL."""
+    return {n: s.spec.layer for n, s in (scenarios or load_scenarios()).items()}
+
+
+def matrix(
+    df: pd.DataFrame,
+    spec: MitigationSet | None = None,
+    scenarios: Mapping[str, Scenario] | None = None,
+    n_boot: int = 10_000,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = 0.05,
+) -> Matrix:
+    """The specificity matrix of every mitigation arm in ``df`` against the baseline arm."""
+    spec = spec or load_mitigations()
+    layers = scenario_layers(scenarios)
+    present = list(dict.fromkeys(df["mitigation"]))
+    if spec.baseline not in present:
+        raise ValueError(f"archives hold no baseline arm {spec.baseline!r} to compare against")
+    arms = [a for a in spec.matrix_arms if a in present]
+    arms += [a for a in present if a not in arms and a != spec.baseline and a not in spec.arms]
+    if not arms:
+        raise ValueError("archives hold no mitigation arm besides the baseline")
+    cells, summary, note = [], [], ""
+    for name in arms:
+        eff = stats.arm_effects(df, name, spec.baseline, OUTCOME, n_boot, seed, policy_level, alpha)
+        note = eff.note
+        scen = list(eff.paired.scenarios)
+        tgt = set(targets(spec.arm(name), layers)) if name in spec.arms else set()
+        ti = [i for i, s in enumerate(scen) if s in tgt]
+        oi = [i for i, s in enumerate(scen) if s not in tgt]
+        t = eff.table.set_index("scenario")
+        for s in scen:
+            e = t.loc[s]
+            cells.append(
+                {
+                    "mitigation": name,
+                    "scenario": s,
+                    "target": s in tgt,
+                    "estimate": float(e["estimate"]),
+                    "ci_low": float(e["ci_low"]),
+                    "ci_high": float(e["ci_high"]),
+                    "exactly_zero": bool(e["exactly_zero"]),
+                    "n_pairs": int(e["n_pairs"]),
+                }
+            )
+        est = stats.point_estimates(eff.paired)
+        reps = eff.replicates
+        q = [alpha / 2, 1 - alpha / 2]
+        if ti:
+            gain, gain_reps = float(est[ti].mean()), reps[:, ti].mean(axis=1)
+            g_lo, g_hi = np.quantile(gain_reps, q)
+        else:
+            gain, gain_reps, g_lo, g_hi = float("nan"), np.zeros(len(reps)), np.nan, np.nan
+        if oi and np.abs(est[oi]).max() > 0:
+            worst = oi[int(np.argmax(np.abs(est[oi])))]
+            off_change = float(est[worst])
+            margin_reps = gain_reps - np.abs(reps[:, oi]).max(axis=1)
+            m_lo, m_hi = np.quantile(margin_reps, q)
+            margin = gain - float(np.abs(est[oi]).max())
+        elif oi:  # every off-target change is exactly zero
+            worst, off_change = -1, 0.0
+            margin_reps = gain_reps - np.abs(reps[:, oi]).max(axis=1)
+            m_lo, m_hi = np.quantile(margin_reps, q)
+            margin = gain
+        else:
+            worst, off_change, margin, m_lo, m_hi = -1, float("nan"), float("nan"), np.nan, np.nan
+        harmed = sorted(scen[i] for i in oi if float(t.loc[scen[i], "ci_high"]) < 0)
+        if harmed:
+            verdict = "over-broad"
+        elif ti and g_lo > 0:
+            verdict = "specific"
+        else:
+            verdict = "ineffective"
+        a = spec.arms.get(name)
+        summary.append(
+            {
+                "mitigation": name,
+                "layers": "+".join(a.layers) if a else "?",
+                "stage": "+".join(a.stages) if a else "?",
+                "targets": ", ".join(s for s in scen if s in tgt) or "-",
+                "target gain": gain,
+                "target gain low": float(g_lo),
+                "target gain high": float(g_hi),
+                "largest off-target": scen[worst] if worst >= 0 else "none (all 0)",
+                "off-target change": off_change,
+                "margin": margin,
+                "margin low": float(m_lo),
+                "margin high": float(m_hi),
+                "harmed off-target": ", ".join(harmed) or "-",
+                "verdict": verdict,
+            }
+        )
+    return Matrix(pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note)
+
+
+def _pp(v: float) -> str:
+    return "-" if v != v else f"{100 * v:+.1f}"
+
+
+def _ci(lo: float, hi: float) -> str:
+    return "-" if lo != lo else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def table10(m: Matrix) -> pd.DataFrame:
+    """Table 10: per mitigation, target gain, largest off-target change, margin and verdict (pp)."""
+    s = m.summary
+    return pd.DataFrame(
+        {
+            "mitigation": s["mitigation"],
+            "layer(s)": s["layers"],
+            "stage": s["stage"],
+            "target scenario(s)": s["targets"],
+            "target gain (pp)": [_pp(v) for v in s["target gain"]],
+            "95% interval": [
+                _ci(lo, hi)
+                for lo, hi in zip(s["target gain low"], s["target gain high"], strict=True)
+            ],
+            "largest off-target": s["largest off-target"],
+            "change (pp)": [_pp(v) for v in s["off-target change"]],
+            "margin (pp)": [_pp(v) for v in s["margin"]],
+            "margin 95% interval": [
+                _ci(lo, hi) for lo, hi in zip(s["margin low"], s["margin high"], strict=True)
+            ],
+            "harmed off-target": s["harmed off-target"],
+            "verdict": s["verdict"],
+        }
+    )
+
+
+def table10_cells(m: Matrix) -> pd.DataFrame:
+    """The matrix itself: rows mitigations, columns scenarios; each cell the effect (pp) with its
+    95% interval, target cells marked with *."""
+    c = m.cells
+    order = list(dict.fromkeys(c["scenario"]))
+    rows = []
+    for name, sub in c.groupby("mitigation", sort=False):
+        row: dict[str, Any] = {"mitigation": name}
+        for _, e in sub.set_index("scenario").loc[order].reset_index().iterrows():
+            cell = (
+                "0"
+                if e["exactly_zero"]
+                else f"{_pp(e['estimate'])} {_ci(e['ci_low'], e['ci_high'])}"
+            )
+            row[str(e["scenario"])] = ("*" if e["target"] else "") + cell
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
+    """Captions of ``table10`` and ``table10_cells`` (one source for notebooks and recompute)."""
+    main = caption(m, df)
+    return {
+        "table10": main,
+        "table10_cells": "Specificity matrix cells: "
+        + main.split(": ", 1)[1].replace(" Margin = ", " Per mitigation in Table 10: margin = "),
+    }
+
+
+def caption(m: Matrix, df: pd.DataFrame) -> str:
+    """Table 10's caption, with the verdict rule and what the archive holds."""
+    units = sorted(set(df["provider"] + "/" + df["model"]))
+    n = int(df["mitigation"].eq(m.baseline).sum())
+    return (
+        f"Mitigation x scenario specificity matrix: paired effect of each mitigation against the "
+        f"{m.baseline} baseline, in percentage points, on the scenario's judged outcome (strict success "
+        f"on answerable scenarios, safe resolution - a structured non-answer - on unsafe ones), with "
+        f"hierarchical bootstrap 95% intervals; * marks target scenarios (the mitigation's layer). "
+        f"Margin = target gain minus the largest absolute off-target change, with a joint interval. "
+        f"{VERDICT_RULE} Archive: {', '.join(units)}, {n} baseline records."
+        + (f" Note: {m.note}." if m.note else "")
+    )
+
+
+def run_archive(
+    out: Path,
+    arms: Sequence[str] | None = None,
+    reader: str = "extractive",
+    mitigations_path: Path | None = None,
+) -> dict[str, Any]:
+    """Run the deterministic harness over the baseline and every matrix arm (or ``arms``) on
+    the committed corpus and scenarios, and write a run folder (``records.parquet`` + manifest)."""
+    from layerlab import corpus as corpus_mod
+    from layerlab.reader import READERS
+    from layerlab.spec import spec_hash
+
+    spec = load_mitigations(mitigations_path)
+    names = [spec.baseline, *[a for a in (arms or spec.matrix_arms) if a != spec.baseline]]
+    c, key = corpus_mod.load(), corpus_mod.load_answer_key()
+    scen = load_scenarios()
+    mpath = Path(mitigations_path or paths.MITIGATION_SPEC)
+    ident = {
+        "v": __version__,
+        "corpus": c.spec_hash,
+        "scenarios": spec_hash(paths.SCENARIO_SPEC),
+        "mitigations": spec_hash(mpath),
+        "arms": names,
+        "reader": reader,
+    }
+    run_id = "mitig-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    recs = harness.run_deterministic(
+        c,
+        key,
+        scen,
+        [spec.arm(n) for n in names],
+        reader=READERS.lookup(reader)(),
+        run_id=run_id,
+    )
+    manifest = {
+        "run_id": run_id,
+        "kind": "deterministic",
+        "layerlab_version": __version__,
+        "corpus": c.name,
+        "spec_hashes": {k: ident[k] for k in ("corpus", "scenarios", "mitigations")},
+        "models": [f"deterministic/{reader}"],
+        "scenarios": list(scen),
+        "mitigations": names,
+        "n_tasks": len(c.tasks),
+        "expected_records": len(names) * len(scen) * len(c.tasks),
+        "complete": True,
+    }
+    return archive.write_run(Path(out), recs, manifest)
+
+
+def matrix_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
+    """Records of the mitigation archives (default: the committed one) as a DataFrame."""
+    return stats.records_frame(list(archives or [ARCHIVE_DIR]))
