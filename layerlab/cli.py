@@ -793,6 +793,9 @@ def reproduce_cmd(
     update_notebooks: bool = typer.Option(
         False, "--update-notebooks", help="Re-execute the committed notebooks in place."
     ),
+    jobs: int = typer.Option(
+        1, "--jobs", min=1, help="Notebooks executed at once (each in its own kernel)."
+    ),
 ) -> None:
     """Execute every notebook (papermill) and regenerate every table and figure, offline."""
     from layerlab import reproduce
@@ -814,7 +817,7 @@ def reproduce_cmd(
     import sys
 
     if not sys.stderr.isatty():  # a log or CI: one plain line per notebook, with an ETA
-        written = _reproduce_plain(quick)
+        written = _reproduce_plain(quick, jobs)
     else:
         from rich.progress import (
             BarColumn,
@@ -835,13 +838,13 @@ def reproduce_cmd(
             task = bar.add_task("notebooks", total=None, eta="")
 
             def started(nb: Path, i: int, n: int) -> None:
-                bar.update(task, total=n, completed=i, description=nb.name)
+                bar.update(task, total=n, description=nb.name)
 
             def done(nb: Path, i: int, n: int, secs: float, left: float | None) -> None:
                 bar.update(task, completed=i + 1, eta=_eta_text(left))
 
             try:
-                written = reproduce.run(quick=quick, on_start=started, on_done=done)
+                written = reproduce.run(quick=quick, on_start=started, on_done=done, jobs=jobs)
             except reproduce.ReproduceError as exc:
                 raise _fail(str(exc)) from None
             bar.update(task, description="done", eta="")
@@ -861,7 +864,7 @@ def _eta_text(left: float | None) -> str:
     return f"ETA {m}:{sec:02d}"
 
 
-def _reproduce_plain(quick: bool) -> Any:
+def _reproduce_plain(quick: bool, jobs: int = 1) -> Any:
     """``reproduce`` for a pipe or log file: one flushed line per notebook start and end."""
     import time
 
@@ -870,7 +873,7 @@ def _reproduce_plain(quick: bool) -> Any:
     t0 = time.monotonic()
 
     def started(nb: Path, i: int, n: int) -> None:
-        typer.echo(f"[{i + 1}/{n}] {nb.name} ...", err=True)
+        typer.echo(f"start {nb.name}", err=True)
 
     def done(nb: Path, i: int, n: int, secs: float, left: float | None) -> None:
         typer.echo(
@@ -883,7 +886,7 @@ def _reproduce_plain(quick: bool) -> Any:
         skipped = ", ".join(sorted(reproduce.QUICK_SKIP))
         typer.echo(f"quick: {skipped} left out (no table or figure); fewer bootstrap resamples", err=True)
     try:
-        return reproduce.run(quick=quick, on_start=started, on_done=done)
+        return reproduce.run(quick=quick, on_start=started, on_done=done, jobs=jobs)
     except reproduce.ReproduceError as exc:
         raise _fail(str(exc)) from None
 

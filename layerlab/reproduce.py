@@ -70,7 +70,8 @@ def _kernel_manager() -> Any:
         def __init__(self, **kw: Any) -> None:
             super().__init__(**kw)
             self.transport = "ipc"
-            self.ip = os.path.join(folder, "kernel")
+            # one folder per kernel: concurrent kernels never race for the same socket names
+            self.ip = os.path.join(tempfile.mkdtemp(dir=folder), "kernel")
 
     return IPCKernelManager
 
@@ -109,20 +110,27 @@ def run(
     artifacts: Path | None = None,
     on_start: Callable[[Path, int, int], None] | None = None,
     on_done: Callable[[Path, int, int, float, float | None], None] | None = None,
+    jobs: int = 1,
 ) -> list[Written]:
     """Execute every notebook; return the artifacts written, each new, changed or unchanged.
 
     ``on_start(nb, i, n)`` is called before notebook ``i`` of ``n``; ``on_done(nb, i, n,
     seconds, eta_seconds)`` after it, with an estimate of the time left (from the last run's
-    timings, kept in ``out/timings.json``). ``quick`` leaves out :data:`QUICK_SKIP`.
+    timings, kept in ``out/timings.json``). ``quick`` leaves out :data:`QUICK_SKIP`. ``jobs``
+    notebooks run at once (each in its own kernel; they write disjoint artifacts and read none).
     """
+    import json
+    import threading
     import time
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
     from layerlab._io import atomic_write_text
 
+    if jobs < 1:
+        raise ValueError(f"--jobs: expected at least 1, got {jobs}")
     out = Path(out or paths.ROOT / "out" / "notebooks")
     out.mkdir(parents=True, exist_ok=True)
     if quick and artifacts is None:
@@ -135,35 +143,51 @@ def run(
     manager = _kernel_manager()
     last = _load_timings(out)
     took: dict[str, float] = {}
-    try:
-        nbs = [nb for nb in notebooks() if not (quick and nb.name in QUICK_SKIP)]
-        for i, nb in enumerate(nbs):
-            if on_start:
+    lock = threading.Lock()
+    nbs = [nb for nb in notebooks() if not (quick and nb.name in QUICK_SKIP)]
+
+    def execute(i: int, nb: Path) -> None:
+        if on_start:
+            with lock:
                 on_start(nb, i, len(nbs))
-            t0 = time.monotonic()
-            params = QUICK_PARAMETERS.get(nb.name, {}) if quick else {}
-            try:
-                pm.execute_notebook(
-                    str(nb),
-                    str(out / nb.name),
-                    parameters=params,
-                    kernel_name="python3",
-                    cwd=str(paths.ROOT),
-                    progress_bar=False,
-                    log_output=False,
-                    kernel_manager_class=manager,
-                )
-            except PapermillExecutionError as exc:
-                raise ReproduceError(
-                    f"{nb.relative_to(paths.ROOT)} failed in cell {exc.exec_count} "
-                    f"({exc.ename}: {exc.evalue}); the executed copy is {out / nb.name}"
-                ) from None
+        t0 = time.monotonic()
+        params = QUICK_PARAMETERS.get(nb.name, {}) if quick else {}
+        try:
+            pm.execute_notebook(
+                str(nb),
+                str(out / nb.name),
+                parameters=params,
+                kernel_name="python3",
+                cwd=str(paths.ROOT),
+                progress_bar=False,
+                log_output=False,
+                kernel_manager_class=manager,
+            )
+        except PapermillExecutionError as exc:
+            raise ReproduceError(
+                f"{nb.relative_to(paths.ROOT)} failed in cell {exc.exec_count} "
+                f"({exc.ename}: {exc.evalue}); the executed copy is {out / nb.name}"
+            ) from None
+        with lock:
             took[nb.name] = time.monotonic() - t0
             if on_done:
-                left = eta(took, [n.name for n in nbs[i + 1 :]], last)
-                on_done(nb, i, len(nbs), took[nb.name], left)
-        import json
+                pending = [n.name for n in nbs if n.name not in took]
+                left = eta(took, pending, last)
+                on_done(nb, len(took) - 1, len(nbs), took[nb.name], None if left is None else left / jobs)
 
+    try:
+        if jobs == 1:
+            for i, nb in enumerate(nbs):
+                execute(i, nb)
+        else:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                futures = [pool.submit(execute, i, nb) for i, nb in enumerate(nbs)]
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f for f in done if f.exception() is not None]
+                if failed:
+                    for f in futures:
+                        f.cancel()
+                    raise failed[0].exception()  # type: ignore[misc]
         timings = {**last, **{k: round(v, 1) for k, v in took.items()}}
         atomic_write_text(out / TIMINGS, json.dumps(timings, indent=2, sort_keys=True) + "\n")
     finally:

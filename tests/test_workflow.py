@@ -401,3 +401,10 @@ def test_viewer_filters_and_verdict_first_in_headless_chromium(
     # the verdict comes before the path, and the path is collapsed
     assert first.index("Verdict") < first.index('class="path"')
     assert '<details class="path">' in first
+
+
+def test_reproduce_refuses_zero_jobs() -> None:
+    from layerlab import reproduce
+
+    with pytest.raises(ValueError, match="--jobs"):
+        reproduce.run(quick=True, jobs=0)
