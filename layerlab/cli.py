@@ -7,6 +7,7 @@ expected; nothing written); 2 a usage error; 3 an incomplete run or a partial ar
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -456,8 +457,9 @@ def mitigation_run(
 
 @run_app.command("live")
 def run_live(
+    ctx: typer.Context,
     model: list[str] = typer.Option(
-        ...,
+        None,
         "--model",
         "-m",
         help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama_chat/llama3.1, "
@@ -541,6 +543,25 @@ def run_live(
         paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
     ),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    limit: int = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        help="Ask only N tasks, stratified by domain and policy unit (seeded: --limit-seed).",
+    ),
+    limit_seed: int = typer.Option(0, "--limit-seed", help="Seed of the --limit selection."),
+    sample_log: Path = typer.Option(
+        None,
+        "--sample-log",
+        help="Append a private per-sample log here (question, evidence ids, reply, verdict with "
+        "reasons; outside --out, never archived). Off by default. `layerlab view` renders it.",
+    ),
+    config_path: Path = typer.Option(
+        None,
+        "--config",
+        help="A YAML run configuration (models with their own endpoints and settings, scenarios, "
+        "mitigations, tasks or limit, budget, replicates); stored in --out as run.yaml.",
+    ),
 ) -> None:
     """Run the matrix through litellm: any model, budgets, cache, retries, resume.
 
@@ -552,6 +573,11 @@ def run_live(
     from layerlab.llm import ProviderSettings
     from layerlab.spec import spec_hash
 
+    if config_path is not None:
+        _run_config(ctx, config_path, out, resume, cache_dir, corpus_dir, scenarios_path, progress, sample_log)
+        return
+    if not model:
+        raise _fail("-m/--model: give at least one model (or a run configuration with --config)")
     _check_out(out)
     if budget is not None and budget < 0:
         raise _fail(f"--budget: expected a number of calls >= 0, got {budget}")
@@ -590,6 +616,12 @@ def run_live(
         except KeyError as exc:
             raise _fail(f"--mitigation: {exc.args[0]}") from None
     cache = cache_dir or live.default_cache_dir()
+    if limit is not None:
+        from layerlab.runconfig import stratified_tasks
+
+        pool = [t for t in c.tasks if task_ids is None or t.task_id in set(task_ids)]
+        config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
+    log = _open_sample_log(sample_log, out)
     bar = _progress_hook() if progress else None
     try:
         result = live.run_live(
@@ -609,12 +641,18 @@ def run_live(
             say=lambda m: typer.echo(m, err=True),
             max_error_rate=max_error_rate,
             seed=retry_seed,
+            samples=log,
         )
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
     finally:
         if bar:
             bar.close()
+        if log:
+            log.close()
+    _print_results(out)
+    if log:
+        typer.echo(f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)")
     typer.echo(result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
     typer.echo(f"reply cache: {cache} (private: holds model replies, never archived)")
@@ -653,6 +691,108 @@ def _task_ids(tasks: str) -> tuple[str, ...]:
     if odd:
         raise _fail(f"{where}: {odd[0]!r} is not a task id (expected ids like hr-01-q1)")
     return ids
+
+
+# flags a run configuration sets itself: refused next to --config rather than silently ignored
+_CONFIG_OWNS = (
+    "model", "scenario", "mode", "tasks", "api_base", "replicates", "share_replies",
+    "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
+    "attempts", "backoff", "temperature", "limit", "limit_seed",
+)  # fmt: skip
+
+
+def _run_config(
+    ctx: typer.Context,
+    config_path: Path,
+    out: Path,
+    resume: bool,
+    cache_dir: Path | None,
+    corpus_dir: Path,
+    scenarios_path: Path,
+    progress: bool,
+    sample_log: Path | None,
+) -> None:
+    """``run live --config run.yaml``: validate, run every model group, merge, print results."""
+    from layerlab import live, runconfig
+    from layerlab.mitigation import load_mitigations
+    from layerlab.spec import spec_hash
+
+    for name in _CONFIG_OWNS:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name == "COMMANDLINE":
+            flag = "--" + name.replace("_", "-")
+            raise _fail(f"{flag}: set it in the run configuration {config_path}, not next to --config")
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    try:
+        spec = runconfig.load_run_config(
+            config_path, list(scen), list(load_mitigations().arms), [t.task_id for t in c.tasks]
+        )
+        text = config_path.read_text(encoding="utf-8")
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the run configuration; nothing run") from None
+    log = _open_sample_log(sample_log, out)
+    try:
+        complete, message = runconfig.execute(
+            spec,
+            text,
+            out,
+            c,
+            key,
+            scen,
+            scenario_hash=spec_hash(scenarios_path),
+            resume=resume,
+            cache_dir=cache_dir,
+            progress=_progress_hook if progress else None,
+            samples=log,
+            default_local_servers=os.cpu_count() or 1,
+            say=lambda m: typer.echo(m, err=True),
+        )
+    except (live.LiveRunError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if log:
+            log.close()
+    _print_results(out)
+    if log:
+        typer.echo(f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)")
+    typer.echo(message)
+    typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / runconfig.CONFIG_COPY}")
+    if not complete:
+        raise typer.Exit(3)
+
+
+def _open_sample_log(path: Path | None, out: Path) -> Any:
+    """The ``--sample-log`` writer (``None`` when off); refused inside the run folder."""
+    if path is None:
+        return None
+    from layerlab import samplelog
+
+    try:
+        return samplelog.SampleLog(samplelog.check_path(path, out))
+    except samplelog.SampleLogError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"--sample-log {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _print_results(out: Path) -> None:
+    """The per-model results table of a run folder (from its results.json), and error lines."""
+    import json
+
+    from layerlab import report, results
+
+    p = out / results.RESULTS
+    if not p.exists():
+        return
+    res = json.loads(p.read_text(encoding="utf-8"))
+    for ref, title in ((False, "Results by model"), (True, "Reference agents (deterministic baselines, not models)")):
+        df = results.table(res, reference=ref)
+        if not df.empty:
+            report.print_wide(df, f"{title}: rate [95% interval]")
+    for line in results.error_summary(res):
+        typer.echo(f"errors: {line}")
+    typer.echo(f"results: {p} (interval: {res['interval']})")
 
 
 class _Bar:
@@ -837,6 +977,9 @@ def reproduce_cmd(
     update_notebooks: bool = typer.Option(
         False, "--update-notebooks", help="Re-execute the committed notebooks in place."
     ),
+    jobs: int = typer.Option(
+        1, "--jobs", min=1, help="Notebooks executed at once (each in its own kernel)."
+    ),
 ) -> None:
     """Execute every notebook (papermill) and regenerate every table and figure, offline."""
     from layerlab import reproduce
@@ -855,21 +998,40 @@ def reproduce_cmd(
         for nb in reproduce.update_committed():
             typer.echo(f"updated {nb.relative_to(paths.ROOT)}")
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    import sys
 
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-    ) as bar:
-        task = bar.add_task("notebooks", total=len(reproduce.notebooks()))
+    if not sys.stderr.isatty():  # a log or CI: one plain line per notebook, with an ETA
+        written = _reproduce_plain(quick, jobs)
+    else:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
-        def started(nb: Path, i: int, n: int) -> None:
-            bar.update(task, completed=i, description=nb.name)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
+            transient=False,
+        ) as bar:
+            task = bar.add_task("notebooks", total=None, eta="")
 
-        try:
-            written = reproduce.run(quick=quick, on_start=started)
-        except reproduce.ReproduceError as exc:
-            raise _fail(str(exc)) from None
-        bar.update(task, completed=len(reproduce.notebooks()), description="done")
+            def started(nb: Path, i: int, n: int) -> None:
+                bar.update(task, total=n, description=nb.name)
+
+            def done(nb: Path, i: int, n: int, secs: float, left: float | None) -> None:
+                bar.update(task, completed=i + 1, eta=_eta_text(left))
+
+            try:
+                written = reproduce.run(quick=quick, on_start=started, on_done=done, jobs=jobs)
+            except reproduce.ReproduceError as exc:
+                raise _fail(str(exc)) from None
+            bar.update(task, description="done", eta="")
     for w in written:
         typer.echo(f"{w.status:9} {w.path}")
     counts = {s: sum(w.status == s for w in written) for s in ("new", "changed", "unchanged")}
@@ -877,6 +1039,40 @@ def reproduce_cmd(
         f"{len(written)} artifacts: {counts['new']} new, {counts['changed']} changed, "
         f"{counts['unchanged']} unchanged"
     )
+
+
+def _eta_text(left: float | None) -> str:
+    if left is None:
+        return "ETA unknown"
+    m, sec = divmod(int(round(left)), 60)
+    return f"ETA {m}:{sec:02d}"
+
+
+def _reproduce_plain(quick: bool, jobs: int = 1) -> Any:
+    """``reproduce`` for a pipe or log file: one flushed line per notebook start and end."""
+    import time
+
+    from layerlab import reproduce
+
+    t0 = time.monotonic()
+
+    def started(nb: Path, i: int, n: int) -> None:
+        typer.echo(f"start {nb.name}", err=True)
+
+    def done(nb: Path, i: int, n: int, secs: float, left: float | None) -> None:
+        typer.echo(
+            f"[{i + 1}/{n}] {nb.name} done in {secs:.1f} s (elapsed {time.monotonic() - t0:.0f} s, "
+            f"{_eta_text(left)})",
+            err=True,
+        )
+
+    if quick:
+        skipped = ", ".join(sorted(reproduce.QUICK_SKIP))
+        typer.echo(f"quick: {skipped} left out (no table or figure); fewer bootstrap resamples", err=True)
+    try:
+        return reproduce.run(quick=quick, on_start=started, on_done=done, jobs=jobs)
+    except reproduce.ReproduceError as exc:
+        raise _fail(str(exc)) from None
 
 
 @app.command("explore")
@@ -1042,6 +1238,72 @@ def models_serve(
     finally:
         server.stop()
     typer.echo("stopped")
+
+
+@app.command("report")
+def report_cmd(
+    inputs: list[Path] = typer.Argument(
+        ..., metavar="RUN_OR_ARCHIVE...", help="Run folders or archive files (records or study)."
+    ),
+    out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
+    title: str = typer.Option("LayerRAG-Bench report", help="Page title."),
+) -> None:
+    """One self-contained HTML page: per-model results with intervals, reference agents as a
+    separate baseline, a model x scenario breakdown, diagnostics, figures and provenance."""
+    from layerlab import htmlreport
+
+    try:
+        htmlreport.write(inputs, out, title)
+    except (htmlreport.ReportError, ValueError) as exc:
+        raise _fail(f"{exc} (nothing written)") from None
+    typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB, self-contained: open it in a browser)")
+
+
+@app.command("view")
+def view_cmd(
+    inputs: list[Path] = typer.Argument(
+        ..., metavar="LOG_OR_ARCHIVE...", help="Sample logs (--sample-log), run folders or archives."
+    ),
+    out: Path = typer.Option(Path("view.html"), "--out", help="The HTML file to write."),
+) -> None:
+    """A self-contained HTML viewer of records: choose run, model, scenario and mitigation; filter
+    by outcome and diagnostic; verdict first, the path below. From a sample log it is private."""
+    from layerlab import viewer
+
+    try:
+        viewer.write(inputs, out)
+    except viewer.ViewError as exc:
+        raise _fail(f"{exc} (nothing written)") from None
+    typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+
+
+@app.command("dictionary")
+def dictionary_cmd(
+    out: Path = typer.Option(
+        paths.DATA / "DATA_DICTIONARY.md", "--out", help="Where to write the Markdown."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 1 if --out differs from the generated text."
+    ),
+) -> None:
+    """The archives' data dictionary (meaning, type, vocabulary per column), from the schemas."""
+    from layerlab import dictionary
+    from layerlab._io import atomic_write_text
+
+    problems = dictionary.missing_entries()
+    for p in problems:
+        typer.echo(p, err=True)
+    if problems:
+        raise _fail(f"{len(problems)} schema entries without a description (layerlab/dictionary.py)")
+    text = dictionary.render()
+    if check:
+        current = out.read_text(encoding="utf-8") if out.exists() else None
+        if current != text:
+            raise _fail(f"{out} is stale: run `layerlab dictionary`")
+        typer.echo(f"ok: {out} is current")
+        return
+    atomic_write_text(out, text)
+    typer.echo(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -171,3 +171,33 @@ def retriever_ablation(table3: pd.DataFrame, title: str) -> Any:
     ax.set_title(title)
     ax.legend(title="condition", loc="lower right", fontsize=7, title_fontsize=8)
     return fig
+
+
+def rates_by_scenario(long: pd.DataFrame, title: str, label: str = "strict success S") -> Any:
+    """Small multiples, one panel per unit (model or agent): a rate by scenario, one point per
+    arm with its 95% interval. ``long`` has ``unit, scenario, arm, rate, ci_low, ci_high, n``."""
+    _setup()
+    units = list(dict.fromkeys(long["unit"]))
+    scenarios = list(dict.fromkeys(long["scenario"]))
+    arms = list(dict.fromkeys(long["arm"]))
+    fig, axes = plt.subplots(
+        len(units), 1, figsize=(7.2, 1.1 + 1.9 * len(units)), sharex=True, squeeze=False
+    )
+    colours = sns.color_palette("colorblind" if len(arms) <= 10 else "tab20", len(arms))
+    step = min(0.18, 0.8 / max(len(arms), 1))  # every arm's point stays within its scenario
+    for ax, unit in zip(axes[:, 0], units, strict=True):
+        sub = long[long["unit"] == unit]
+        for j, arm in enumerate(arms):
+            a = sub[sub["arm"] == arm].set_index("scenario").reindex(scenarios)
+            x = [i + (j - (len(arms) - 1) / 2) * step for i in range(len(scenarios))]
+            err = [a["rate"] - a["ci_low"], a["ci_high"] - a["rate"]]
+            colour = PALETTE.get(arm, colours[j]) if len(arms) <= 2 else colours[j]
+            ax.errorbar(x, a["rate"], yerr=err, fmt="o", ms=4, capsize=2, color=colour, label=arm)
+        n = int(sub["n"].max()) if len(sub) else 0
+        ax.set_title(f"{unit}  (n = {n} records per point)", fontsize=9, loc="left")
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_ylabel(label, fontsize=8)
+    axes[-1, 0].set_xticks(range(len(scenarios)), scenarios, rotation=30, ha="right")
+    axes[0, 0].legend(title="arm", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(title, fontsize=10, y=1.0 + 0.06 / len(units))
+    return fig

@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from layerlab import __version__, archive, harness, prompt, retrieval
+from layerlab import __version__, archive, harness, prompt, results, retrieval, samplelog
 from layerlab import models as models_mod
 from layerlab._io import atomic_write_text, canonical_json
 from layerlab.archive import Record
@@ -557,6 +557,7 @@ def ident_of(cell: _Cell) -> tuple[str, str, str, str, int]:
 
 
 ProgressHook = Callable[[Counters, int], None]
+SampleHook = Callable[[dict[str, Any]], None]  # receives samplelog.entry(...) per record
 
 
 def setup_problem(exc: BaseException) -> str | None:
@@ -734,6 +735,7 @@ async def _run(
     counters: Counters,
     local: Mapping[str, Sequence[str]],
     rng: random.Random,
+    samples: SampleHook | None = None,
 ) -> bool:
     litellm = import_litellm()
     from layerlab import agents
@@ -826,6 +828,8 @@ async def _run(
                 rec, _ = harness.evaluate(
                     cell.task, key, corpus, prep, cell.mode, g, None, prompt_hash="", **common
                 )
+                if samples:  # the private per-sample log (opt-in, never in the run folder)
+                    samples(samplelog.entry(rec, cell.task, key[cell.task.task_id], g, None, None))
                 emit(rec)
                 continue
             msgs = prompt.messages(g.inp)
@@ -857,6 +861,8 @@ async def _run(
                 failure=failure,
                 **common,
             )
+            if samples:
+                samples(samplelog.entry(rec, cell.task, key[cell.task.task_id], g, reply, out_))
             emit(rec)
 
     try:
@@ -932,6 +938,7 @@ def run_live(
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
     seed: int = 0,
     preflight: bool = True,
+    samples: SampleHook | None = None,
 ) -> LiveResult:
     """Run (or resume) a live matrix into ``out``; see the module docstring.
 
@@ -1044,6 +1051,7 @@ def run_live(
             counters,
             bases,
             rng,
+            samples,
         )
         try:
             finished = _run_coroutine(coro)
@@ -1068,6 +1076,8 @@ def run_live(
     final = archive.write_run(
         out, records, {**manifest, "complete": complete, "calls": calls, "errors": errors}
     )
+    if records:
+        results.write_results(out)  # per-model rates with intervals, next to the archive
     notes = [report.describe()] if report.dropped else []
     if fatal is not None:
         raise LiveRunError(

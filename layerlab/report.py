@@ -103,3 +103,15 @@ def print_recompute(head: dict[str, Any], console: Console | None = None) -> Non
     if head.get("specificity_matrix"):
         verdicts = ", ".join(f"{k} {v}" for k, v in head["specificity_matrix"].items())
         console.print(f"specificity matrix (Table 10): {verdicts}")
+
+
+def print_wide(df: Any, title: str, console: Console | None = None) -> None:
+    """Print a DataFrame of preformatted cells without wrapping them (wide tables, e.g. rates
+    with intervals); a pipe or a log gets a width that fits the table."""
+    console = console or (Console() if sys.stdout.isatty() else Console(width=200))
+    table = Table(title=title, title_justify="left")
+    for c in df.columns:
+        table.add_column(str(c), no_wrap=True)
+    for row in df.itertuples(index=False):
+        table.add_row(*(str(v) for v in row))
+    console.print(table)

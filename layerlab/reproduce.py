@@ -22,6 +22,58 @@ QUICK_PARAMETERS: dict[str, dict[str, Any]] = {
     "06_bootstrap_intervals.ipynb": {"n_boot": 1000},
     "09_specificity_matrix.ipynb": {"n_boot": 1000},
 }
+# Notebooks --quick leaves out: they write no table or figure (the live matrix re-runs the
+# reference agents to check they reproduce the committed archive, which `make test` also checks).
+QUICK_SKIP = frozenset({"04_live_matrix.ipynb"})
+TIMINGS = "timings.json"  # seconds per notebook of the last run, kept next to the executed copies
+
+
+def _load_timings(folder: Path) -> dict[str, float]:
+    import json
+
+    try:
+        data = json.loads((folder / TIMINGS).read_text(encoding="utf-8"))
+        return {str(k): float(v) for k, v in data.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def eta(done: dict[str, float], remaining: list[str], last: dict[str, float]) -> float | None:
+    """Seconds left: each remaining notebook takes what it took last time, else the mean of the
+    notebooks done so far; ``None`` before anything is known."""
+    if not remaining:
+        return 0.0
+    mean = sum(done.values()) / len(done) if done else None
+    total = 0.0
+    for name in remaining:
+        if name in last:
+            total += last[name]
+        elif mean is not None:
+            total += mean
+        else:
+            return None
+    return total
+
+
+def _kernel_manager() -> Any:
+    """A kernel manager on IPC sockets in a private temporary folder: kernels over local TCP
+    print an "unencrypted" warning for every notebook, and IPC needs no port either."""
+    import atexit
+    import shutil
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    folder = tempfile.mkdtemp(prefix="layerlab-kernels-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+            self.transport = "ipc"
+            # one folder per kernel: concurrent kernels never race for the same socket names
+            self.ip = os.path.join(tempfile.mkdtemp(dir=folder), "kernel")
+
+    return IPCKernelManager
 
 
 class ReproduceError(RuntimeError):
@@ -57,11 +109,28 @@ def run(
     out: Path | None = None,
     artifacts: Path | None = None,
     on_start: Callable[[Path, int, int], None] | None = None,
+    on_done: Callable[[Path, int, int, float, float | None], None] | None = None,
+    jobs: int = 1,
 ) -> list[Written]:
-    """Execute every notebook; return the artifacts written, each new, changed or unchanged."""
+    """Execute every notebook; return the artifacts written, each new, changed or unchanged.
+
+    ``on_start(nb, i, n)`` is called before notebook ``i`` of ``n``; ``on_done(nb, i, n,
+    seconds, eta_seconds)`` after it, with an estimate of the time left (from the last run's
+    timings, kept in ``out/timings.json``). ``quick`` leaves out :data:`QUICK_SKIP`. ``jobs``
+    notebooks run at once (each in its own kernel; they write disjoint artifacts and read none).
+    """
+    import json
+    import threading
+    import time
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
+    from layerlab._io import atomic_write_text
+
+    if jobs < 1:
+        raise ValueError(f"--jobs: expected at least 1, got {jobs}")
     out = Path(out or paths.ROOT / "out" / "notebooks")
     out.mkdir(parents=True, exist_ok=True)
     if quick and artifacts is None:
@@ -71,27 +140,56 @@ def run(
     env_before = os.environ.get("LAYERLAB_ARTIFACTS")
     if artifacts:
         os.environ["LAYERLAB_ARTIFACTS"] = str(root)
-    try:
-        nbs = notebooks()
-        for i, nb in enumerate(nbs):
-            if on_start:
+    manager = _kernel_manager()
+    last = _load_timings(out)
+    took: dict[str, float] = {}
+    lock = threading.Lock()
+    nbs = [nb for nb in notebooks() if not (quick and nb.name in QUICK_SKIP)]
+
+    def execute(i: int, nb: Path) -> None:
+        if on_start:
+            with lock:
                 on_start(nb, i, len(nbs))
-            params = QUICK_PARAMETERS.get(nb.name, {}) if quick else {}
-            try:
-                pm.execute_notebook(
-                    str(nb),
-                    str(out / nb.name),
-                    parameters=params,
-                    kernel_name="python3",
-                    cwd=str(paths.ROOT),
-                    progress_bar=False,
-                    log_output=False,
-                )
-            except PapermillExecutionError as exc:
-                raise ReproduceError(
-                    f"{nb.relative_to(paths.ROOT)} failed in cell {exc.exec_count} "
-                    f"({exc.ename}: {exc.evalue}); the executed copy is {out / nb.name}"
-                ) from None
+        t0 = time.monotonic()
+        params = QUICK_PARAMETERS.get(nb.name, {}) if quick else {}
+        try:
+            pm.execute_notebook(
+                str(nb),
+                str(out / nb.name),
+                parameters=params,
+                kernel_name="python3",
+                cwd=str(paths.ROOT),
+                progress_bar=False,
+                log_output=False,
+                kernel_manager_class=manager,
+            )
+        except PapermillExecutionError as exc:
+            raise ReproduceError(
+                f"{nb.relative_to(paths.ROOT)} failed in cell {exc.exec_count} "
+                f"({exc.ename}: {exc.evalue}); the executed copy is {out / nb.name}"
+            ) from None
+        with lock:
+            took[nb.name] = time.monotonic() - t0
+            if on_done:
+                pending = [n.name for n in nbs if n.name not in took]
+                left = eta(took, pending, last)
+                on_done(nb, len(took) - 1, len(nbs), took[nb.name], None if left is None else left / jobs)
+
+    try:
+        if jobs == 1:
+            for i, nb in enumerate(nbs):
+                execute(i, nb)
+        else:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                futures = [pool.submit(execute, i, nb) for i, nb in enumerate(nbs)]
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                failed = [f for f in done if f.exception() is not None]
+                if failed:
+                    for f in futures:
+                        f.cancel()
+                    raise failed[0].exception()  # type: ignore[misc]
+        timings = {**last, **{k: round(v, 1) for k, v in took.items()}}
+        atomic_write_text(out / TIMINGS, json.dumps(timings, indent=2, sort_keys=True) + "\n")
     finally:
         if artifacts:
             if env_before is None:
@@ -151,9 +249,15 @@ def update_committed() -> list[Path]:
     import papermill as pm
 
     done = []
+    manager = _kernel_manager()
     for nb in notebooks():
         pm.execute_notebook(
-            str(nb), str(nb), kernel_name="python3", cwd=str(paths.ROOT), progress_bar=False
+            str(nb),
+            str(nb),
+            kernel_name="python3",
+            cwd=str(paths.ROOT),
+            progress_bar=False,
+            kernel_manager_class=manager,
         )
         strip_volatile(nb)
         done.append(nb)

@@ -1,0 +1,212 @@
+"""What a finished run says, per model: rates with intervals, failure shares, ``results.json``.
+
+A live run ends with a count of records; a researcher wants to know what each model did. This
+module turns a run folder (or any checked archive) into per-model results — strict success S,
+safe resolution, groundedness false positives GF, each with a 95% interval, and the shares of
+records lost to malformed replies and provider errors — per mitigation arm, and a per-model ×
+scenario breakdown. :func:`write_results` writes them as ``results.json`` next to the archive
+(aggregates only: no prose, answers or document ids), deterministically, so a rerun on the same
+records writes the same bytes.
+
+Reference agents (provider ``layerlab``) are deterministic baselines, not models: every result
+carries ``reference_agent`` so that tables and reports show them apart, never pooled with models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from layerlab import archive, stats
+from layerlab._io import atomic_write_text
+
+RESULTS = "results.json"
+RESULTS_VERSION = 1
+# The arm column of the archive (schema v2). One place to switch if it is renamed again.
+ARM = "mitigation"
+BASELINE_ARM = "strict"
+# Providers whose "models" are deterministic reference agents (see layerlab.agents).
+REFERENCE_PROVIDERS = frozenset({"layerlab", "deterministic"})
+# Headline rates: archive label -> short name used in tables and JSON.
+RATES = {"success": "S", "safe_resolution": "safe", "grounded_false_positive": "GF"}
+# Failure shares: diagnostic value -> short name.
+FAILURES = {"malformed_reply": "malformed", "provider_error": "provider_error"}
+INTERVAL = "Wilson 95% over records (records of one model share tasks and policies: read as a lower bound on uncertainty)"
+
+
+def is_reference(provider: str) -> bool:
+    """Whether a provider's records come from a deterministic reference agent, not a model."""
+    return provider in REFERENCE_PROVIDERS
+
+
+def _round(x: float) -> float | None:
+    return None if x != x else round(float(x), 4)  # NaN -> null in JSON
+
+
+def rate(sub: pd.DataFrame, label: str) -> dict[str, Any]:
+    """``k``, ``n``, rate and 95% interval of a binary ``label`` over the records of ``sub``."""
+    k, n = int(sub[label].sum()), len(sub)
+    lo, hi = stats.wilson(k, n)
+    return {
+        "k": k,
+        "n": n,
+        "rate": _round(k / n) if n else None,
+        "ci_low": _round(lo),
+        "ci_high": _round(hi),
+    }
+
+
+def arm_order(arms: Sequence[str]) -> list[str]:
+    """The baseline arm first, then the others sorted."""
+    return sorted(set(arms), key=lambda a: (a != BASELINE_ARM, a))
+
+
+def _cell(sub: pd.DataFrame) -> dict[str, Any]:
+    out: dict[str, Any] = {"records": len(sub)}
+    for label, short in RATES.items():
+        out[short] = rate(sub, label)
+    n = len(sub)
+    for diag, short in FAILURES.items():
+        k = int((sub["diagnostic"] == diag).sum())
+        out[short] = {"k": k, "share": _round(k / n) if n else None}
+    out["reached_reader"] = int(sub["reached_reader"].sum())
+    out["answered"] = int(sub["answered"].sum())
+    out["abstained"] = int(sub["abstained"].sum())
+    return out
+
+
+def summarize(df: pd.DataFrame) -> dict[str, Any]:
+    """Per-model results of a record frame (one row per record, archive columns).
+
+    Returns ``{"models": [...], "interval": ...}``; each model entry holds its provider, whether
+    it is a reference agent, its record count, per-arm headline cells and a per-scenario
+    breakdown (success and safe resolution per arm), and the diagnostic counts per arm.
+    """
+    if df.empty:
+        raise ValueError("no records to summarise")
+    models = []
+    scenarios = stats.scenario_order(df)
+    for (provider, model), sub in df.groupby(["provider", "model"], sort=True):
+        arms = arm_order(sub[ARM].unique())
+        per_arm = {a: _cell(sub[sub[ARM] == a]) for a in arms}
+        by_scenario = {}
+        for s in scenarios:
+            ss = sub[sub["scenario"] == s]
+            if ss.empty:
+                continue
+            by_scenario[s] = {
+                a: {
+                    "S": rate(ss[ss[ARM] == a], "success"),
+                    "safe": rate(ss[ss[ARM] == a], "safe_resolution"),
+                    "GF": rate(ss[ss[ARM] == a], "grounded_false_positive"),
+                }
+                for a in arms
+                if not ss[ss[ARM] == a].empty
+            }
+        diagnostics = {
+            a: {
+                str(k): int(v)
+                for k, v in sorted(sub[sub[ARM] == a]["diagnostic"].value_counts().items())
+            }
+            for a in arms
+        }
+        models.append(
+            {
+                "provider": str(provider),
+                "model": str(model),
+                "reference_agent": is_reference(str(provider)),
+                "records": len(sub),
+                "tasks": int(sub["task_id"].nunique()),
+                "replicates": int(sub["replicate"].max()) + 1 if "replicate" in sub else 1,
+                "arms": per_arm,
+                "by_scenario": by_scenario,
+                "diagnostics": diagnostics,
+            }
+        )
+    return {"results_version": RESULTS_VERSION, "interval": INTERVAL, "models": models}
+
+
+def records_frame(folder_or_archive: Path) -> pd.DataFrame:
+    """The records of a run folder or archive file as a frame (checked on read)."""
+    p = Path(folder_or_archive)
+    recs = archive.read_records(p / archive.ARCHIVE if p.is_dir() else p)
+    return pd.DataFrame([r.__dict__ for r in recs])
+
+
+def for_run(folder: Path) -> dict[str, Any]:
+    """Results of one run folder: :func:`summarize` plus the run's id and completeness."""
+    folder = Path(folder)
+    m = archive.read_manifest(folder)
+    res = summarize(records_frame(folder))
+    return {
+        "run_id": m["run_id"],
+        "complete": bool(m.get("complete")),
+        "records": int(m.get("records", 0)),
+        "expected_records": m.get("expected_records"),
+        **res,
+    }
+
+
+def write_results(folder: Path) -> dict[str, Any]:
+    """Write ``results.json`` next to the run's archive (atomic, deterministic); return it."""
+    folder = Path(folder)
+    res = for_run(folder)
+    atomic_write_text(folder / RESULTS, json.dumps(res, indent=2, sort_keys=True) + "\n")
+    return res
+
+
+def fmt_rate(r: dict[str, Any]) -> str:
+    """``0.812 [0.771, 0.847]`` (or ``-`` for an empty cell)."""
+    if r.get("rate") is None:
+        return "-"
+    return f"{r['rate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+
+
+def fmt_share(s: dict[str, Any]) -> str:
+    return "-" if s.get("share") is None else f"{100 * s['share']:.1f}% ({s['k']})"
+
+
+def table(res: dict[str, Any], reference: bool | None = None) -> pd.DataFrame:
+    """One row per model and arm, formatted for display.
+
+    ``reference``: ``True`` only reference agents, ``False`` only models, ``None`` both.
+    """
+    rows = []
+    for m in res["models"]:
+        if reference is not None and m["reference_agent"] != reference:
+            continue
+        for arm in arm_order(m["arms"]):
+            c = m["arms"][arm]
+            rows.append(
+                {
+                    "model": f"{m['provider']}/{m['model']}",
+                    "arm": arm,
+                    "records": c["records"],
+                    "S": fmt_rate(c["S"]),
+                    "safe resolution": fmt_rate(c["safe"]),
+                    "GF": fmt_rate(c["GF"]),
+                    "malformed": fmt_share(c["malformed"]),
+                    "provider error": fmt_share(c["provider_error"]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def error_summary(res: dict[str, Any]) -> list[str]:
+    """One line per model whose records include malformed replies or provider errors."""
+    lines = []
+    for m in res["models"]:
+        bad = {
+            short: sum(c[short]["k"] for c in m["arms"].values()) for short in FAILURES.values()
+        }
+        if any(bad.values()):
+            parts = [f"{v} {k.replace('_', ' ')}" for k, v in bad.items() if v]
+            lines.append(
+                f"{m['provider']}/{m['model']}: {', '.join(parts)} of {m['records']} records "
+                "(counted as failures)"
+            )
+    return lines
