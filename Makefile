@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv reproduce quick test lab archives lint bench lock clean
+.PHONY: help venv reproduce quick test lab archives lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -59,8 +59,11 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/mypy
 
-bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
+bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests; includes the full coverage suite).
 	$(BIN)/python -m layerlab.bench
+
+coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).
+	$(BIN)/python -m layerlab.coverage --full --write
 
 lock: ## Regenerate requirements.lock from pyproject.toml (needs uv).
 	uv pip compile pyproject.toml --extra dev --extra study --generate-hashes --universal --python-version 3.11 -o requirements.lock

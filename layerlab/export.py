@@ -94,11 +94,12 @@ def write_table(
 def publish(df: pd.DataFrame, name: str, caption: str | None = None) -> pd.DataFrame:
     """Write a paper table (CSV, Markdown, LaTeX) to ``paper/tables`` and return it for display.
 
-    The caption comes from :data:`layerlab.tables.CAPTIONS` unless given.
+    The caption is ``caption``, else the one the table's builder attached (``df.attrs["caption"]``:
+    the design and units behind its intervals), else :data:`layerlab.tables.CAPTIONS`.
     """
     from layerlab.tables import CAPTIONS
 
-    write_table(df, name, caption or CAPTIONS[name], paths.TABLES)
+    write_table(df, name, caption or df.attrs.get("caption") or CAPTIONS[name], paths.TABLES)
     return df
 
 

@@ -153,7 +153,9 @@ def _cluster_var(sums: NDArray[np.float64], counts: NDArray[np.float64], mean: A
     n = counts.sum(axis=0)
     resid = ((sums - mean * counts) ** 2).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        v = np.where((g > 1) & (n > 0), resid / np.maximum(n, 1e-300) ** 2 * g / np.maximum(g - 1, 1), 0.0)
+        v = np.where(
+            (g > 1) & (n > 0), resid / np.maximum(n, 1e-300) ** 2 * g / np.maximum(g - 1, 1), 0.0
+        )
     return v
 
 
@@ -482,7 +484,7 @@ def _chunk_stat(p: Paired, plan: _Plan, dr: dict[str, Any]) -> NDArray[np.float6
         tcount = ccount if plan.identity else ccount[..., plan.cluster_of_task]  # (b, U, T)
         flat = tcount.reshape(b * U, T)
         # every draw against every unit's columns, then keep the drawn unit's: one BLAS call
-        cols = (units.reshape(-1, 1) * S + np.arange(S)[None, :])  # (b*U, S)
+        cols = units.reshape(-1, 1) * S + np.arange(S)[None, :]  # (b*U, S)
         num = np.take_along_axis(flat @ D, cols, axis=1).reshape(b, U, S).sum(axis=1)
         den = np.take_along_axis(flat @ V, cols, axis=1).reshape(b, U, S).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -633,13 +635,16 @@ def effects_from_paired(
     scale = np.ones(len(p.scenarios))
     if d == "crossed" and U >= 2:
         plan = _plan(p, d, policy_level)
-        target_var = two_way_variance(p.diff, p.valid, plan.cluster_of_task, "crossed")
+        target_var = two_way_variance(
+            p.diff, p.valid.astype(np.float64), plan.cluster_of_task, "crossed"
+        )
         boot_var = np.nanvar(reps, axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(boot_var > 0, target_var / np.where(boot_var > 0, boot_var, 1), 1.0)
         scale = np.sqrt(ratio) * _t_over_z(U, alpha)
     cal = est + scale * (reps - est)
     lo, hi = np.nanquantile(cal, [alpha / 2, 1 - alpha / 2], axis=0)
+    lo, hi = np.clip(lo, -1.0, 1.0), np.clip(hi, -1.0, 1.0)  # a difference of rates
     notes = []
     if U == 1:
         notes.append(
@@ -682,6 +687,37 @@ def effects_from_paired(
         policy_level,
         alpha,
     )
+
+
+def effects_by_design(
+    df: pd.DataFrame,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = ALPHA,
+    outcome: str = OUTCOME,
+    treatment: str = TREATMENT,
+    baseline: str = BASELINE,
+    arm: str = ARM,
+    scenarios: Sequence[str] | None = None,
+) -> dict[str, Effects]:
+    """The paired effects under every bootstrap design (crossed, nested, tasks), side by side.
+
+    All three share one paired layout and the same seed; which one a table reports is
+    :func:`resolve_design`'s choice (``auto``).
+    """
+    p = paired(df, outcome, treatment, baseline, arm, scenarios)
+    designs: tuple[Design, ...] = ("crossed", "nested", "tasks")
+    return {d: effects_from_paired(p, n_boot, seed, policy_level, alpha, design=d) for d in designs}
+
+
+def pick_design(
+    designs: dict[str, Effects], design: Design = "auto", min_units: int = MIN_UNITS
+) -> Effects:
+    """The design a table reports from :func:`effects_by_design` (``auto``: see
+    :func:`resolve_design`)."""
+    p = next(iter(designs.values())).paired
+    return designs[resolve_design(design, len(p.units), p.shares_tasks, min_units)]
 
 
 # --- the specificity margin ------------------------------------------------------------------
@@ -752,7 +788,10 @@ def specificity_margin(
         "target_gain": gain,
         "largest_off_target": ", ".join(tied),
         "largest_off_target_change": est[tied[0]],
-        "off_target_distinguishable": ", ".join(s for s, e in zip(off, excludes_zero, strict=True) if e) or "-",
+        "off_target_distinguishable": ", ".join(
+            s for s, e in zip(off, excludes_zero, strict=True) if e
+        )
+        or "-",
         "margin": gain - counted,
         "margin_plugin": gain - worst,
         "ci_low": float(t_lo.min() - np.maximum(np.abs(o_lo), np.abs(o_hi)).max()),
@@ -828,14 +867,16 @@ def provider_averages(
 
 
 def mcnemar_exact_log10(n01: int, n10: int) -> float:
-    """log10 of the exact (binomial) two-sided McNemar p-value, finite where the p-value
-    itself underflows to 0."""
-    from scipy.stats import binom
+    """log10 of the exact (binomial) two-sided McNemar p-value, summed in log space so it stays
+    finite where the p-value itself underflows to 0."""
+    from scipy.special import gammaln, logsumexp
 
     n = n01 + n10
     if n == 0:
         return 0.0
-    lp = float(binom.logcdf(min(n01, n10), n, 0.5)) + math.log(2)
+    i = np.arange(min(n01, n10) + 1)
+    log_terms = gammaln(n + 1) - gammaln(i + 1) - gammaln(n - i + 1) + n * math.log(0.5)
+    lp = float(logsumexp(log_terms)) + math.log(2)
     return min(0.0, lp / math.log(10))
 
 
@@ -848,20 +889,26 @@ def format_p(log10_p: float) -> str:
 
 def _gee_risk_difference(
     y: NDArray[np.float64], x: NDArray[np.float64], groups: NDArray[np.int64]
-) -> tuple[float, float]:
-    """Risk difference and its robust (bias-reduced) standard error from a Gaussian GEE."""
+) -> tuple[float, float, str]:
+    """Risk difference, its robust standard error and the covariance used, from a Gaussian GEE
+    (bias-reduced robust covariance; the plain robust one where the bias reduction breaks down)."""
     import statsmodels.api as sm
 
+    model = sm.GEE(
+        y,
+        sm.add_constant(x),
+        groups=groups,
+        family=sm.families.Gaussian(),
+        cov_struct=sm.cov_struct.Exchangeable(),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = sm.GEE(
-            y,
-            sm.add_constant(x),
-            groups=groups,
-            family=sm.families.Gaussian(),
-            cov_struct=sm.cov_struct.Exchangeable(),
-        ).fit(cov_type="bias_reduced")
-    return float(res.params[1]), float(res.bse[1])
+        for cov_type in ("bias_reduced", "robust"):
+            res = model.fit(cov_type=cov_type)
+            se = float(np.asarray(res.bse)[1])
+            if math.isfinite(se):
+                return float(np.asarray(res.params)[1]), se, cov_type
+    return float(np.asarray(res.params)[1]), float("nan"), "none"
 
 
 def crosschecks(
@@ -933,20 +980,24 @@ def crosschecks(
         else:
             x = (sub[arm] == treatment).astype(float).to_numpy()
             groups = pd.factorize(sub[by])[0]
-            coef, se = _gee_risk_difference(y, x, groups)
-            if se > 0:
-                tstat = abs(coef) / se
-                log_p = float(t_dist.logsf(tstat, n_cl - 1)) + math.log(2)
+            coef, se, cov_type = _gee_risk_difference(y, x, groups)
+            if not math.isfinite(se):
+                p_txt, agrees = "", "not estimable (robust covariance undefined)"
+            elif se > 0:
+                log_p = float(t_dist.logsf(abs(coef) / se, n_cl - 1)) + math.log(2)
                 lp_gee = min(0.0, log_p / math.log(10))
-            else:
-                lp_gee = -math.inf if coef != 0 else 0.0
+                p_txt = format_p(lp_gee)
+                agrees = str((lp_gee < math.log10(0.05)) == boot_sig).lower()
+            else:  # no variation left around the fit: the p-value is 0 or 1 exactly
+                p_txt = "0 (no residual variation)" if coef != 0 else "1"
+                agrees = str((coef != 0) == boot_sig).lower()
             row.update(
                 {
                     "gee clustered by": by.replace("_id", ""),
                     "gee clusters": n_cl,
                     "gee risk difference": coef,
-                    "gee p": format_p(lp_gee) if math.isfinite(lp_gee) else "< 1e-300",
-                    "gee agrees": str((lp_gee < math.log10(0.05)) == boot_sig).lower(),
+                    "gee p": p_txt,
+                    "gee agrees": agrees,
                 }
             )
         rows.append(row)

@@ -151,7 +151,11 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
     base_p = np.clip(st.base_rate + a[:, None, None] + b[None, None, :], 0, 1)
     base_p = np.broadcast_to(base_p, (U, S, T))
     treat_p = np.clip(
-        st.base_rate + a[:, None, None] + b[None, None, :] + eff[None, :, None] + g[..., None]
+        st.base_rate
+        + a[:, None, None]
+        + b[None, None, :]
+        + eff[None, :, None]
+        + g[..., None]
         + h[None, :, :],
         0,
         1,
@@ -177,7 +181,9 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
     ub, uh = tb[:n_t], th[:n_t]
     for si in range(S):
         exact_zero = st.zero_effect == "exact" and eff[si] == 0
-        true_effect[si] = 0.0 if exact_zero else _expected(st.base_rate, ta, tb, eff[si] + tg + th) - rate
+        true_effect[si] = (
+            0.0 if exact_zero else _expected(st.base_rate, ta, tb, eff[si] + tg + th) - rate
+        )
         per_unit_eff, per_unit_rate = [], []
         for u in range(U):
             r_u = _expected(st.base_rate + a[u], np.zeros(1), ub, np.zeros(n_t))
@@ -186,7 +192,9 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
             per_unit_eff.append(0.0 if exact_zero else t_u - r_u)
         true_units[si] = float(np.mean(per_unit_eff))
         rate_units[si] = float(np.mean(per_unit_rate))
-    return Sample(st, seed, scen, baseline, treatment, true_effect, true_units, true_rate, rate_units)
+    return Sample(
+        st, seed, scen, baseline, treatment, true_effect, true_units, true_rate, rate_units
+    )
 
 
 def synthetic_frame(
