@@ -30,6 +30,7 @@ def recompute(
     seed: int = 0,
     policy_level: bool = False,
     with_audit: bool = True,
+    design: stats.Design = "auto",
 ) -> dict[str, Any]:
     """Compute and write every archive-based table into ``out``; return the headline figures.
 
@@ -37,7 +38,7 @@ def recompute(
     """
     df = stats.records_frame(archives)
     designs = stats.effects_by_design(df, n_boot=n_boot, seed=seed, policy_level=policy_level)
-    eff = stats.pick_design(designs)
+    eff = stats.pick_design(designs, design)
     margin = stats.specificity_margin(eff)
     t4, t5 = table4(df), table5(df, eff)
     cross = crosscheck_table(df, eff)

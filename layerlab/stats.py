@@ -591,7 +591,10 @@ class Effects:
                 f"widened by t({len(p.units) - 1})/z"
             )
         elif self.design == "nested":
-            txt += "; raw percentile interval, under-covers when task difficulty is shared"
+            txt += (
+                "; raw percentile interval without small-sample correction: under-covers with "
+                "task effects shared across units or strong between-unit heterogeneity"
+            )
         return txt
 
 

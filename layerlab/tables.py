@@ -473,7 +473,8 @@ def coverage_table(table: pd.DataFrame) -> pd.DataFrame:
         f"{coverage.REQUIRED:.0%}; 'labelled' and 'not reported' rows show why the package does "
         "not rely on them (nested: the paper's scheme; records-independent Wilson: the old Table 4 "
         f"interval; crossed with fewer than {stats.MIN_UNITS} units: a population claim from too "
-        "few models)."
+        "few models, covering only by being nearly as wide as the scale). 'mc s.e.' is the "
+        "binomial Monte Carlo standard error of the coverage."
     )
     return t
 
