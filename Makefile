@@ -59,7 +59,7 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/mypy
 
-bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests; includes the full coverage suite).
+bench: $(STAMP) ## Benchmarks (ratios and medians, not timed unit tests); the bootstrap's ratio to the plain loop.
 	$(BIN)/python -m layerlab.bench
 
 coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).
