@@ -621,6 +621,34 @@ def paired_effects(
     return effects_from_paired(p, n_boot, seed, policy_level, alpha, design, min_units)
 
 
+def arm_effects(
+    df: pd.DataFrame,
+    treatment: str,
+    baseline: str,
+    outcome: str = OUTCOME,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = ALPHA,
+    design: Design = "auto",
+    arm: str = ARM,
+) -> Effects:
+    """Any treatment arm against its baseline on any binary outcome: :func:`paired_effects` with
+    the arms first (the specificity matrix's call)."""
+    return paired_effects(
+        df,
+        n_boot,
+        seed,
+        policy_level,
+        alpha,
+        design,
+        outcome=outcome,
+        treatment=treatment,
+        baseline=baseline,
+        arm=arm,
+    )
+
+
 def effects_from_paired(
     p: Paired,
     n_boot: int = N_BOOT,

@@ -57,6 +57,10 @@ def test_frame_and_arrays_give_the_same_layout_and_the_arm_column_is_a_parameter
     # schema v2 renames the arm column: everything takes it as a parameter
     renamed = stats.paired(s.frame(arm="mitigation"), arm="mitigation")
     np.testing.assert_array_equal(renamed.diff, direct.diff)
+    eff = stats.arm_effects(
+        s.frame(arm="mitigation"), stats.TREATMENT, stats.BASELINE, n_boot=200, arm="mitigation"
+    )
+    assert eff.design == "tasks" and len(eff.table) == len(s.scenarios)
 
 
 def test_replicates_are_averaged_per_cell_before_differencing() -> None:
