@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test lab archives lint bench lock clean
+.PHONY: help venv local models reproduce quick test lab archives lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -87,8 +87,11 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/mypy
 
-bench: $(LOCAL_STAMP) ## Benchmarks (ratios and medians, not timed unit tests).
+bench: $(LOCAL_STAMP) ## Benchmarks (ratios and medians, not timed unit tests); the bootstrap's ratio to the plain loop.
 	$(BIN)/python -m layerlab.bench
+
+coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).
+	$(BIN)/python -m layerlab.coverage --full --write
 
 lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).
 	uv pip compile pyproject.toml --extra dev --extra study --generate-hashes --universal --python-version 3.11 -o requirements.lock

@@ -907,7 +907,13 @@ def recompute_cmd(
     ),
     n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
-    policy_level: bool = typer.Option(False, help="Add the policy-unit level to the bootstrap."),
+    policy_level: bool = typer.Option(
+        False, help="Resample policies (all question variants together) instead of tasks."
+    ),
+    design: str = typer.Option(
+        "auto",
+        help="Bootstrap design: auto (crossed; tasks only below 5 units), crossed, nested, tasks.",
+    ),
     matrix: list[Path] = typer.Option(
         None,
         "--matrix",
@@ -929,11 +935,16 @@ def recompute_cmd(
     """Recompute Tables 4, 5, 8, 9, 10 and the specificity margin from archives alone."""
     import json
 
+    from layerlab import stats
     from layerlab.archive import ArchiveError
     from layerlab.recompute import recompute
 
     _check_out(out)
     try:
+        if design not in ("auto", *stats.DESIGN_LABELS):
+            raise ValueError(
+                f"--design: expected one of auto, {', '.join(stats.DESIGN_LABELS)}; got {design!r}"
+            )
         head = recompute(
             archives,
             out,
@@ -943,6 +954,7 @@ def recompute_cmd(
             matrix_archives=None if no_matrix else (matrix or [paths.ARCHIVES / "mitigations"]),
             allow_partial=allow_partial,
             allow_mixed=allow_mixed,
+            design=design,  # type: ignore[arg-type]
         )
     except (ArchiveError, ValueError) as exc:
         raise _fail(f"{exc} (nothing written)") from None

@@ -94,8 +94,8 @@ def write_table(
 def publish(df: pd.DataFrame, name: str, caption: str | None = None) -> pd.DataFrame:
     """Write a paper table (CSV, Markdown, LaTeX) to ``paper/tables`` and return it for display.
 
-    The caption is ``caption``, else the one the table builder attached (``df.attrs``), else
-    :data:`layerlab.tables.CAPTIONS`.
+    The caption is ``caption``, else the one the table's builder attached (``df.attrs["caption"]``:
+    the design and units behind its intervals), else :data:`layerlab.tables.CAPTIONS`.
     """
     from layerlab.tables import CAPTIONS
 

@@ -11,7 +11,16 @@ from typing import Any
 
 from layerlab import paths, stats
 from layerlab.export import write_table
-from layerlab.tables import CAPTIONS, paper_comparison, table4, table5, table9
+from layerlab.tables import (
+    CAPTIONS,
+    crosscheck_table,
+    margin_table,
+    paper_comparison,
+    table4,
+    table5,
+    table8,
+    table9,
+)
 
 
 def recompute(
@@ -24,6 +33,7 @@ def recompute(
     matrix_archives: Sequence[Path] | None = None,
     allow_partial: bool = False,
     allow_mixed: bool = False,
+    design: stats.Design = "auto",
 ) -> dict[str, Any]:
     """Compute and write every archive-based table into ``out``; return the headline figures.
 
@@ -36,10 +46,11 @@ def recompute(
     stamps = vet([Path(a) for a in archives], allow_mixed=allow_mixed, allow_partial=allow_partial)
     stamp = "".join(f"[{s}] " for s in stamps)
     df = stats.records_frame(archives)
-    eff = stats.paired_effects(df, n_boot=n_boot, seed=seed, policy_level=policy_level)
+    designs = stats.effects_by_design(df, n_boot=n_boot, seed=seed, policy_level=policy_level)
+    eff = stats.pick_design(designs, design)
     margin = stats.specificity_margin(eff)
     t4, t5 = table4(df), table5(df, eff)
-    cross = stats.crosschecks(df, eff)
+    cross = crosscheck_table(df, eff)
     audit_result = None
     if with_audit:
         from layerlab import audit
@@ -48,7 +59,7 @@ def recompute(
 
         c, key = corpus_mod.load(paths.CORPUS_DIR), corpus_mod.load_answer_key(paths.CORPUS_DIR)
         audit_result = audit.audit(c, key, audit.conditions_from(c, load_scenarios()))
-    comp = paper_comparison(df, t4, t5, margin, eff, audit_result)
+    comp = paper_comparison(df, t4, t5, margin, eff, audit_result, designs=designs)
     captions = dict(CAPTIONS)
     extra: dict[str, Any] = {}
     mx = None
@@ -63,7 +74,8 @@ def recompute(
         "table4": t4,
         "table5": t5,
         "table5_crosscheck": cross,
-        "table8": stats.model_gains(df),
+        "specificity_margin": margin_table(margin, eff),
+        "table8": table8(df),
         "table9": table9(df),
         "paper_comparison": comp,
         **extra,
@@ -73,7 +85,7 @@ def recompute(
         if stamps:  # the stamp travels in every format: caption (md, tex) and a column (csv)
             frame = frame.assign(stamp=" ".join(stamps))
         write_table(frame, name, stamp + caption, Path(out))
-    sd = eff.table.set_index("scenario").loc["schema_drift"]
+    sd = eff.table.set_index("scenario").loc[stats.TARGET]
     return {
         "records": len(df),
         "stamps": stamps,
@@ -82,6 +94,8 @@ def recompute(
         "n_boot": n_boot,
         "seed": seed,
         "policy_level": policy_level,
+        "design": eff.design,
+        "design_label": stats.DESIGN_LABELS[eff.design],
         "note": eff.note,
         "success": {
             r["scenario"]: {m: round(float(r[m]), 4) for m in (stats.BASELINE, stats.TREATMENT) if m in r}
@@ -90,6 +104,13 @@ def recompute(
         "schema_drift_gain": {
             "estimate": round(float(sd["estimate"]), 4),
             "ci95": [round(float(sd["ci_low"]), 4), round(float(sd["ci_high"]), 4)],
+            "by_design": {
+                d: [
+                    round(float(e.table.set_index("scenario").loc[stats.TARGET, c]), 4)
+                    for c in ("ci_low", "ci_high")
+                ]
+                for d, e in designs.items()
+            },
         },
         "specificity_margin": {
             k: (round(v, 4) if isinstance(v, float) else v) for k, v in margin.items()

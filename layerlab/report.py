@@ -92,7 +92,8 @@ def print_recompute(head: dict[str, Any], console: Console | None = None) -> Non
     m = head["specificity_margin"]
     console.print(
         f"schema_drift paired gain {100 * g['estimate']:.1f} pp "
-        f"[{100 * g['ci95'][0]:.1f}, {100 * g['ci95'][1]:.1f}] ({head['n_boot']} resamples, seed {head['seed']})"
+        f"[{100 * g['ci95'][0]:.1f}, {100 * g['ci95'][1]:.1f}] ({head['n_boot']} resamples, seed {head['seed']}; "
+        f"{head.get('design_label', 'bootstrap')})"
     )
     console.print(
         f"specificity margin {100 * m['margin']:.1f} pp [{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]; "

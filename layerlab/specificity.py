@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from layerlab import __version__, archive, harness, paths, stats
@@ -92,27 +91,22 @@ def matrix(
                     "n_pairs": int(e["n_pairs"]),
                 }
             )
-        est = stats.point_estimates(eff.paired)
-        reps = eff.replicates
-        q = [alpha / 2, 1 - alpha / 2]
-        if ti:
-            gain, gain_reps = float(est[ti].mean()), reps[:, ti].mean(axis=1)
-            g_lo, g_hi = np.quantile(gain_reps, q)
+        # one owner of the margin and its covering interval: stats.specificity_margin (the gain
+        # of several targets is the smallest target gain; a simultaneous bootstrap band)
+        tgt_names = [scen[i] for i in ti]
+        off_names = [scen[i] for i in oi]
+        if ti and oi:
+            m = stats.specificity_margin(eff, target=tgt_names, off_target=off_names, alpha=alpha)
+            gain, margin, m_lo, m_hi = m["target_gain"], m["margin"], m["ci_low"], m["ci_high"]
+            band_lo, band_hi = stats.simultaneous_band(eff, tgt_names, alpha)
+            g_lo, g_hi = float(band_lo.min()), float(band_hi.min())
+            off_change = float(m["largest_off_target_change"])
+            worst_name = m["largest_off_target"] if abs(off_change) > 0 else "none (all 0)"
         else:
-            gain, gain_reps, g_lo, g_hi = float("nan"), np.zeros(len(reps)), np.nan, np.nan
-        if oi and np.abs(est[oi]).max() > 0:
-            worst = oi[int(np.argmax(np.abs(est[oi])))]
-            off_change = float(est[worst])
-            margin_reps = gain_reps - np.abs(reps[:, oi]).max(axis=1)
-            m_lo, m_hi = np.quantile(margin_reps, q)
-            margin = gain - float(np.abs(est[oi]).max())
-        elif oi:  # every off-target change is exactly zero
-            worst, off_change = -1, 0.0
-            margin_reps = gain_reps - np.abs(reps[:, oi]).max(axis=1)
-            m_lo, m_hi = np.quantile(margin_reps, q)
-            margin = gain
-        else:
-            worst, off_change, margin, m_lo, m_hi = -1, float("nan"), float("nan"), np.nan, np.nan
+            est = stats.point_estimates(eff.paired)
+            gain = float(est[ti].min()) if ti else float("nan")
+            g_lo = g_hi = margin = m_lo = m_hi = float("nan")
+            off_change, worst_name = float("nan"), "none (all 0)"
         harmed = sorted(scen[i] for i in oi if float(t.loc[scen[i], "ci_high"]) < 0)
         if harmed:
             verdict = "over-broad"
@@ -130,7 +124,7 @@ def matrix(
                 "target gain": gain,
                 "target gain low": float(g_lo),
                 "target gain high": float(g_hi),
-                "largest off-target": scen[worst] if worst >= 0 else "none (all 0)",
+                "largest off-target": worst_name,
                 "off-target change": off_change,
                 "margin": margin,
                 "margin low": float(m_lo),
@@ -213,8 +207,10 @@ def caption(m: Matrix, df: pd.DataFrame) -> str:
         f"Mitigation x scenario specificity matrix: paired effect of each mitigation against the "
         f"{m.baseline} baseline, in percentage points, on the scenario's judged outcome (strict success "
         f"on answerable scenarios, safe resolution - a structured non-answer - on unsafe ones), with "
-        f"hierarchical bootstrap 95% intervals; * marks target scenarios (the mitigation's layer). "
-        f"Margin = target gain minus the largest absolute off-target change, with a joint interval. "
+        f"bootstrap 95% intervals; * marks target scenarios (the mitigation's layer). Target gain "
+        f"= the smallest gain over the target scenarios. Margin = target gain minus the largest "
+        f"absolute off-target change whose simultaneous 95% band excludes zero, with an interval "
+        f"projected from that band (it covers when off-target effects are zero but noisy). "
         f"{VERDICT_RULE} Archive: {', '.join(units)}, {n} baseline records."
         + (f" Note: {m.note}." if m.note else "")
     )

@@ -39,11 +39,25 @@ def test_recompute_reproduces_the_paper_structure(tmp_path: Path) -> None:
         "permission_denied",
         "wrong_session",
     }
-    for n in ("table4", "table5", "table8", "table9", "table5_crosscheck", "paper_comparison"):
+    for n in (
+        "table4",
+        "table5",
+        "table8",
+        "table9",
+        "table5_crosscheck",
+        "specificity_margin",
+        "paper_comparison",
+    ):
         for x in ("csv", "md", "tex"):
             assert (tmp_path / f"{n}.{x}").stat().st_size > 0
     comp = (tmp_path / "paper_comparison.md").read_text()
     assert "0.913" in comp and "not provider models" in comp
+    # two reference agents: tasks-only intervals, said so; crossed and nested shown beside them
+    assert head["design"] == "tasks" and "these units" in head["note"]
+    assert set(head["schema_drift_gain"]["by_design"]) == {"crossed", "nested", "tasks"}
+    assert "gain 95% interval, nested" in comp and "not reported: fewer than 5 units" in comp
+    assert "describes these units" in (tmp_path / "table4.md").read_text()
+    assert "margin (pp)" in (tmp_path / "specificity_margin.md").read_text()
     # the same seed gives the same bytes
     runner.invoke(
         app, ["recompute", str(REF), "--out", str(tmp_path / "again"), "--n-boot", "2000"]
