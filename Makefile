@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test lab archives lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test lab archives checksums local-archives lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -81,7 +81,24 @@ archives: $(STAMP) ## Re-run the reference agents (live harness), the mitigation
 	$(BIN)/layerlab study langchain --out data/archives/langchain_study
 	rm -rf data/archives/mitigations
 	$(BIN)/layerlab mitigation run --out data/archives/mitigations
-	cd data/archives && sha256sum */*.parquet */manifest.json > SHA256SUMS
+	$(MAKE) --no-print-directory checksums
+
+checksums: ## Rewrite data/archives/SHA256SUMS over every committed archive and manifest.
+	cd data/archives && sha256sum $$(find * \( -name '*.parquet' -o -name manifest.json \) | sort) > SHA256SUMS
+
+# Real language models over one question variant of every policy unit (80 tasks x 9 scenarios x
+# 2 contract arms = 1,440 records per model): hours on 2 cores. Resumable: rerun to continue.
+# A model's archive is copied into data/archives/local_models/ only once its run is complete.
+LOCAL_MODELS ?= smollm2-135m gemma3-270m-base
+local-archives: $(LOCAL_STAMP) ## Run the real local models (hours; resumable) into data/archives/local_models/.
+	@for m in $(LOCAL_MODELS); do \
+	  resume=; [ -e out/local_models/$$m/manifest.json ] && resume=--resume; \
+	  $(BIN)/layerlab run live -m local/$$m --tasks data/specs/local_model_tasks.txt --out out/local_models/$$m \
+	    --response-format json_schema --no-progress $$resume || exit $$?; \
+	  mkdir -p data/archives/local_models/$$m; \
+	  cp out/local_models/$$m/records.parquet out/local_models/$$m/manifest.json out/local_models/$$m/results.json data/archives/local_models/$$m/; \
+	done
+	$(MAKE) --no-print-directory checksums
 
 lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests

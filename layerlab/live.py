@@ -195,14 +195,16 @@ def api_base_problem(api_base: str) -> str | None:
 
 
 def default_cache_dir() -> Path:
-    """Where replies are cached unless told otherwise: ``$LAYERLAB_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/layerlab/replies``, else ``~/.cache/layerlab/replies``. Never inside a
-    run folder: the cache holds model replies (answers and cited document ids)."""
+    """Where replies are cached unless told otherwise: ``$LAYERLAB_CACHE_DIR``, else ``replies/``
+    in the user cache (:func:`layerlab.paths.user_cache`: ``$LAYERLAB_CACHE``, else
+    ``$XDG_CACHE_HOME/layerlab``, else ``~/.cache/layerlab``). Never inside a run folder: the
+    cache holds model replies (answers and cited document ids)."""
+    from layerlab import paths
+
     env = os.environ.get("LAYERLAB_CACHE_DIR")
     if env:
         return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "layerlab" / "replies"
+    return paths.user_cache() / "replies"
 
 
 class ResponseCache:

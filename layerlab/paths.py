@@ -14,6 +14,8 @@ MITIGATION_SPEC = SPECS / "mitigations.yaml"
 MODEL_SPEC = SPECS / "models.yaml"
 CORPUS_DIR = DATA / "corpus" / "enterprise_v2"
 ARCHIVES = DATA / "archives"
+# real language models run offline (one folder per model; `make local-archives` produces them)
+LOCAL_MODEL_ARCHIVES = ARCHIVES / "local_models"
 PAPER = ROOT / "paper"
 NOTEBOOKS = ROOT / "notebooks"
 REFERENCE = DATA / "reference"

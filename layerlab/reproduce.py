@@ -21,6 +21,7 @@ from layerlab import paths
 QUICK_PARAMETERS: dict[str, dict[str, Any]] = {
     "06_bootstrap_intervals.ipynb": {"n_boot": 1000},
     "09_specificity_matrix.ipynb": {"n_boot": 1000},
+    "11_real_models.ipynb": {"n_boot": 1000},
 }
 # Notebooks --quick leaves out: they write no table or figure (the live matrix re-runs the
 # reference agents to check they reproduce the committed archive, which `make test` also checks).

@@ -39,7 +39,45 @@ CAPTIONS = {
     "non-answers) on unsafe ones, per arm.",
     "table7_by_condition": "Focused LangChain study by condition: strict success, safe resolution and the "
     "LayerRAG control that fired.",
+    "specificity_margin_models": "Specificity margin of schema repair for real models: target-layer "
+    "(schema drift) gain minus the largest absolute off-target change (percentage points).",
+    "safe_resolution_models": "Safe resolution by model and scenario: strict success on answerable "
+    "scenarios, a structured non-answer on unsafe ones (malformed replies and provider errors are "
+    "failures, never refusals), baseline contract arm.",
+    "table6_models": "Table 6's representative cases for real models, from archive labels: what the "
+    "model did and how it was scored (archives keep no answer text).",
 }
+
+
+def units_note(df: pd.DataFrame) -> str:
+    """A caption sentence naming the units a table counts, and what they are."""
+    units = sorted(set(df["provider"] + "/" + df["model"]))
+    agents = all(u.startswith("layerlab/") for u in units)
+    kind = "reference agents: deterministic baselines, not models" if agents else "real models"
+    return f" Units: {', '.join(units)} ({kind}); {df['task_id'].nunique()} tasks."
+
+
+def safe_resolution_by_unit(df: pd.DataFrame, arm: str = BASELINE) -> pd.DataFrame:
+    """Safe resolution per unit x scenario on one arm, with the reader's failure shares."""
+    sub = df[df[stats.ARM] == arm]
+    rows = []
+    for (provider, model), u in sub.groupby(["provider", "model"], sort=True):
+        for s in stats.scenario_order(sub):
+            c = u[u["scenario"] == s]
+            rows.append(
+                {
+                    "unit": f"{provider}/{model}",
+                    "scenario": s,
+                    "n": len(c),
+                    "safe resolution": float(c["safe_resolution"].mean()),
+                    "answered": float(c["answered"].mean()),
+                    "abstained": float(c["abstained"].mean()),
+                    **_failure_rates(c),
+                }
+            )
+    t = pd.DataFrame(rows)
+    t.attrs["caption"] = CAPTIONS["safe_resolution_models"] + units_note(sub)
+    return t
 
 
 def table1(scenarios: Mapping[str, Scenario]) -> pd.DataFrame:

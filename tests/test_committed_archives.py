@@ -33,3 +33,26 @@ def test_reference_archive_is_current(corpus: corpus_mod.Corpus, key: corpus_mod
             assert tuple(getattr(c, k) for k in LABELS) == tuple(getattr(r, k) for k in LABELS), (
                 f"{name} {r.scenario} {r.mitigation} {r.task_id}: committed archive is stale; run `make archives`"
             )
+
+
+def test_local_model_archives_are_complete_real_model_runs() -> None:
+    """Every committed real-model archive: a complete run of a registered model, hash recorded."""
+    from layerlab import models
+
+    folders = sorted(p for p in paths.LOCAL_MODEL_ARCHIVES.glob("*") if p.is_dir())
+    listed = (paths.ARCHIVES / "SHA256SUMS").read_text()
+    registry = models.load_registry()
+    for folder in folders:
+        rep = archive.check_path(folder)
+        assert rep["complete"] is True, folder
+        m = archive.read_manifest(folder)
+        (model,) = m["models"]
+        spec = registry[model.removeprefix(models.PREFIX)]
+        prov = m["local_models"][model]
+        assert prov["file_sha256"] == spec.file.sha256 and prov["runtime"].startswith("llama-cpp")
+        assert m["share_replies"] is False  # one call per record
+        recs = archive.read_records(folder / archive.ARCHIVE)
+        assert {(r.provider, r.model) for r in recs} == {("local", spec.name)}
+        assert len(recs) == m["expected_records"]
+        assert all(r.prompt_hash for r in recs if r.reached_reader)
+        assert f"{folder.relative_to(paths.ARCHIVES)}/records.parquet" in listed

@@ -77,3 +77,31 @@ def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:
     assert by_case.loc["access denied", "diagnostic"] == "authorisation"
     assert by_case.loc["wrong session", "diagnostic"] == "session_state"
     assert by_case.loc["partial tool output", "diagnostic"] == "completeness"
+
+
+def test_table6_from_archive_labels_says_what_each_unit_did() -> None:
+    from layerlab import explore, stats
+
+    df = stats.records_frame()
+    cases = explore.representative_cases(df, model="extractive")
+    t = explore.table6_archive(df, cases)
+    assert len(t) == 2 * len(cases)  # one row per unit (extractive, cautious) and case
+    assert set(t["unit"]) == {"layerlab/extractive", "layerlab/cautious"}
+    denied = t[t["scenario"] == "permission_denied"]
+    assert set(denied["reader"]) == {"ended before the reader (denied)"}
+    drift = t[(t["scenario"] == "schema_drift") & (t["unit"] == "layerlab/extractive")]
+    assert set(drift.loc[drift["mitigation"] == "repair", "reader"]) == {"answered"}
+    assert "answer" not in t.columns  # archives keep no answer text
+
+
+def test_safe_resolution_by_unit_counts_failures_apart_from_refusals() -> None:
+    from layerlab import stats, tables
+
+    df = stats.records_frame()
+    t = tables.safe_resolution_by_unit(df)
+    assert set(t["unit"]) == {"layerlab/extractive", "layerlab/cautious"}
+    unsafe = t[~t["scenario"].isin(["clean", "schema_drift", "conflicting_evidence"])]
+    # on unsafe scenarios only a structured non-answer (or a record that never reached a reader
+    # because the pipeline refused) is safe: never an answer
+    assert (unsafe["safe resolution"] <= 1 - unsafe["answered"] + 1e-9).all()
+    assert (t["malformed"] == 0).all() and "reference agents" in t.attrs["caption"]
