@@ -80,6 +80,7 @@ class FakeOpenAI:
                             "eval_count": 1,
                         },
                     )
+                with server.lock:
                     server.auth_headers.add(self.headers.get("Authorization", ""))
                 model = req["model"]
                 msgs = req["messages"]

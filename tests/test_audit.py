@@ -82,7 +82,7 @@ def test_grounded_wrong_session_answers_differ_from_expected(
     prepared = harness.prepare(corpus, scen["wrong_session"])
     reader = harness.ExtractiveReader()
     for t in corpus.tasks:
-        g = harness.gate(t, prepared.received[t.task_id], "strict")
+        g = harness.gate(t, prepared, "strict")
         assert g.inp is not None
         out = reader.read(g.inp)
         if out.answer is not None:
