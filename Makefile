@@ -74,8 +74,8 @@ lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
 
 archives: $(STAMP) ## Re-run the reference agents (live harness), the mitigation matrix and the LangChain study into data/archives/.
-	rm -rf out/reference_agents
-	$(BIN)/layerlab run live -m layerlab/extractive -m layerlab/cautious --out out/reference_agents --no-progress --concurrency 16
+	rm -rf out/reference_agents out/reference_agents.cache
+	$(BIN)/layerlab run live -m layerlab/extractive -m layerlab/cautious --out out/reference_agents --cache-dir out/reference_agents.cache --no-progress --concurrency 16
 	mkdir -p data/archives/reference_agents
 	cp out/reference_agents/records.parquet out/reference_agents/manifest.json data/archives/reference_agents/
 	$(BIN)/layerlab study langchain --out data/archives/langchain_study

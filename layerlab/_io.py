@@ -72,3 +72,25 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def writable_folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be used as an output folder, or None. Nothing is created: the nearest
+    existing ancestor must be a writable folder (checked by creating and removing a probe)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return "is an existing file, expected a folder"
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, expected a folder"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".layerlab-probe-", dir=probe)
+    except OSError as exc:
+        return f"cannot write in {probe} ({exc.strerror or exc})"
+    os.close(fd)
+    os.unlink(tmp)
+    return None

@@ -39,6 +39,11 @@ def _split(model: str) -> tuple[str, float]:
     return m.group("reader"), int(m.group("ms") or 0) / 1000.0
 
 
+def check_name(model: str) -> None:
+    """Raise ``ValueError`` unless ``model`` names a reference agent (``layerlab/extractive``...)."""
+    _split(model)
+
+
 def reply_for(model: str, messages: list[dict[str, Any]]) -> str:
     """The agent's JSON reply to a prompt (pure function of model name and prompt)."""
     reader, _ = _split(model)

@@ -14,10 +14,11 @@ key. Version-1 archives still read: the column is renamed and ``replicate`` set 
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -85,6 +86,65 @@ SCHEMA = pa.schema(
 )
 ALLOWLIST = frozenset(SCHEMA.names)
 
+# --- the value-level allowlist ----------------------------------------------------------------
+# A column allowlist alone lets prose through any string column (answer text in ``diagnostic``
+# passed ``check``). Every string column therefore has a closed vocabulary or a pattern that
+# admits identifiers and hashes only: no whitespace, bounded length. Checked on write and read.
+_IDENT = r"[a-z][a-z0-9_]{0,63}"
+_TOKEN = r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}"  # model names: org/name:tag@variant
+VALUE_PATTERNS: dict[str, str] = {
+    "run_id": r"[a-z][a-z0-9_]{0,31}(-[0-9a-z]{1,64})?",
+    "provider": r"[a-z0-9][a-z0-9_.-]{0,63}",
+    "model": _TOKEN,
+    "scenario": _IDENT,
+    "mitigation": r"[a-z][a-z0-9_+]{0,63}",  # a registered mitigation or a stack of them
+    "task_id": r"[a-z][a-z0-9_]{0,63}-\d{2}-q\d{1,2}",
+    "policy_id": r"[a-z][a-z0-9_]{0,63}-\d{2}",
+    "prompt_hash": r"([0-9a-f]{64})?",
+    # study cells
+    "condition": _IDENT,
+    "arm": _IDENT,
+    "control": _IDENT,  # the study's control that fired (allow, refuse, none, ...)
+    "control_layer": r"([a-z][a-z0-9_]{0,63}|-)?",
+}
+
+
+def value_vocabularies() -> dict[str, frozenset[str]]:
+    """Closed vocabularies of the string columns that have one (their owners define them)."""
+    from layerlab.contract import Outcome
+    from layerlab.score import DIAGNOSTICS
+
+    # a record ends at the reader, at a mitigation's refusal, or at the contract's outcome
+    # (harness.evaluate)
+    stages = frozenset({"reader", "refused", *get_args(Outcome)})
+    return {
+        "diagnostic": frozenset(DIAGNOSTICS),
+        "stage": stages,
+    }
+
+
+def _check_values(table: pa.Table, source: str) -> None:
+    vocab = value_vocabularies()
+    for f in table.schema:
+        if not pa.types.is_string(f.type) and not pa.types.is_large_string(f.type):
+            continue
+        values = set(table.column(f.name).to_pylist())
+        if f.name in vocab:
+            bad = sorted(v for v in values if v not in vocab[f.name])
+            expected = f"one of {sorted(vocab[f.name])}"
+        elif f.name in VALUE_PATTERNS:
+            rx = re.compile(VALUE_PATTERNS[f.name])
+            bad = sorted(v for v in values if not rx.fullmatch(v))
+            expected = f"values matching {VALUE_PATTERNS[f.name]}"
+        else:
+            raise ArchiveError(f"{source}: string column {f.name!r} has no value allowlist")
+        if bad:
+            shown = bad[0] if len(bad[0]) <= 40 else bad[0][:37] + "..."
+            raise ArchiveError(
+                f"{source}: column {f.name!r} holds {len(bad)} value(s) outside its allowlist "
+                f"(e.g. {shown!r}); expected {expected}"
+            )
+
 
 class ArchiveError(ValueError):
     """An archive that is not a valid layerlab archive (message names the file and problem)."""
@@ -131,6 +191,7 @@ def validate_table(
         raise ArchiveError(
             f"{source}: schema_version {sorted(versions)} found, this layerlab reads {version}"
         )
+    _check_values(table, source)
     rows = list(zip(*(table.column(k).to_pylist() for k in keys), strict=True))
     if len(set(rows)) != len(rows):
         seen: set[tuple[Any, ...]] = set()
@@ -264,10 +325,17 @@ MANIFEST_KEYS = frozenset(
         "layerlab_version",
         "corpus",
         "spec_hashes",
+        "provenance",
         "models",
         "scenarios",
         "modes",
         "mitigations",
+        "prompt_version",
+        "replicates",
+        "share_replies",
+        "response_format",
+        "seeds",
+        "local_models",
         "n_tasks",
         "retriever",
         "settings",
@@ -275,6 +343,7 @@ MANIFEST_KEYS = frozenset(
         "records",
         "complete",
         "calls",
+        "errors",
         "files",
         "sources",
         "note",
@@ -283,21 +352,108 @@ MANIFEST_KEYS = frozenset(
         "tasks",
         "seed",
         "controls",
-        "prompt_version",
-        "replicates",
-        "share_replies",
-        "response_format",
-        "seeds",
-        "local_models",
+        "manifest_sha256",
     }
 )
+
+# --- provenance: what a record's numbers depend on besides the model --------------------------
+PROVENANCE_FIELDS = ("corpus_spec", "corpus", "scenarios", "mitigations", "prompt", "tasks")
+MIXED = "mixed"
+
+
+def _sha(obj: Any) -> str:
+    import hashlib
+
+    from layerlab._io import canonical_json
+
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
+
+
+def provenance_for(corpus: Any, scenario_hash: str, task_ids: Iterable[str]) -> dict[str, str]:
+    """The provenance hashes of a run: corpus spec, built corpus (documents and public tasks),
+    scenario spec, mitigation spec, prompt template and the task set. Runs whose hashes differ
+    measure different things and are not pooled without saying so (:func:`merge`, :func:`vet`)."""
+    from layerlab import paths, prompt
+    from layerlab.spec import spec_hash
+
+    return {
+        "corpus_spec": corpus.spec_hash,
+        "corpus": _sha(
+            {
+                "documents": [asdict(d) for d in corpus.documents],
+                "tasks": [asdict(t) for t in corpus.tasks],
+            }
+        ),
+        "scenarios": scenario_hash,
+        "mitigations": spec_hash(paths.MITIGATION_SPEC),
+        "prompt": _sha({"v": prompt.PROMPT_VERSION, "system": prompt.SYSTEM}),
+        "tasks": _sha(sorted(task_ids)),
+    }
+
+
+def provenance_of(manifest: dict[str, Any]) -> dict[str, str]:
+    """A manifest's provenance (older manifests: what their ``spec_hashes`` recorded)."""
+    if isinstance(manifest.get("provenance"), dict):
+        return dict(manifest["provenance"])
+    legacy = manifest.get("spec_hashes") or {}
+    return {
+        k: v
+        for k, v in (("corpus_spec", legacy.get("corpus")), ("scenarios", legacy.get("scenarios")))
+        if v
+    }
+
+
+def combine_provenance(
+    named: Sequence[tuple[str, dict[str, str]]], allow_mixed: bool = False
+) -> dict[str, str]:
+    """One provenance for several sources; a field on which they differ refuses the combination
+    (naming both sources and hashes) unless ``allow_mixed``, and is then recorded as ``mixed``."""
+    out: dict[str, str] = {}
+    for f in PROVENANCE_FIELDS:
+        seen: dict[str, str] = {}
+        for name, prov in named:
+            seen.setdefault(prov.get(f, "unknown"), name)
+        if MIXED in seen and not allow_mixed:
+            raise ArchiveError(
+                f"mixed provenance: {seen[MIXED]} was merged from runs with different {f} "
+                "hashes; pass --allow-mixed to use it anyway (the output is then labelled mixed)"
+            )
+        if len(seen) > 1 and not allow_mixed:
+            (h1, a), (h2, b) = list(seen.items())[:2]
+            raise ArchiveError(
+                f"mixed provenance: {a} has {f} hash {h1[:12]}, {b} has {h2[:12]}; "
+                "these runs measure different things. Pass --allow-mixed to combine them anyway "
+                "(the output is then labelled mixed)"
+            )
+        out[f] = next(iter(seen)) if len(seen) == 1 else MIXED
+    return out
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> str:
+    """SHA-256 over the manifest's canonical JSON, its own checksum field left out."""
+    return _sha({k: v for k, v in manifest.items() if k != "manifest_sha256"})
+
+
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Check the manifest's keys, add its checksum and write it atomically; return it."""
+    import json
+
+    from layerlab._io import atomic_write_text
+
+    folder = Path(folder)
+    extra = set(manifest) - MANIFEST_KEYS
+    if extra:
+        raise ArchiveError(
+            f"{folder / MANIFEST}: keys outside the manifest allowlist: {sorted(extra)}"
+        )
+    manifest = {**manifest, "manifest_sha256": manifest_checksum(manifest)}
+    atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
 
 
 def write_run(folder: Path, records: Sequence[Record], manifest: dict[str, Any]) -> dict[str, Any]:
     """Write ``records.parquet`` then ``manifest.json`` (with the archive's checksum) atomically."""
-    import json
-
-    from layerlab._io import atomic_write_text, sha256_file
+    from layerlab._io import sha256_file
 
     folder = Path(folder)
     extra = set(manifest) - MANIFEST_KEYS
@@ -312,11 +468,11 @@ def write_run(folder: Path, records: Sequence[Record], manifest: dict[str, Any])
         "records": len(records),
         "files": {ARCHIVE: sha256_file(folder / ARCHIVE)},
     }
-    atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
+    return write_manifest(folder, manifest)
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
+    """Read a run folder's manifest; a manifest edited after it was written is refused."""
     import json
 
     p = Path(folder) / MANIFEST
@@ -326,16 +482,26 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         m = json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ArchiveError(f"{p}: not valid JSON ({exc})") from exc
+    except OSError as exc:
+        raise ArchiveError(f"{p}: cannot be read ({exc.strerror})") from exc
     if not isinstance(m, dict) or "run_id" not in m:
         raise ArchiveError(f"{p}: not a layerlab manifest (no run_id)")
     extra = set(m) - MANIFEST_KEYS
     if extra:
         raise ArchiveError(f"{p}: keys outside the manifest allowlist: {sorted(extra)}")
+    if "manifest_sha256" in m and m["manifest_sha256"] != manifest_checksum(m):
+        raise ArchiveError(
+            f"{p}: manifest checksum does not match its content (edited after it was written)"
+        )
     return m
 
 
 def check_path(path: Path) -> dict[str, Any]:
-    """Validate an archive file or a run folder; return a short report or raise ArchiveError."""
+    """Validate an archive file or a run folder; return a short report or raise ArchiveError.
+
+    The report's ``partial`` is true for a run folder whose run did not finish (a valid archive
+    of fewer records than the run expects) and for a bare archive file (no manifest says it is
+    complete)."""
     from layerlab._io import sha256_file
 
     path = Path(path)
@@ -347,8 +513,17 @@ def check_path(path: Path) -> dict[str, Any]:
             "path": str(path),
             "records": table.num_rows,
             "runs": sorted(set(table.column("run_id").to_pylist())),
+            "complete": None,
+            "partial": True,
+            "provenance": {},
         }
     m = read_manifest(path)
+    if "manifest_sha256" not in m:
+        raise ArchiveError(
+            f"{path / MANIFEST}: has no manifest_sha256 (written by an older layerlab, or the "
+            "checksum was removed); rerun it, or use its records.parquet as a bare archive file "
+            "(recompute --allow-partial)"
+        )
     study = m.get("kind") == "langchain_study"
     arch = path / (STUDY_ARCHIVE if study else ARCHIVE)
     if not arch.exists():
@@ -375,12 +550,48 @@ def check_path(path: Path) -> dict[str, Any]:
         raise ArchiveError(
             f"{arch}: records from runs {sorted(run_ids - allowed)} not named by the manifest"
         )
+    expected = m.get("expected_records")
+    complete = m.get("complete") is True and (expected is None or expected == table.num_rows)
     return {
         "path": str(path),
         "run_id": m["run_id"],
         "records": table.num_rows,
+        "expected_records": expected,
         "complete": m.get("complete"),
+        "partial": not complete,
+        "provenance": provenance_of(m),
     }
+
+
+def vet(
+    paths_: Sequence[Path], allow_mixed: bool = False, allow_partial: bool = False
+) -> list[str]:
+    """Check archives before they feed tables: refuse partial ones unless ``allow_partial`` and
+    mixed provenance unless ``allow_mixed``. Return the stamps the outputs must then carry."""
+    reports = [check_path(Path(p)) for p in paths_]
+    stamps: list[str] = []
+    partial = [r for r in reports if r["partial"]]
+    if partial:
+        r = partial[0]
+        what = (
+            f"a partial run ({r['records']} of {r['expected_records'] or '?'} records)"
+            if "run_id" in r
+            else "a bare archive file (no manifest says the run is complete)"
+        )
+        if not allow_partial:
+            raise ArchiveError(
+                f"{r['path']}: {what}; finish it with --resume or pass --allow-partial "
+                "(the tables are then stamped PARTIAL)"
+            )
+        stamps.append(
+            "PARTIAL: "
+            + "; ".join(f"{Path(r['path']).name} {r['records']} records" for r in partial)
+        )
+    prov = combine_provenance([(r["path"], r["provenance"]) for r in reports], allow_mixed)
+    mixed = [f for f, v in prov.items() if v == MIXED]
+    if mixed:
+        stamps.append("MIXED PROVENANCE: " + ", ".join(mixed) + " differ")
+    return stamps
 
 
 def load_records(paths_: Sequence[Path]) -> list[Record]:
@@ -406,9 +617,11 @@ def load_records(paths_: Sequence[Path]) -> list[Record]:
     return out
 
 
-def merge(sources: Sequence[Path], out: Path) -> dict[str, Any]:
+def merge(sources: Sequence[Path], out: Path, allow_mixed: bool = False) -> dict[str, Any]:
     """Combine run folders through their manifests into ``out``; a run given twice counts once,
-    and a record key present in two different runs is refused (nothing is written)."""
+    a record key present in two different runs is refused, and so are runs of different
+    provenance unless ``allow_mixed`` (the merged provenance then says ``mixed``). Nothing is
+    written when the merge is refused."""
     manifests = []
     seen: set[str] = set()
     for s in sources:
@@ -417,14 +630,17 @@ def merge(sources: Sequence[Path], out: Path) -> dict[str, Any]:
         if m["run_id"] in seen:
             continue
         seen.add(m["run_id"])
-        manifests.append(m)
+        manifests.append((str(s), m))
+    prov = combine_provenance([(name, provenance_of(m)) for name, m in manifests], allow_mixed)
     records = load_records([Path(s) for s in sources])
     import hashlib
 
     run_id = "merge-" + hashlib.sha256("\x1f".join(sorted(seen)).encode()).hexdigest()[:12]
+    mixed = [f for f, v in prov.items() if v == MIXED]
     manifest = {
         "run_id": run_id,
         "kind": "merged",
+        "provenance": prov,
         "sources": [
             {
                 "run_id": m["run_id"],
@@ -432,10 +648,13 @@ def merge(sources: Sequence[Path], out: Path) -> dict[str, Any]:
                 "models": m.get("models"),
                 "records": m.get("records"),
                 "complete": m.get("complete"),
+                "provenance": provenance_of(m),
             }
-            for m in sorted(manifests, key=lambda m: m["run_id"])
+            for _, m in sorted(manifests, key=lambda nm: nm[1]["run_id"])
         ],
-        "models": sorted({mm for m in manifests for mm in m.get("models", [])}),
-        "complete": all(m.get("complete") for m in manifests),
+        "models": sorted({mm for _, m in manifests for mm in m.get("models", [])}),
+        "complete": all(m.get("complete") for _, m in manifests),
     }
+    if mixed:
+        manifest["note"] = f"mixed provenance ({', '.join(mixed)} differ), merged with --allow-mixed"
     return write_run(Path(out), records, manifest)

@@ -217,7 +217,7 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
             prep = harness.prepare(c, scen[s])
             for t in c.tasks[: len(task_ids)]:
                 for arm in arms:
-                    g = harness.gate(t, prep.received[t.task_id], arm)
+                    g = harness.gate(t, prep, arm)
                     if g.inp is None:
                         continue
                     seed = live.record_seed(0, cfg.models[0], s, arm, t.task_id, 0)

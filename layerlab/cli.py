@@ -1,4 +1,9 @@
-"""The ``layerlab`` command line."""
+"""The ``layerlab`` command line.
+
+Exit codes: 0 done; 1 an error (one line on stderr naming the file or flag and what was
+expected; nothing written); 2 a usage error; 3 an incomplete run or a partial archive;
+4 a run whose provider-error rate exceeded --max-error-rate (its archive is written).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,28 @@ if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
     from layerlab.corpus import AnswerKey, Corpus
     from layerlab.scenario import Scenario
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False
+)
+EXIT_INCOMPLETE = 3
+EXIT_ERROR_RATE = 4
+
+
+def _version(value: bool) -> None:
+    if value:
+        from layerlab import __version__
+
+        typer.echo(f"layerlab {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """LayerRAG-Bench: layered fault injection for retrieval-augmented agents."""
 
 
 def _fail(message: str) -> typer.Exit:
@@ -23,8 +49,64 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _check_out(out: Path, flag: str = "--out") -> None:
+    """Refuse an output folder that cannot be written, before any work is done."""
+    from layerlab._io import writable_folder_problem
+
+    problem = writable_folder_problem(out)
+    if problem:
+        raise _fail(f"{flag} {out}: {problem}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: every error becomes one line on stderr and an exit code, never a traceback
+    (set LAYERLAB_DEBUG=1 to see the traceback of an unexpected error)."""
+    import os
+
+    try:  # typer >= 0.20 vendors click; older typer raises click's own exceptions
+        from typer._click import exceptions as click
+    except ImportError:  # pragma: no cover
+        from click import exceptions as click  # type: ignore[no-redef]
+
+    try:
+        rv = app(args=argv, prog_name="layerlab", standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:
+        typer.echo(exc.format_message())
+        return 2
+    except click.UsageError as exc:
+        msg = " ".join(exc.format_message().split())
+        cmd = exc.ctx.command_path if exc.ctx is not None else "layerlab"
+        typer.echo(f"error: {cmd}: {msg} (see --help)", err=True)
+        return 2
+    except click.ClickException as exc:
+        typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("error: interrupted", err=True)
+        return 130
+    except OSError as exc:
+        if os.environ.get("LAYERLAB_DEBUG"):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        typer.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        return 1
+    except Exception as exc:  # the last guard: a bug, reported in one line
+        if os.environ.get("LAYERLAB_DEBUG"):
+            raise
+        first = (str(exc).splitlines() or [""])[0][:200]
+        typer.echo(
+            f"error: unexpected {type(exc).__name__}: {first} (a bug: please report it; "
+            "LAYERLAB_DEBUG=1 shows the traceback)",
+            err=True,
+        )
+        return 1
+    return rv if isinstance(rv, int) else 0
+
+
 def _spec_fail(exc: SpecError, what: str) -> typer.Exit:
-    """Print one line per spec problem; return the exit to raise."""
+    """Print one line per spec problem (one problem: that line alone); return the exit to raise."""
+    if len(exc.problems) == 1:
+        return _fail(str(exc.problems[0]))
     for problem in exc.problems:
         typer.echo(str(problem), err=True)
     return _fail(f"{len(exc.problems)} {what}")
@@ -242,14 +324,18 @@ def run_deterministic(
     from layerlab._io import atomic_write_text
     from layerlab.archive import write_records
 
+    _check_out(out)
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
     spec = _load_mitigations(spec_path)
     try:
         arms = [spec.arm(m) for m in (mitigation or spec.contract_arms)]
     except KeyError as exc:
-        raise _fail(str(exc.args[0])) from None
-    records = harness.run_deterministic(c, key, scen, arms, retriever=retriever)
+        raise _fail(f"--mitigation: {exc.args[0]}") from None
+    try:
+        records = harness.run_deterministic(c, key, scen, arms, retriever=retriever)
+    except KeyError as exc:
+        raise _fail(f"--retriever: {exc.args[0]}") from None
     summary = harness.summarize(records)
     write_records(out / "records.parquet", records)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -378,7 +464,7 @@ def run_live(
         "local/smollm2-135m (a registered local model, served for the run), layerlab/extractive.",
     ),
     out: Path = typer.Option(
-        ..., help="Run folder (records.parquet, manifest.json, progress log, cache)."
+        ..., help="Run folder (records.parquet, manifest.json, progress log). Shareable: no replies."
     ),
     scenario: list[str] = typer.Option(
         None, "--scenario", help="Scenario filter (repeatable); default all."
@@ -423,19 +509,32 @@ def run_live(
         help="llama.cpp servers started per local/ model, one thread each (default: one per core).",
     ),
     budget: int = typer.Option(
-        None, "--budget", help="Hard cap on provider calls, retries included."
+        None, "--budget", help="Hard cap on provider calls, retries included (>= 0)."
     ),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Concurrent requests."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run already in --out."),
+    retry_errors: bool = typer.Option(
+        False, "--retry-errors", help="With --resume: ask the provider_error cells again."
+    ),
+    max_error_rate: float = typer.Option(
+        0.2,
+        "--max-error-rate",
+        help="Exit 4 when a model's share of provider_error records exceeds this (0-1).",
+    ),
+    retry_seed: int = typer.Option(0, "--retry-seed", help="Seed of the retry jitter."),
     timeout: float = typer.Option(180.0, help="Per-request timeout in seconds (paper: 180)."),
     max_tokens: int = typer.Option(600, help="Output token cap (paper: 600)."),
     attempts: int = typer.Option(3, help="Total attempts per call (paper: 3)."),
-    backoff: float = typer.Option(2.0, help="Linear backoff step in seconds (paper: 2)."),
+    backoff: float = typer.Option(
+        2.0, help="First retry delay in seconds, doubling, jittered (paper: 2 s, linear)."
+    ),
     temperature: float = typer.Option(
         None, help="Sampling temperature; not sent unless given (paper: not set)."
     ),
     cache_dir: Path = typer.Option(
-        None, help="Response cache folder (default OUT/.cache). Holds model replies: keep private."
+        None,
+        help="Reply cache folder, outside --out (default $XDG_CACHE_HOME/layerlab/replies). "
+        "Holds model replies: keep private.",
     ),
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
     scenarios_path: Path = typer.Option(
@@ -453,13 +552,19 @@ def run_live(
     from layerlab.llm import ProviderSettings
     from layerlab.spec import spec_hash
 
+    _check_out(out)
+    if budget is not None and budget < 0:
+        raise _fail(f"--budget: expected a number of calls >= 0, got {budget}")
+    if not 0.0 <= max_error_rate <= 1.0:
+        raise _fail(f"--max-error-rate: expected a share between 0 and 1, got {max_error_rate}")
+    if retry_errors and not resume:
+        raise _fail("--retry-errors: only with --resume (it re-asks a run's error cells)")
+    for b in api_base or ():
+        if live.api_base_problem(b):
+            raise _fail(f"--api-base: {live.api_base_problem(b)}")
+    task_ids = _task_ids(tasks) if tasks is not None else None
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
-    task_ids: tuple[str, ...] | None = None
-    if tasks:
-        p = Path(tasks)
-        raw = p.read_text().split() if p.exists() else tasks.split(",")
-        task_ids = tuple(t.strip() for t in raw if t.strip())
     try:
         settings = ProviderSettings(
             timeout, max_tokens, attempts, backoff, temperature, tuple(api_base or ())
@@ -475,12 +580,16 @@ def run_live(
             response_format=response_format,  # type: ignore[arg-type]  # checked by LiveConfig
             seed=seed,
         )
-        from layerlab.mitigation import load_mitigations
-
-        for m in config.mitigations:
-            load_mitigations().arm(m)
-    except (ValueError, KeyError) as exc:
+    except ValueError as exc:
         raise _fail(str(exc)) from None
+    from layerlab.mitigation import load_mitigations
+
+    for m in config.mitigations:
+        try:
+            load_mitigations().arm(m)
+        except KeyError as exc:
+            raise _fail(f"--mitigation: {exc.args[0]}") from None
+    cache = cache_dir or live.default_cache_dir()
     bar = _progress_hook() if progress else None
     try:
         result = live.run_live(
@@ -493,10 +602,13 @@ def run_live(
             budget=budget,
             concurrency=concurrency,
             resume=resume,
-            cache_dir=cache_dir,
+            retry_errors=retry_errors,
+            cache_dir=cache,
             progress=bar.update if bar else None,
             local_servers=local_servers or (os.cpu_count() or 1),
             say=lambda m: typer.echo(m, err=True),
+            max_error_rate=max_error_rate,
+            seed=retry_seed,
         )
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
@@ -505,8 +617,42 @@ def run_live(
             bar.close()
     typer.echo(result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
+    typer.echo(f"reply cache: {cache} (private: holds model replies, never archived)")
+    if result.over_error_rate:
+        typer.echo(
+            f"error: provider-error rate above --max-error-rate {max_error_rate:g} for "
+            f"{', '.join(result.over_error_rate)}; the records are written but the run failed "
+            "(fix the cause, then --resume --retry-errors)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_ERROR_RATE)
     if not result.complete:
-        raise typer.Exit(3)
+        raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def _task_ids(tasks: str) -> tuple[str, ...]:
+    """``--tasks``: a file with one id per line, or comma-separated ids."""
+    import re
+
+    p = Path(tasks)
+    if p.exists() or "/" in tasks or tasks.endswith((".txt", ".lst")):
+        try:
+            raw = p.read_text(encoding="utf-8").split()
+        except FileNotFoundError:
+            raise _fail(f"--tasks {tasks}: no such file (expected a file or comma-separated ids)") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _fail(f"--tasks {tasks}: cannot read the file as UTF-8 text ({exc})") from None
+        where = f"--tasks {tasks}"
+    else:
+        raw = tasks.split(",")
+        where = "--tasks"
+    ids = tuple(t.strip() for t in raw if t.strip())
+    if not ids:
+        raise _fail(f"{where}: no task ids given (expected ids like hr-01-q1, one per line or comma-separated)")
+    odd = [t for t in ids if not re.fullmatch(r"[a-z][a-z0-9_]*-\d{2}-q\d+", t)]
+    if odd:
+        raise _fail(f"{where}: {odd[0]!r} is not a task id (expected ids like hr-01-q1)")
+    return ids
 
 
 class _Bar:
@@ -556,10 +702,14 @@ def archive_check(
         ..., metavar="PATH...", help="Archive files or run folders."
     ),
 ) -> None:
-    """Validate schema, allowlist, key uniqueness and manifests; exit 1 on the first bad one."""
+    """Validate schema, allowlists, key uniqueness and manifests (their checksums included).
+
+    Exit 1 if any is invalid, else 3 if any is partial (an unfinished run; a bare archive file,
+    whose completeness no manifest states, is listed as such but is not partial).
+    """
     from layerlab.archive import ArchiveError, check_path
 
-    bad = 0
+    bad = partial = 0
     for p in paths_:
         try:
             rep = check_path(p)
@@ -567,31 +717,44 @@ def archive_check(
             typer.echo(f"FAIL {exc}", err=True)
             bad += 1
             continue
-        typer.echo(
-            f"ok   {p}: {rep['records']} records"
-            + (f", run {rep['run_id']}" if "run_id" in rep else "")
-        )
+        if "run_id" not in rep:
+            typer.echo(f"ok   {p}: {rep['records']} records (archive file: no manifest)")
+        elif rep["partial"]:
+            partial += 1
+            typer.echo(
+                f"PARTIAL {p}: {rep['records']} of {rep['expected_records'] or '?'} records, "
+                f"run {rep['run_id']} did not finish (continue it with --resume)"
+            )
+        else:
+            typer.echo(f"ok   {p}: {rep['records']} records, run {rep['run_id']}")
     if bad:
         raise typer.Exit(1)
+    if partial:
+        raise typer.Exit(EXIT_INCOMPLETE)
 
 
 @archive_app.command("merge")
 def archive_merge(
     sources: list[Path] = typer.Argument(..., metavar="RUN...", help="Run folders to combine."),
     out: Path = typer.Option(..., help="Output folder for the merged archive and manifest."),
+    allow_mixed: bool = typer.Option(
+        False,
+        "--allow-mixed",
+        help="Combine runs of different corpus, scenario, prompt or task-set hashes "
+        "(the merged manifest then says mixed).",
+    ),
 ) -> None:
     """Combine runs through their manifests (a run given twice counts once)."""
     from layerlab.archive import ArchiveError, merge
 
+    _check_out(out)
     try:
-        m = merge(sources, out)
+        m = merge(sources, out, allow_mixed=allow_mixed)
     except ArchiveError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(f"{exc} (nothing written)") from None
     typer.echo(f"merged {len(m['sources'])} run(s), {m['records']} records -> {out}")
-
-
-if __name__ == "__main__":
-    app()
+    if "note" in m:
+        typer.echo(f"note: {m['note']}")
 
 
 @app.command("recompute")
@@ -612,6 +775,16 @@ def recompute_cmd(
     ),
     no_matrix: bool = typer.Option(False, "--no-matrix", help="Skip Table 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the headline figures as JSON."),
+    allow_partial: bool = typer.Option(
+        False,
+        "--allow-partial",
+        help="Accept unfinished runs and bare archive files; the tables are stamped PARTIAL.",
+    ),
+    allow_mixed: bool = typer.Option(
+        False,
+        "--allow-mixed",
+        help="Accept archives of different provenance; the tables are stamped MIXED PROVENANCE.",
+    ),
 ) -> None:
     """Recompute Tables 4, 5, 8, 9, 10 and the specificity margin from archives alone."""
     import json
@@ -619,6 +792,7 @@ def recompute_cmd(
     from layerlab.archive import ArchiveError
     from layerlab.recompute import recompute
 
+    _check_out(out)
     try:
         head = recompute(
             archives,
@@ -627,6 +801,8 @@ def recompute_cmd(
             seed=seed,
             policy_level=policy_level,
             matrix_archives=None if no_matrix else (matrix or [paths.ARCHIVES / "mitigations"]),
+            allow_partial=allow_partial,
+            allow_mixed=allow_mixed,
         )
     except (ArchiveError, ValueError) as exc:
         raise _fail(f"{exc} (nothing written)") from None
@@ -637,6 +813,14 @@ def recompute_cmd(
 
         report.print_recompute(head)
         typer.echo(f"wrote {len(head['written'])} files to {out}")
+    for stamp in head["stamps"]:
+        typer.echo(f"warning: tables stamped {stamp}", err=True)
+    if head["provider_error_records"]:
+        typer.echo(
+            f"warning: {head['provider_error_records']} of {head['records']} records are "
+            "provider_error (counted as failures); see each run's manifest errors",
+            err=True,
+        )
 
 
 @app.command("reproduce")
@@ -858,3 +1042,7 @@ def models_serve(
     finally:
         server.stop()
     typer.echo("stopped")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,23 +4,37 @@ Same tasks, scenarios, mitigation arms, retriever and scorer as :mod:`layerlab.h
 adds is what a provider run needs to be trustworthy:
 
 * a hard **budget** on provider calls (retries included), checked before every attempt;
+* a **preflight**: the first call of every model/endpoint must succeed before any record is
+  written, so a misspelt model, a missing key or a dead endpoint is a one-line setup error,
+  not a run of ``provider_error`` records;
 * a **response cache** keyed by model, request parameters and prompt hash, so a rerun or a
-  rescoring makes no new calls (it holds model replies: keep it private, it is not an archive);
-* **retries** of 429s, 5xx and timeouts with linear backoff, then a labelled failure record;
-* an append-only progress log and **atomic** final writes, so a run killed at any moment
-  (SIGKILL included) resumes with ``resume=True`` to exactly one record per cell and task;
+  rescoring makes no new calls. It holds model replies, so it lives outside the run folder (a
+  user cache directory by default, :func:`default_cache_dir`) and never reaches an archive;
+* **retries** of 429s, 5xx and timeouts with seeded, jittered exponential backoff honouring
+  ``Retry-After``, then a labelled failure record; the error rate per model is reported and a
+  run above ``max_error_rate`` is flagged (the CLI exits non-zero);
+* an append-only progress log with a **checksum per line** and **atomic** final writes, so a
+  run killed at any moment (SIGKILL included) resumes with ``resume=True`` to exactly one
+  record per cell and task; damaged or tampered lines are dropped, reported and recomputed;
 * a **run manifest** whose ``run_id`` is a hash of everything that determines the records, so
-  merged archives never count a run twice and a resume with different settings is refused.
+  merged archives never count a run twice and a resume with different settings is refused. It
+  carries the provenance hashes and cumulative call counts, and names the endpoint only as
+  local or remote (never credentials or a host name).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
+import ipaddress
 import json
 import os
+import random
+import re
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,11 +47,15 @@ from layerlab import models as models_mod
 from layerlab._io import atomic_write_text, canonical_json
 from layerlab.archive import Record
 from layerlab.corpus import AnswerKey, Corpus, Task
-from layerlab.llm import ProviderSettings, import_litellm
+from layerlab.llm import ProviderSettings, import_litellm, retry_after_of
 from layerlab.scenario import Scenario
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 FATAL_STATUS = frozenset({401, 403, 404})
+DEFAULT_MAX_ERROR_RATE = 0.2
+"""Share of a model's provider calls that may end in ``provider_error`` before the run is
+flagged: above it the archive is still written (it is data) but the run counts as failed."""
+
 
 
 class LiveRunError(RuntimeError):
@@ -108,6 +126,10 @@ class LiveResult:
     counters: Counters
     complete: bool
     message: str
+    errors: dict[str, dict[str, int]] = field(default_factory=dict)
+    over_error_rate: tuple[str, ...] = ()
+    """Models whose provider-error rate exceeded ``max_error_rate``: the run counts as failed."""
+    cache_dir: Path | None = None
 
 
 def split_model(model: str) -> tuple[str, str]:
@@ -118,11 +140,79 @@ def split_model(model: str) -> tuple[str, str]:
     return "unknown", model
 
 
+# --- redaction: what a manifest may say about an endpoint ------------------------------------
+
+
+def endpoint_for_hashing(api_base: str | None) -> str | None:
+    """``api_base`` without ``user:password@``, query or fragment (what :func:`redact` also
+    removes from messages)."""
+    if not api_base:
+        return None
+    u = urllib.parse.urlsplit(api_base)
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    netloc = (u.hostname or "") + (f":{port}" if port else "")
+    return urllib.parse.urlunsplit((u.scheme, netloc, u.path, "", ""))
+
+
+def endpoint_label(api_base: str | None) -> str | None:
+    """``local`` (loopback) or ``remote``: all a manifest records about an endpoint."""
+    if not api_base:
+        return None
+    host = (urllib.parse.urlsplit(api_base).hostname or "").strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return "local"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return "remote"
+    return "local" if ip.is_loopback or ip.is_unspecified else "remote"
+
+
+def redact(text: str, api_base: str | None = None) -> str:
+    """``text`` with any ``scheme://user:secret@`` credentials and the raw endpoint removed."""
+    text = re.sub(r"(\w+://)[^/\s@]+@", r"\1", text)
+    if api_base:
+        text = text.replace(api_base, "<api-base>")
+        bare = endpoint_for_hashing(api_base)
+        if bare:
+            text = text.replace(bare, "<api-base>")
+    return text
+
+
+def api_base_problem(api_base: str) -> str | None:
+    """Why ``api_base`` is not a usable endpoint URL, or None."""
+    u = urllib.parse.urlsplit(api_base)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return "expected an http(s) URL such as http://127.0.0.1:8080/v1"
+    try:
+        u.port  # noqa: B018 (raises on a bad port)
+    except ValueError:
+        return "the port is not a number in 1-65535"
+    return None
+
+
+def default_cache_dir() -> Path:
+    """Where replies are cached unless told otherwise: ``$LAYERLAB_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/layerlab/replies``, else ``~/.cache/layerlab/replies``. Never inside a
+    run folder: the cache holds model replies (answers and cited document ids)."""
+    env = os.environ.get("LAYERLAB_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "layerlab" / "replies"
+
+
 class ResponseCache:
     """One JSON file per (model, params, prompt hash); written atomically."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
+        # replies the preflight asked for in this invocation: their records count them as
+        # calls, not cache hits
+        self.preflighted: set[str] = set()
 
     @staticmethod
     def key(
@@ -306,13 +396,18 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
 def _manifest(
     config: LiveConfig, corpus: Corpus, scenario_hash: str, n_tasks: int
 ) -> dict[str, Any]:
-    settings = config.settings.as_dict()
+    settings = {
+        **config.settings.as_dict(),
+        # where the model was served, only as local or remote: never a host, user or key
+        "endpoints": [endpoint_label(b) for b in config.settings.api_bases],
+    }
+    task_ids = config.task_ids if config.task_ids is not None else [t.task_id for t in corpus.tasks]
     return {
         "run_id": run_id_for(config, corpus, scenario_hash),
         "kind": "live",
         "layerlab_version": __version__,
         "corpus": corpus.name,
-        "spec_hashes": {"corpus": corpus.spec_hash, "scenarios": scenario_hash},
+        "provenance": archive.provenance_for(corpus, scenario_hash, task_ids),
         "models": list(config.models),
         "scenarios": list(config.scenarios),
         "mitigations": list(config.mitigations),
@@ -334,21 +429,108 @@ def _manifest(
     }
 
 
-def _read_progress(path: Path) -> dict[tuple[str | int, ...], Record]:
-    """Records already written; a torn last line (killed mid-write) is ignored."""
-    done: dict[tuple[str | int, ...], Record] = {}
+# --- the progress log: one checksummed JSON line per record ------------------------------------
+
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Record)}
+
+
+def _line_sum(row: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(dict(row)).encode()).hexdigest()[:16]
+
+
+def progress_line(rec: Record) -> str:
+    """One log line: the record's fields plus ``sum``, a checksum over them."""
+    row = asdict(rec)
+    return json.dumps({**row, "sum": _line_sum(row)}, sort_keys=True) + "\n"
+
+
+def _typed(row: Mapping[str, Any]) -> bool:
+    if set(row) != set(_FIELD_TYPES):
+        return False
+    for name, kind in _FIELD_TYPES.items():
+        v = row[name]
+        ok = {
+            "bool": isinstance(v, bool),
+            "int": isinstance(v, int) and not isinstance(v, bool),
+            "str": isinstance(v, str),
+        }.get(str(kind), False)
+        if not ok:
+            return False
+    return True
+
+
+def parse_progress_line(raw: bytes) -> Record | str:
+    """A record, or why the line is unusable: ``damaged`` (bytes, JSON, fields or types) or
+    ``tampered`` (well-formed, but the checksum does not match its fields)."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return "damaged"
+    if not isinstance(row, dict):
+        return "damaged"
+    got = row.pop("sum", None)
+    if not _typed(row):
+        return "damaged"
+    if got != _line_sum(row):
+        return "tampered"
+    return Record(**row)
+
+
+@dataclass
+class ProgressReport:
+    """What reading a progress log dropped (those cells are asked again)."""
+
+    damaged: int = 0
+    tampered: int = 0
+    foreign: int = 0
+    retried: int = 0
+
+    @property
+    def dropped(self) -> int:
+        return self.damaged + self.tampered + self.foreign + self.retried
+
+    def describe(self) -> str:
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.damaged, "damaged"),
+                (self.tampered, "tampered (checksum mismatch)"),
+                (self.foreign, "from another run"),
+                (self.retried, "provider_error, asked again (--retry-errors)"),
+            )
+            if n
+        ]
+        return "progress log: dropped " + ", ".join(parts) + " line(s); those cells are recomputed"
+
+
+def read_progress(
+    path: Path, run_id: str | None = None, drop_errors: bool = False
+) -> tuple[dict[tuple[Any, ...], Record], ProgressReport]:
+    """Records already written, first valid line per key. A torn last line (killed mid-write) is
+    ignored silently; any other unusable line is dropped and counted in the report."""
+    done: dict[tuple[Any, ...], Record] = {}
+    report = ProgressReport()
     if not path.exists():
-        return done
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                break
-            try:
-                rec = Record(**json.loads(line))
-            except (ValueError, TypeError):
-                continue
+        return done, report
+    lines = path.read_bytes().split(b"\n")
+    for raw in lines[:-1]:  # the last piece has no newline: empty, or a torn write
+        if not raw.strip():
+            continue
+        rec = parse_progress_line(raw)
+        if isinstance(rec, str):
+            setattr(report, rec, getattr(report, rec) + 1)
+        elif run_id is not None and rec.run_id != run_id:
+            report.foreign += 1
+        elif drop_errors and rec.diagnostic == "provider_error":
+            report.retried += 1
+        else:
             done.setdefault(archive.sort_key(rec), rec)
-    return done
+    return done, report
+
+
+def _rewrite_progress(path: Path, done: Mapping[tuple[Any, ...], Record]) -> None:
+    """Replace the log by its usable lines (atomically), so dropped lines are not met again."""
+    atomic_write_text(path, "".join(progress_line(r) for r in done.values()))
 
 
 def _trim_torn_tail(path: Path) -> None:
@@ -377,6 +559,40 @@ def ident_of(cell: _Cell) -> tuple[str, str, str, str, int]:
 ProgressHook = Callable[[Counters, int], None]
 
 
+def setup_problem(exc: BaseException) -> str | None:
+    """Why ``exc`` says the run is set up wrong (no retry can help), or None for errors that
+    may be transient. A missing key is one even where litellm reports it as a 500."""
+    code = _status_of(exc)
+    name = type(exc).__name__
+    text = str(exc)
+    if code in (401, 403) or name in {"AuthenticationError", "PermissionDeniedError"}:
+        return "authentication failed: check that the provider's API key is set in the environment"
+    if "missing credentials" in text.lower() or "api_key client option must be set" in text:
+        return (
+            "no API key: set the provider's key in the environment (a local OpenAI-compatible "
+            "server needs a placeholder, e.g. OPENAI_API_KEY=sk-local)"
+        )
+    if "credentials encoded in URL" in text:
+        return (
+            "--api-base carries credentials (user:password@) that clash with the API key "
+            "header; drop them from the URL and pass the key through the environment"
+        )
+    if code == 404 or name == "NotFoundError":
+        return "not found (404): check the model name and --api-base"
+    if "LLM Provider NOT provided" in text:
+        return "unknown provider: write the model as provider/name, e.g. openai/gpt-4o-mini"
+    if name == "BadRequestError" and "model" in text.lower():
+        return "the server refused the request (400) naming the model: check the model name"
+    return None
+
+
+def _describe_error(exc: BaseException, api_base: str | None) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    code = _status_of(exc)
+    what = f"{type(exc).__name__}" + (f", status {code}" if code is not None else "")
+    return redact(f"{what}: {first[:160]}", api_base)
+
+
 async def _call(
     litellm: Any,
     route: Route,
@@ -385,16 +601,25 @@ async def _call(
     settings: ProviderSettings,
     budget: Budget,
     counters: Counters,
+    rng: random.Random | None = None,
+    last_error: list[str] | None = None,
 ) -> tuple[str | None, str | None]:
-    """(reply text, None) or (None, failure label) or (None, None) when the budget ran out."""
+    """(reply text, None) or (None, failure label) or (None, None) when the budget ran out.
+
+    A setup error (bad key, unknown model, 404) raises :class:`LiveRunError`: it is no data.
+    ``last_error`` (if given) receives a redacted description of the last failure.
+    """
+    rng = rng or random.Random(0)
     request = route.request(msgs, seed)
     affinity = prompt.prompt_hash(msgs)
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
         counters.calls += 1
+        base: str | None = None
         try:
             async with route.endpoint(affinity if attempt == 1 else None) as ep:
+                base = ep.api_base
                 kwargs: dict[str, Any] = dict(
                     model=route.model,
                     timeout=settings.timeout_s,
@@ -415,22 +640,83 @@ async def _call(
             counters.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
             return str(resp.choices[0].message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
-            code = _status_of(exc)
-            if code in FATAL_STATUS or type(exc).__name__ in {
-                "AuthenticationError",
-                "NotFoundError",
-                "PermissionDeniedError",
-            }:
+            problem = setup_problem(exc)
+            if problem is not None:
                 raise LiveRunError(
-                    f"{route.model}: provider refused the request ({type(exc).__name__}, "
-                    f"status {code}); check the model name and that its API key is set in the "
-                    "environment"
+                    f"{route.model}: {problem} ({_describe_error(exc, base)})"
                 ) from None
+            if last_error is not None:
+                last_error[:] = [_describe_error(exc, base)]
             if not _retryable(exc) or attempt == settings.attempts:
                 break
             counters.retries += 1
-            await asyncio.sleep(settings.delay(attempt))
+            await asyncio.sleep(settings.delay(attempt, rng, retry_after_of(exc)))
     return None, "provider_error"
+
+
+def _reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any]) -> str:
+    """The cache key of one record's reply (shared by identical prompts with ``share_replies``)."""
+    params = {
+        **config.settings.request_params(),
+        "response_format": config.response_format,
+        "seed": config.seed,
+    }
+    return ResponseCache.key(model, params, phash, () if config.share_replies else tuple(ident))
+
+
+def _first_cell(
+    corpus: Corpus, scenarios: Mapping[str, Scenario], config: LiveConfig, tasks: Sequence[Task]
+) -> tuple[tuple[str, str, str, int], list[dict[str, str]]] | None:
+    """The first cell of the matrix that reaches the reader, as (scenario, mitigation, task id,
+    replicate) and its prompt (prompts do not depend on the model), or None."""
+    for name in config.scenarios:
+        prep = harness.prepare(corpus, scenarios[name], config.retriever)
+        for t in tasks:
+            for mode in config.mitigations:
+                g = harness.gate(t, prep, mode)
+                if g.inp is not None:
+                    return (name, mode, t.task_id, 0), prompt.messages(g.inp)
+    return None
+
+
+async def _preflight(
+    litellm: Any,
+    config: LiveConfig,
+    models: Sequence[str],
+    first: tuple[tuple[str, str, str, int], list[dict[str, str]]],
+    routes: Mapping[str, Route],
+    cache: ResponseCache,
+    budget: Budget,
+    counters: Counters,
+    rng: random.Random,
+) -> None:
+    """Ask every model its first record's prompt before any record exists. A setup error, or a
+    call that fails even after its retries, stops the run with one line (nothing is written).
+    The reply is cached under that record's key, so the run does not ask again; a cached reply
+    skips the call."""
+    ident, msgs = first
+    phash = prompt.prompt_hash(msgs)
+    for model in models:
+        ckey = _reply_key(config, model, phash, ident)
+        if cache.get(ckey) is not None:
+            continue
+        route = routes[model]
+        seed = None if route.seed_base is None else record_seed(route.seed_base, model, *ident)
+        last: list[str] = []
+        reply, failure = await _call(
+            litellm, route, msgs, seed, config.settings, budget, counters, rng, last
+        )
+        if reply is not None:
+            cache.put(ckey, reply)
+            cache.preflighted.add(ckey)
+        elif failure is not None:
+            where = sorted({endpoint_label(e.api_base) or "" for e in route.endpoints} - {""})
+            raise LiveRunError(
+                f"{model}: preflight call failed after {config.settings.attempts} attempt(s)"
+                + (f" at the {'/'.join(where)} --api-base" if where else "")
+                + f" ({last[0] if last else 'no reply'}); nothing written"
+            )
+        # failure None and reply None: the budget is spent, so no call will be made at all
 
 
 async def _run(
@@ -447,6 +733,7 @@ async def _run(
     progress: ProgressHook | None,
     counters: Counters,
     local: Mapping[str, Sequence[str]],
+    rng: random.Random,
 ) -> bool:
     litellm = import_litellm()
     from layerlab import agents
@@ -480,16 +767,11 @@ async def _run(
     queue: asyncio.Queue[_Cell] = asyncio.Queue()
     for c in todo:
         queue.put_nowait(c)
-    params = {
-        **config.settings.request_params(),
-        "response_format": config.response_format,
-        "seed": config.seed,
-    }
     inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
     log = open(out / archive.PROGRESS, "a", encoding="utf-8")
 
     def emit(rec: Record) -> None:
-        log.write(json.dumps(asdict(rec), sort_keys=True) + "\n")
+        log.write(progress_line(rec))
         log.flush()
         counters.records += 1
         if progress:
@@ -500,10 +782,10 @@ async def _run(
         nonlocal stopped
         route = routes[cell.model]
         ident = (cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
-        ckey = ResponseCache.key(cell.model, params, phash, () if config.share_replies else ident)
+        ckey = _reply_key(config, cell.model, phash, ident)
         reply = cache.get(ckey)
         if reply is not None:
-            return reply, None, True
+            return reply, None, ckey not in cache.preflighted
         if ckey in inflight:  # only with share_replies: the same prompt is being asked
             reply, failure = await inflight[ckey]
             return reply, failure, False
@@ -517,7 +799,7 @@ async def _run(
         try:
             seed = None if route.seed_base is None else record_seed(route.seed_base, *ident_of(cell))
             reply, failure = await _call(
-                litellm, route, msgs, seed, config.settings, budget, counters
+                litellm, route, msgs, seed, config.settings, budget, counters, rng
             )
             if reply is not None:
                 cache.put(ckey, reply)
@@ -537,7 +819,9 @@ async def _run(
             provider, name = split_model(cell.model)
             prep = prepared[cell.scenario]
             g = harness.gate(cell.task, prep, cell.mode)
-            common = dict(provider=provider, model=name, run_id=run_id, replicate=cell.replicate)
+            common: dict[str, Any] = dict(
+                provider=provider, model=name, run_id=run_id, replicate=cell.replicate
+            )
             if g.inp is None:
                 rec, _ = harness.evaluate(
                     cell.task, key, corpus, prep, cell.mode, g, None, prompt_hash="", **common
@@ -596,6 +880,39 @@ def _run_coroutine(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def error_summary(
+    records: Sequence[Record], models: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """Per model: records that asked it (``called``), and how many ended in ``provider_error``
+    or ``malformed_reply``."""
+    out: dict[str, dict[str, int]] = {}
+    for m in models:
+        provider, name = split_model(m)
+        mine = [r for r in records if (r.provider, r.model) == (provider, name) and r.prompt_hash]
+        out[m] = {
+            "called": len(mine),
+            "provider_error": sum(r.diagnostic == "provider_error" for r in mine),
+            "malformed_reply": sum(r.diagnostic == "malformed_reply" for r in mine),
+        }
+    return out
+
+
+def _error_line(errors: Mapping[str, Mapping[str, int]]) -> str:
+    parts = []
+    for m, e in errors.items():
+        rate = e["provider_error"] / e["called"] if e["called"] else 0.0
+        parts.append(f"{m} {e['provider_error']}/{e['called']} ({rate:.1%})")
+    return "provider errors: " + ", ".join(parts)
+
+
 def run_live(
     corpus: Corpus,
     key: AnswerKey,
@@ -607,50 +924,111 @@ def run_live(
     budget: int | None = None,
     concurrency: int = 8,
     resume: bool = False,
+    retry_errors: bool = False,
     cache_dir: Path | None = None,
     progress: ProgressHook | None = None,
     local_servers: int = 1,
     say: Callable[[str], None] = lambda _m: None,
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE,
+    seed: int = 0,
+    preflight: bool = True,
 ) -> LiveResult:
     """Run (or resume) a live matrix into ``out``; see the module docstring.
 
     ``local/NAME`` models are fetched if needed and served by ``local_servers`` llama.cpp
-    servers each for the duration of the run.
+    servers each for the duration of the run. Everything that can be checked is checked before
+    the run folder is touched: settings, the folder, the cache location and (``preflight``) one
+    call per model. ``seed`` seeds the retry jitter; ``retry_errors`` (with ``resume``) asks
+    ``provider_error`` cells again.
     """
+    from layerlab import agents
+    from layerlab._io import writable_folder_problem
+
     out = Path(out)
+    problem = writable_folder_problem(out)
+    if problem:
+        raise LiveRunError(f"--out {out}: {problem}")
+    if budget is not None and budget < 0:
+        raise LiveRunError(f"--budget: expected a number of calls >= 0, got {budget}")
+    if not 0.0 <= max_error_rate <= 1.0:
+        raise LiveRunError(f"--max-error-rate: expected a share in [0, 1], got {max_error_rate}")
+    if retry_errors and not resume:
+        raise LiveRunError("--retry-errors: only with --resume (it re-asks a run's error cells)")
+    for base in config.settings.api_bases:
+        bad = api_base_problem(base)
+        if bad:
+            raise LiveRunError(f"--api-base: {bad}")
     unknown = [s for s in config.scenarios if s not in scenarios]
     if unknown:
-        raise LiveRunError(f"unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
+        raise LiveRunError(f"--scenario: unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
     if config.task_ids is not None:
+        if not config.task_ids:
+            raise LiveRunError("--tasks: no task ids given (expected ids like hr-01-q1)")
         known = {t.task_id for t in corpus.tasks}
-        bad = [t for t in config.task_ids if t not in known]
-        if bad:
-            raise LiveRunError(f"unknown task id(s) {bad[:5]}")
+        bad_ids = [t for t in config.task_ids if t not in known]
+        if bad_ids:
+            raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
+    for m in config.models:
+        if split_model(m)[0] == agents.PROVIDER:
+            try:
+                agents.check_name(m)
+            except ValueError as exc:
+                raise LiveRunError(f"--model: {exc}") from None
+    cache_folder = Path(cache_dir) if cache_dir else default_cache_dir()
+    if _inside(cache_folder, out):
+        raise LiveRunError(
+            f"--cache-dir {cache_folder}: inside the run folder; the cache holds model replies "
+            "and must stay outside what is shared"
+        )
     n_tasks = len(config.task_ids) if config.task_ids is not None else len(corpus.tasks)
     manifest = _manifest(config, corpus, scenario_hash, n_tasks)
     mpath = out / archive.MANIFEST
-    if mpath.exists() or (out / archive.PROGRESS).exists():
+    plog = out / archive.PROGRESS
+    old: dict[str, Any] | None = None
+    if mpath.exists() or plog.exists():
         if not resume:
             raise LiveRunError(
                 f"{out} already holds a run; pass --resume to continue it or choose another --out"
             )
-        old = archive.read_manifest(out) if mpath.exists() else None
+        try:
+            old = archive.read_manifest(out) if mpath.exists() else None
+        except archive.ArchiveError as exc:
+            raise LiveRunError(str(exc)) from None
         if old is not None and old["run_id"] != manifest["run_id"]:
             raise LiveRunError(
                 f"{out} holds run {old['run_id']} with other settings than this command "
                 f"(would be {manifest['run_id']}); resume with the original models, filters and settings"
             )
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(
-        mpath,
-        json.dumps({**manifest, "complete": False, "records": 0}, indent=2, sort_keys=True) + "\n",
-    )
-    _trim_torn_tail(out / archive.PROGRESS)
-    done = _read_progress(out / archive.PROGRESS)
+    done, report = read_progress(plog, manifest["run_id"], drop_errors=retry_errors)
     counters = Counters()
     b = Budget(budget)
-    cache = ResponseCache(cache_dir or out / ".cache")
+    rng = random.Random(seed)
+    cache = ResponseCache(cache_folder)
+    agents.register()
+    per_model = manifest["expected_records"] // max(1, len(config.models))
+    pending = [  # a model whose records are all done is not asked again
+        m for m in config.models if sum(k[:2] == split_model(m) for k in done) < per_model
+    ]
+    fatal: LiveRunError | None = None
     with _local_servers(config, local_servers, say) as local:
+        bases = {m: [s.api_base for s in servers] for m, servers in local.items()}
+        if preflight and pending:
+            wanted = None if config.task_ids is None else set(config.task_ids)
+            tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
+            first = _first_cell(corpus, scenarios, config, tasks)
+            if first is not None:
+                routes = routes_for(config, concurrency, bases)
+                _run_coroutine(
+                    _preflight(
+                        import_litellm(), config, pending, first, routes, cache, b, counters, rng
+                    )
+                )
+        # from here on the run folder is written
+        out.mkdir(parents=True, exist_ok=True)
+        archive.write_manifest(out, {**manifest, "complete": False, "records": 0})
+        _trim_torn_tail(plog)
+        if report.dropped:
+            _rewrite_progress(plog, done)
         coro = _run(
             corpus,
             key,
@@ -664,24 +1042,38 @@ def run_live(
             done,
             progress,
             counters,
-            {m: [s.api_base for s in servers] for m, servers in local.items()},
+            bases,
+            rng,
         )
-        finished = _run_coroutine(coro)
+        try:
+            finished = _run_coroutine(coro)
+        except LiveRunError as exc:
+            fatal, finished = exc, False
         local_prov = {
             m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
         }
     if local_prov:
         manifest["local_models"] = local_prov
-    records = list(_read_progress(out / archive.PROGRESS).values())
+    records = list(read_progress(plog, manifest["run_id"])[0].values())
     complete = finished and len(records) == manifest["expected_records"]
+    before = (old or {}).get("calls") or {}
     calls = {
-        "made": counters.calls,
-        "cache_hits": counters.cache_hits,
-        "retries": counters.retries,
-        "failures": counters.failures,
+        "made": counters.calls + int(before.get("made", 0)),
+        "cache_hits": counters.cache_hits + int(before.get("cache_hits", 0)),
+        "retries": counters.retries + int(before.get("retries", 0)),
+        "failures": counters.failures + int(before.get("failures", 0)),
         "this_invocation": counters.usage(),
     }
-    final = archive.write_run(out, records, {**manifest, "complete": complete, "calls": calls})
+    errors = error_summary(records, config.models)
+    final = archive.write_run(
+        out, records, {**manifest, "complete": complete, "calls": calls, "errors": errors}
+    )
+    notes = [report.describe()] if report.dropped else []
+    if fatal is not None:
+        raise LiveRunError(
+            f"{fatal}; {len(records)} records kept as a partial archive: fix the cause and "
+            "continue with --resume"
+        )
     if complete:
         msg = f"complete: {len(records)} records, {counters.calls} provider calls, {counters.cache_hits} cache hits"
     else:
@@ -690,7 +1082,13 @@ def run_live(
             f"records written (a valid partial archive). Continue with the same command plus --resume "
             f"and a new --budget."
         )
-    return LiveResult(out, final, counters, complete, msg)
+    over = [
+        m
+        for m, e in errors.items()
+        if e["called"] and e["provider_error"] / e["called"] > max_error_rate
+    ]
+    msg = "\n".join([*notes, msg, _error_line(errors)])
+    return LiveResult(out, final, counters, complete, msg, errors, tuple(over), cache_folder)
 
 
 @contextlib.contextmanager
@@ -738,9 +1136,11 @@ def run_matrix(
 
     c, key = corpus_mod.load(), corpus_mod.load_answer_key()
     scen = load_scenarios()
-    if out is None:
+    cache_dir = None
+    if out is None:  # a throwaway run gets a throwaway cache, so its counts do not depend on history
         _TMP.append(tempfile.TemporaryDirectory(prefix="layerlab-live-"))
         out = Path(_TMP[-1].name) / "run"
+        cache_dir = Path(_TMP[-1].name) / "cache"
     cfg = LiveConfig(
         models=tuple(models),
         scenarios=tuple(scenarios or scen),
@@ -756,6 +1156,7 @@ def run_matrix(
         budget=budget,
         concurrency=concurrency,
         resume=resume,
+        cache_dir=cache_dir,
     )
 
 

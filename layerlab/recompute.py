@@ -22,11 +22,19 @@ def recompute(
     policy_level: bool = False,
     with_audit: bool = True,
     matrix_archives: Sequence[Path] | None = None,
+    allow_partial: bool = False,
+    allow_mixed: bool = False,
 ) -> dict[str, Any]:
     """Compute and write every archive-based table into ``out``; return the headline figures.
 
-    Validation happens before anything is written: a bad archive raises and leaves ``out`` untouched.
+    Validation happens before anything is written: a bad archive raises and leaves ``out``
+    untouched, and so do an unfinished run or archives of mixed provenance unless allowed —
+    then every table's caption carries the stamp (``PARTIAL``, ``MIXED PROVENANCE``).
     """
+    from layerlab.archive import vet
+
+    stamps = vet([Path(a) for a in archives], allow_mixed=allow_mixed, allow_partial=allow_partial)
+    stamp = "".join(f"[{s}] " for s in stamps)
     df = stats.records_frame(archives)
     eff = stats.paired_effects(df, n_boot=n_boot, seed=seed, policy_level=policy_level)
     margin = stats.specificity_margin(eff)
@@ -61,10 +69,15 @@ def recompute(
         **extra,
     }
     for name, frame in tables.items():
-        write_table(frame, name, frame.attrs.get("caption") or captions[name], Path(out))
+        caption = frame.attrs.get("caption") or captions[name]
+        if stamps:  # the stamp travels in every format: caption (md, tex) and a column (csv)
+            frame = frame.assign(stamp=" ".join(stamps))
+        write_table(frame, name, stamp + caption, Path(out))
     sd = eff.table.set_index("scenario").loc["schema_drift"]
     return {
         "records": len(df),
+        "stamps": stamps,
+        "provider_error_records": int((df["diagnostic"] == "provider_error").sum()),
         "units": list(eff.paired.units),
         "n_boot": n_boot,
         "seed": seed,

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from layerlab.text import normalize_answer, states_value, words
 
@@ -115,17 +122,34 @@ class DomainSpec(_Strict):
     cue_words: Annotated[list[NonEmpty], Field(min_length=1)]
     policies: Annotated[list[PolicySpec], Field(min_length=1)]
 
-    @model_validator(mode="after")
-    def _consistent(self) -> DomainSpec:
-        seen: set[str] = set()
+    def located_problems(self) -> list[tuple[tuple[Any, ...], str]]:
+        """Problems tied to one policy, located at it (so a file loader can give their line)."""
+        found: list[tuple[tuple[Any, ...], str]] = []
+        first: dict[str, int] = {}
         for i, p in enumerate(self.policies):
             if not p.id.startswith(self.domain + "-"):
-                raise ValueError(
-                    f"policies[{i}].id {p.id!r} must start with the domain name '{self.domain}-'"
+                found.append(
+                    (
+                        ("policies", i, "id"),
+                        f"{p.id!r} must start with the domain name '{self.domain}-'",
+                    )
                 )
-            if p.id in seen:
-                raise ValueError(f"duplicate policy id {p.id!r} (policies[{i}])")
-            seen.add(p.id)
+            if p.id in first:
+                found.append(
+                    (
+                        ("policies", i, "id"),
+                        f"duplicate policy id {p.id!r} (first used by policies[{first[p.id]}])",
+                    )
+                )
+            first.setdefault(p.id, i)
+        return found
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> DomainSpec:
+        # a file loader asks for located problems itself (``deferred``), to report their lines
+        if not (info.context or {}).get("deferred"):
+            for loc, msg in self.located_problems():
+                raise ValueError(f"{_fmt_loc(loc)}: {msg}")
         for w in self.cue_words:
             if w != w.lower() or not re.fullmatch(r"[a-z0-9]+", w):
                 raise ValueError(f"cue word {w!r} must be one lower-case word")
@@ -210,6 +234,36 @@ def _describe(err: Any, model: type[BaseModel]) -> str:
 Check = Callable[[Any], list[tuple[tuple[Any, ...], str]]]
 
 
+def _duplicate_keys(node: yaml.Node | None) -> list[tuple[int, str, str]]:
+    """(line, field path, message) for every key repeated within one YAML mapping. A YAML
+    loader silently keeps the last value; in a spec that hides an edit, so it is an error."""
+    found: list[tuple[int, str, str]] = []
+
+    def walk(n: yaml.Node | None, loc: tuple[Any, ...]) -> None:
+        if isinstance(n, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode):
+                    line = k.start_mark.line + 1
+                    if k.value in first:
+                        found.append(
+                            (
+                                line,
+                                _fmt_loc((*loc, k.value)),
+                                f"duplicate key {k.value!r} (first at line {first[k.value]}); "
+                                "each key may appear once in a mapping",
+                            )
+                        )
+                    first.setdefault(k.value, line)
+                    walk(v, (*loc, k.value))
+        elif isinstance(n, yaml.SequenceNode):
+            for i, item in enumerate(n.value):
+                walk(item, (*loc, i))
+
+    walk(node, ())
+    return found
+
+
 def load_yaml_as(path: Path, model: type[M], check: Check | None = None) -> M:
     """Load ``path`` and validate it as ``model``; raise :class:`SpecError` on any problem.
 
@@ -230,6 +284,9 @@ def load_yaml_as(path: Path, model: type[M], check: Check | None = None) -> M:
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError([SpecProblem(shown, line, "", f"not valid YAML: {problem}")]) from exc
+    dups = _duplicate_keys(node)
+    if dups:
+        raise SpecError([SpecProblem(shown, line, f, msg) for line, f, msg in dups])
     if not isinstance(data, dict):
         raise SpecError(
             [
@@ -239,7 +296,7 @@ def load_yaml_as(path: Path, model: type[M], check: Check | None = None) -> M:
             ]
         )
     try:
-        obj = model.model_validate(data)
+        obj = model.model_validate(data, context={"deferred": True})
     except ValidationError as exc:
         problems = [
             SpecProblem(
@@ -248,12 +305,21 @@ def load_yaml_as(path: Path, model: type[M], check: Check | None = None) -> M:
             for err in exc.errors()
         ]
         raise SpecError(problems) from exc
-    extra = check(obj) if check else []
+    located = getattr(obj, "located_problems", None)
+    extra = (located() if callable(located) else []) + (check(obj) if check else [])
     if extra:
         raise SpecError(
             [SpecProblem(shown, _line_of(node, loc), _fmt_loc(loc), msg) for loc, msg in extra]
         )
     return obj
+
+
+def _line_in_file(path: Path, loc: Sequence[Any]) -> int | None:
+    """Line of ``loc`` in an already validated YAML file (for problems found across files)."""
+    try:
+        return _line_of(yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader), loc)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
 
 
 def spec_files(path: Path) -> list[Path]:
@@ -304,7 +370,7 @@ def load_domains(path: Path) -> list[DomainSpec]:
                 problems.append(
                     SpecProblem(
                         str(f),
-                        None,
+                        _line_in_file(f, ("policies", i, "id")),
                         f"policies[{i}].id",
                         f"duplicate policy id {p.id!r} (also in {seen_policy[p.id]})",
                     )

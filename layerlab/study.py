@@ -45,7 +45,6 @@ import numpy as np
 import pandas as pd
 
 from layerlab import __version__, archive, harness, prompt
-from layerlab._io import atomic_write_text
 from layerlab.corpus import AnswerKey, Corpus, Task
 from layerlab.mitigation import load_mitigations
 from layerlab.reader import Evidence, ReaderOutput
@@ -302,6 +301,7 @@ def run_to(
 
     c, key = corpus_mod.load(), corpus_mod.load_answer_key()
     scen = load_scenarios(scenarios_path)
+    scen_hash = spec_hash(Path(scenarios_path or paths.SCENARIO_SPEC))
     spec = load_mitigations()
     ident = {
         "v": __version__,
@@ -309,7 +309,7 @@ def run_to(
         "seed": seed,
         "mitigations": spec_hash(paths.MITIGATION_SPEC),
         "corpus": c.spec_hash,
-        "scenarios": spec_hash(Path(scenarios_path or paths.SCENARIO_SPEC)),
+        "scenarios": scen_hash,
     }
     run_id = "study-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     rows = run_study(c, key, scen, model, seed, run_id)
@@ -320,6 +320,7 @@ def run_to(
         "kind": "langchain_study",
         "layerlab_version": __version__,
         "corpus": c.name,
+        "provenance": archive.provenance_for(c, scen_hash, {r["task_id"] for r in rows}),
         "spec_hashes": {
             "corpus": c.spec_hash,
             "scenarios": ident["scenarios"],
@@ -336,8 +337,7 @@ def run_to(
         "archive_schema_version": archive.STUDY_SCHEMA_VERSION,
         "files": {archive.STUDY_ARCHIVE: sha256_file(out / archive.STUDY_ARCHIVE)},
     }
-    atomic_write_text(out / archive.MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
+    return archive.write_manifest(out, manifest)
 
 
 def table7(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

@@ -49,3 +49,11 @@ def every_gate(corpus: corpus_mod.Corpus) -> list[tuple[str, str, corpus_mod.Tas
             for arm in arms:
                 out.append((s.name, arm, t, harness.gate(t, prep, arm)))
     return out
+
+
+@pytest.fixture(autouse=True)
+def _private_reply_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """Give each test its own default reply cache (a user cache directory), so no test sees
+    another's replies and nothing is written to the real user cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    monkeypatch.delenv("LAYERLAB_CACHE_DIR", raising=False)

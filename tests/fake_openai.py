@@ -6,7 +6,11 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``flaky``     — per prompt: first call 429, second 500, third answers;
 * ``slow``      — sleeps ``SLOW_S`` before answering (exceeds a short client timeout);
 * ``malformed`` — replies with broken JSON; ``text`` — replies with prose, not JSON;
-* ``down``      — always 503.
+* ``down``      — always 503;
+* ``gone``      — answers the first request, then 404 (a model withdrawn mid-run);
+* ``fading``    — answers the first request, then 503 (an overloaded server);
+* ``limited``   — per prompt: first call 429 with ``Retry-After: 0.3``, then answers;
+* any other name — 404 "model not found", as OpenAI-compatible servers answer.
 
 It also answers Ollama's native ``POST /api/chat`` (what litellm's ``ollama_chat/`` provider
 calls) with the same behaviours, as a stand-in for an Ollama server.
@@ -42,11 +46,15 @@ class FakeOpenAI:
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
-            def _send(self, code: int, body: dict[str, Any]) -> None:
+            def _send(
+                self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(body).encode()
                 with server.lock:
                     server.statuses[code] += 1
                 self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -62,6 +70,7 @@ class FakeOpenAI:
                     server.requests += 1
                     server.bodies.append(req)
                     server.paths.append(self.path)
+                    server.auth_headers.add(self.headers.get("Authorization", ""))
                 if self.path.rstrip("/") == "/api/show":  # Ollama: model details (litellm asks)
                     return self._send(
                         200, {"modelfile": "", "parameters": "", "template": "", "details": {}}
@@ -80,15 +89,26 @@ class FakeOpenAI:
                             "eval_count": 1,
                         },
                     )
-                with server.lock:
-                    server.auth_headers.add(self.headers.get("Authorization", ""))
                 model = req["model"]
                 msgs = req["messages"]
                 h = hashlib.sha256(json.dumps(msgs, sort_keys=True).encode()).hexdigest()
                 with server.lock:
                     server.hits[(model, h)] += 1
                     n = server.hits[(model, h)]
-                if model == "down":
+                known = {"good", "flaky", "slow", "malformed", "text", "down", "gone", "limited"}
+                known.add("fading")
+                if model not in known or (model == "gone" and server.requests > 1):
+                    return self._send(
+                        404,
+                        {"error": {"message": f"model {model!r} not found", "type": "not_found"}},
+                    )
+                if model == "limited" and n == 1:
+                    return self._send(
+                        429,
+                        {"error": {"message": "slow down", "type": "rate_limit"}},
+                        {"Retry-After": "0.3"},
+                    )
+                if model == "down" or (model == "fading" and server.requests > 1):
                     return self._send(
                         503, {"error": {"message": "unavailable", "type": "server_error"}}
                     )

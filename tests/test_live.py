@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -126,11 +128,49 @@ def test_exhausted_errors_and_bad_replies_are_labelled_failures(
         ("malformed", "malformed_reply"),
         ("text", "malformed_reply"),
     ):
-        res = _run(corpus, key, scen, _cfg(model, server.base), tmp_path / model, concurrency=4)
+        # preflight off: a model that is down from the first call is a setup error (tested in
+        # test_bad_inputs); here the transient-error path itself is under test
+        res = _run(
+            corpus,
+            key,
+            scen,
+            _cfg(model, server.base),
+            tmp_path / model,
+            concurrency=4,
+            preflight=False,
+        )
         recs = read_records(tmp_path / model / "records.parquet")
         assert res.complete and {r.diagnostic for r in recs} == {label}
         assert not any(r.success for r in recs) and all(r.prompt_hash for r in recs)
+        rate = {"down": 1.0}.get(model, 0.0)
+        assert res.over_error_rate == ((f"openai/{model}",) if rate else ())
+        assert res.manifest["errors"][f"openai/{model}"]["provider_error"] == rate * 24
     assert server.statuses[503] == 3 * 24  # 3 attempts for each of the 24 records (one call each)
+
+
+def test_a_model_down_from_the_start_stops_before_any_record(
+    tmp_path, server, corpus, key, scen
+) -> None:
+    with pytest.raises(live.LiveRunError, match="preflight call failed.*nothing written"):
+        _run(corpus, key, scen, _cfg("down", server.base), tmp_path / "d")
+    assert not (tmp_path / "d").exists()
+    assert server.statuses[503] == 3  # one prompt, its three attempts
+
+
+def test_retry_errors_asks_error_cells_again(tmp_path, server, corpus, key, scen) -> None:
+    cfg = _cfg("down", server.base, tasks=2)
+    _run(corpus, key, scen, cfg, tmp_path, preflight=False)
+    assert {r.diagnostic for r in read_records(tmp_path / "records.parquet")} == {
+        "provider_error"
+    }
+    again = _run(corpus, key, scen, cfg, tmp_path, resume=True, preflight=False)
+    assert again.counters.calls == 0  # a plain resume keeps error records
+    retried = _run(
+        corpus, key, scen, cfg, tmp_path, resume=True, retry_errors=True, preflight=False
+    )
+    assert retried.counters.calls == 3 * 8 and "asked again" in retried.message
+    assert retried.manifest["calls"]["made"] == 2 * 3 * 8  # cumulative over both invocations
+    assert len(read_records(tmp_path / "records.parquet")) == 8
 
 
 def test_budget_is_never_exceeded_and_resume_completes(tmp_path, server, corpus, key, scen) -> None:
@@ -284,6 +324,121 @@ def test_archive_check_and_merge(tmp_path, corpus, key, scen) -> None:
     (tmp_path / "a" / "manifest.json").write_text(json.dumps(man))
     bad = runner.invoke(app, ["archive", "check", str(tmp_path / "a")])
     assert bad.exit_code == 1 and "outside the manifest allowlist" in bad.output
+
+
+def test_credentials_and_host_never_reach_the_run_folder(tmp_path, server) -> None:
+    """The issue's acceptance check: grep the run folder for the URL's user and secret."""
+    port = server.base.split(":")[2].split("/")[0]
+    base = f"http://user:secret@127.0.0.1:{port}/v1"
+    out = tmp_path / "p"
+    args = ["--api-base", base, "--out", str(out), "--tasks", "hr-01-q1,hr-01-q2", "--no-progress"]
+    # an OpenAI-compatible client cannot send URL credentials beside its key: a setup error
+    bad = runner.invoke(app, ["run", "live", "-m", "openai/good", *args])
+    assert bad.exit_code == 1 and "clash with the API key" in bad.output
+    assert "secret" not in bad.output, bad.output
+    assert not out.exists() and server.requests == 0  # refused by the client itself
+    # a reference agent ignores the endpoint, so the run is made: redaction is what is tested
+    res = runner.invoke(
+        app,
+        ["run", "live", "-m", "layerlab/extractive", *args, "--cache-dir", str(tmp_path / "c")],
+    )
+    assert res.exit_code == 0, res.output
+    for f in out.rglob("*"):
+        data = f.read_bytes()
+        assert b"secret" not in data and b"user" not in data and b"127.0.0.1" not in data, f
+    assert archive.read_manifest(out)["settings"]["endpoints"] == ["local"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "records.jsonl",
+        "records.parquet",
+    ]  # the reply cache lives elsewhere
+    assert any((tmp_path / "c").rglob("*.json"))
+    assert f"reply cache: {tmp_path / 'c'}" in res.output
+    assert "secret" not in res.output
+    # the run id ignores credentials: the same run without them is the same run
+    plain = live.LiveConfig(
+        models=("layerlab/extractive",),
+        scenarios=("clean",),
+        settings=ProviderSettings(api_bases=(f"http://127.0.0.1:{port}/v1",)),
+    )
+    creds = dataclasses.replace(plain, settings=ProviderSettings(api_bases=(base,)))
+    c = corpus_mod.load()
+    assert live.run_id_for(plain, c, SCEN_HASH) == live.run_id_for(creds, c, SCEN_HASH)
+    assert live.endpoint_label("https://api.example.com/v1") == "remote"
+    assert live.endpoint_label("http://[::1]:8080/v1") == "local"
+
+
+def test_default_reply_cache_is_a_user_cache_dir(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("LAYERLAB_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert live.default_cache_dir() == tmp_path / "xdg" / "layerlab" / "replies"
+    monkeypatch.setenv("LAYERLAB_CACHE_DIR", str(tmp_path / "mine"))
+    assert live.default_cache_dir() == tmp_path / "mine"
+
+
+def _small(corpus, key, scen, out, **kw):
+    cfg = live.LiveConfig(
+        models=("layerlab/extractive",),
+        scenarios=("clean", "stale_index"),
+        task_ids=tuple(t.task_id for t in corpus.tasks[:6]),
+    )
+    return _run(corpus, key, scen, cfg, out, **kw)
+
+
+def test_damaged_and_tampered_progress_lines_are_dropped_reported_and_recomputed(
+    tmp_path, corpus, key, scen
+) -> None:
+    ref = _small(corpus, key, scen, tmp_path / "ref")
+    run = tmp_path / "run"
+    _small(corpus, key, scen, run)
+    (run / "records.parquet").unlink()
+    lines = (run / "records.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) == 24
+    lines[3] = b'{"not utf-8": "\xff\xfe"}\n'  # damaged bytes
+    lines[5] = re.sub(rb'"variant": \d', b'"variant": "one"', lines[5])  # mistyped field
+    flipped = json.loads(lines[8])
+    flipped["success"] = not flipped["success"]  # still valid JSON: tampered
+    lines[8] = (json.dumps(flipped, sort_keys=True) + "\n").encode()
+    (run / "records.jsonl").write_bytes(b"".join(lines))
+    done, report = live.read_progress(run / "records.jsonl")
+    assert (len(done), report.damaged, report.tampered) == (21, 2, 1)
+    res = _small(corpus, key, scen, run, resume=True)
+    assert res.complete and "2 damaged, 1 tampered" in res.message
+    assert (run / "records.parquet").read_bytes() == (ref.out / "records.parquet").read_bytes()
+    # the log was compacted: a second resume has nothing to report
+    again = _small(corpus, key, scen, run, resume=True)
+    assert "dropped" not in again.message and again.counters.calls == 0
+
+
+def test_backoff_is_seeded_jittered_exponential_and_honours_retry_after() -> None:
+    import random
+
+    s = ProviderSettings(backoff_s=2.0)
+    a = [s.delay(k, random.Random(7)) for k in (1, 2, 3)]
+    assert a == [s.delay(k, random.Random(7)) for k in (1, 2, 3)]  # seeded
+    assert 1.0 <= a[0] <= 2.0 and 2.0 <= a[1] <= 4.0 and 4.0 <= a[2] <= 8.0
+    draws = {round(s.delay(1, random.Random(i)), 6) for i in range(20)}
+    assert len(draws) > 10  # jittered: concurrent retries spread out
+    assert s.delay(1, random.Random(0), retry_after=30.0) == 30.0
+    assert s.delay(1, random.Random(0), retry_after=1e9) <= 120.0
+
+
+def test_retry_after_header_is_read_and_waited_for(tmp_path, server, corpus, key, scen) -> None:
+    cfg = _cfg("limited", server.base, tasks=1)
+    t0 = time.monotonic()
+    res = _run(corpus, key, scen, cfg, tmp_path, concurrency=1)
+    assert res.complete and res.counters.retries == 2  # one 429 per distinct prompt
+    assert time.monotonic() - t0 >= 2 * 0.3  # backoff alone would be 2 x 0.01 s
+
+
+def test_cumulative_call_counts_across_resumes(tmp_path, server, corpus, key, scen) -> None:
+    cfg = _cfg("good", server.base)
+    first = _run(corpus, key, scen, cfg, tmp_path, budget=5, concurrency=1)
+    assert not first.complete
+    second = _run(corpus, key, scen, cfg, tmp_path, resume=True, concurrency=1)
+    assert second.complete
+    made = second.manifest["calls"]["made"]
+    assert made == first.counters.calls + second.counters.calls == server.requests
 
 
 def test_one_call_per_record_with_replicates_and_shared_replies_only_on_request(

@@ -141,6 +141,27 @@ def test_spec_hash_changes_with_content(tmp_path: Path, good_spec_text: str) -> 
     assert spec_hash(tmp_path) != h1
 
 
+def test_duplicate_yaml_keys_are_refused_with_their_line(tmp_path: Path, good_spec_text: str) -> None:
+    text = good_spec_text.replace("title:", "owner: Someone Else\ntitle:", 1)
+    p = tmp_path / "returns.yaml"
+    p.write_text(text)
+    first = text.splitlines().index("owner: Someone Else") + 1
+    second = text.splitlines().index("owner: Customer Operations") + 1
+    (line,) = _problems(p)
+    assert line.startswith(f"{p}:{second}: owner: duplicate key 'owner' (first at line {first})")
+
+
+def test_duplicate_policy_id_is_reported_at_its_own_line(
+    tmp_path: Path, good_spec_text: str
+) -> None:
+    text = good_spec_text.replace("id: returns-02", "id: returns-01")
+    p = tmp_path / "returns.yaml"
+    p.write_text(text)
+    lineno = [i for i, ln in enumerate(text.splitlines(), 1) if "id: returns-01" in ln][1]
+    (line,) = _problems(p)
+    assert line.startswith(f"{p}:{lineno}: policies[1].id: duplicate policy id 'returns-01'")
+
+
 def test_lint_flags_a_question_its_document_cannot_answer(tmp_path: Path) -> None:
     from layerlab.spec import lint_questions
 
