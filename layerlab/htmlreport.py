@@ -181,7 +181,10 @@ def _provenance_block(p: dict[str, Any]) -> str:
     for k in ("models", "scenarios", "mitigations", "conditions", "arms", "tasks"):
         if k in m:
             items.append((k, ", ".join(map(str, m[k]))))
-    for k in ("spec_hashes", "settings", "calls", "controls"):
+    prov = archive.provenance_of(m)
+    if prov:
+        items.append(("provenance", ", ".join(f"{a}={b}" for a, b in sorted(prov.items()))))
+    for k in ("settings", "calls", "controls"):
         if k in m and m[k] is not None:
             items.append((k, ", ".join(f"{a}={b}" for a, b in sorted(m[k].items()))))
     if m.get("sources"):

@@ -351,6 +351,7 @@ def test_credentials_and_host_never_reach_the_run_folder(tmp_path, server) -> No
         "manifest.json",
         "records.jsonl",
         "records.parquet",
+        "results.json",
     ]  # the reply cache lives elsewhere
     assert any((tmp_path / "c").rglob("*.json"))
     assert f"reply cache: {tmp_path / 'c'}" in res.output
@@ -451,7 +452,9 @@ def test_one_call_per_record_with_replicates_and_shared_replies_only_on_request(
     assert per_record.complete and len(recs) == 3 * 2 * 2 * 2
     assert {r.replicate for r in recs} == {0, 1}
     # strict and repair ask the same prompt, yet each record is its own call
-    assert per_record.counters.calls == len(recs) and per_record.counters.cache_hits == 0
+    # (retries are counted as calls: a loaded machine can time out the 1 s test timeout)
+    c = per_record.counters
+    assert c.calls - c.retries == len(recs) and c.cache_hits == 0
     assert per_record.manifest["share_replies"] is False and per_record.manifest["replicates"] == 2
     again = _run(
         corpus, key, scen, _cfg("good", server.base, tasks=3, replicates=2), tmp_path / "r",
@@ -461,7 +464,8 @@ def test_one_call_per_record_with_replicates_and_shared_replies_only_on_request(
     shared = _run(
         corpus, key, scen, _cfg("good", server.base, tasks=3, share_replies=True), tmp_path / "s"
     )
-    assert shared.complete and shared.counters.calls == 3 * 2  # one per distinct prompt
+    sc = shared.counters
+    assert shared.complete and sc.calls - sc.retries == 3 * 2  # one per distinct prompt
     assert shared.manifest["share_replies"] is True
 
 

@@ -21,6 +21,8 @@ from layerlab.cli import app
 
 runner = CliRunner()
 MODEL = "smollm2-135m"
+# the fetched model lives in the real user cache; tests get a private XDG cache each (conftest)
+USER_CACHE = models.paths.user_cache()
 TASKS = "finance-01-q1,hr-03-q2"
 
 
@@ -49,9 +51,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
         "--response-format", "json_schema", "--max-tokens", "120", "--no-progress",
         "--cache-dir", str(cache), "--local-servers", "1",
     ]  # fmt: skip
-    first = runner.invoke(app, args)
+    env = {"LAYERLAB_CACHE": str(USER_CACHE)}
+    first = runner.invoke(app, args, env=env)
     assert first.exit_code == 0, first.output
-    again = runner.invoke(app, [*args, "--resume"])
+    again = runner.invoke(app, [*args, "--resume"], env=env)
     return out, first.output, again.output
 
 
@@ -98,7 +101,10 @@ def test_a_killed_parent_leaves_no_server_behind(tmp_path: Path) -> None:
         "from layerlab import models; import time, sys; "
         f"s = models.start(models.lookup({MODEL!r})); print(s.process.pid, flush=True); time.sleep(60)"
     )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "LAYERLAB_CACHE": str(USER_CACHE)}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env
+    )
     pid = int(parent.stdout.readline())  # type: ignore[union-attr]
     parent.send_signal(signal.SIGKILL)
     parent.wait()

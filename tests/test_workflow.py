@@ -188,7 +188,7 @@ def test_report_from_the_committed_archives_has_every_section(report_html: str) 
     for p in (REF, STUDY):
         m = archive.read_manifest(p)
         assert m["run_id"] in prov
-        assert m["spec_hashes"]["corpus"] in prov
+        assert archive.provenance_of(m)["corpus_spec"] in prov
     assert archive.read_manifest(REF)["files"]["records.parquet"] in prov
     # figures embedded, nothing fetched from anywhere
     assert report_html.count('src="data:image/png;base64,') >= 1
