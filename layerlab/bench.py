@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -247,6 +248,8 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
 
     spec = models.lookup(model)
     models.fetch(spec)
+    # the server is reached as an OpenAI-compatible endpoint, which needs a placeholder key
+    os.environ.setdefault("OPENAI_API_KEY", models.PLACEHOLDER_KEY)
     c = corpus_mod.load(paths.CORPUS_DIR)
     key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
     scen = load_scenarios()
