@@ -231,7 +231,8 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
     """The harness against a llama.cpp server driven directly with the same requests.
 
     One server of a local model; the same reader prompts (clean and conflicting evidence, strict
-    and repair: one call per record), the same seeds, response format and token cap. *Direct*
+    and repair: one call per record), the same seeds and token cap, no response format (an
+    ``openai/`` route sends OpenAI's json_schema form, which llama-cpp-python's server rejects). *Direct*
     posts each request body to the server in turn; *harness* is ``run_live`` end to end (corpus,
     retrieval, contract, scoring, archive) against the same server with an empty reply cache.
     The ratio is harness throughput over direct throughput (goal: >= 0.90). Needs ``make local``.
@@ -260,11 +261,10 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
         settings = ProviderSettings(timeout_s=600, max_tokens=120, api_bases=(server.api_base,))
         cfg = live.LiveConfig(
             models=(f"openai/{spec.name}",), scenarios=scenarios, mitigations=arms,
-            task_ids=task_ids, settings=settings, response_format="json_schema", seed=0,
+            task_ids=task_ids, settings=settings, response_format="none", seed=0,
         )  # fmt: skip
         # the direct requests: exactly what the harness sends, built from the same pieces
         route = live.routes_for(cfg, 1)[cfg.models[0]]
-        fmt = live.response_format_for("json_schema", local=True)
         bodies = []
         for s in scenarios:
             prep = harness.prepare(c, scen[s])
@@ -275,7 +275,7 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
                         continue
                     seed = live.record_seed(0, cfg.models[0], s, arm, t.task_id, 0)
                     req = route.request(prompt.messages(g.inp), seed)
-                    bodies.append({"model": spec.name, "max_tokens": 120, **req, "response_format": fmt})
+                    bodies.append({"model": spec.name, "max_tokens": 120, **req})
 
         def direct() -> None:
             for b in bodies:
