@@ -35,8 +35,9 @@ CACHE := $(or $(LAYERLAB_CACHE),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/layerla
 LLAMA_VERSION := $(shell sed -n 's/^llama-cpp-python==\([^ ]*\).*/\1/p' requirements-llama.lock)
 LLAMA_WHEELS := $(CACHE)/wheels/$(shell $(PYTHON) -c 'import platform,sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')
 LOCAL_STAMP := $(VENV)/.local-$(shell cat requirements-local.lock requirements-llama.lock | cksum | cut -d' ' -f1)
-# build only what the CPU here runs; no multimodal helpers (the benchmark is text only)
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF
+# build only what the CPU here runs; no multimodal helpers (the benchmark is text only). These
+# are the flags the measured build used.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
 $(LOCAL_STAMP): $(STAMP) requirements-local.lock requirements-llama.lock
 	@if ! ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
