@@ -256,7 +256,6 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
     scen = load_scenarios()
     scenarios, arms = ("clean", "conflicting_evidence"), harness.MODES
     task_ids = tuple(t.task_id for t in c.tasks[:tasks])
-    settings = ProviderSettings(timeout_s=600, max_tokens=120)
     with models.serve(spec, n_servers=1) as (server,):
         settings = ProviderSettings(timeout_s=600, max_tokens=120, api_bases=(server.api_base,))
         cfg = live.LiveConfig(
