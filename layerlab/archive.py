@@ -5,10 +5,24 @@ arm, task and policy keys, the replicate index, binary labels, the diagnostic la
 else: no prose, no answer text, no document ids, no latency, cost or credentials. The allowlist
 is the schema itself; it is checked when an archive is written and again when it is read.
 
-Schema history: version 1 named the arm column ``contract_mode`` and had no ``replicate``
-column. Version 2 renames it ``mitigation`` (values name registered mitigations or stacks; the
-strict contract is the baseline) and adds ``replicate`` (0-based; 0 for single runs) to the record
-key. Version-1 archives still read: the column is renamed and ``replicate`` set to 0 on read.
+Schema history (record archives):
+
+* version 1 named the arm column ``contract_mode`` and had no ``replicate`` column;
+* version 2 renamed it ``mitigation`` (values name registered mitigations or stacks; the strict
+  contract is the baseline) and added ``replicate`` (0-based; 0 for single runs) to the record key;
+* version 3 adds ``domain`` (the task's domain, the ``<domain>`` of its ``<domain>-NN`` policy id)
+  and ``answerable`` (whether the scenario leaves the question answerable, from the scenario DSL),
+  and stores a missing ``prompt_hash`` as null instead of ``""``.
+
+The focused study's archive: version 1 called the scenario ``condition`` and the arm ``arm``, and
+wrote ``"-"`` and ``""`` placeholders; version 2 uses the record archive's names (``scenario``,
+``mitigation``; the arms are stacks of the mitigations spec), adds ``domain`` and writes nulls.
+
+Older archives still read (upgraded in memory, see :func:`upgrade`); :func:`migrate` rewrites an
+archive or run folder in the current schema and records the migration in its manifest
+(``layerlab archive migrate``). Every added column is a pure function of columns the archive
+already holds plus the specs, so a migration never re-runs a model; the scenario spec's
+``answerable`` is checked against the archive's own ``safe_resolution`` labels first.
 """
 
 from __future__ import annotations
@@ -25,8 +39,8 @@ import pyarrow.parquet as pq
 
 from layerlab._io import atomic_write_bytes
 
-SCHEMA_VERSION = 2
-STUDY_SCHEMA_VERSION = 1  # the focused study's cells have their own, unchanged layout
+SCHEMA_VERSION = 3
+STUDY_SCHEMA_VERSION = 2  # the focused study's cells have their own layout
 
 LABELS = (
     "success",
@@ -53,9 +67,11 @@ class Record:
     provider: str
     model: str
     scenario: str
+    answerable: bool
     mitigation: str
     task_id: str
     replicate: int
+    domain: str
     policy_id: str
     variant: int
     stage: str
@@ -71,17 +87,22 @@ class Record:
     answered: bool
     safe_resolution: bool
     diagnostic: str
-    prompt_hash: str
+    prompt_hash: str | None  # null when the record ended before a prompt was built
 
 
 _TYPES: dict[str, pa.DataType] = {
     "schema_version": pa.int16(),
     "variant": pa.int8(),
     "replicate": pa.int16(),
+    "answerable": pa.bool_(),
     **{name: pa.bool_() for name in LABELS},
 }
+NULLABLE = frozenset({"prompt_hash", "control", "control_layer"})  # null = not applicable
 SCHEMA = pa.schema(
-    [pa.field(f.name, _TYPES.get(f.name, pa.string()), nullable=False) for f in fields(Record)],
+    [
+        pa.field(f.name, _TYPES.get(f.name, pa.string()), nullable=f.name in NULLABLE)
+        for f in fields(Record)
+    ],
     metadata={b"layerlab.archive.schema_version": str(SCHEMA_VERSION).encode()},
 )
 ALLOWLIST = frozenset(SCHEMA.names)
@@ -97,15 +118,14 @@ VALUE_PATTERNS: dict[str, str] = {
     "provider": r"[a-z0-9][a-z0-9_.-]{0,63}",
     "model": _TOKEN,
     "scenario": _IDENT,
+    "domain": _IDENT,
     "mitigation": r"[a-z][a-z0-9_+]{0,63}",  # a registered mitigation or a stack of them
     "task_id": r"[a-z][a-z0-9_]{0,63}-\d{2}-q\d{1,2}",
     "policy_id": r"[a-z][a-z0-9_]{0,63}-\d{2}",
-    "prompt_hash": r"([0-9a-f]{64})?",
+    "prompt_hash": r"[0-9a-f]{64}",
     # study cells
-    "condition": _IDENT,
-    "arm": _IDENT,
-    "control": _IDENT,  # the study's control that fired (allow, refuse, none, ...)
-    "control_layer": r"([a-z][a-z0-9_]{0,63}|-)?",
+    "control": _IDENT,  # the study's control that decided the cell (allow, refuse)
+    "control_layer": _IDENT,
 }
 
 
@@ -128,7 +148,7 @@ def _check_values(table: pa.Table, source: str) -> None:
     for f in table.schema:
         if not pa.types.is_string(f.type) and not pa.types.is_large_string(f.type):
             continue
-        values = set(table.column(f.name).to_pylist())
+        values = set(table.column(f.name).to_pylist()) - {None}
         if f.name in vocab:
             bad = sorted(v for v in values if v not in vocab[f.name])
             expected = f"one of {sorted(vocab[f.name])}"
@@ -145,6 +165,27 @@ def _check_values(table: pa.Table, source: str) -> None:
                 f"(e.g. {shown!r}); expected {expected}"
             )
 
+
+def _check_derived(table: pa.Table, source: str) -> None:
+    """Columns that follow from others must agree with them: ``domain`` with ``policy_id``, and
+    a null ``prompt_hash`` exactly on the records that ended before a prompt was built."""
+    names = table.column_names
+    if "domain" in names and "policy_id" in names:
+        for d, p in zip(table.column("domain").to_pylist(), table.column("policy_id").to_pylist(), strict=True):
+            if d != domain_of(p):
+                raise ArchiveError(
+                    f"{source}: column 'domain' holds {d!r} for policy {p!r}; expected {domain_of(p)!r}"
+                )
+    if "reached_reader" in names and "prompt_hash" in names:
+        for reached, h in zip(
+            table.column("reached_reader").to_pylist(), table.column("prompt_hash").to_pylist(), strict=True
+        ):
+            if reached != (h is not None):
+                raise ArchiveError(
+                    f"{source}: column 'prompt_hash' must be null exactly where reached_reader is "
+                    f"false (found reached_reader={reached} with prompt_hash={h!r})"
+                )
+                
 
 class ArchiveError(ValueError):
     """An archive that is not a valid layerlab archive (message names the file and problem)."""
@@ -184,7 +225,7 @@ def validate_table(
         got = table.schema.field(f.name).type
         if got != f.type:
             raise ArchiveError(f"{source}: column {f.name!r} has type {got}, expected {f.type}")
-        if table.column(f.name).null_count:
+        if table.column(f.name).null_count and not f.nullable:
             raise ArchiveError(f"{source}: column {f.name!r} has null values")
     versions = set(table.column("schema_version").to_pylist())
     if versions - {version}:
@@ -192,6 +233,7 @@ def validate_table(
             f"{source}: schema_version {sorted(versions)} found, this layerlab reads {version}"
         )
     _check_values(table, source)
+    _check_derived(table, source)
     rows = list(zip(*(table.column(k).to_pylist() for k in keys), strict=True))
     if len(set(rows)) != len(rows):
         seen: set[tuple[Any, ...]] = set()
@@ -208,23 +250,114 @@ def write_records(path: Path, records: Sequence[Record]) -> None:
     atomic_write_bytes(Path(path), buf.getvalue())
 
 
-def upgrade_v1(table: pa.Table) -> pa.Table:
-    """A version-1 record table in the version-2 layout (``contract_mode`` -> ``mitigation``,
-    ``replicate`` = 0). Anything else is returned unchanged for validation to judge."""
-    names = table.column_names
-    if "contract_mode" not in names or "mitigation" in names or "replicate" in names:
-        return table
-    if "schema_version" not in names or set(table.column("schema_version").to_pylist()) != {1}:
-        return table
-    table = table.rename_columns(["mitigation" if n == "contract_mode" else n for n in names])
-    n = table.num_rows
-    table = table.set_column(
+def _version_of(table: pa.Table) -> int | None:
+    if "schema_version" not in table.column_names or table.num_rows == 0:
+        return None
+    versions = set(table.column("schema_version").to_pylist())
+    return next(iter(versions)) if len(versions) == 1 else None
+
+
+def _set_version(table: pa.Table, version: int) -> pa.Table:
+    return table.set_column(
         table.column_names.index("schema_version"),
         "schema_version",
-        pa.array([SCHEMA_VERSION] * n, pa.int16()),
+        pa.array([version] * table.num_rows, pa.int16()),
     )
-    table = table.append_column("replicate", pa.array([0] * n, pa.int16()))
-    return table.select(SCHEMA.names)
+
+
+def _nulls_for(table: pa.Table, name: str, placeholders: frozenset[str]) -> pa.Table:
+    """Column ``name`` with its placeholder strings (``""``, ``"-"``, ...) replaced by null."""
+    vals = [None if v in placeholders else v for v in table.column(name).to_pylist()]
+    return table.set_column(
+        table.column_names.index(name), name, pa.array(vals, pa.string())
+    )
+
+
+def domain_of(policy_id: str) -> str:
+    """The domain of a policy unit: the spec requires policy ids ``<domain>-NN``."""
+    return policy_id.rsplit("-", 1)[0]
+
+
+def answerable_by_scenario(
+    table: pa.Table, source: str, scenarios: Any = None
+) -> dict[str, bool]:
+    """Each scenario's ``answerable`` from the scenario spec, checked against the archive's own
+    labels: safe resolution is S on an answerable scenario and a structured non-answer elsewhere,
+    so a spec that says otherwise than the records were scored by is refused (naming the
+    scenario) rather than written into the archive."""
+    if scenarios is None:
+        from layerlab.scenario import load_scenarios
+
+        scenarios = load_scenarios()
+    cols = {n: table.column(n).to_pylist() for n in ("safe_resolution", "success", "abstained")}
+    scen = table.column("scenario" if "scenario" in table.column_names else "condition").to_pylist()
+    out: dict[str, bool] = {}
+    for name in dict.fromkeys(scen):
+        if name not in scenarios:
+            raise ArchiveError(
+                f"{source}: scenario {name!r} is not in the scenario spec (known: "
+                f"{', '.join(scenarios)}); pass the spec the archive was run with (--scenarios)"
+            )
+        ans = bool(scenarios[name].spec.answerable)
+        judged = cols["success"] if ans else cols["abstained"]
+        rows = [i for i, s in enumerate(scen) if s == name]
+        if any(cols["safe_resolution"][i] != judged[i] for i in rows):
+            raise ArchiveError(
+                f"{source}: scenario {name!r}: the scenario spec says "
+                f"{'answerable' if ans else 'unsafe'}, but the archive's safe_resolution labels "
+                "were scored otherwise; pass the spec the archive was run with (--scenarios)"
+            )
+        out[name] = ans
+    return out
+
+
+def _upgrade_records(table: pa.Table, source: str, scenarios: Any) -> pa.Table:
+    version = _version_of(table)
+    names = table.column_names
+    if version == 1 and "contract_mode" in names and "mitigation" not in names:
+        table = table.rename_columns(["mitigation" if n == "contract_mode" else n for n in names])
+        table = table.append_column("replicate", pa.array([0] * table.num_rows, pa.int16()))
+        table = _set_version(table, 2)
+        version = 2
+    if version == 2 and "domain" not in table.column_names and "answerable" not in table.column_names:
+        ans = answerable_by_scenario(table, source, scenarios)
+        table = table.append_column(
+            "answerable", pa.array([ans[s] for s in table.column("scenario").to_pylist()])
+        )
+        table = table.append_column(
+            "domain", pa.array([domain_of(p) for p in table.column("policy_id").to_pylist()])
+        )
+        table = _nulls_for(table, "prompt_hash", frozenset({""}))
+        table = _set_version(table, 3)
+    if set(SCHEMA.names) <= set(table.column_names):
+        table = table.select(SCHEMA.names)
+    return table
+
+
+def _upgrade_study(table: pa.Table, source: str, scenarios: Any) -> pa.Table:
+    names = table.column_names
+    if _version_of(table) == 1 and "condition" in names and "scenario" not in names:
+        ren = {"condition": "scenario", "arm": "mitigation"}
+        table = table.rename_columns([ren.get(n, n) for n in names])
+        table = table.append_column(
+            "domain", pa.array([domain_of(p) for p in table.column("policy_id").to_pylist()])
+        )
+        table = _nulls_for(table, "control_layer", frozenset({"-", ""}))
+        table = _nulls_for(table, "control", frozenset({"none", ""}))
+        table = _nulls_for(table, "prompt_hash", frozenset({""}))
+        table = _set_version(table, 2)
+    if set(STUDY_SCHEMA.names) <= set(table.column_names):
+        table = table.select(STUDY_SCHEMA.names)
+    return table
+
+
+def upgrade(table: pa.Table, source: str = "archive", scenarios: Any = None) -> pa.Table:
+    """An older record or study table in the current layout (see the module docstring); a table
+    already current, or not a layerlab archive, is returned for validation to judge.
+    ``scenarios`` (name -> :class:`~layerlab.scenario.Scenario`; default the committed spec)
+    gives ``answerable``, checked against the archive's labels."""
+    study = "condition" in table.column_names or "control" in table.column_names
+    return (_upgrade_study if study else _upgrade_records)(table, source, scenarios)
 
 
 def read_table(
@@ -235,14 +368,15 @@ def read_table(
 ) -> pa.Table:
     """Read and validate an archive; raise :class:`ArchiveError` on any problem.
 
-    Record archives of schema version 1 are upgraded on read (see the module docstring).
+    Archives of an older schema version are upgraded in memory (see the module docstring);
+    ``layerlab archive migrate`` rewrites them.
     """
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise ArchiveError(f"{path}: not a readable Parquet archive ({exc})") from exc
-    if schema is None:
-        table = upgrade_v1(table)
+    if _version_of(table) not in (None, version):
+        table = upgrade(table, str(path))
     validate_table(table, str(path), schema, keys, version)
     return table.cast(schema or SCHEMA)
 
@@ -252,14 +386,15 @@ def read_table(
 STUDY_SCHEMA = pa.schema(
     [
         pa.field("schema_version", pa.int16(), nullable=False),
+        *[pa.field(n, pa.string(), nullable=False) for n in ("run_id", "provider", "model", "scenario")],
+        pa.field("answerable", pa.bool_(), nullable=False),
         *[
             pa.field(n, pa.string(), nullable=False)
-            for n in ("run_id", "provider", "model", "condition", "arm", "task_id", "policy_id")
+            for n in ("mitigation", "task_id", "domain", "policy_id")
         ],
         *[
             pa.field(n, pa.bool_(), nullable=False)
             for n in (
-                "answerable",
                 "success",
                 "safe_resolution",
                 "answered",
@@ -270,14 +405,11 @@ STUDY_SCHEMA = pa.schema(
             )
         ],
         pa.field("retries", pa.int8(), nullable=False),
-        *[
-            pa.field(n, pa.string(), nullable=False)
-            for n in ("control", "control_layer", "prompt_hash")
-        ],
+        *[pa.field(n, pa.string(), nullable=True) for n in ("control", "control_layer", "prompt_hash")],
     ],
     metadata={b"layerlab.archive.schema_version": str(STUDY_SCHEMA_VERSION).encode()},
 )
-STUDY_KEYS = ("provider", "model", "condition", "arm", "task_id")
+STUDY_KEYS = ("provider", "model", "scenario", "mitigation", "task_id")
 STUDY_ARCHIVE = "study.parquet"
 
 
@@ -352,6 +484,7 @@ MANIFEST_KEYS = frozenset(
         "tasks",
         "seed",
         "controls",
+        "migrations",
         "manifest_sha256",
     }
 )
@@ -658,3 +791,108 @@ def merge(sources: Sequence[Path], out: Path, allow_mixed: bool = False) -> dict
     if mixed:
         manifest["note"] = f"mixed provenance ({', '.join(mixed)} differ), merged with --allow-mixed"
     return write_run(Path(out), records, manifest)
+
+
+# --- migration: rewrite an older archive in the current schema --------------------------------
+
+MIGRATION_CHANGES = {
+    ("records", 1, 2): "contract_mode renamed mitigation; replicate added (0)",
+    ("records", 2, 3): "domain added (from policy_id); answerable added (from the scenario spec, "
+    "checked against the archive's safe_resolution labels); prompt_hash '' -> null",
+    ("study", 1, 2): "condition renamed scenario, arm renamed mitigation; domain added (from "
+    "policy_id); control 'none' -> null, control_layer '-' -> null, prompt_hash '' -> null",
+}
+_STUDY_MANIFEST_RENAMES = {"arms": "mitigations", "conditions": "scenarios"}
+
+
+def _write_table(path: Path, table: pa.Table) -> None:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=False)
+    atomic_write_bytes(Path(path), buf.getvalue())
+
+
+def migrate(path: Path, scenarios_path: Path | None = None) -> dict[str, Any]:
+    """Rewrite an archive file or run folder in the current schema, in place; no model is run.
+
+    The added columns are pure functions of the archive's columns and the specs (see the module
+    docstring). A run folder's manifest keeps its provenance and gains a ``migrations`` entry
+    (versions, the archive's previous checksum, the scenario spec hash used, what changed); its
+    file checksums and schema version are updated. The result is byte-identical to what the
+    current layerlab writes for the same records. An archive already current is left untouched.
+    Returns a short report (``path``, ``from``, ``to``, ``records``, ``changed``).
+    """
+    import hashlib
+
+    from layerlab import __version__, paths
+    from layerlab._io import sha256_file
+    from layerlab.scenario import load_scenarios
+    from layerlab.spec import SpecError, spec_hash
+
+    path = Path(path)
+    if not path.exists():
+        raise ArchiveError(f"{path}: does not exist (expected an archive file or run folder)")
+    manifest = read_manifest(path) if path.is_dir() else None
+    if manifest is not None and "manifest_sha256" not in manifest:
+        raise ArchiveError(f"{path / MANIFEST}: has no manifest_sha256; cannot vouch for it")
+    study = (manifest or {}).get("kind") == "langchain_study" or path.name == STUDY_ARCHIVE
+    arch = path / (STUDY_ARCHIVE if study else ARCHIVE) if path.is_dir() else path
+    if not arch.exists():
+        raise ArchiveError(f"{arch}: missing")
+    before = sha256_file(arch)
+    if manifest is not None and manifest.get("files", {}).get(arch.name) != before:
+        raise ArchiveError(f"{arch}: checksum differs from its manifest (modified or truncated)")
+    try:
+        table = pq.read_table(arch)
+    except (OSError, pa.ArrowException) as exc:
+        raise ArchiveError(f"{arch}: not a readable Parquet archive ({exc})") from exc
+    schema, keys, version = (
+        (STUDY_SCHEMA, STUDY_KEYS, STUDY_SCHEMA_VERSION) if study else (SCHEMA, KEYS, SCHEMA_VERSION)
+    )
+    old = _version_of(table)
+    report = {"path": str(path), "from": old, "to": version, "records": table.num_rows}
+    if old == version:
+        validate_table(table, str(arch), schema, keys, version)
+        return {**report, "changed": False}
+    spec_file = Path(scenarios_path or paths.SCENARIO_SPEC)
+    try:
+        scen = load_scenarios(scenarios_path)
+    except SpecError as exc:
+        raise ArchiveError(f"{spec_file}: {exc}") from None
+    new = upgrade(table, str(arch), scen)
+    validate_table(new, str(arch), schema, keys, version)
+    new = new.cast(schema)
+    # rows in the order the writer sorts them, so a migrated archive equals a fresh write
+    order = sorted(range(new.num_rows), key=lambda i: tuple(new.column(k)[i].as_py() for k in keys))
+    new = new.take(pa.array(order, pa.int64()))
+    if not study:
+        new = to_table(Record(**row) for row in new.to_pylist())
+    if manifest is None:
+        _write_table(arch, new)
+        return {**report, "changed": True}
+    buf = io.BytesIO()
+    pq.write_table(new, buf, compression="zstd", write_statistics=False)
+    kind = "study" if study else "records"
+    steps = [
+        MIGRATION_CHANGES[(kind, v, v + 1)]
+        for v in range(int(old or version), version)
+        if (kind, v, v + 1) in MIGRATION_CHANGES
+    ]
+    m = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    if study:
+        m = {_STUDY_MANIFEST_RENAMES.get(k, k): v for k, v in m.items()}
+    m["migrations"] = [
+        *m.get("migrations", []),
+        {
+            "from_schema_version": old,
+            "to_schema_version": version,
+            "previous_sha256": before,
+            "layerlab_version": __version__,
+            "scenario_spec": spec_hash(spec_file),
+            "changes": "; ".join(steps),
+        },
+    ]
+    m["archive_schema_version"] = version
+    m["files"] = {**m.get("files", {}), arch.name: hashlib.sha256(buf.getvalue()).hexdigest()}
+    atomic_write_bytes(arch, buf.getvalue())
+    write_manifest(path, m)
+    return {**report, "changed": True}

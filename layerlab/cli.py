@@ -574,7 +574,9 @@ def run_live(
     from layerlab.spec import spec_hash
 
     if config_path is not None:
-        _run_config(ctx, config_path, out, resume, cache_dir, corpus_dir, scenarios_path, progress, sample_log)
+        if retry_errors and not resume:
+            raise _fail("--retry-errors: only with --resume (it re-asks a run's error cells)")
+        _run_config(ctx, config_path, out, resume, retry_errors, cache_dir, corpus_dir, scenarios_path, progress)
         return
     if not model:
         raise _fail("-m/--model: give at least one model (or a run configuration with --config)")
@@ -697,7 +699,8 @@ def _task_ids(tasks: str) -> tuple[str, ...]:
 _CONFIG_OWNS = (
     "model", "scenario", "mode", "tasks", "api_base", "replicates", "share_replies",
     "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
-    "attempts", "backoff", "temperature", "limit", "limit_seed",
+    "attempts", "backoff", "temperature", "limit", "limit_seed", "max_error_rate", "retry_seed",
+    "sample_log",
 )  # fmt: skip
 
 
@@ -706,11 +709,11 @@ def _run_config(
     config_path: Path,
     out: Path,
     resume: bool,
+    retry_errors: bool,
     cache_dir: Path | None,
     corpus_dir: Path,
     scenarios_path: Path,
     progress: bool,
-    sample_log: Path | None,
 ) -> None:
     """``run live --config run.yaml``: validate, run every model group, merge, print results."""
     from layerlab import live, runconfig
@@ -731,9 +734,9 @@ def _run_config(
         text = config_path.read_text(encoding="utf-8")
     except SpecError as exc:
         raise _spec_fail(exc, "problem(s) in the run configuration; nothing run") from None
-    log = _open_sample_log(sample_log, out)
+    log = _open_sample_log(spec.sample_log_path(config_path), out)
     try:
-        complete, message = runconfig.execute(
+        complete, message, over = runconfig.execute(
             spec,
             text,
             out,
@@ -742,6 +745,7 @@ def _run_config(
             scen,
             scenario_hash=spec_hash(scenarios_path),
             resume=resume,
+            retry_errors=retry_errors,
             cache_dir=cache_dir,
             progress=_progress_hook if progress else None,
             samples=log,
@@ -758,6 +762,14 @@ def _run_config(
         typer.echo(f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)")
     typer.echo(message)
     typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / runconfig.CONFIG_COPY}")
+    if over:
+        typer.echo(
+            f"error: provider-error rate above max_error_rate {spec.max_error_rate:g} for "
+            f"{', '.join(over)}; the records are written but the run failed "
+            "(fix the cause, then --resume --retry-errors)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_ERROR_RATE)
     if not complete:
         raise typer.Exit(3)
 
@@ -832,7 +844,7 @@ def _progress_hook() -> _Bar:
     return _Bar()
 
 
-archive_app = typer.Typer(no_args_is_help=True, help="Check and merge record archives.")
+archive_app = typer.Typer(no_args_is_help=True, help="Check, migrate and merge record archives.")
 app.add_typer(archive_app, name="archive")
 
 
@@ -871,6 +883,43 @@ def archive_check(
         raise typer.Exit(1)
     if partial:
         raise typer.Exit(EXIT_INCOMPLETE)
+
+
+@archive_app.command("migrate")
+def archive_migrate(
+    paths_: list[Path] = typer.Argument(
+        ..., metavar="PATH...", help="Archive files or run folders (record or study archives)."
+    ),
+    scenarios_path: Path = typer.Option(
+        paths.SCENARIO_SPEC,
+        "--scenarios",
+        help="Scenario DSL the archive was run with (gives `answerable`, checked against the "
+        "archive's safe_resolution labels).",
+    ),
+) -> None:
+    """Rewrite archives of an older schema in the current one, in place (no model is run).
+
+    Added columns are derived from the archive's own columns and the specs; a run folder's
+    manifest keeps its provenance and records the migration. Current archives are left as they are.
+    """
+    from layerlab.archive import ArchiveError, migrate
+
+    bad = 0
+    for p in paths_:
+        try:
+            rep = migrate(p, scenarios_path)
+        except ArchiveError as exc:
+            typer.echo(f"FAIL {exc} (not migrated)", err=True)
+            bad += 1
+            continue
+        if rep["changed"]:
+            typer.echo(
+                f"migrated {p}: schema {rep['from']} -> {rep['to']}, {rep['records']} records"
+            )
+        else:
+            typer.echo(f"ok   {p}: already schema {rep['to']} ({rep['records']} records)")
+    if bad:
+        raise typer.Exit(1)
 
 
 @archive_app.command("merge")

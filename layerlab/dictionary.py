@@ -102,6 +102,24 @@ def _arms() -> str:
     return "; ".join(parts) + " — from `data/specs/mitigations.yaml` (`layerlab mitigation list`)"
 
 
+def _domains() -> str:
+    from layerlab import paths
+    from layerlab.spec import load_domains
+
+    names = sorted(d.domain for d in load_domains(paths.CORPUS_SPEC_DIR))
+    return ", ".join(f"`{n}`" for n in names) + " — from `data/specs/enterprise_v2/`"
+
+
+def _study_arms() -> str:
+    from layerlab.mitigation import load_mitigations
+    from layerlab.study import ARMS
+
+    spec = load_mitigations()
+    return "; ".join(
+        f"`{a}` — {(spec.arms[a].description or a).rstrip('.')}" for a in ARMS
+    ) + " — stacks of `data/specs/mitigations.yaml`"
+
+
 def _diagnostics() -> str:
     return _listing(DIAGNOSTIC_MEANINGS)
 
@@ -130,6 +148,13 @@ RECORD_COLUMNS: dict[str, Column] = {
         "free text, e.g. `gpt-4o-mini`, `smollm2-135m`, `extractive`, `cautious`",
     ),
     "scenario": Column("the fault scenario injected into the pipeline", _scenarios),
+    "answerable": Column(
+        "whether the scenario leaves the question answerable from the evidence the reader may "
+        "use (a correct answer is the safe outcome) or is unsafe (a structured non-answer is); "
+        "from the scenario's `answerable` in `data/specs/scenarios.yaml`, and what "
+        "`safe_resolution` is judged by",
+        "`true` (answerable) / `false` (unsafe)",
+    ),
     "mitigation": Column(
         "the mitigation arm the record ran under (an entry or a stack of the mitigations spec)",
         _arms,
@@ -142,6 +167,7 @@ RECORD_COLUMNS: dict[str, Column] = {
         "index of the independent repetition of the cell (part of the record key)",
         "`0` … `replicates − 1`; `0` for single runs",
     ),
+    "domain": Column("the task's domain (the `<domain>` of its policy id)", _domains),
     "policy_id": Column(
         "the policy unit the task asks about; its three variants are correlated, not independent",
         "`<domain>-<NN>`",
@@ -186,8 +212,8 @@ RECORD_COLUMNS: dict[str, Column] = {
     "prompt_hash": Column(
         "SHA-256 of the prompt messages (the reader's input in the deterministic harness); "
         "identifies the prompt without storing it",
-        "64 hex characters; `\"\"` (empty) when the record ended before a prompt was built "
-        "(`reached_reader` is false) — read it as null",
+        "64 hex characters; **null** when the record ended before a prompt was built "
+        "(exactly where `reached_reader` is false)",
     ),
 }
 
@@ -198,19 +224,17 @@ STUDY_COLUMNS: dict[str, Column] = {
     "run_id": Column("the study run that produced the cell", "`study-<16 hex>`"),
     "provider": RECORD_COLUMNS["provider"],
     "model": RECORD_COLUMNS["model"],
-    "condition": Column(
-        "the fault scenario of the cell (the record archive's `scenario`)", _scenarios
+    "scenario": Column(
+        "the fault scenario of the cell (the paper calls it the study's condition)", _scenarios
     ),
-    "arm": Column(
-        "the study arm (the record archive's `mitigation` plays this role there)",
-        "`uncontrolled` — whatever evidence arrives goes to the model; `controls` — LayerRAG "
-        "evidence-aware controls",
+    "answerable": RECORD_COLUMNS["answerable"],
+    "mitigation": Column(
+        "the study arm: a stack of the mitigations spec, as in the record archive",
+        _study_arms,
     ),
     "task_id": RECORD_COLUMNS["task_id"],
+    "domain": RECORD_COLUMNS["domain"],
     "policy_id": RECORD_COLUMNS["policy_id"],
-    "answerable": Column(
-        "whether the condition is answerable (valid evidence present) or unsafe", _FLAG
-    ),
     "success": Column("strict success S of the cell's answer", _FLAG),
     "safe_resolution": RECORD_COLUMNS["safe_resolution"],
     "answered": RECORD_COLUMNS["answered"],
@@ -224,14 +248,17 @@ STUDY_COLUMNS: dict[str, Column] = {
     "control": Column(
         "which control decided the cell",
         "`allow` — the evidence passed every check; `refuse` — a control refused (a structured "
-        "non-answer with a reason); `none` — the uncontrolled arm",
+        "non-answer with a reason); **null** — the arm has no controls (`uncontrolled`)",
     ),
     "control_layer": Column(
-        "the layer the deciding control serves",
+        "the layer of the control that refused",
         "a layer name (`availability`, `authorisation`, `tool_contract`, `completeness`, "
-        "`session_state`, `freshness`, `metadata`) or `-` where no layer applies — read `-` as null",
+        "`session_state`, `freshness`, `metadata`); **null** where no control refused",
     ),
-    "prompt_hash": RECORD_COLUMNS["prompt_hash"],
+    "prompt_hash": Column(
+        RECORD_COLUMNS["prompt_hash"].meaning,
+        "64 hex characters; **null** when the cell ended before a prompt was built",
+    ),
 }
 
 ARCHIVES: tuple[tuple[str, str, pa.Schema, Mapping[str, Column], tuple[str, ...]], ...] = (
@@ -245,7 +272,8 @@ ARCHIVES: tuple[tuple[str, str, pa.Schema, Mapping[str, Column], tuple[str, ...]
     ),
     (
         "Focused-study archive",
-        "`study.parquet` (`data/archives/langchain_study/`): one row per task × condition × arm",
+        "`study.parquet` (`data/archives/langchain_study/`): one row per task × scenario × arm "
+        "(`mitigation`); columns named as in the record archive mean the same there",
         archive.STUDY_SCHEMA,
         STUDY_COLUMNS,
         archive.STUDY_KEYS,
@@ -280,7 +308,8 @@ def render() -> str:
         "schemas; do not edit by hand -->",
         "",
         "Archives keep only allowlisted columns (no prose, answers, document ids, latency, cost "
-        "or credentials). Every column is non-null. Strict success is **S = E ∧ R ∧ G ∧ V**: "
+        "or credentials). A column is non-null unless its entry says when it is null (never an "
+        "empty-string or `-` placeholder). Strict success is **S = E ∧ R ∧ G ∧ V**: "
         "**E** exact match (`exact_match`), **R** required documents retrieved "
         "(`retrieval_ok`), **G** citations valid (`citation_ok`), **V** tool payload valid "
         "(`schema_ok`).",
@@ -298,7 +327,7 @@ def render() -> str:
         for f in schema:
             c = cols[f.name]
             lines.append(
-                f"| `{f.name}` | {f.type} | {_cell(c.meaning)} | {_cell(c.vocab()) or '—'} |"
+                f"| `{f.name}` | {f.type}{', nullable' if f.nullable else ''} | {_cell(c.meaning)} | {_cell(c.vocab()) or '—'} |"
             )
         lines.append("")
     return "\n".join(lines)

@@ -271,14 +271,16 @@ def evaluate(
         provider=provider,
         model=model,
         scenario=spec.name,
+        answerable=spec.answerable,
         mitigation=arm,
         task_id=task.task_id,
         replicate=replicate,
+        domain=task.domain,
         policy_id=task.policy_id,
         variant=task.variant,
         stage=stage,
         reached_reader=g.inp is not None,
-        prompt_hash=prompt_hash,
+        prompt_hash=prompt_hash or None,  # null when no prompt was built
         **asdict(labels),
     )
     return rec, labels

@@ -455,6 +455,7 @@ def _typed(row: Mapping[str, Any]) -> bool:
             "bool": isinstance(v, bool),
             "int": isinstance(v, int) and not isinstance(v, bool),
             "str": isinstance(v, str),
+            "str | None": v is None or isinstance(v, str),
         }.get(str(kind), False)
         if not ok:
             return False

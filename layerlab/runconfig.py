@@ -22,7 +22,14 @@ by the spec loader (``file:line: field: what was expected``) and stored with the
     mitigations: [strict, repair]
     limit: 24
     replicates: 2
+    seed: 11                  # base of the per-record seeds sent to servers (also per model)
     budget: 5000
+    max_error_rate: 0.1       # exit 4 when a model's provider-error share is above this
+    retry_seed: 3             # seed of the retry jitter
+    sample_log: ~/.cache/layerlab/samples/run.jsonl   # private per-sample log (relative: to this file)
+
+Every ``run live`` setting a paper reports has a key here; the flags it owns are refused next to
+``--config`` rather than silently ignored.
 
 Keys never go in the file: they come from the environment only.
 """
@@ -40,6 +47,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from layerlab.corpus import AnswerKey, Corpus, Task
+from layerlab.live import DEFAULT_MAX_ERROR_RATE
 from layerlab.llm import ProviderSettings
 from layerlab.spec import load_yaml_as
 
@@ -128,6 +136,16 @@ class RunConfigSpec(BaseModel):
     budget: int | None = Field(default=None, ge=0)  # hard cap on provider calls over the whole run
     concurrency: int = Field(8, ge=1)
     share_replies: bool = False
+    max_error_rate: float = Field(DEFAULT_MAX_ERROR_RATE, ge=0, le=1)  # share of provider errors
+    retry_seed: int = 0  # seed of the retry jitter
+    sample_log: str | None = Field(default=None, min_length=1)  # private log, outside the run
+
+    def sample_log_path(self, config_file: Path) -> Path | None:
+        """The sample log's path: ``~`` expanded, a relative path taken from the config's folder."""
+        if self.sample_log is None:
+            return None
+        p = Path(self.sample_log).expanduser()
+        return p if p.is_absolute() else Path(config_file).parent / p
 
     def settings_for(self, m: ModelEntry) -> dict[str, Any]:
         """A model's effective settings: its own, else ``defaults``, else the paper's."""
@@ -246,13 +264,15 @@ def execute(
     *,
     scenario_hash: str,
     resume: bool = False,
+    retry_errors: bool = False,
     cache_dir: Path | None = None,
     progress: Callable[[], Any] | None = None,
     samples: Any = None,
     default_local_servers: int = 1,
     say: Callable[[str], None] = lambda _m: None,
-) -> tuple[bool, str]:
-    """Run a configuration into ``out``; return (complete, message).
+) -> tuple[bool, str, tuple[str, ...]]:
+    """Run a configuration into ``out``; return (complete, message, models whose provider-error
+    share exceeded ``max_error_rate``).
 
     Models that share their settings run together; models with their own endpoints or settings
     run into ``out/runs/NN-<model>/`` and are merged into ``out`` (archive, manifest,
@@ -264,7 +284,7 @@ def execute(
 
     groups = plan(spec, list(scenarios), corpus.tasks)
     left = spec.budget
-    messages, complete = [], True
+    messages, complete, over = [], True, []
     for g in groups:
         folder = out / g.folder if g.folder else out
         bar = progress() if progress else None  # one progress bar per run
@@ -279,11 +299,14 @@ def execute(
                 budget=left,
                 concurrency=spec.concurrency,
                 resume=resume,
+                retry_errors=retry_errors,
                 cache_dir=cache_dir,
                 progress=bar.update if bar else None,
                 local_servers=g.local_servers or default_local_servers,
                 say=say,
                 samples=samples,
+                max_error_rate=spec.max_error_rate,
+                seed=spec.retry_seed,
             )
         finally:
             if bar:
@@ -292,10 +315,11 @@ def execute(
             left = max(0, left - r.counters.calls)
         messages.append(f"{', '.join(g.models)}: {r.message}")
         complete = complete and r.complete
+        over += r.over_error_rate
         if not r.complete:
             break
     atomic_write_text(out / CONFIG_COPY, config_text)
     if len(groups) > 1 and complete:
         archive.merge([out / g.folder for g in groups], out)
         results.write_results(out)
-    return complete, "\n".join(messages)
+    return complete, "\n".join(messages), tuple(over)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from layerlab.archive import KEYS, Record
+from layerlab.archive import KEYS, LABELS, Record
 from layerlab.corpus import AnswerKeyEntry, Task
 from layerlab.reader import ReaderOutput
 
@@ -93,17 +93,17 @@ def entry(
     """The log entry of one scored record (``gate``: the harness's contract gate)."""
     inp = gate.inp
     delivered = [e.doc_id for e in inp.evidence] if inp is not None else []
-    labels = {k: getattr(rec, k) for k in rec.__dataclass_fields__ if k not in KEYS}
     return {
         "v": SAMPLE_LOG_VERSION,
         **{k: getattr(rec, k) for k in KEYS},
         "run_id": rec.run_id,
         "domain": task.domain,
         "policy_id": task.policy_id,
+        "answerable": rec.answerable,
         "question": task.question,
         "outcome": outcome(rec),
         "diagnostic": rec.diagnostic,
-        "verdict": {k: v for k, v in labels.items() if isinstance(v, bool)},
+        "verdict": {k: getattr(rec, k) for k in LABELS},
         "reasons": reasons(rec, key_entry, delivered, out, gate.contract),
         "expected": key_entry.expected_answer,
         "stage": rec.stage,

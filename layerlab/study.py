@@ -208,6 +208,14 @@ def _parse(reply: str) -> tuple[ReaderOutput | None, str | None]:
         return None, "malformed_reply"
 
 
+def _control(g: harness.Gate, a: Any) -> str | None:
+    """Which control decided the cell: ``refuse``, ``allow`` (the evidence passed every check),
+    or null on an arm without controls (the uncontrolled arm)."""
+    if g.refusal:
+        return "refuse"
+    return "allow" if a.steps and not a.empty_context_on_failure else None
+
+
 def run_study(
     corpus: Corpus,
     key: AnswerKey,
@@ -257,7 +265,7 @@ def run_study(
                 )
                 refused_by = g.refusal.split(":", 1)[0] if g.refusal else None
                 layer = next(
-                    (m.layers[0] for m in a.steps if m.name == refused_by and m.layers), "-"
+                    (m.layers[0] for m in a.steps if m.name == refused_by and m.layers), None
                 )
                 rows.append(
                     {
@@ -265,11 +273,12 @@ def run_study(
                         "run_id": run_id,
                         "provider": provider,
                         "model": name,
-                        "condition": cond,
-                        "arm": arm,
-                        "task_id": t.task_id,
-                        "policy_id": t.policy_id,
+                        "scenario": cond,
                         "answerable": scen.spec.answerable,
+                        "mitigation": arm,
+                        "task_id": t.task_id,
+                        "domain": t.domain,
+                        "policy_id": t.policy_id,
                         "success": lab.success,
                         "safe_resolution": lab.safe_resolution,
                         "answered": lab.answered,
@@ -278,9 +287,9 @@ def run_study(
                         "grounded_false_positive": lab.grounded_false_positive,
                         "retry_restored": g.attempts > 1 and g.inp is not None,
                         "retries": g.attempts - 1,
-                        "control": "refuse" if g.refusal else ("allow" if a.steps and not a.empty_context_on_failure else "none"),
-                        "control_layer": layer if g.refusal else "-",
-                        "prompt_hash": phash,
+                        "control": _control(g, a),
+                        "control_layer": layer if g.refusal else None,
+                        "prompt_hash": phash or None,
                     }
                 )
     return rows
@@ -327,8 +336,8 @@ def run_to(
             "mitigations": ident["mitigations"],
         },
         "models": [model],
-        "arms": list(ARMS),
-        "conditions": list(scen),
+        "mitigations": list(ARMS),
+        "scenarios": list(scen),
         "tasks": sorted({r["task_id"] for r in rows}),
         "seed": seed,
         "controls": {a: list(spec.arm(a).kinds) for a in ARMS},
@@ -345,8 +354,8 @@ def table7(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(list(rows))
     out = []
     for arm in ARMS:
-        a = df[df["arm"] == arm]
-        ans, uns, clean = a[a["answerable"]], a[~a["answerable"]], a[a["condition"] == "clean"]
+        a = df[df["mitigation"] == arm]
+        ans, uns, clean = a[a["answerable"]], a[~a["answerable"]], a[a["scenario"] == "clean"]
         wrong_controls = int((ans["control"] == "refuse").sum())
         out.append(
             {
@@ -368,22 +377,23 @@ def table7(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def table7_by_condition(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Per condition and arm: strict success, safe resolution and which control fired."""
     df = pd.DataFrame(list(rows))
-    order = list(dict.fromkeys(df["condition"]))
+    order = list(dict.fromkeys(df["scenario"]))
     out = []
     for cond in order:
         row: dict[str, Any] = {
             "condition": cond,
-            "answerable": bool(df[df["condition"] == cond]["answerable"].iloc[0]),
+            "answerable": bool(df[df["scenario"] == cond]["answerable"].iloc[0]),
         }
         for arm in ARMS:
-            a = df[(df["condition"] == cond) & (df["arm"] == arm)]
+            a = df[(df["scenario"] == cond) & (df["mitigation"] == arm)]
             row[f"{arm} S"] = f"{int(a['success'].sum())}/{len(a)}"
             row[f"{arm} safe"] = f"{int(a['safe_resolution'].sum())}/{len(a)}"
-        c = df[(df["condition"] == cond) & (df["arm"] == "controls")]
-        row["controls fired"] = ", ".join(
-            f"{k} ({layer})"
-            for (k, layer) in sorted(set(zip(c["control"], c["control_layer"], strict=True)))
-        )
+        c = df[(df["scenario"] == cond) & (df["mitigation"] == "controls")]
+        fired = {
+            (str(k), layer if isinstance(layer, str) else "-")  # null: no layer applies
+            for k, layer in zip(c["control"], c["control_layer"], strict=True)
+        }
+        row["controls fired"] = ", ".join(f"{k} ({layer})" for k, layer in sorted(fired))
         out.append(row)
     return pd.DataFrame(out)
 

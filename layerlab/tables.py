@@ -330,7 +330,7 @@ def paper_comparison(
     add(
         "records with a prompt hash",
         lm["records_with_prompt_hash"],
-        int((df["prompt_hash"] != "").sum()) if "prompt_hash" in df else None,
+        int(df["prompt_hash"].notna().sum()) if "prompt_hash" in df else None,
         "records ending before the reader carry no prompt",
     )
     for s, v in ref["table4_success_by_scenario_contract"].items():

@@ -137,20 +137,21 @@ def _from_archive(path: Path) -> list[dict[str, Any]]:
     except archive.ArchiveError as exc:
         raise ViewError(str(exc)) from None
     try:
-        questions = {t.task_id: (t.question, t.domain) for t in corpus_mod.load().tasks}
+        questions = {t.task_id: t.question for t in corpus_mod.load().tasks}
     except Exception:  # the corpus is optional here: labels alone still make a view
         questions = {}
     rows = []
     for r in recs:
         d = dict(r.__dict__)
-        q, dom = questions.get(r.task_id, ("", ""))
         rows.append(
             {
-                **{k: d[k] for k in (*archive.KEYS, "run_id", "policy_id", "stage", "diagnostic")},
-                "question": q,
-                "domain": dom,
+                **{
+                    k: d[k]
+                    for k in (*archive.KEYS, "run_id", "domain", "policy_id", "answerable", "stage", "diagnostic")
+                },
+                "question": questions.get(r.task_id, ""),
                 "outcome": samplelog.outcome(d),
-                "verdict": {k: v for k, v in d.items() if isinstance(v, bool)},
+                "verdict": {k: d[k] for k in archive.LABELS},
             }
         )
     return rows
