@@ -201,7 +201,8 @@ def to_table(records: Iterable[Record]) -> pa.Table:
     cols: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     for r in rows:
         for k, v in asdict(r).items():
-            cols[k].append(v)
+            # a record that went through pandas carries NaN for a null string: store null
+            cols[k].append(None if k in NULLABLE and isinstance(v, float) and v != v else v)
     return pa.Table.from_pydict(cols, schema=SCHEMA)
 
 

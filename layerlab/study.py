@@ -414,6 +414,9 @@ def same_cells(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -
     """Whether two sets of study cells agree on every label (run ids aside)."""
 
     def norm(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
-        return sorted(tuple(sorted((k, v) for k, v in r.items() if k != "run_id")) for r in rows)
+        # nulls sort apart from strings (repr keeps None distinct from "None")
+        return sorted(
+            tuple(sorted((k, repr(v)) for k, v in r.items() if k != "run_id")) for r in rows
+        )
 
     return norm(a) == norm(b)

@@ -56,3 +56,29 @@ def test_local_model_archives_are_complete_real_model_runs() -> None:
         assert len(recs) == m["expected_records"]
         assert all(r.prompt_hash for r in recs if r.reached_reader)
         assert f"{folder.relative_to(paths.ARCHIVES)}/records.parquet" in listed
+
+
+def test_committed_archives_hold_nulls_not_placeholders_and_the_shared_vocabulary() -> None:
+    """Every committed archive: no ``""`` or ``"-"`` in any string column; ``domain`` and
+    ``answerable`` present; the study names its scenario and arm as the record archives do."""
+    import pyarrow.parquet as pq
+
+    files = sorted(paths.ARCHIVES.rglob("*.parquet"))
+    assert len(files) >= 4
+    for f in files:
+        t = pq.read_table(f)
+        assert {"scenario", "mitigation", "domain", "answerable"} <= set(t.column_names), f
+        assert not {"condition", "arm", "contract_mode"} & set(t.column_names), f
+        for name in t.column_names:
+            if str(t.schema.field(name).type) == "string":
+                vals = set(t.column(name).to_pylist())
+                assert not vals & {"", "-", "none"}, (f, name)
+
+
+def test_the_real_model_archive_was_migrated_not_rerun() -> None:
+    folder = paths.LOCAL_MODEL_ARCHIVES / "smollm2-135m"
+    m = archive.read_manifest(folder)
+    (step,) = m["migrations"]
+    assert (step["from_schema_version"], step["to_schema_version"]) == (2, archive.SCHEMA_VERSION)
+    assert m["archive_schema_version"] == archive.SCHEMA_VERSION
+    assert m["run_id"] == "live-9452b9dafbe0a962" and "local/smollm2-135m" in m["local_models"]

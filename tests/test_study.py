@@ -28,13 +28,13 @@ def test_design(rows, corpus, key) -> None:
 
 
 def test_controls_resolve_every_unsafe_cell_and_keep_answerable_success(rows) -> None:
-    ctl = [r for r in rows if r["arm"] == "controls"]
+    ctl = [r for r in rows if r["mitigation"] == "controls"]
     assert all(r["success"] for r in ctl if r["answerable"])  # 24/24
     assert all(
         r["safe_resolution"] and not r["answered"] for r in ctl if not r["answerable"]
     )  # 48/48
     assert not any(r["control"] == "refuse" for r in ctl if r["answerable"])
-    layers = {(r["condition"], r["control_layer"]) for r in ctl if not r["answerable"]}
+    layers = {(r["scenario"], r["control_layer"]) for r in ctl if not r["answerable"]}
     assert layers == {
         ("stale_index", "freshness"),
         ("missing_tool_output", "availability"),
@@ -46,11 +46,11 @@ def test_controls_resolve_every_unsafe_cell_and_keep_answerable_success(rows) ->
 
 
 def test_uncontrolled_arm_answers_unsafe_cells_grounded_but_wrong(rows) -> None:
-    unc = [r for r in rows if r["arm"] == "uncontrolled"]
-    assert all(r["success"] for r in unc if r["condition"] == "clean")
+    unc = [r for r in rows if r["mitigation"] == "uncontrolled"]
+    assert all(r["success"] for r in unc if r["scenario"] == "clean")
     unsafe_answered = [r for r in unc if not r["answerable"] and r["answered"]]
     assert unsafe_answered and any(r["grounded_false_positive"] for r in unsafe_answered)
-    assert all(not r["success"] for r in unc if r["condition"] in ("stale_index", "wrong_session"))
+    assert all(not r["success"] for r in unc if r["scenario"] in ("stale_index", "wrong_session"))
 
 
 def test_a_transient_timeout_is_recovered_by_the_bounded_retry(tmp_path: Path, corpus, key) -> None:
@@ -76,10 +76,10 @@ def test_a_transient_timeout_is_recovered_by_the_bounded_retry(tmp_path: Path, c
     rows = study.run_study(
         corpus, key, {"clean": scen["clean"], "partial_timeout": scen["partial_timeout"]}
     )
-    ctl = [r for r in rows if r["arm"] == "controls" and r["condition"] == "partial_timeout"]
+    ctl = [r for r in rows if r["mitigation"] == "controls" and r["scenario"] == "partial_timeout"]
     assert all(r["retry_restored"] and r["retries"] == 1 and r["control"] == "allow" for r in ctl)
     assert all(r["safe_resolution"] and r["success"] for r in ctl)
-    unc = [r for r in rows if r["arm"] == "uncontrolled" and r["condition"] == "partial_timeout"]
+    unc = [r for r in rows if r["mitigation"] == "uncontrolled" and r["scenario"] == "partial_timeout"]
     assert not any(r["retries"] for r in unc) and not all(r["success"] for r in unc)
 
 

@@ -408,3 +408,93 @@ def test_reproduce_refuses_zero_jobs() -> None:
 
     with pytest.raises(ValueError, match="--jobs"):
         reproduce.run(quick=True, jobs=0)
+
+
+# --- the notebook explorer (layerlab.explore.browser / records_html) ---------------------------
+
+
+def _blocks(html: str) -> list[str]:
+    return html.split('<details class="rec"')[1:]
+
+
+def test_notebook_explorer_reads_a_sample_log_verdict_first_path_below(
+    small_run: tuple[Path, Path],
+) -> None:
+    from layerlab import explore
+
+    _, log = small_run
+    rows = explore.load_rows(log)
+    hits = explore.select(rows, model="layerlab/extractive", scenario="wrong_session", outcome="grounded_wrong")
+    assert hits and all(r["outcome"] == "grounded_wrong" for r in hits)
+    html = explore.records_html(hits, shown=len(hits))
+    assert f"{len(hits)} record(s)" in html and "Private" in html
+    blocks = _blocks(html)
+    assert len(blocks) == len(hits)
+    for b, r in zip(blocks, hits, strict=True):
+        summary = b.split("</summary>", 1)[0]
+        assert "grounded_wrong" in summary and "S ✗" in summary and "session_state" in summary
+        # verdict (reasons, reply, expected) first; the path (question, evidence, raw reply) below, collapsed
+        assert b.index("Verdict") < b.index("<b>expected</b>") < b.index('<details class="path">')
+        path = b.split('<details class="path">', 1)[1]
+        assert r["question"] in path.replace("&#x27;", "'") and "raw reply" in path and "<table>" in path
+    assert blocks[0].startswith(" open>") and not blocks[1:2] or not blocks[1].startswith(" open>")
+
+
+def test_notebook_explorer_reads_an_archive_and_filters_with_widgets(
+    small_run: tuple[Path, Path],
+) -> None:
+    from layerlab import explore
+
+    out, log = small_run
+    ui = explore.browser([out, log])
+    grid, view = ui.children
+    source, *boxes = grid.children
+    by = {b.description: b for b in boxes}
+    assert set(by) == {"run", "model", "scenario", "mitigation", "outcome", "diagnostic"}
+    assert "archive record: no reply" in view.value and "Private" not in view.value
+    n = len(archive.read_records(out / archive.ARCHIVE))
+    assert f"{n} record(s)" in view.value
+    by["scenario"].value = "wrong_session"
+    by["outcome"].value = "grounded_wrong"
+    want = explore.select(explore.load_rows(out), scenario="wrong_session", outcome="grounded_wrong")
+    assert f"{len(want)} record(s)" in view.value
+    source.value = log  # the sample log keeps the chosen filters where they apply
+    assert "Private" in view.value and f"{len(want)} record(s)" in view.value
+    assert by["model"].options[0] == ("all", "")
+    with pytest.raises(KeyError, match="unknown filter"):
+        explore.select([], colour="red")
+
+
+# --- run configuration: every run-live setting a paper needs ------------------------------------
+
+
+def test_run_config_takes_error_rate_retry_seed_seed_and_sample_log(tmp_path: Path) -> None:
+    cfg = tmp_path / "conf" / "run.yaml"
+    cfg.parent.mkdir()
+    cfg.write_text(
+        "models:\n  - model: layerlab/extractive\nscenarios: [clean]\nlimit: 2\nreplicates: 2\n"
+        "defaults: {seed: 5, response_format: none}\nmax_error_rate: 0.05\nretry_seed: 3\n"
+        "sample_log: private/samples.jsonl\n"
+    )
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    m = archive.read_manifest(out)
+    assert m["replicates"] == 2 and m["seed"] == 5 and m["records"] == 2 * 2 * 2
+    log = cfg.parent / "private" / "samples.jsonl"  # relative to the configuration's folder
+    assert len(samplelog.read(log)) == m["records"]
+    assert (out / "run.yaml").read_text() == cfg.read_text()
+
+
+def test_run_config_rejects_a_bad_error_rate_and_owns_its_flags(tmp_path: Path) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("models:\n  - model: layerlab/extractive\nmax_error_rate: 1.5\nretry_seed: x\n")
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out)])
+    assert res.exit_code == 1
+    assert f"{cfg}:3: max_error_rate:" in res.output and f"{cfg}:4: retry_seed:" in res.output
+    cfg.write_text("models:\n  - model: layerlab/extractive\n")
+    for flag, value in (("--max-error-rate", "0.5"), ("--retry-seed", "2"), ("--sample-log", str(tmp_path / "s.jsonl"))):
+        res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out), flag, value])
+        assert res.exit_code == 1 and f"{flag}: set it in the run configuration" in res.output
+    assert not out.exists()
