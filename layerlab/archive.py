@@ -185,7 +185,7 @@ def _check_derived(table: pa.Table, source: str) -> None:
                     f"{source}: column 'prompt_hash' must be null exactly where reached_reader is "
                     f"false (found reached_reader={reached} with prompt_hash={h!r})"
                 )
-                
+
 
 class ArchiveError(ValueError):
     """An archive that is not a valid layerlab archive (message names the file and problem)."""

@@ -510,8 +510,10 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
         + f'<span class="muted">{esc(unit_of(row))} · {esc(row["scenario"])} · {esc(row["mitigation"])}</span>'
     )
     verdict = ['<div class="verdict"><b>Verdict</b><ul>']
-    for k, text in (row.get("reasons") or {}).items():
-        verdict.append(f"<li><b>{esc(k)}</b> {esc(text)}</li>")
+    reasons_ = row.get("reasons") or {}
+    for k in ("S", "E", "R", "G", "V"):
+        if k in reasons_:
+            verdict.append(f"<li><b>{k}</b> {esc(reasons_[k])}</li>")
     verdict.append(
         "<li>"
         + " · ".join(
@@ -642,7 +644,9 @@ def browser(sources: Sequence[Path | str] | None = None, shown: int = SHOWN, **w
             return str(p)
 
     layout = w.Layout(width="auto")
-    source = w.Dropdown(options=[(label(p), p) for p in srcs], description="source", layout=layout)
+    source = w.Dropdown(
+        options=[(label(p), p) for p in srcs], description="source", layout=w.Layout(width="60%")
+    )
     boxes = {f: w.Dropdown(description=f.replace("_id", ""), layout=layout) for f in FILTERS}
     view = w.HTML()
 
@@ -666,10 +670,10 @@ def browser(sources: Sequence[Path | str] | None = None, shown: int = SHOWN, **w
     source.observe(refill, names="value")
     refill()
     grid = w.GridBox(
-        [source, *boxes.values()],
-        layout=w.Layout(grid_template_columns="repeat(4, minmax(160px, 1fr))", grid_gap="4px 10px"),
+        list(boxes.values()),
+        layout=w.Layout(grid_template_columns="repeat(3, minmax(180px, 1fr))", grid_gap="4px 10px"),
     )
-    return w.VBox([grid, view])
+    return w.VBox([source, grid, view])
 
 
 def show(source: Path | str | None = None, shown: int = 3, **want: str) -> Any:

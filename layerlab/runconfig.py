@@ -284,7 +284,8 @@ def execute(
 
     groups = plan(spec, list(scenarios), corpus.tasks)
     left = spec.budget
-    messages, complete, over = [], True, []
+    messages: list[str] = []
+    complete, over = True, list[str]()
     for g in groups:
         folder = out / g.folder if g.folder else out
         bar = progress() if progress else None  # one progress bar per run

@@ -447,8 +447,8 @@ def test_notebook_explorer_reads_an_archive_and_filters_with_widgets(
 
     out, log = small_run
     ui = explore.browser([out, log])
-    grid, view = ui.children
-    source, *boxes = grid.children
+    source, grid, view = ui.children
+    boxes = grid.children
     by = {b.description: b for b in boxes}
     assert set(by) == {"run", "model", "scenario", "mitigation", "outcome", "diagnostic"}
     assert "archive record: no reply" in view.value and "Private" not in view.value
