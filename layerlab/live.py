@@ -462,9 +462,30 @@ def _typed(row: Mapping[str, Any]) -> bool:
     return True
 
 
-def parse_progress_line(raw: bytes) -> Record | str:
+_V2_ADDED = ("answerable", "domain")  # record fields archive schema 3 added
+
+
+def _from_v2(row: dict[str, Any], answerable: Mapping[str, bool]) -> dict[str, Any] | None:
+    """A schema-2 progress line in the current layout (a run resumed across the upgrade), or
+    ``None`` when it is not one; ``answerable`` comes from the run's scenarios."""
+    if row.get("schema_version") != 2 or set(row) != set(_FIELD_TYPES) - set(_V2_ADDED):
+        return None
+    if row.get("scenario") not in answerable or not isinstance(row.get("policy_id"), str):
+        return None
+    return {
+        **row,
+        "schema_version": archive.SCHEMA_VERSION,
+        "answerable": answerable[row["scenario"]],
+        "domain": archive.domain_of(row["policy_id"]),
+        "prompt_hash": row.get("prompt_hash") or None,
+    }
+
+
+def parse_progress_line(raw: bytes, answerable: Mapping[str, bool] | None = None) -> Record | str:
     """A record, or why the line is unusable: ``damaged`` (bytes, JSON, fields or types) or
-    ``tampered`` (well-formed, but the checksum does not match its fields)."""
+    ``tampered`` (well-formed, but the checksum does not match its fields). With ``answerable``
+    (scenario -> bool), a line written before archive schema 3 is upgraded after its checksum is
+    verified."""
     try:
         row = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -472,11 +493,12 @@ def parse_progress_line(raw: bytes) -> Record | str:
     if not isinstance(row, dict):
         return "damaged"
     got = row.pop("sum", None)
-    if not _typed(row):
+    upgraded = _from_v2(row, answerable) if answerable is not None and not _typed(row) else None
+    if upgraded is None and not _typed(row):
         return "damaged"
-    if got != _line_sum(row):
+    if got != _line_sum(row):  # the checksum covers the line as it was written
         return "tampered"
-    return Record(**row)
+    return Record(**(upgraded or row))
 
 
 @dataclass
@@ -507,7 +529,10 @@ class ProgressReport:
 
 
 def read_progress(
-    path: Path, run_id: str | None = None, drop_errors: bool = False
+    path: Path,
+    run_id: str | None = None,
+    drop_errors: bool = False,
+    answerable: Mapping[str, bool] | None = None,
 ) -> tuple[dict[tuple[Any, ...], Record], ProgressReport]:
     """Records already written, first valid line per key. A torn last line (killed mid-write) is
     ignored silently; any other unusable line is dropped and counted in the report."""
@@ -519,7 +544,7 @@ def read_progress(
     for raw in lines[:-1]:  # the last piece has no newline: empty, or a torn write
         if not raw.strip():
             continue
-        rec = parse_progress_line(raw)
+        rec = parse_progress_line(raw, answerable)
         if isinstance(rec, str):
             setattr(report, rec, getattr(report, rec) + 1)
         elif run_id is not None and rec.run_id != run_id:
@@ -1009,7 +1034,8 @@ def run_live(
                 f"{out} holds run {old['run_id']} with other settings than this command "
                 f"(would be {manifest['run_id']}); resume with the original models, filters and settings"
             )
-    done, report = read_progress(plog, manifest["run_id"], drop_errors=retry_errors)
+    answerable = {n: s.spec.answerable for n, s in scenarios.items()}  # lines from schema 2
+    done, report = read_progress(plog, manifest["run_id"], drop_errors=retry_errors, answerable=answerable)
     counters = Counters()
     b = Budget(budget)
     rng = random.Random(seed)
@@ -1065,7 +1091,7 @@ def run_live(
         }
     if local_prov:
         manifest["local_models"] = local_prov
-    records = list(read_progress(plog, manifest["run_id"])[0].values())
+    records = list(read_progress(plog, manifest["run_id"], answerable=answerable)[0].values())
     complete = finished and len(records) == manifest["expected_records"]
     before = (old or {}).get("calls") or {}
     calls = {

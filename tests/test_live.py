@@ -533,3 +533,31 @@ def test_ollama_and_vllm_commands_reach_their_servers_with_structured_output(
             assert body["format"]["properties"]["status"]["enum"] == ["answered", "abstained"]
         else:
             assert body["response_format"]["type"] == "json_schema"
+
+
+def test_a_progress_line_from_archive_schema_2_is_upgraded_on_resume() -> None:
+    """A run begun before archive schema 3 resumes: its checksummed lines gain domain and
+    answerable (from the run's scenarios) instead of being recomputed as damaged."""
+    import dataclasses
+    import hashlib
+    import json as json_
+
+    from layerlab import archive
+    from layerlab._io import canonical_json
+
+    rec = archive.Record(
+        schema_version=archive.SCHEMA_VERSION, run_id="live-0123456789abcdef", provider="p",
+        model="m", scenario="stale_index", answerable=False, mitigation="strict",
+        task_id="hr-01-q1", replicate=0, domain="hr", policy_id="hr-01", variant=1,
+        stage="denied", reached_reader=False, success=False, exact_match=False,
+        retrieval_ok=False, citation_ok=False, schema_ok=True, grounded=False,
+        grounded_false_positive=False, abstained=False, answered=False, safe_resolution=False,
+        diagnostic="authorisation", prompt_hash=None,
+    )  # fmt: skip
+    old = {k: v for k, v in dataclasses.asdict(rec).items() if k not in ("domain", "answerable")}
+    old.update(schema_version=2, prompt_hash="")
+    line = json_.dumps({**old, "sum": hashlib.sha256(canonical_json(old).encode()).hexdigest()[:16]})
+    assert live.parse_progress_line(line.encode()) == "damaged"  # without the scenarios
+    assert live.parse_progress_line(line.encode(), {"stale_index": False}) == rec
+    tampered = line.replace('"variant": 1', '"variant": 2')
+    assert live.parse_progress_line(tampered.encode(), {"stale_index": False}) == "tampered"
