@@ -135,7 +135,8 @@ RECORD_COLUMNS: dict[str, Column] = {
     "run_id": Column(
         "the run that produced the record: a hash of everything that determines its records "
         "(merged archives keep each record's own run)",
-        "`live-<16 hex>` (live runs), `deterministic`, `merge-<12 hex>` (manifests only)",
+        "`live-<16 hex>` (live runs), `mitig-<16 hex>` (the mitigation matrix), `deterministic`, "
+        "`merge-<12 hex>` (manifests only)",
     ),
     "provider": Column(
         "who answered: the litellm provider prefix of the `-m` model",
