@@ -798,7 +798,8 @@ def simultaneous_band(
         return est.copy(), est.copy()
     zmax = np.nanmax(np.abs(cal[:, live] - est[live]) / sd[live], axis=1)
     c = float(np.nanquantile(zmax, 1 - alpha))
-    return est - c * sd, est + c * sd
+    # a difference of two rates lies in [-1, 1]; clipping the band there loses no coverage
+    return np.clip(est - c * sd, -1.0, 1.0), np.clip(est + c * sd, -1.0, 1.0)
 
 
 def specificity_margin(
