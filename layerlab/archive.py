@@ -694,7 +694,22 @@ def check_path(path: Path) -> dict[str, Any]:
         "complete": m.get("complete"),
         "partial": not complete,
         "provenance": provenance_of(m),
+        "models": list(m.get("models", [])),
     }
+
+
+# Provenance fields that may differ between real models and reference agents (not within either).
+BLOCK_FIELDS = ("tasks",)
+
+
+def _reference_only(report: dict[str, Any]) -> bool | None:
+    """Whether a checked archive holds only reference agents (None: its manifest names no models)."""
+    from layerlab.stats import is_reference
+
+    models = report.get("models") or []
+    if not models:
+        return None
+    return all(is_reference(str(m).split("/", 1)[0]) for m in models)
 
 
 def vet(
@@ -721,7 +736,23 @@ def vet(
             "PARTIAL: "
             + "; ".join(f"{Path(r['path']).name} {r['records']} records" for r in partial)
         )
-    prov = combine_provenance([(r["path"], r["provenance"]) for r in reports], allow_mixed)
+    # Real models and reference agents are analysed apart (never pooled), so their task sets may
+    # differ; everything else they are scored on must match, and so must tasks within a kind.
+    prov = combine_provenance(
+        [(r["path"], {k: v for k, v in r["provenance"].items() if k not in BLOCK_FIELDS}) for r in reports],
+        allow_mixed,
+    )
+    for kind in (True, False, None):
+        same = [r for r in reports if _reference_only(r) is kind]
+        if not same:
+            continue
+        block = combine_provenance(
+            [(r["path"], {f: r["provenance"].get(f, "unknown") for f in BLOCK_FIELDS}) for r in same],
+            allow_mixed,
+        )
+        for f in BLOCK_FIELDS:
+            if block[f] == MIXED:
+                prov[f] = MIXED
     mixed = [f for f, v in prov.items() if v == MIXED]
     if mixed:
         stamps.append("MIXED PROVENANCE: " + ", ".join(mixed) + " differ")

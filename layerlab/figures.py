@@ -59,57 +59,84 @@ def save(fig: Any, name: str, out_dir: Path | None = None) -> list[str]:
 def success_heatmap(
     table: pd.DataFrame, title: str, columns: tuple[str, str] = (BASELINE, TREATMENT)
 ) -> Any:
-    """Scenario × contract-mode success rates as an annotated heatmap."""
+    """Scenario × contract-mode success rates as an annotated heatmap; one panel per ``block``
+    (kind of unit) when the table has that column, so blocks are never pooled."""
     _setup()
-    data = table.set_index("scenario")[list(columns)]
-    data.columns = [BASELINE, TREATMENT]
-    fig, ax = plt.subplots(figsize=(4.2, 4.4))
-    sns.heatmap(
-        data,
-        annot=True,
-        fmt=".3f",
-        vmin=0,
-        vmax=1,
-        cmap="viridis",
-        cbar_kws={"label": "strict success S"},
-        ax=ax,
-        linewidths=0.5,
+    parts = list(table.groupby("block", sort=False)) if "block" in table else [("", table)]
+    fig, axes = plt.subplots(
+        1, len(parts), figsize=(4.2 * len(parts), 4.4), squeeze=False, sharey=True
     )
-    ax.set_xlabel("contract mode")
-    ax.set_ylabel("")
-    ax.set_title(title)
+    for i, (ax, (block, t)) in enumerate(zip(axes[0], parts, strict=True)):
+        data = t.set_index("scenario")[list(columns)]
+        data.columns = [BASELINE, TREATMENT]
+        sns.heatmap(
+            data,
+            annot=True,
+            fmt=".3f",
+            vmin=0,
+            vmax=1,
+            cmap="viridis",
+            cbar=i == len(parts) - 1,
+            cbar_kws={"label": "strict success S"},
+            ax=ax,
+            linewidths=0.5,
+        )
+        ax.set_xlabel("contract mode")
+        ax.set_ylabel("")
+        if block:
+            n = f", n={int(t['n per mode'].max())} per cell" if "n per mode" in t else ""
+            ax.set_title(f"{block}{n}", fontsize=9)
+    fig.suptitle(title)
+    fig.tight_layout()
     return fig
 
 
 def grounded_false_positives(table: pd.DataFrame, title: str) -> Any:
-    """Groundedness false positives (grounded ∧ ¬S) by scenario and mode."""
+    """Groundedness false positives (grounded ∧ ¬S) by scenario and mode; one panel per
+    ``block`` (kind of unit) when the table has that column."""
     _setup()
-    long = table.melt(
-        id_vars="scenario", value_vars=[f"GF {BASELINE}", f"GF {TREATMENT}"], var_name="mode", value_name="GF"
+    parts = list(table.groupby("block", sort=False)) if "block" in table else [("", table)]
+    fig, axes = plt.subplots(
+        1, len(parts), figsize=(6.0 * len(parts), 3.6), squeeze=False, sharey=True
     )
-    long["mode"] = long["mode"].str.replace("GF ", "", regex=False)
-    fig, ax = plt.subplots(figsize=(6.0, 3.6))
-    sns.barplot(long, y="scenario", x="GF", hue="mode", palette=PALETTE, ax=ax, orient="h")
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("share of records grounded in retrieved evidence yet failing S")
-    ax.set_ylabel("")
-    ax.set_title(title)
+    for ax, (block, t) in zip(axes[0], parts, strict=True):
+        long = t.melt(
+            id_vars="scenario", value_vars=[f"GF {BASELINE}", f"GF {TREATMENT}"], var_name="mode", value_name="GF"
+        )
+        long["mode"] = long["mode"].str.replace("GF ", "", regex=False)
+        sns.barplot(long, y="scenario", x="GF", hue="mode", palette=PALETTE, ax=ax, orient="h")
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("share grounded in retrieved evidence yet failing S")
+        ax.set_ylabel("")
+        if block:
+            n = f", n={int(t['n per mode'].max())} per bar" if "n per mode" in t else ""
+            ax.set_title(f"{block}{n}", fontsize=9)
+    fig.suptitle(title)
+    fig.tight_layout()
     return fig
 
 
 def paired_effects_forest(effects: pd.DataFrame, title: str) -> Any:
-    """Repair − strict success per scenario with hierarchical bootstrap 95% intervals."""
+    """Repair − strict success per scenario with bootstrap 95% intervals; one panel per
+    ``block`` (kind of unit) when the table has that column."""
     _setup()
-    e = effects.iloc[::-1].reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(6.0, 3.8))
-    y = range(len(e))
-    est = 100 * e["estimate"]
-    ax.hlines(list(y), 100 * e["ci_low"], 100 * e["ci_high"], color="#333333", linewidth=2)
-    ax.plot(est, list(y), "o", color=PALETTE[TREATMENT])
-    ax.axvline(0, color="#999999", linewidth=1, linestyle="--")
-    ax.set_yticks(list(y), e["scenario"])
-    ax.set_xlabel("repair − strict success (percentage points)")
-    ax.set_title(title)
+    parts = list(effects.groupby("block", sort=False)) if "block" in effects else [("", effects)]
+    fig, axes = plt.subplots(
+        1, len(parts), figsize=(6.0 * len(parts), 3.8), squeeze=False, sharey=True
+    )
+    for ax, (block, part) in zip(axes[0], parts, strict=True):
+        e = part.iloc[::-1].reset_index(drop=True)
+        y = range(len(e))
+        est = 100 * e["estimate"]
+        ax.hlines(list(y), 100 * e["ci_low"], 100 * e["ci_high"], color="#333333", linewidth=2)
+        ax.plot(est, list(y), "o", color=PALETTE[TREATMENT])
+        ax.axvline(0, color="#999999", linewidth=1, linestyle="--")
+        ax.set_yticks(list(y), e["scenario"])
+        ax.set_xlabel("repair − strict success (percentage points)")
+        if block:
+            ax.set_title(block, fontsize=9)
+    fig.suptitle(title)
+    fig.tight_layout()
     return fig
 
 

@@ -17,6 +17,15 @@ ARCHIVES = DATA / "archives"
 # real language models run offline (one folder per model; `make local-archives` produces them)
 LOCAL_MODEL_ARCHIVES = ARCHIVES / "local_models"
 PAPER = ROOT / "paper"
+
+
+def live_archives() -> list[Path]:
+    """The committed archives of the live matrix: every real local model, then the reference
+    agents (tables compute each kind on its own, never pooled)."""
+    models = sorted(p for p in LOCAL_MODEL_ARCHIVES.glob("*") if (p / "records.parquet").exists())
+    return [*models, ARCHIVES / "reference_agents"]
+
+
 NOTEBOOKS = ROOT / "notebooks"
 REFERENCE = DATA / "reference"
 

@@ -1,4 +1,4 @@
-"""Recompute the archive-based paper tables (4, 5, 8, 9), the specificity margin, the
+"""Recompute the archive-based paper tables (4, 5, 5 on safe resolution, 8, 9), the specificity margin, the
 statsmodels cross-checks, the side-by-side with the paper's stated figures and the mitigation
 specificity matrix (Table 10) — from archives alone, with no provider calls.
 """
@@ -16,6 +16,7 @@ from layerlab.tables import (
     crosscheck_table,
     margin_table,
     paper_comparison,
+    safe_effects_table,
     table4,
     table5,
     table8,
@@ -46,11 +47,13 @@ def recompute(
     stamps = vet([Path(a) for a in archives], allow_mixed=allow_mixed, allow_partial=allow_partial)
     stamp = "".join(f"[{s}] " for s in stamps)
     df = stats.records_frame(archives)
-    designs = stats.effects_by_design(df, n_boot=n_boot, seed=seed, policy_level=policy_level)
-    eff = stats.pick_design(designs, design)
-    margin = stats.specificity_margin(eff)
-    t4, t5 = table4(df), table5(df, eff)
-    cross = crosscheck_table(df, eff)
+    analysis = stats.analyse(df, n_boot=n_boot, seed=seed, policy_level=policy_level, design=design)
+    safe = stats.analyse(
+        df, n_boot=n_boot, seed=seed, policy_level=policy_level, design=design,
+        outcome="safe_resolution",
+    )
+    t4, t5 = table4(df), table5(analysis)
+    cross = crosscheck_table(analysis)
     audit_result = None
     if with_audit:
         from layerlab import audit
@@ -59,7 +62,7 @@ def recompute(
 
         c, key = corpus_mod.load(paths.CORPUS_DIR), corpus_mod.load_answer_key(paths.CORPUS_DIR)
         audit_result = audit.audit(c, key, audit.conditions_from(c, load_scenarios()))
-    comp = paper_comparison(df, t4, t5, margin, eff, audit_result, designs=designs)
+    comp = paper_comparison(analysis, audit_result)
     captions = dict(CAPTIONS)
     extra: dict[str, Any] = {}
     mx = None
@@ -74,7 +77,8 @@ def recompute(
         "table4": t4,
         "table5": t5,
         "table5_crosscheck": cross,
-        "specificity_margin": margin_table(margin, eff),
+        "specificity_margin": margin_table(analysis),
+        "table5_safe": safe_effects_table(safe),
         "table8": table8(df),
         "table9": table9(df),
         "paper_comparison": comp,
@@ -85,15 +89,28 @@ def recompute(
         if stamps:  # the stamp travels in every format: caption (md, tex) and a column (csv)
             frame = frame.assign(stamp=" ".join(stamps))
         write_table(frame, name, stamp + caption, Path(out))
-    sd = eff.table.set_index("scenario").loc[stats.TARGET]
     return {
         "records": len(df),
         "stamps": stamps,
         "provider_error_records": int((df["diagnostic"] == "provider_error").sum()),
-        "units": list(eff.paired.units),
         "n_boot": n_boot,
         "seed": seed,
         "policy_level": policy_level,
+        "blocks": {b: _headline(a, t4[t4["block"] == b]) for b, a in analysis.items()},
+        "written": sorted(f"{n}.{x}" for n in tables for x in ("csv", "md", "tex")),
+        "specificity_matrix": None
+        if mx is None
+        else {r["mitigation"]: r["verdict"] for _, r in mx.summary.iterrows()},
+    }
+
+
+def _headline(a: stats.Block, t4: Any) -> dict[str, Any]:
+    """One block's headline figures (success per scenario, the target gain, the margin)."""
+    eff, margin = a.eff, a.margin
+    sd = eff.table.set_index("scenario").loc[stats.TARGET]
+    return {
+        "units": list(eff.paired.units),
+        "records": len(a.df),
         "design": eff.design,
         "design_label": stats.DESIGN_LABELS[eff.design],
         "note": eff.note,
@@ -109,15 +126,11 @@ def recompute(
                     round(float(e.table.set_index("scenario").loc[stats.TARGET, c]), 4)
                     for c in ("ci_low", "ci_high")
                 ]
-                for d, e in designs.items()
+                for d, e in a.designs.items()
             },
         },
         "specificity_margin": {
             k: (round(v, 4) if isinstance(v, float) else v) for k, v in margin.items()
         },
         "exactly_zero": sorted(eff.table.loc[eff.table["exactly_zero"], "scenario"]),
-        "written": sorted(f"{n}.{x}" for n in tables for x in ("csv", "md", "tex")),
-        "specificity_matrix": None
-        if mx is None
-        else {r["mitigation"]: r["verdict"] for _, r in mx.summary.iterrows()},
     }

@@ -77,30 +77,31 @@ def print_frame(df: Any, title: str, console: Console | None = None) -> None:
 
 
 def print_recompute(head: dict[str, Any], console: Console | None = None) -> None:
-    """Headline figures of ``layerlab recompute``."""
+    """Headline figures of ``layerlab recompute``, one block per kind of unit (never pooled)."""
     console = console or _console()
-    table = Table(
-        title=f"Success by scenario ({head['records']} records, units: {', '.join(head['units'])})"
-    )
-    arms = list(next(iter(head["success"].values()), {}))
-    for col in ("scenario", *arms):
-        table.add_column(col, justify="left" if col == "scenario" else "right")
-    for s, v in head["success"].items():
-        table.add_row(s, *[f"{v.get(a, float('nan')):.3f}" for a in arms])
-    console.print(table)
-    g = head["schema_drift_gain"]
-    m = head["specificity_margin"]
-    console.print(
-        f"schema_drift paired gain {100 * g['estimate']:.1f} pp "
-        f"[{100 * g['ci95'][0]:.1f}, {100 * g['ci95'][1]:.1f}] ({head['n_boot']} resamples, seed {head['seed']}; "
-        f"{head.get('design_label', 'bootstrap')})"
-    )
-    console.print(
-        f"specificity margin {100 * m['margin']:.1f} pp [{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]; "
-        f"largest off-target change {100 * m['largest_off_target_change']:.1f} pp ({m['largest_off_target']})"
-    )
-    if head["note"]:
-        console.print(f"note: {head['note']}")
+    for block, h in head["blocks"].items():
+        table = Table(
+            title=f"{block}: success by scenario ({h['records']} records, units: {', '.join(h['units'])})"
+        )
+        arms = list(next(iter(h["success"].values()), {}))
+        for col in ("scenario", *arms):
+            table.add_column(col, justify="left" if col == "scenario" else "right")
+        for s, v in h["success"].items():
+            table.add_row(s, *[f"{v.get(a, float('nan')):.3f}" for a in arms])
+        console.print(table)
+        g = h["schema_drift_gain"]
+        m = h["specificity_margin"]
+        console.print(
+            f"schema_drift paired gain {100 * g['estimate']:.1f} pp "
+            f"[{100 * g['ci95'][0]:.1f}, {100 * g['ci95'][1]:.1f}] ({head['n_boot']} resamples, "
+            f"seed {head['seed']}; {h.get('design_label', 'bootstrap')})"
+        )
+        console.print(
+            f"specificity margin {100 * m['margin']:.1f} pp [{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]; "
+            f"largest off-target change {100 * m['largest_off_target_change']:.1f} pp ({m['largest_off_target']})"
+        )
+        if h["note"]:
+            console.print(f"note: {h['note']}")
     if head.get("specificity_matrix"):
         verdicts = ", ".join(f"{k} {v}" for k, v in head["specificity_matrix"].items())
         console.print(f"specificity matrix (Table 10): {verdicts}")

@@ -23,24 +23,18 @@ import pandas as pd
 
 from layerlab import archive, stats
 from layerlab._io import atomic_write_text
+from layerlab.stats import REFERENCE_PROVIDERS, is_reference  # noqa: F401  (re-exported)
 
 RESULTS = "results.json"
 RESULTS_VERSION = 1
 # The arm column of the archive (schema v2). One place to switch if it is renamed again.
 ARM = "mitigation"
 BASELINE_ARM = "strict"
-# Providers whose "models" are deterministic reference agents (see layerlab.agents).
-REFERENCE_PROVIDERS = frozenset({"layerlab", "deterministic"})
 # Headline rates: archive label -> short name used in tables and JSON.
 RATES = {"success": "S", "safe_resolution": "safe", "grounded_false_positive": "GF"}
 # Failure shares: diagnostic value -> short name.
 FAILURES = {"malformed_reply": "malformed", "provider_error": "provider_error"}
 INTERVAL = "Wilson 95% over records (records of one model share tasks and policies: read as a lower bound on uncertainty)"
-
-
-def is_reference(provider: str) -> bool:
-    """Whether a provider's records come from a deterministic reference agent, not a model."""
-    return provider in REFERENCE_PROVIDERS
 
 
 def _round(x: float) -> float | None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +49,11 @@ BASELINE, TREATMENT = contract_pair()
 OUTCOME = "success"  # binary outcome column
 TARGET = "schema_drift"  # the treatment's target scenario (layer)
 UNIT_COLUMNS = ("provider", "model")  # one provider–model unit
+# Providers whose "models" are deterministic reference agents (layerlab.agents), not models.
+REFERENCE_PROVIDERS = frozenset({"layerlab", "deterministic"})
+# The two kinds of unit, in table order; statistics are computed per block, never pooled.
+BLOCK_MODELS = "real models"
+BLOCK_REFERENCE = "reference agents (deterministic baselines)"
 MIN_UNITS = 5  # fewer units: tasks-only intervals about these units, said so
 ALPHA = 0.05
 N_BOOT = 10_000
@@ -131,6 +136,27 @@ def unit_labels(df: pd.DataFrame) -> pd.Series:
     out = df[UNIT_COLUMNS[0]].astype(str)
     for c in UNIT_COLUMNS[1:]:
         out = out + "/" + df[c].astype(str)
+    return out
+
+
+def is_reference(provider: str) -> bool:
+    """Whether a provider's records come from a deterministic reference agent, not a model."""
+    return provider in REFERENCE_PROVIDERS
+
+
+def blocks(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The records split by kind of unit: real models first, then reference agents.
+
+    Every table and figure that counts both computes each block on its own (the reference
+    agents are deterministic baselines; pooling them with models would misstate both).
+    Empty blocks are left out.
+    """
+    ref = df["provider"].astype(str).map(is_reference).astype(bool)
+    out = {}
+    if (~ref).any():
+        out[BLOCK_MODELS] = df[~ref]
+    if ref.any():
+        out[BLOCK_REFERENCE] = df[ref]
     return out
 
 
@@ -772,7 +798,8 @@ def simultaneous_band(
         return est.copy(), est.copy()
     zmax = np.nanmax(np.abs(cal[:, live] - est[live]) / sd[live], axis=1)
     c = float(np.nanquantile(zmax, 1 - alpha))
-    return est - c * sd, est + c * sd
+    # a difference of two rates lies in [-1, 1]; clipping the band there loses no coverage
+    return np.clip(est - c * sd, -1.0, 1.0), np.clip(est + c * sd, -1.0, 1.0)
 
 
 def specificity_margin(
@@ -832,6 +859,49 @@ def specificity_margin(
         "n_units": len(eff.paired.units),
     }
 
+
+@dataclass(frozen=True)
+class Block:
+    """One kind of unit's records and their paired-effect analysis (see :func:`analyse`)."""
+
+    name: str
+    df: pd.DataFrame
+    designs: dict[str, Effects]
+    eff: Effects
+    margin: dict[str, Any]
+
+    @property
+    def units(self) -> list[str]:
+        return sorted(set(unit_labels(self.df)))
+
+
+def effects_long(analysis: Mapping[str, Block]) -> pd.DataFrame:
+    """Every block's reported paired effects, one under the other with a ``block`` column."""
+    return pd.concat(
+        [a.eff.table.assign(block=b) for b, a in analysis.items()], ignore_index=True
+    )
+
+
+def analyse(
+    df: pd.DataFrame,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    policy_level: bool = False,
+    design: Design = "auto",
+    outcome: str = OUTCOME,
+) -> dict[str, Block]:
+    """Paired effects (every design), the reported design and the specificity margin, computed
+    for each block of :func:`blocks` on its own: real models and reference agents are never
+    pooled. Every block uses the same seed. ``outcome``: the binary column compared (strict
+    success S by default; ``safe_resolution`` asks whether repair changes safe behaviour)."""
+    out = {}
+    for name, sub in blocks(df).items():
+        designs = effects_by_design(
+            sub, n_boot=n_boot, seed=seed, policy_level=policy_level, outcome=outcome
+        )
+        eff = pick_design(designs, design)
+        out[name] = Block(name, sub, designs, eff, specificity_margin(eff))
+    return out
 
 # --- Tables 8 and 9 --------------------------------------------------------------------------
 

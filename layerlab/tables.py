@@ -29,6 +29,10 @@ CAPTIONS = {
     "bootstrap about the effect being distinguishable from zero.",
     "specificity_margin": "Specificity margin: target-layer (schema drift) gain minus the largest absolute "
     "off-target change (percentage points).",
+    "table5_safe": "Paired repair-minus-strict differences in safe resolution (strict success on "
+    "answerable scenarios, a structured non-answer on unsafe ones; percentage points, bootstrap 95% "
+    "intervals), and the specificity margin on that outcome: does repair change safe behaviour "
+    "off its target layer?",
     "table8": "Largest strict-to-repair success gains by model and scenario.",
     "table9": "Provider-level averages over all scenarios (context, not a capability ranking).",
     "coverage": "Coverage of the package's 95% intervals on synthetic archives with known truth.",
@@ -39,8 +43,6 @@ CAPTIONS = {
     "non-answers) on unsafe ones, per arm.",
     "table7_by_condition": "Focused LangChain study by condition: strict success, safe resolution and the "
     "LayerRAG control that fired.",
-    "specificity_margin_models": "Specificity margin of schema repair for real models: target-layer "
-    "(schema drift) gain minus the largest absolute off-target change (percentage points).",
     "safe_resolution_models": "Safe resolution by model and scenario: strict success on answerable "
     "scenarios, a structured non-answer on unsafe ones (malformed replies and provider errors are "
     "failures, never refusals), baseline contract arm.",
@@ -50,11 +52,27 @@ CAPTIONS = {
 
 
 def units_note(df: pd.DataFrame) -> str:
-    """A caption sentence naming the units a table counts, and what they are."""
-    units = sorted(set(df["provider"] + "/" + df["model"]))
-    agents = all(u.startswith("layerlab/") for u in units)
-    kind = "reference agents: deterministic baselines, not models" if agents else "real models"
-    return f" Units: {', '.join(units)} ({kind}); {df['task_id'].nunique()} tasks."
+    """A caption sentence naming the units a table counts, by kind, never pooled."""
+    parts = [
+        f"{name}: {', '.join(sorted(set(stats.unit_labels(sub))))} ({len(sub)} records, "
+        f"{sub['task_id'].nunique()} tasks)"
+        for name, sub in stats.blocks(df).items()
+    ]
+    return " Units, each block computed on its own: " + "; ".join(parts) + "."
+
+
+def _stack(parts: Mapping[str, pd.DataFrame], name: str) -> pd.DataFrame:
+    """Per-block tables one under the other with a leading ``block`` column; the caption is the
+    table's own followed by each block's details (``attrs['detail']``)."""
+    frames = []
+    details = []
+    for block, t in parts.items():
+        frames.append(t.assign(block=block)[["block", *t.columns]])
+        if t.attrs.get("detail"):
+            details.append(f"{block[0].upper()}{block[1:]}: {t.attrs['detail'].strip()}")
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out.attrs["caption"] = " ".join([CAPTIONS[name], *details])
+    return out
 
 
 def safe_resolution_by_unit(df: pd.DataFrame, arm: str = BASELINE) -> pd.DataFrame:
@@ -154,11 +172,6 @@ def failure_note(df: pd.DataFrame) -> str:
     )
 
 
-def _captioned(frame: pd.DataFrame, name: str, df: pd.DataFrame) -> pd.DataFrame:
-    frame.attrs["caption"] = CAPTIONS[name] + failure_note(df)
-    return frame
-
-
 def _rate_design(r: pd.DataFrame, what: str = "Intervals") -> str:
     """What a set of cluster-aware rate intervals assumes, for a caption."""
     designs = sorted(set(r["design"]))
@@ -189,7 +202,19 @@ def _effects_design(eff: stats.Effects) -> str:
 
 
 def table4(df: pd.DataFrame) -> pd.DataFrame:
-    """Table 4: success by scenario x arm with cluster-aware intervals (caption in ``attrs``)."""
+    """Table 4: success by scenario x arm with cluster-aware intervals, one block per kind of
+    unit (real models, reference agents), never pooled (caption in ``attrs``)."""
+    return _stack({b: _table4_block(sub) for b, sub in stats.blocks(df).items()}, "table4")
+
+
+def table4_by_unit(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 4 for each unit on its own (the ``block`` column names the unit): the per-model
+    view behind the pooled real-model block."""
+    units = stats.unit_labels(df)
+    return _stack({u: _table4_block(df[units == u]) for u in sorted(set(units))}, "table4")
+
+
+def _table4_block(df: pd.DataFrame) -> pd.DataFrame:
     r = stats.rates(df, stats.OUTCOME)
     arms = stats.arm_order(df)
     out = []
@@ -212,12 +237,22 @@ def table4(df: pd.DataFrame) -> pd.DataFrame:
         row.update(_failure_rates(df[(df["scenario"] == s) & df[stats.ARM].isin(arms)]))
         out.append(row)
     t = pd.DataFrame(out)
-    t.attrs["caption"] = f"{CAPTIONS['table4']} {_rate_design(r)}" + failure_note(df)
+    t.attrs["detail"] = _units(df) + f" {_rate_design(r)}" + failure_note(df)
     return t
 
 
-def table5(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
-    """Table 5: GF rates with cluster-aware intervals and paired effects (caption in ``attrs``)."""
+def _units(df: pd.DataFrame) -> str:
+    units = sorted(set(stats.unit_labels(df)))
+    return f"{', '.join(units)} ({len(df)} records, {df['task_id'].nunique()} tasks)."
+
+
+def table5(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
+    """Table 5: GF rates with cluster-aware intervals and paired effects, one block per kind of
+    unit (:func:`layerlab.stats.analyse`), never pooled (caption in ``attrs``)."""
+    return _stack({b: _table5_block(a.df, a.eff) for b, a in analysis.items()}, "table5")
+
+
+def _table5_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
     gf = stats.rates(df, "grounded_false_positive")
     out = []
     for _, e in eff.table.iterrows():
@@ -241,20 +276,55 @@ def table5(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
         row.update(_failure_rates(sub))
         out.append(row)
     t = pd.DataFrame(out)
-    t.attrs["caption"] = (
-        f"{CAPTIONS['table5']} {_rate_design(gf, 'GF intervals')} {_effects_design(eff)}"
-        + failure_note(df)
+    t.attrs["detail"] = (
+        _units(df) + f" {_rate_design(gf, 'GF intervals')} {_effects_design(eff)}" + failure_note(df)
     )
     return t
 
 
-def crosscheck_table(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
-    """Table 5 cross-checks (:func:`layerlab.stats.crosschecks`) with their caption in ``attrs``."""
+def safe_effects_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
+    """Table 5 on safe resolution: the paired effects per scenario and block, with each block's
+    specificity margin on that outcome in the caption (``analysis`` from
+    :func:`layerlab.stats.analyse` with ``outcome="safe_resolution"``)."""
+    parts = {}
+    for b, a in analysis.items():
+        e = a.eff
+        t = pd.DataFrame(
+            {
+                "scenario": e.table["scenario"],
+                "repair-strict (pp)": 100 * e.table["estimate"],
+                "95% low (pp)": 100 * e.table["ci_low"],
+                "95% high (pp)": 100 * e.table["ci_high"],
+                "exactly zero": e.table["exactly_zero"].astype(bool),
+                "design": e.table["design"],
+            }
+        )
+        m = a.margin
+        t.attrs["detail"] = (
+            f"{_units(a.df)} Margin {100 * m['margin']:.1f} pp [{100 * m['ci_low']:.1f}, "
+            f"{100 * m['ci_high']:.1f}]: target gain {100 * m['target_gain']:.1f} pp, largest "
+            f"off-target change {100 * m['largest_off_target_change']:.1f} pp "
+            f"({m['largest_off_target']}); off-target changes whose band excludes 0: "
+            f"{m['off_target_distinguishable']}. "
+            + _effects_design(e)
+        )
+        parts[b] = t
+    return _stack(parts, "table5_safe")
+
+
+def crosscheck_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
+    """Table 5 cross-checks (:func:`layerlab.stats.crosschecks`) per block, caption in ``attrs``."""
+    return _stack(
+        {b: _crosscheck_block(a.df, a.eff) for b, a in analysis.items()}, "table5_crosscheck"
+    )
+
+
+def _crosscheck_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
     t = stats.crosschecks(df, eff)
     by = sorted(set(t["gee clustered by"]))
     n_cl = int(t["gee clusters"].max()) if len(t) else 0
-    t.attrs["caption"] = (
-        f"{CAPTIONS['table5_crosscheck']} GEE clustered by {'/'.join(by)} ({n_cl} clusters; by unit "
+    t.attrs["detail"] = (
+        f"GEE clustered by {'/'.join(by)} ({n_cl} clusters; by unit "
         f"needs at least {stats.MIN_UNITS} units), bias-reduced robust covariance, p from "
         "t(clusters - 1); p-values that underflow are printed as bounds. The bootstrap: "
         f"{eff.describe()}."
@@ -262,8 +332,15 @@ def crosscheck_table(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
     return t
 
 
-def design_comparison(designs: Mapping[str, stats.Effects]) -> pd.DataFrame:
-    """Each scenario's paired-effect interval under every bootstrap design, side by side (pp)."""
+def design_comparison(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
+    """Each scenario's paired-effect interval under every bootstrap design, side by side (pp),
+    per block."""
+    return pd.concat(
+        [_design_block(a.designs).assign(block=b) for b, a in analysis.items()], ignore_index=True
+    ).pipe(lambda t: t[["block", *[c for c in t.columns if c != "block"]]])
+
+
+def _design_block(designs: Mapping[str, stats.Effects]) -> pd.DataFrame:
     rows = []
     for d, e in designs.items():
         for _, r in e.table.iterrows():
@@ -295,128 +372,127 @@ def _ours_rate(t4: pd.DataFrame, scenario: str, mode: str) -> float | None:
     return float(m[mode].iloc[0]) if len(m) and mode in m else None
 
 
-def paper_comparison(
-    df: pd.DataFrame,
-    t4: pd.DataFrame,
-    t5: pd.DataFrame,
-    margin: dict[str, Any],
-    eff: stats.Effects,
-    audit_result: dict[str, Any] | None = None,
-    reference: Path = paths.DATA / "reference" / "paper_figures.yaml",
-    designs: Mapping[str, stats.Effects] | None = None,
-) -> pd.DataFrame:
-    """Each figure the paper states, beside ours, with a note where the setups differ.
-
-    ``designs`` (see :func:`layerlab.stats.effects_by_design`) adds the schema-drift interval under
-    every bootstrap design side by side: the reported one, crossed and the paper's nested scheme.
-    """
-    ref = yaml.safe_load(reference.read_text(encoding="utf-8"))
-    units = sorted(set(df["provider"] + "/" + df["model"]))
-    setup = f"ours: {len(units)} unit(s) ({', '.join(units)}), not provider models"
-    rows: list[dict[str, Any]] = []
-
-    def add(figure: str, paper: Any, ours: Any, note: str = "") -> None:
-        rows.append(
-            {
-                "figure": figure,
-                "paper": _fmt(paper),
-                "ours": _fmt(ours) if ours is not None else "-",
-                "note": note,
-            }
-        )
-
-    lm = ref["live_matrix"]
-    add("live records", lm["records"], len(df), setup)
-    add(
-        "records with a prompt hash",
-        lm["records_with_prompt_hash"],
-        int(df["prompt_hash"].notna().sum()) if "prompt_hash" in df else None,
-        "records ending before the reader carry no prompt",
-    )
-    for s, v in ref["table4_success_by_scenario_contract"].items():
+def _block_figures(a: stats.Block, ref: Mapping[str, Any]) -> dict[str, Any]:
+    """The archive-derived figures the paper states, for one block (figure name -> ours)."""
+    df, eff, margin = a.df, a.eff, a.margin
+    t4, t5 = _table4_block(df), _table5_block(df, eff)
+    out: dict[str, Any] = {
+        "live records": len(df),
+        "records with a prompt hash": int(df["prompt_hash"].notna().sum()),
+    }
+    for s in ref["table4_success_by_scenario_contract"]:
         for mode in (BASELINE, TREATMENT):
-            add(f"Table 4 {s} {mode}", float(v[mode]), _ours_rate(t4, s, mode), setup)
-    t5r = ref["table5_groundedness_and_paired_effects"]
+            out[f"Table 4 {s} {mode}"] = _ours_rate(t4, s, mode)
     ws = t5[t5["scenario"] == "wrong_session"]
     for mode in (BASELINE, TREATMENT):
-        add(
-            f"Table 5 wrong_session GF {mode}",
-            float(t5r["wrong_session_grounded_but_failed"][mode]),
-            float(ws[f"GF {mode}"].iloc[0]) if len(ws) else None,
-            "the reference agents differ in how often they answer foreign-session evidence",
+        out[f"Table 5 wrong_session GF {mode}"] = (
+            float(ws[f"GF {mode}"].iloc[0]) if len(ws) else None
         )
-    st = (
-        df[(df["scenario"] == "stale_index") & df["grounded"].astype(bool)]
-        if "grounded" in df
-        else df.iloc[0:0]
-    )
-    add(
-        "stale_index: grounded records that fail S",
-        t5r["stale_index"],
-        f"{int((~st['success'].astype(bool)).sum())} of {len(st)}" if len(st) else "-",
+    st = df[(df["scenario"] == "stale_index") & df["grounded"].astype(bool)]
+    out["stale_index: grounded records that fail S"] = (
+        f"{int((~st['success'].astype(bool)).sum())} of {len(st)}" if len(st) else "no grounded record"
     )
     sd = t5[t5["scenario"] == "schema_drift"]
-    g = t5r["schema_drift_paired_gain_pp"]
     if len(sd):
-        add(
-            "schema_drift paired gain (pp)",
-            float(g["estimate"]),
-            float(sd[f"{eff.paired.treatment}-{eff.paired.baseline} (pp)"].iloc[0]),
-            setup,
+        out["schema_drift paired gain (pp)"] = float(
+            sd[f"{eff.paired.treatment}-{eff.paired.baseline} (pp)"].iloc[0]
         )
-        add(
-            "schema_drift gain 95% interval (pp)",
-            f"[{g['ci95'][0]}, {g['ci95'][1]}]",
-            f"[{sd['95% low (pp)'].iloc[0]:.1f}, {sd['95% high (pp)'].iloc[0]:.1f}]",
-            f"reported: {eff.note or stats.DESIGN_LABELS[eff.design]}",
+        out["schema_drift gain 95% interval (pp)"] = (
+            f"[{sd['95% low (pp)'].iloc[0]:.1f}, {sd['95% high (pp)'].iloc[0]:.1f}] ({eff.design})"
         )
-        for name, alt in (designs or {}).items():
+        for name, alt in a.designs.items():
             if name == eff.design:
                 continue
             row = alt.table.set_index("scenario").loc["schema_drift"]
-            add(
-                f"schema_drift gain 95% interval, {name} (pp)",
-                f"[{g['ci95'][0]}, {g['ci95'][1]}]",
-                f"[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]",
-                stats.DESIGN_LABELS[name]
-                + (
-                    ""
-                    if name != "crossed" or len(alt.paired.units) >= stats.MIN_UNITS
-                    else f"; not reported: fewer than {stats.MIN_UNITS} units"
-                ),
+            shown = name != "crossed" or len(alt.paired.units) >= stats.MIN_UNITS
+            out[f"schema_drift gain 95% interval, {name} (pp)"] = (
+                f"[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]"
+                + ("" if shown else f" (not reported: < {stats.MIN_UNITS} units)")
             )
-    add(
-        "largest off-target change (pp)",
-        float(t5r["largest_off_target_change_pp"]),
-        100 * abs(margin["largest_off_target_change"]),
-        f"ours: {margin['largest_off_target']}",
+    tied = str(margin["largest_off_target"]).split(", ")
+    which = ", ".join(tied) if len(tied) <= 2 else f"{len(tied)} scenarios tied"
+    out["largest off-target change (pp)"] = (
+        f"{100 * abs(margin['largest_off_target_change']):.3f} ({which})"
     )
-    add(
-        "specificity margin (pp)",
-        float(t5r["specificity_margin_pp"]),
-        100 * margin["margin"],
-        f"95% interval [{100 * margin['ci_low']:.1f}, {100 * margin['ci_high']:.1f}] "
-        "(simultaneous band, covers zero-but-noisy off-target effects)",
+    out["specificity margin (pp)"] = (
+        f"{100 * margin['margin']:.3f} [{100 * margin['ci_low']:.1f}, {100 * margin['ci_high']:.1f}]"
     )
     inc = sorted(eff.table.loc[eff.table["includes_zero"] & ~eff.table["exactly_zero"], "scenario"])
     zero = sorted(eff.table.loc[eff.table["exactly_zero"], "scenario"])
-    add(
-        "intervals including zero",
-        ", ".join(t5r["intervals_including_zero"]),
-        ", ".join(inc) or "-",
-        "deterministic agents give identical strict/repair outcomes off target, so their effects are exactly zero",
-    )
-    add("exactly-zero effects", ", ".join(t5r["exactly_zero_effect"]), ", ".join(zero) or "-")
+    out["intervals including zero"] = ", ".join(inc) or "none"
+    out["exactly-zero effects"] = ", ".join(zero) or "none"
+    return out
+
+
+NOTES = {
+    "records with a prompt hash": "records ending before the reader carry no prompt",
+    "schema_drift gain 95% interval (pp)": "reported design in brackets",
+    "specificity margin (pp)": "95% interval from the simultaneous band",
+    "exactly-zero effects": "strict and repair outcomes identical on every paired record",
+}
+
+
+def paper_comparison(
+    analysis: Mapping[str, stats.Block],
+    audit_result: Mapping[str, Any] | None = None,
+    reference: Path = paths.DATA / "reference" / "paper_figures.yaml",
+) -> pd.DataFrame:
+    """Each figure the paper states, beside ours: one column per block of units (real models,
+    reference agents; never pooled) from :func:`layerlab.stats.analyse`, and the corpus and
+    retriever audit (no model involved) in a column of its own. ``attrs['blocks']`` names each
+    block's units and records."""
+    ref = yaml.safe_load(reference.read_text(encoding="utf-8"))
+    per = {b: _block_figures(a, ref) for b, a in analysis.items()}
+    lm = ref["live_matrix"]
+    t5r = ref["table5_groundedness_and_paired_effects"]
+    g = t5r["schema_drift_paired_gain_pp"]
+    paper: dict[str, Any] = {
+        "live records": lm["records"],
+        "records with a prompt hash": lm["records_with_prompt_hash"],
+    }
+    for s, v in ref["table4_success_by_scenario_contract"].items():
+        for mode in (BASELINE, TREATMENT):
+            paper[f"Table 4 {s} {mode}"] = float(v[mode])
+    for mode in (BASELINE, TREATMENT):
+        paper[f"Table 5 wrong_session GF {mode}"] = float(
+            t5r["wrong_session_grounded_but_failed"][mode]
+        )
+    paper["stale_index: grounded records that fail S"] = t5r["stale_index"]
+    paper["schema_drift paired gain (pp)"] = float(g["estimate"])
+    ci = f"[{g['ci95'][0]}, {g['ci95'][1]}]"
+    paper["schema_drift gain 95% interval (pp)"] = ci
+    for d in ("crossed", "nested", "tasks"):
+        paper[f"schema_drift gain 95% interval, {d} (pp)"] = ci
+    paper["largest off-target change (pp)"] = float(t5r["largest_off_target_change_pp"])
+    paper["specificity margin (pp)"] = float(t5r["specificity_margin_pp"])
+    paper["intervals including zero"] = ", ".join(t5r["intervals_including_zero"])
+    paper["exactly-zero effects"] = ", ".join(t5r["exactly_zero_effect"])
+    figures = list(dict.fromkeys(f for p in per.values() for f in p))
+    rows: list[dict[str, Any]] = []
+    for f in figures:
+        row = {"figure": f, "paper": _fmt(paper.get(f, "-"))}
+        for b in analysis:
+            v = per[b].get(f)
+            row[b] = "-" if v is None else _fmt(v)
+        row["corpus and retriever (no model)"] = ""
+        row["note"] = NOTES.get(f, "")
+        rows.append(row)
+
+    def audit_row(figure: str, paper_v: Any, ours: Any, note: str = "") -> None:
+        rows.append(
+            {"figure": figure, "paper": _fmt(paper_v), **dict.fromkeys(analysis, ""),
+             "corpus and retriever (no model)": _fmt(ours), "note": note}
+        )
+
     if audit_result is not None:
         t3 = ref["table3_retriever_audit"]
         r = audit_result["retrievers"]
-        add(
+        audit_row(
             "Table 3 clean top-1, reported retriever",
             t3["clean_top1_recall_reported"],
             r["tfidf_domain_validity"]["clean"]["top1_recall"],
-            "our corpus, deterministic audit",
         )
-        add(
+        audit_row(
             "Table 3 clean top-1 without validity",
             t3["clean_top1_recall_without_validity"],
             r["tfidf_domain"]["clean"]["top1_recall"],
@@ -424,26 +500,26 @@ def paper_comparison(
         )
         if "corrupted_metadata" in r["tfidf_domain_validity"]:
             cm = r["tfidf_domain_validity"]["corrupted_metadata"]
-            add(
+            audit_row(
                 "Table 3 corrupted-metadata top-1",
                 t3["corrupted_metadata_top1_recall"],
                 cm["top1_recall"],
                 "we swap status/year on half of the policies and relabel every domain",
             )
-            add(
+            audit_row(
                 "Table 3 corrupted-metadata current-version preference",
                 t3["corrupted_metadata_current_version_preference"],
                 cm["current_version_preference"],
             )
             ex = r["explicit_domain_filter"]["corrupted_metadata"]
-            add(
+            audit_row(
                 "explicit domain filter under corrupted domains (top-1/top-3)",
                 "0.0/0.0",
                 f"{ex['top1_recall']:.3f}/{ex['top3_recall']:.3f}",
             )
         cues = audit_result["domain_cues"]
         dh = t3["domain_heuristic"]
-        add(
+        audit_row(
             "domain heuristic correct/incorrect/unresolved",
             f"{dh['correct']}/{dh['incorrect']}/{dh['unresolved']}",
             f"{cues['correct']}/{cues['incorrect']}/{cues['unresolved']}",
@@ -452,30 +528,46 @@ def paper_comparison(
         dq = audit_result["duplicate_query"]["queries"]
         if dq:
             d0 = dq[0]
-            add(
+            audit_row(
                 "cross-domain duplicate query",
                 t3["cross_domain_duplicate_query"],
                 f"reported {d0['top1_correct']['tfidf_domain_validity']}/2, explicit filter "
                 f"{d0['top1_correct']['explicit_domain_filter']}/2",
             )
-    return pd.DataFrame(rows)
-
-
-def table8(df: pd.DataFrame, top: int = 10) -> pd.DataFrame:
-    """Largest strict→repair gains by model × scenario (caption in ``attrs``)."""
-    t = stats.model_gains(df, top)
-    n_units = int(stats.unit_labels(df).nunique())
-    t.attrs["caption"] = (
-        f"{CAPTIONS['table8']} Per-model rates over {n_units} unit(s), no intervals (one unit "
-        f"per row); only gains above zero are listed ({len(t)} row(s)), ties at the cut-off of "
-        f"{top} are all kept."
+    t = pd.DataFrame(rows)
+    if audit_result is None:
+        t = t.drop(columns=["corpus and retriever (no model)"])
+    t.attrs["blocks"] = {
+        b: {"units": a.units, "records": len(a.df), "tasks": int(a.df["task_id"].nunique())}
+        for b, a in analysis.items()
+    }
+    t.attrs["caption"] = CAPTIONS["paper_comparison"] + units_note(
+        pd.concat([a.df for a in analysis.values()])
     )
     return t
 
 
+def table8(df: pd.DataFrame, top: int = 10) -> pd.DataFrame:
+    """Largest strict→repair gains by model × scenario, the top of each block (caption in
+    ``attrs``)."""
+    parts = {}
+    for b, sub in stats.blocks(df).items():
+        t = stats.model_gains(sub, top)
+        t.attrs["detail"] = (
+            f"{_units(sub)} Per-unit rates, no intervals (one unit per row); only gains above "
+            f"zero are listed ({len(t)} row(s)), ties at the cut-off of {top} are all kept."
+        )
+        parts[b] = t
+    return _stack(parts, "table8")
+
+
 def table9(df: pd.DataFrame) -> pd.DataFrame:
-    """Provider-level averages, with the shares of malformed replies and provider errors
-    (caption in ``attrs``)."""
+    """Provider-level averages per block, with the shares of malformed replies and provider
+    errors (caption in ``attrs``)."""
+    return _stack({b: _table9_block(sub) for b, sub in stats.blocks(df).items()}, "table9")
+
+
+def _table9_block(df: pd.DataFrame) -> pd.DataFrame:
     t = stats.provider_averages(df)
     fail = pd.DataFrame([_failure_rates(df[df["provider"] == p]) for p in t["provider"]])
     designs = sorted(set(t["interval"]))
@@ -484,8 +576,8 @@ def table9(df: pd.DataFrame) -> pd.DataFrame:
         "crossed": "two-way cluster-robust over models and tasks (crossed), widened by t(models - 1)/z",
         "tasks": f"clustered by task (fewer than {stats.MIN_UNITS} models: these models only)",
     }
-    t.attrs["caption"] = (
-        f"{CAPTIONS['table9']} Pooled success interval: Wilson at the design-effect-adjusted "
+    t.attrs["detail"] = (
+        f"{_units(df)} Pooled success interval: Wilson at the design-effect-adjusted "
         f"sample size, variance {'; '.join(what[d] for d in designs if d in what)}; a task's "
         "records across scenarios and arms form one cluster." + failure_note(df)
     )
@@ -493,21 +585,42 @@ def table9(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def grounded_false_positive_rates(df: pd.DataFrame) -> pd.DataFrame:
-    """GF strict / GF repair by scenario (for the figure)."""
-    r = stats.rates(df, "grounded_false_positive")
-    wide = r.pivot(index="scenario", columns="mitigation", values="rate")
-    order = stats.scenario_order(df)
-    return pd.DataFrame(
-        {
-            "scenario": order,
-            **{f"GF {m}": wide.loc[order, m].to_numpy() for m in (BASELINE, TREATMENT)},
-        }
+    """GF strict / GF repair by scenario, one block per kind of unit (for the figure)."""
+    parts = []
+    for b, sub in stats.blocks(df).items():
+        r = stats.rates(sub, "grounded_false_positive")
+        wide = r.pivot(index="scenario", columns="mitigation", values="rate")
+        order = stats.scenario_order(sub)
+        parts.append(
+            pd.DataFrame(
+                {
+                    "block": b,
+                    "scenario": order,
+                    **{f"GF {m}": wide.loc[order, m].to_numpy() for m in (BASELINE, TREATMENT)},
+                    "n per mode": [int((sub["scenario"] == s).sum() / 2) for s in order],
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def margin_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
+    """The specificity margin, one row per block (percentage points), caption in ``attrs``."""
+    parts = {b: _margin_row(a.margin) for b, a in analysis.items()}
+    t = _stack(parts, "specificity_margin")
+    boots = "; ".join(f"{b}: {a.eff.describe()}" for b, a in analysis.items())
+    t.attrs["caption"] += (
+        " The margin counts an off-target change only when its "
+        "simultaneous band excludes zero (the plug-in gain - max|change| is biased low when "
+        "off-target effects are zero but noisy). The 95% interval projects a simultaneous "
+        "(max-|t|) bootstrap band over all scenarios: it covers the true margin whenever the band "
+        f"covers every effect. Bootstrap, {boots}."
     )
+    return t
 
 
-def margin_table(margin: Mapping[str, Any], eff: stats.Effects | None = None) -> pd.DataFrame:
-    """The specificity margin as a one-row table (percentage points), caption in ``attrs``."""
-    t = pd.DataFrame(
+def _margin_row(margin: Mapping[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame(
         [
             {
                 "target": margin["target"],
@@ -522,14 +635,6 @@ def margin_table(margin: Mapping[str, Any], eff: stats.Effects | None = None) ->
             }
         ]
     )
-    t.attrs["caption"] = (
-        f"{CAPTIONS['specificity_margin']} The margin counts an off-target change only when its "
-        "simultaneous band excludes zero (the plug-in gain - max|change| is biased low when "
-        "off-target effects are zero but noisy). The 95% interval projects a simultaneous "
-        "(max-|t|) bootstrap band over all scenarios: it covers the true margin whenever the band "
-        "covers every effect." + (f" Bootstrap: {eff.describe()}." if eff is not None else "")
-    )
-    return t
 
 
 def coverage_table(table: pd.DataFrame) -> pd.DataFrame:

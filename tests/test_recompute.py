@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from layerlab import paths
+from layerlab import paths, stats
 from layerlab.archive import SCHEMA_VERSION
 from layerlab.cli import app
 
@@ -22,7 +22,9 @@ def test_recompute_reproduces_the_paper_structure(tmp_path: Path) -> None:
         app, ["recompute", str(REF), "--out", str(tmp_path), "--n-boot", "2000", "--json"]
     )
     assert res.exit_code == 0, res.output
-    head = json.loads(res.output)
+    out = json.loads(res.output)
+    assert list(out["blocks"]) == [stats.BLOCK_REFERENCE]  # reference agents only: one block
+    head = out["blocks"][stats.BLOCK_REFERENCE]
     s = head["success"]
     assert s["schema_drift"]["strict"] == 0.0 and s["schema_drift"]["repair"] > 0.9
     for name in ("stale_index", "missing_tool_output", "permission_denied", "wrong_session"):
@@ -51,11 +53,11 @@ def test_recompute_reproduces_the_paper_structure(tmp_path: Path) -> None:
         for x in ("csv", "md", "tex"):
             assert (tmp_path / f"{n}.{x}").stat().st_size > 0
     comp = (tmp_path / "paper_comparison.md").read_text()
-    assert "0.913" in comp and "not provider models" in comp
+    assert "0.913" in comp and stats.BLOCK_REFERENCE in comp
     # two reference agents: tasks-only intervals, said so; crossed and nested shown beside them
     assert head["design"] == "tasks" and "these units" in head["note"]
     assert set(head["schema_drift_gain"]["by_design"]) == {"crossed", "nested", "tasks"}
-    assert "gain 95% interval, nested" in comp and "not reported: fewer than 5 units" in comp
+    assert "gain 95% interval, nested" in comp and "not reported: < 5 units" in comp
     assert "describes these units" in (tmp_path / "table4.md").read_text()
     assert "margin (pp)" in (tmp_path / "specificity_margin.md").read_text()
     # the same seed gives the same bytes
@@ -65,6 +67,48 @@ def test_recompute_reproduces_the_paper_structure(tmp_path: Path) -> None:
     assert (tmp_path / "table5.csv").read_bytes() == (
         tmp_path / "again" / "table5.csv"
     ).read_bytes()
+
+
+def test_real_models_and_reference_agents_are_separate_blocks_never_pooled(tmp_path: Path) -> None:
+    """Tables 4, 5, 8, 9, the margin and the paper comparison carry real models as their own
+    block; each block's numbers equal those computed on its archive alone."""
+    import pandas as pd
+
+    model = paths.LOCAL_MODEL_ARCHIVES / "smollm2-135m"
+    res = runner.invoke(
+        app, ["recompute", str(model), str(REF), "--out", str(tmp_path), "--n-boot", "500",
+              "--no-matrix", "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    both = json.loads(res.output)["blocks"]
+    assert list(both) == [stats.BLOCK_MODELS, stats.BLOCK_REFERENCE]
+    assert both[stats.BLOCK_MODELS]["units"] == ["local/smollm2-135m"]
+    assert both[stats.BLOCK_REFERENCE]["units"] == ["layerlab/cautious", "layerlab/extractive"]
+    alone = runner.invoke(
+        app, ["recompute", str(model), "--out", str(tmp_path / "alone"), "--n-boot", "500",
+              "--no-matrix", "--json"],
+    )
+    assert json.loads(alone.output)["blocks"][stats.BLOCK_MODELS] == both[stats.BLOCK_MODELS]
+    for name in ("table4", "table5", "table8", "table9", "specificity_margin"):
+        t = pd.read_csv(tmp_path / f"{name}.csv")
+        assert t.columns[0] == "block", name
+        assert set(t["block"]) <= {stats.BLOCK_MODELS, stats.BLOCK_REFERENCE}, name
+    t4 = pd.read_csv(tmp_path / "table4.csv")
+    assert set(t4["block"]) == {stats.BLOCK_MODELS, stats.BLOCK_REFERENCE}
+    t9 = pd.read_csv(tmp_path / "table9.csv").set_index("block")
+    assert t9.loc[stats.BLOCK_MODELS, "records"] == 1440  # the model's records only
+    comp = pd.read_csv(tmp_path / "paper_comparison.csv").set_index("figure")
+    assert comp.loc["live records", stats.BLOCK_MODELS] == "1440"
+    assert comp.loc["live records", stats.BLOCK_REFERENCE] == "8640"
+    caption = (tmp_path / "table4.md").read_text()
+    assert "Real models: local/smollm2-135m" in caption and "Reference agents" in caption
+    # the thesis on safe behaviour: the reference agents' off-target effects are exactly zero by
+    # construction; the real model's are measured (its records are separate draws)
+    safe = pd.read_csv(tmp_path / "table5_safe.csv")
+    ref = safe[safe["block"] == stats.BLOCK_REFERENCE].set_index("scenario")
+    assert ref.drop(index="schema_drift")["exactly zero"].all()
+    real = safe[safe["block"] == stats.BLOCK_MODELS].set_index("scenario")
+    assert not real["exactly zero"].all()
 
 
 def _bad(tmp_path: Path, name: str, table: pa.Table) -> Path:

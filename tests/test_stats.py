@@ -316,3 +316,23 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
 def test_full_coverage_suite_reproduces_the_committed_table() -> None:
     table = coverage.run(size=coverage.FULL)
     assert coverage.to_csv(table) == coverage.COVERAGE_CSV.read_text(encoding="utf-8")
+
+
+def test_simultaneous_band_never_leaves_the_scale_of_a_rate_difference() -> None:
+    """A band around an effect near +100 pp stays within [-100, +100] pp (it used to reach
+    +100.4 in Table 10), and so does the margin interval projected from it."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for t in range(60):
+        for arm in (stats.BASELINE, stats.TREATMENT):
+            for s in ("clean", "schema_drift"):
+                ok = arm == stats.TREATMENT and s == "schema_drift" and rng.random() > 0.01
+                rows.append(
+                    {"provider": "p", "model": "m", "scenario": s, "mitigation": arm,
+                     "task_id": f"t{t}", "policy_id": f"p{t}", "replicate": 0, "success": ok}
+                )
+    eff = stats.paired_effects(pd.DataFrame(rows), n_boot=500, seed=0)
+    lo, hi = stats.simultaneous_band(eff, ["schema_drift", "clean"])
+    assert (hi <= 1.0).all() and (lo >= -1.0).all()
+    m = stats.specificity_margin(eff)
+    assert -1.0 <= m["ci_low"] <= m["ci_high"] <= 1.0
