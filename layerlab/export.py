@@ -2,6 +2,13 @@
 
 Every paper table goes through :func:`write_table`, so number formats, row order and file names
 are decided in one place and re-running an export changes no byte.
+
+The LaTeX fits the page by construction (:func:`layout`): the largest font size at which the table
+fits the text width, unwrapped if it can be, else with ragged fixed-width columns no narrower than
+their longest unbreakable word; a ``longtable`` when it is taller than most of a page; a landscape
+page when nothing fits a portrait one. Widths are estimated from Computer Modern's metrics with a
+margin, and ``make paper`` checks the result (no overfull box). The preamble must load booktabs,
+array, longtable, ragged2e and pdflscape (``paper/main.tex`` does).
 """
 
 from __future__ import annotations
