@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test lab archives checksums local-archives lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test lab paper archives checksums local-archives lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -73,6 +73,9 @@ test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), noteboo
 
 lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
+
+paper: $(STAMP) ## Build paper/main.pdf from paper/main.tex and the generated tables and figures (needs TeX; see README).
+	$(BIN)/python -m layerlab.paper
 
 archives: $(STAMP) ## Re-run the reference agents (live harness), the mitigation matrix and the LangChain study into data/archives/.
 	rm -rf out/reference_agents out/reference_agents.cache

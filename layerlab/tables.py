@@ -584,26 +584,6 @@ def _table9_block(df: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def grounded_false_positive_rates(df: pd.DataFrame) -> pd.DataFrame:
-    """GF strict / GF repair by scenario, one block per kind of unit (for the figure)."""
-    parts = []
-    for b, sub in stats.blocks(df).items():
-        r = stats.rates(sub, "grounded_false_positive")
-        wide = r.pivot(index="scenario", columns="mitigation", values="rate")
-        order = stats.scenario_order(sub)
-        parts.append(
-            pd.DataFrame(
-                {
-                    "block": b,
-                    "scenario": order,
-                    **{f"GF {m}": wide.loc[order, m].to_numpy() for m in (BASELINE, TREATMENT)},
-                    "n per mode": [int((sub["scenario"] == s).sum() / 2) for s in order],
-                }
-            )
-        )
-    return pd.concat(parts, ignore_index=True)
-
-
 def margin_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
     """The specificity margin, one row per block (percentage points), caption in ``attrs``."""
     parts = {b: _margin_row(a.margin) for b, a in analysis.items()}

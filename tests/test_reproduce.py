@@ -28,11 +28,11 @@ def test_a_moved_number_a_missing_and_an_extra_artifact_are_reported(tmp_path: P
     name, value, *cells = first.split(",")
     moved = f"{float(value) / 2:.4f}"  # a number moves, whatever the committed value
     t2.write_text("".join([header, ",".join([name, moved, *cells]), *rest]))
-    (root / "figures" / "success_heatmap.png").unlink()
+    (root / "figures" / "retriever_ablation.png").unlink()
     (root / "figures" / "extra.png").write_bytes(b"x")
     problems = "\n".join(reproduce.compare(root))
     assert "paper/tables/table2.csv: differs from the committed file" in problems
-    assert "figures/success_heatmap.png: committed but no notebook generates it" in problems
+    assert "figures/retriever_ablation.png: committed but no notebook generates it" in problems
     assert "figures/extra.png: generated but not committed" in problems
 
 

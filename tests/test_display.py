@@ -1,0 +1,103 @@
+"""Display formatting: one place, percentages and intervals, p-values as bounds, a real index, and
+committed notebooks free of raw 6-decimal floats."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from layerlab import display, paths
+
+
+def test_scalars() -> None:
+    assert display.percent(0.975) == "97.5%" and display.percent(float("nan")) == display.MISSING
+    assert display.points(97.5) == "+97.5" and display.points(-0.04) == "0.0" and display.points(-3.26) == "-3.3"
+    assert display.count(8640) == "8,640"
+
+
+def test_p_values_are_bounds_below_a_thousandth() -> None:
+    assert display.p_value(0.2) == "0.2" and display.p_value(0.0123) == "0.0123"
+    assert display.p_value(4e-4) == "< 1e-3" and display.p_value(3e-7) == "< 1e-6"
+    assert display.p_value(1.049668e-140) == "< 1e-10" and display.p_value(0.0) == "< 1e-10"
+    # the library's printed forms (stats.format_p) are read back, text is kept
+    assert display.p_value("1.05e-140") == "< 1e-10" and display.p_value("< 1e-301") == "< 1e-10"
+    assert display.p_value("0 (no residual variation)") == "0 (no residual variation)"
+    assert display.p_value("") == display.MISSING
+
+
+def test_table_formats_rates_intervals_counts_and_index() -> None:
+    df = pd.DataFrame(
+        {
+            "scenario": ["clean", "stale_index"],
+            "strict": [0.975, 0.0],
+            "strict 95% low": [0.946461, 0.0],
+            "strict 95% high": [0.988511, 0.015754],
+            "repair-strict (pp)": [97.5, 0.0],
+            "95% low (pp)": [95.41, 0.0],
+            "95% high (pp)": [99.2, 0.0],
+            "n per mode": [480, 480],
+            "exactly zero": [False, True],
+            "gee p": ["1.05e-140", ""],
+        }
+    )
+    t = display.table(df)
+    assert t.index.name == "scenario" and list(t.index) == ["clean", "stale_index"]
+    assert t.loc["clean", "strict [95% CI]"] == "97.5% [94.6%, 98.9%]"
+    assert t.loc["clean", "repair-strict (pp) [95% CI]"] == "+97.5 [+95.4, +99.2]"
+    assert t.loc["stale_index", "repair-strict (pp) [95% CI]"] == "0.0 [0.0, 0.0]"
+    assert t.loc["clean", "n per mode"] == "480" and t.loc["stale_index", "exactly zero"] == "yes"
+    assert t.loc["clean", "gee p"] == "< 1e-10"
+    assert "strict 95% low" not in t.columns
+
+
+def test_an_interval_of_uncertain_owner_is_not_attached_to_a_guess() -> None:
+    df = pd.DataFrame(
+        {
+            "target": ["schema_drift"],
+            "margin (pp)": [97.5],
+            "plug-in margin (pp)": [97.0],
+            "95% low (pp)": [95.8],
+            "95% high (pp)": [99.2],
+        }
+    )
+    t = display.table(df)
+    assert list(t.columns) == ["margin (pp)", "plug-in margin (pp)", "95% low (pp)", "95% high (pp)"]
+
+
+def test_index_uses_the_fewest_label_columns_that_identify_a_row() -> None:
+    df = pd.DataFrame({"retriever": ["a", "a", "b"], "condition": ["x", "y", "x"], "r": [0.5, 0.25, 1.0]})
+    t = display.table(df)
+    assert list(t.index.names) == ["retriever", "condition"]
+    no_labels = display.table(pd.DataFrame({"n": [1, 2]}))
+    assert list(no_labels.index) == [1, 2] and no_labels.index.name == "#"
+
+
+def test_unit_kind_is_one_wording() -> None:
+    assert display.unit_kind("layerlab") == display.unit_kind("deterministic") == display.REFERENCE_AGENT
+    assert display.unit_kind("local") == display.REAL_MODEL == "real model"
+    assert display.unit_label("local/smollm2-135m") == "local/smollm2-135m — real model"
+
+
+def test_committed_notebooks_show_no_raw_floats_or_bare_range_index() -> None:
+    import nbformat
+
+    raw = re.compile(r"(?<![\d.])\d+\.\d{5,}\b")
+    for nb_path in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(nb_path, as_version=4)
+        for c in nb.cells:
+            if c.cell_type != "code":
+                continue
+            for o in c.outputs:
+                text = "".join(o.get("data", {}).get("text/plain", ""))
+                html = "".join(o.get("data", {}).get("text/html", ""))
+                if "<table" in html:
+                    assert "display.table(" in c.source, f"{nb_path.name}: a table not formatted: {c.source!r}"
+                    assert not raw.search(text), f"{nb_path.name}: raw float in {text[:200]!r}"
+
+
+def test_a_gain_between_rates_is_shown_in_points_not_as_a_rate() -> None:
+    t = display.table(pd.DataFrame({"model": ["a"], "strict": [0.0], "repair": [0.975], "gain": [0.975],
+                                    "gee risk difference": [-0.5]}))
+    assert t.loc["a", "gain"] == "+97.5 pp" and t.loc["a", "repair"] == "97.5%"
+    assert t.loc["a", "gee risk difference"] == "-50.0 pp"

@@ -1,0 +1,140 @@
+"""Figures: one panel per unit (real models apart from reference agents, labelled), n and
+intervals from the library's interval functions, legends that hide nothing, inline display."""
+
+from __future__ import annotations
+
+import re
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from layerlab import display, figures, paths, stats
+
+
+@pytest.fixture(scope="module")
+def ref() -> pd.DataFrame:
+    return stats.records_frame()
+
+
+@pytest.fixture(scope="module")
+def with_model(ref: pd.DataFrame) -> pd.DataFrame:
+    """The reference agents plus a 'real model' that fails every other task of the extractive
+    agent's records (a different rate, so pooling would show)."""
+    m = ref[ref["model"] == "extractive"].copy()
+    m["provider"], m["model"] = "local", "fake-model"
+    m["success"] = m["success"] & (m["task_id"].rank(method="dense").astype(int) % 2 == 0)
+    return pd.concat([ref, m], ignore_index=True)
+
+
+def test_unit_rates_never_pool_units_and_use_the_library_interval(with_model: pd.DataFrame) -> None:
+    long = figures.unit_rates(with_model)
+    assert list(dict.fromkeys(long["unit"])) == ["local/fake-model", "layerlab/cautious", "layerlab/extractive"]
+    assert set(long.loc[long["unit"] == "local/fake-model", "kind"]) == {display.REAL_MODEL}
+    assert set(long.loc[long["unit"] != "local/fake-model", "kind"]) == {display.REFERENCE_AGENT}
+    labels = stats.unit_labels(with_model)
+    for unit, sub in long.groupby("unit"):
+        expected = stats.rates(with_model[labels == unit])
+        np.testing.assert_allclose(sub["rate"].to_numpy(), expected["rate"].to_numpy())
+        np.testing.assert_allclose(sub["ci_low"].to_numpy(), expected["ci_low"].to_numpy())
+        np.testing.assert_allclose(sub["ci_high"].to_numpy(), expected["ci_high"].to_numpy())
+        assert set(sub["n"]) == {len(with_model[labels == unit]) // len(sub)}
+    # the model and the agent it was derived from differ: nothing was averaged across them
+    a = long[(long["unit"] == "local/fake-model") & (long["scenario"] == "clean")]["rate"].to_numpy()
+    b = long[(long["unit"] == "layerlab/extractive") & (long["scenario"] == "clean")]["rate"].to_numpy()
+    assert (a < b).all()
+
+
+def test_rates_by_unit_has_a_labelled_panel_per_unit_with_n(with_model: pd.DataFrame) -> None:
+    fig = figures.rates_by_unit(with_model, "Success")
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert len(titles) == 3
+    assert titles[0].startswith("local/fake-model — real model") and "n = 240 records per point" in titles[0]
+    assert all("reference agent (deterministic baseline)" in t for t in titles[1:])
+    assert "3 unit(s), one panel each" in fig._suptitle.get_text()
+    assert "95% cluster-aware Wilson" in fig._suptitle.get_text()
+    for ax in fig.axes:  # every point carries an error bar
+        assert any(c.__class__.__name__ == "ErrorbarContainer" for c in ax.containers)
+    plt.close(fig)
+
+
+def test_records_or_several_frames_are_accepted(ref: pd.DataFrame) -> None:
+    a = figures.unit_rates([ref[ref["model"] == "cautious"], ref[ref["model"] == "extractive"]])
+    b = figures.unit_rates(ref)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_forest_has_one_panel_per_unit_with_task_pairs(with_model: pd.DataFrame) -> None:
+    fig = figures.paired_effects_by_unit(with_model, "Effects", n_boot=200, seed=1)
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert len(titles) == 3 and "real model" in titles[0]
+    assert all("task pairs per scenario" in t for t in titles)
+    # the schema-drift effect is written out with its interval, so a narrow interval is readable
+    texts = [t.get_text() for t in fig.axes[1].texts]
+    assert any(re.fullmatch(r"\+\d+\.\d \[\+\d+\.\d, \+\d+\.\d\]", t) for t in texts)
+    plt.close(fig)
+
+
+def test_retriever_ablation_shows_zero_and_hides_no_bar() -> None:
+    t3 = pd.DataFrame(
+        {
+            "retriever": ["tfidf", "tfidf", "explicit_domain_filter", "explicit_domain_filter"],
+            "condition": ["clean", "corrupted_metadata"] * 2,
+            "top-1 recall": [0.55, 0.5, 0.95, 0.0],
+        }
+    )
+    fig = figures.retriever_ablation(t3, 240, "Top-1 recall")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    leg = ax.get_legend()
+    # legend below the axes: it covers no point
+    assert leg.get_window_extent().y1 <= ax.get_window_extent().y0
+    assert "0.0%" in [t.get_text() for t in ax.texts]  # the zero is labelled
+    xs = np.concatenate([line.get_xdata() for line in ax.lines])
+    assert 0.0 in xs  # and drawn as a point
+    assert any("sensitivity" in t.get_text() for t in ax.get_yticklabels())
+    assert "n = 240 tasks per point" in ax.get_title()
+    plt.close(fig)
+
+
+def test_specificity_heatmap_prints_intervals_and_no_negative_zero() -> None:
+    cells = pd.DataFrame(
+        {
+            "mitigation": ["a", "a", "b", "b"],
+            "scenario": ["s1", "s2", "s1", "s2"],
+            "target": [True, False, False, True],
+            "estimate": [0.9, -0.004, -0.0001, 0.5],
+            "ci_low": [0.85, -0.01, -0.002, 0.4],
+            "ci_high": [0.95, 0.0, 0.0, 0.6],
+            "n_pairs": [240] * 4,
+        }
+    )
+    fig = figures.specificity_heatmap(cells, "Effects", ["deterministic/extractive"])
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "+90\n[+85, +95]" in texts
+    assert not any(re.search(r"-0\b", t) for t in texts)
+    title = fig.axes[0].get_title()
+    assert "reference agent (deterministic baseline)" in title and "n = 240 task pairs per cell" in title
+    plt.close(fig)
+
+
+def test_show_returns_the_saved_png_for_inline_display(tmp_path, ref: pd.DataFrame) -> None:
+    shown = figures.show(figures.rates_by_unit(ref, "Success"), "x", tmp_path)
+    assert shown._repr_png_() == (tmp_path / "x.png").read_bytes()
+    assert repr(shown) == "<figure: figures/x.png, figures/x.pdf>"
+    again = figures.show(figures.rates_by_unit(ref, "Success"), "y", tmp_path)
+    assert again.png == shown.png and (tmp_path / "x.pdf").read_bytes() == (tmp_path / "y.pdf").read_bytes()
+
+
+def test_committed_notebooks_show_every_figure_inline() -> None:
+    import nbformat
+
+    for nb_path in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(nb_path, as_version=4)
+        for c in nb.cells:
+            if c.cell_type == "code" and "figures.show(" in c.source:
+                kinds = {k for o in c.outputs for k in o.get("data", {})}
+                assert "image/png" in kinds, f"{nb_path.name}: a figure cell shows no image"
+            if c.cell_type == "code":
+                assert "figures.save(" not in c.source, f"{nb_path.name}: figure saved, not shown"

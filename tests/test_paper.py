@@ -1,0 +1,182 @@
+"""The manuscript: every generated table is included, Tables 1-10 keep the paper's numbers, and the
+PDF builds with no table running into the margin (the build test needs TeX and is skipped without
+it); the LaTeX exporter fits tables to the page by construction."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pandas as pd
+import pytest
+
+from layerlab import export, paper, paths
+
+MAIN = paths.PAPER / paper.MAIN
+TEX = paper.engine() is not None
+
+
+def _inputs() -> list[str]:
+    text = re.sub(r"(?<!\\)%.*", "", MAIN.read_text(encoding="utf-8"))  # comments do not count
+    return re.findall(r"\\input\{tables/([^}]+)\.tex\}", text)
+
+
+def test_main_tex_inputs_every_generated_table_once() -> None:
+    generated = sorted(p.stem for p in (paths.COMMITTED_ARTIFACTS / "paper" / "tables").glob("*.tex"))
+    inputs = _inputs()
+    assert sorted(set(generated) - set(inputs)) == [], "paper/tables/*.tex not \\input by main.tex"
+    assert sorted(set(inputs) - set(generated)) == [], "main.tex inputs a table no notebook writes"
+    assert len(inputs) == len(set(inputs)), "a table is input twice"
+
+
+def test_tables_one_to_ten_come_first_in_order() -> None:
+    """LaTeX numbers tables in order of appearance: Tables 1-10 keep the paper's numbers only if
+    table1..table10 are the first ten tables of the document."""
+    assert _inputs()[:10] == [f"table{i}" for i in range(1, 11)]
+
+
+@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see the README")
+def test_paper_builds_without_overfull_tables(tmp_path) -> None:
+    b = paper.build(out_dir=tmp_path / "build", pdf=tmp_path / "main.pdf")
+    assert b.pdf.stat().st_size > 10_000
+    assert [str(p) for p in b.problems] == []
+    # the numbering the reader sees: \label{tab:tableN} is Table N for the paper's ten tables
+    aux = (tmp_path / "build" / "main.aux").read_text(encoding="utf-8")
+    numbers = dict(re.findall(r"\\newlabel\{tab:(table\d+)\}\{\{([^}]*)\}", aux))
+    assert {f"table{i}": str(i) for i in range(1, 11)}.items() <= numbers.items()
+    # every supplementary table is numbered A1, A2, ... (none takes a paper number)
+    assert all(v.startswith("A") or re.fullmatch(r"table\d+", k) or k.endswith("_models")
+               for k, v in numbers.items())
+
+
+@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see the README")
+def test_build_reports_an_overfull_table_by_file(tmp_path) -> None:
+    """A table wider than the page is named, not just warned about in a log nobody reads."""
+    src = tmp_path / "src"
+    (src / "tables").mkdir(parents=True)
+    (src / "tables" / "wide.tex").write_text(
+        "\\begin{tabular}{l}" + "x" * 400 + "\\end{tabular}\\par\n", encoding="utf-8"
+    )
+    (src / "main.tex").write_text(
+        "\\documentclass{article}\\begin{document}\\input{tables/wide.tex}\\end{document}\n",
+        encoding="utf-8",
+    )
+    b = paper.build(src / "main.tex", tmp_path / "build", tmp_path / "main.pdf")
+    assert b.problems and all(p.file == "tables/wide.tex" for p in b.problems)
+    assert "Overfull \\hbox" in str(b.problems[0])
+
+
+def test_without_tex_make_paper_says_how_to_install_it(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(paper, "engine", lambda: None)
+    assert paper.main([]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "apt-get install" in err[0] and "latexmk" in err[0]
+
+
+def test_tex_error_is_one_line_naming_the_file(tmp_path) -> None:
+    if not TEX:
+        pytest.skip("needs TeX")
+    (tmp_path / "main.tex").write_text(
+        "\\documentclass{article}\\begin{document}\\undefinedmacro\\end{document}\n", encoding="utf-8"
+    )
+    with pytest.raises(paper.PaperError, match=r"main.tex: TeX stopped: ! Undefined control sequence"):
+        paper.build(tmp_path / "main.tex", tmp_path / "build", tmp_path / "out.pdf")
+
+
+def test_log_parser_names_the_innermost_input_file() -> None:
+    log = (
+        "(./main.tex (/usr/share/texlive/article.cls (size11.clo)) (./main.aux)\n"
+        "(./tables/a.tex (x) text\n"
+        "Overfull \\hbox (12.0pt too wide) in alignment at lines 4--9\n"
+        " []|\\OT1/cmr/m/n/10 unbalanced ( paren\n"
+        "\n"
+        ") (./tables/b.tex\n"
+        "LaTeX Warning: Float too large for page by 20.0pt on input line 3.\n"
+        ")\n"
+        "Overfull \\hbox (3.0pt too wide) in paragraph at lines 40--41\n"
+    )
+    found = [str(p) for p in paper.problems(log)]
+    assert found == [
+        "tables/a.tex: Overfull \\hbox (12.0pt too wide) in alignment at lines 4--9",
+        "tables/b.tex: LaTeX Warning: Float too large for page by 20.0pt on input line 3.",
+        "main.tex: Overfull \\hbox (3.0pt too wide) in paragraph at lines 40--41",
+    ]
+
+
+# --- the exporter: fitting by construction (no TeX needed) -------------------------------------
+
+
+def _widths(tex: str) -> list[float]:
+    return [float(w) for w in re.findall(r"p\{([0-9.]+)\\linewidth\}", tex)]
+
+
+def test_a_narrow_table_stays_natural() -> None:
+    df = pd.DataFrame({"scenario": ["clean", "stale_index"], "rate": [0.975, 0.0]})
+    tex = export.to_latex(df, "A small table.", "tab:x")
+    assert "\\begin{tabular}{@{}lr@{}}" in tex and "longtable" not in tex
+    assert "clean & 0.975 \\\\" in tex
+
+
+def test_a_wide_table_wraps_to_the_text_width() -> None:
+    long = "a sentence long enough that it can never fit on one line of a table column " * 3
+    df = pd.DataFrame(
+        {f"column {i} with a long header": [long, "short"] for i in range(5)} | {"n": [1, 2]}
+    )
+    tex = export.to_latex(df, "Wide.", "tab:w")
+    widths = _widths(tex)
+    assert len(widths) == 6
+    assert sum(widths) <= 1.0  # fractions of \linewidth, padding left over
+    assert "\\RaggedRight" in tex and "\\raggedleft" in tex  # text wraps left, numbers right
+
+
+def test_ids_may_break_after_underscores_slashes_and_plus_joins() -> None:
+    df = pd.DataFrame({"x": ["tfidf_domain_validity layerlab/extractive freshness+metadata +97.5"] * 3})
+    lay = export.layout(["x"], [[c] for c in df["x"]], width=60.0)
+    assert lay.widths is not None
+    tex = export.to_latex(df.assign(**{f"c{i}": "word " * 40 for i in range(6)}), "c", "tab:b")
+    assert "tfidf\\_\\allowbreak{}domain" in tex and "layerlab/\\allowbreak{}extractive" in tex
+    assert "freshness+\\allowbreak{}metadata" in tex and "+97.5" in tex  # numbers never split
+
+
+def test_a_long_table_breaks_across_pages_and_a_very_wide_one_turns() -> None:
+    tall = pd.DataFrame({"scenario": [f"s{i}" for i in range(120)], "rate": [0.5] * 120})
+    assert "\\begin{longtable}" in export.to_latex(tall, "Tall.", "tab:t")
+    wide = pd.DataFrame({f"numeric column {i}": [123456.789] for i in range(30)})
+    tex = export.to_latex(wide, "Wide.", "tab:v")
+    assert tex.startswith("\\begin{landscape}")
+
+
+def test_latex_escapes_what_the_default_font_cannot_print() -> None:
+    df = pd.DataFrame({"p": ["< 1e-10", "a|b", "x − y × z → w", "50%_#&"]})
+    tex = export.to_latex(df, "p-values < 0.05", "tab:e")
+    assert "\\ensuremath{<} 1e-10" in tex and "a\\ensuremath{|}b" in tex
+    assert "\\ensuremath{-}" in tex and "\\ensuremath{\\times}" in tex
+    assert "50\\%\\_\\#\\&" in tex
+    assert not re.search(r"[^\x00-\x7f]", tex)
+
+
+@pytest.mark.skipif(not TEX, reason="needs TeX")
+def test_generated_latex_compiles_at_every_layout(tmp_path) -> None:
+    """The four layouts (natural, wrapped, long, landscape) compile in the manuscript's preamble
+    with no overfull box."""
+    frames = {
+        "natural": pd.DataFrame({"a": ["x_y"], "b": [1.5]}),
+        "wrapped": pd.DataFrame({f"h{i}": ["tfidf_domain_validity and more words " * 3] for i in range(6)}),
+        "long": pd.DataFrame({"s": [f"row {i}" for i in range(90)], "v": [0.25] * 90}),
+        "landscape": pd.DataFrame({f"numeric column {i}": [123.456] for i in range(14)}),
+    }
+    (tmp_path / "tables").mkdir()
+    preamble = MAIN.read_text(encoding="utf-8").split("\\begin{document}")[0]
+    preamble = preamble.replace("\\graphicspath{{../figures/}}", "")
+    body = []
+    for name, df in frames.items():
+        (tmp_path / "tables" / f"{name}.tex").write_text(
+            export.to_latex(df, f"The {name} layout.", f"tab:{name}"), encoding="utf-8"
+        )
+        body.append(f"\\input{{tables/{name}.tex}}")
+    (tmp_path / "main.tex").write_text(
+        preamble + "\\begin{document}\n" + "\n".join(body) + "\n\\end{document}\n", encoding="utf-8"
+    )
+    b = paper.build(tmp_path / "main.tex", tmp_path / "build", tmp_path / "t.pdf")
+    assert [str(p) for p in b.problems] == []
+    shutil.rmtree(tmp_path / "build")
