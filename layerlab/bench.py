@@ -245,7 +245,7 @@ def print_table(rows: Sequence[dict[str, Any]], load_start: tuple[float, ...],
                 str(r.get("benchmark", r.get("key", "?"))),
                 f"{_fmt(r.get('measured'))} {unit}".strip(),
                 f"{r['goal']} {unit}".strip() if "goal" in r else "-",
-                {True: "PASS", False: "FAIL"}.get(r.get("ok"), "?"),  # type: ignore[call-overload]
+                "PASS" if r.get("ok") is True else "FAIL" if r.get("ok") is False else "?",
                 str(r.get("note", "")),
             )
         )
