@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test lab paper archives checksums local-archives lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), noteboo
 	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider notebooks/
 	$(BIN)/layerlab reproduce --compare $(NBVAL_ARTIFACTS)
 
+test-slow: $(STAMP) ## The full-size tests that `make test` runs on smaller inputs (marker `slow`).
+	$(BIN)/python -m pytest -m slow
+
 lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
 
@@ -108,7 +111,7 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/mypy
 
-bench: $(LOCAL_STAMP) ## Benchmarks (ratios and medians, not timed unit tests); the bootstrap's ratio to the plain loop.
+bench: $(LOCAL_STAMP) ## Benchmarks: every goal of issue 15 (and the bootstrap's) measured, with pass/fail and the load average.
 	$(BIN)/python -m layerlab.bench
 
 coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).

@@ -158,6 +158,7 @@ _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 _INT_FIELDS = {"rank", "effective_year", "version", "withheld"}
 _FLOAT_FIELDS = {"score"}
 _BOOL_FIELDS = {"truncated"}
+_TYPED_FIELDS = frozenset(_INT_FIELDS | _FLOAT_FIELDS | _BOOL_FIELDS)
 
 
 @dataclass
@@ -180,6 +181,8 @@ def _edit(rep: Repair, cap: int, what: str) -> None:
 
 
 def _coerce(key: str, value: Any, rep: Repair, cap: int, where: str) -> Any:
+    if key not in _TYPED_FIELDS:
+        return value
     if isinstance(value, str):
         s = value.strip()
         if key in _INT_FIELDS and _INT.match(s):
@@ -200,6 +203,8 @@ def _coerce(key: str, value: Any, rep: Repair, cap: int, where: str) -> Any:
 def _rename(
     obj: dict[str, Any], aliases: dict[str, str], rep: Repair, cap: int, where: str
 ) -> dict[str, Any]:
+    if aliases.keys().isdisjoint(obj):
+        return dict(obj)  # nothing to rename (the common case: a payload already in shape)
     out: dict[str, Any] = {}
     for k, v in obj.items():
         target = aliases.get(k, k)

@@ -7,6 +7,7 @@ Used by the deterministic extractive reader and by the local reference agents. I
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from layerlab.text import states_value, words
 
@@ -62,6 +63,7 @@ def candidates(kind: str, sentence: str) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=16384)  # pure: a task's question meets the same passages in every scenario and arm
 def extract(question: str, kind: str, passage: str) -> str | None:
     """Best span of ``kind`` in ``passage`` for ``question``, or ``None`` when there is none.
 

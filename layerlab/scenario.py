@@ -17,7 +17,6 @@ faults) the task id: the same spec gives the same faults.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,6 +39,18 @@ def stable_int(*parts: object) -> int:
     """A stable 64-bit integer from ``parts`` (Python's ``hash`` is salted per process)."""
     h = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(h[:8], "big")
+
+
+def _copy_json(obj: Any) -> Any:
+    """A deep copy of a JSON-shaped value (dicts, lists, scalars): what ``copy.deepcopy`` gives
+    for a tool payload, without its memo bookkeeping (payloads hold no shared or cyclic parts)."""
+    if isinstance(obj, dict):
+        return {k: _copy_json(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_copy_json(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_copy_json(v) for v in obj)
+    return obj
 
 
 class _Params(BaseModel):
@@ -262,7 +273,7 @@ class PartialTimeout(FaultOperator):
         if not payload or "results" not in payload:
             return payload
         p: _PartialParams = self.params  # type: ignore[assignment]
-        out = copy.deepcopy(payload)
+        out = _copy_json(payload)
         kept = out["results"][: p.keep_results]
         for r in kept:
             frac = float(rng.uniform(p.min_keep, p.max_keep))
@@ -351,7 +362,7 @@ class ForeignSession(FaultOperator):
         if not payload or "results" not in payload:
             return payload
         other = f"s-{stable_int(ctx.session_id, self.params.tag) % 16**8:08x}"  # type: ignore[attr-defined]
-        out = copy.deepcopy(payload)
+        out = _copy_json(payload)
         results: list[dict[str, Any]] = []
         served: set[str] = set()
         for r in out["results"]:

@@ -18,6 +18,13 @@ from layerlab import paths  # noqa: E402
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """``slow`` tests (full-size runs of behaviour the default suite covers on smaller inputs)
+    are opt-in: ``-m slow`` (``make test-slow``) or any other ``-m`` expression selects them."""
+    if not config.option.markexpr:
+        config.option.markexpr = "not slow"
+
+
 @pytest.fixture(scope="session")
 def corpus() -> corpus_mod.Corpus:
     return corpus_mod.load(paths.CORPUS_DIR)

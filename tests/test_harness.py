@@ -71,3 +71,27 @@ def test_cli_writes_archive_and_summary(tmp_path: Path) -> None:
     first = (tmp_path / "records.parquet").read_bytes()
     runner.invoke(app, ["run", "deterministic", "--out", str(tmp_path)])
     assert (tmp_path / "records.parquet").read_bytes() == first
+
+
+def test_fast_paths_give_the_textbook_values(corpus, key) -> None:
+    """The prompt hash is the canonical JSON of ``dataclasses.asdict`` of the reader input; a
+    run's shared TF-IDF fits, contract verdicts and memo caches change no record."""
+    import dataclasses
+    import hashlib
+
+    from layerlab._io import canonical_json
+
+    scen = load_scenarios()
+    prep = harness.prepare(corpus, scen["partial_timeout"])
+    g = harness.gate(corpus.tasks[0], prep, harness.MODES[0])
+    assert g.inp is not None and g.inp.evidence
+    want = hashlib.sha256(canonical_json(dataclasses.asdict(g.inp)).encode()).hexdigest()
+    assert harness.input_hash(g.inp) == want
+    two = {n: scen[n] for n in ("clean", "corrupted_metadata")}
+    warm = harness.run_deterministic(corpus, key, two)
+    harness.clear_caches()
+    cold = harness.run_deterministic(corpus, key, two)
+    alone = [
+        r for n in two for r in harness.run_deterministic(corpus, key, {n: two[n]})
+    ]  # each scenario with its own fit
+    assert warm == cold == alone
