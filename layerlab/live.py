@@ -217,7 +217,13 @@ def default_cache_dir() -> Path:
 
 
 class ResponseCache:
-    """One JSON file per (model, params, prompt hash); written atomically."""
+    """One JSON file per (model, params, prompt hash); written atomically.
+
+    Writes go to a background thread (creating a file is most of a cached call's cost on some
+    file systems, and the thread's system calls leave the event loop free); :meth:`get` sees a
+    pending write at once, and :meth:`flush` waits for them. A write lost to a kill only costs a
+    repeated call.
+    """
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -225,6 +231,9 @@ class ResponseCache:
         # calls, not cache hits
         self.preflighted: set[str] = set()
         self._made: set[str] = set()  # shard folders known to exist
+        self._pending: dict[str, str] = {}
+        self._queue: Any = None
+        self._pid = -1  # the process whose writer thread this is (a forked worker starts its own)
 
     @staticmethod
     def key(
@@ -242,6 +251,9 @@ class ResponseCache:
         return os.path.join(self.folder, key[:2], f"{key}.json")
 
     def get(self, key: str) -> str | None:
+        pending = self._pending.get(key)
+        if pending is not None:
+            return pending
         try:
             with open(self._path(key), encoding="utf-8") as fh:
                 return str(json.loads(fh.read())["reply"])
@@ -249,9 +261,38 @@ class ResponseCache:
             return None
 
     def put(self, key: str, reply: str) -> None:
-        """Write one reply atomically (a temporary file renamed over the entry). A lost entry
-        only costs a repeated call, so there is no fsync on the hot path; one ``mkdir`` per
-        shard folder and a per-process temporary name keep it to three system calls."""
+        """Queue one reply for the writer thread (started on first use in each process)."""
+        if self._pid != os.getpid():
+            import queue
+            import threading
+
+            self._pid, self._pending, self._queue = os.getpid(), {}, queue.Queue()
+            threading.Thread(target=self._writer, args=(self._queue,), daemon=True).start()
+        self._pending[key] = reply
+        self._queue.put(key)
+
+    def flush(self) -> None:
+        """Wait until every queued reply is on disk."""
+        if self._queue is not None and self._pid == os.getpid():
+            self._queue.join()
+
+    def _writer(self, q: Any) -> None:
+        while True:
+            key = q.get()
+            try:
+                reply = self._pending.get(key)
+                if reply is not None:  # None: an earlier item of the same key wrote it
+                    self.write(key, reply)
+            except OSError:
+                pass  # a cache entry not written only costs a repeated call
+            finally:
+                self._pending.pop(key, None)
+                q.task_done()
+
+    def write(self, key: str, reply: str) -> None:
+        """Write one reply now, atomically (a temporary file renamed over the entry). A lost
+        entry only costs a repeated call, so there is no fsync; one ``mkdir`` per shard folder
+        and a per-process temporary name keep it to three system calls."""
         shard = key[:2]
         if shard not in self._made:
             os.makedirs(os.path.join(self.folder, shard), exist_ok=True)
@@ -1028,6 +1069,7 @@ async def _run(
     try:
         await engine.drain(todo, concurrency, emit)
     finally:
+        cache.flush()
         log.flush()
         os.fsync(log.fileno())
         log.close()
@@ -1185,7 +1227,10 @@ def _worker_main(
         conn.send(("rec", line, rec, sample, light))
 
     try:
-        asyncio.run(engine.drain(cells, concurrency, emit))
+        try:
+            asyncio.run(engine.drain(cells, concurrency, emit))
+        finally:
+            cache.flush()
     except LiveRunError as exc:
         conn.send(("fatal", str(exc), counters))
     except BrokenPipeError:
@@ -1376,6 +1421,7 @@ def run_live(
                         rng, beside=prepare_all,
                     )
                 )  # fmt: skip
+                cache.flush()  # on disk before any worker process is forked
         prepare_all()
         # from here on the run folder is written
         out.mkdir(parents=True, exist_ok=True)

@@ -179,6 +179,8 @@ def test_reply_cache_entries_are_whole_files_in_the_old_format(tmp_path: Path) -
     assert cache.get(k) is None
     cache.put(k, '{"status": "answered"}')
     cache.put(k, '{"status": "abstained"}')  # overwritten atomically
+    assert cache.get(k) == '{"status": "abstained"}'  # seen before the writer thread is done
+    cache.flush()
     f = tmp_path / k[:2] / f"{k}.json"
     assert json.loads(f.read_text()) == {"reply": '{"status": "abstained"}'}
     assert cache.get(k) == '{"status": "abstained"}'
