@@ -231,6 +231,7 @@ class ResponseCache:
         # calls, not cache hits
         self.preflighted: set[str] = set()
         self._made: set[str] = set()  # shard folders known to exist
+        self._listed: dict[str, set[str]] = {}  # shard -> entry file names seen or written
         self._pending: dict[str, str] = {}
         self._queue: Any = None
         self._pid = -1  # the process whose writer thread this is (a forked worker starts its own)
@@ -250,10 +251,25 @@ class ResponseCache:
     def _path(self, key: str) -> str:
         return os.path.join(self.folder, key[:2], f"{key}.json")
 
+    def _known(self, key: str) -> bool:
+        """Whether ``key`` may be on disk: each shard folder is listed once (a failed ``open``
+        per record costs more than the listing on slow file systems)."""
+        shard = key[:2]
+        names = self._listed.get(shard)
+        if names is None:
+            try:
+                names = {e.name for e in os.scandir(os.path.join(self.folder, shard))}
+            except OSError:
+                names = set()
+            self._listed[shard] = names
+        return f"{key}.json" in names
+
     def get(self, key: str) -> str | None:
         pending = self._pending.get(key)
         if pending is not None:
             return pending
+        if not self._known(key):
+            return None
         try:
             with open(self._path(key), encoding="utf-8") as fh:
                 return str(json.loads(fh.read())["reply"])
@@ -269,6 +285,8 @@ class ResponseCache:
             self._pid, self._pending, self._queue = os.getpid(), {}, queue.Queue()
             threading.Thread(target=self._writer, args=(self._queue,), daemon=True).start()
         self._pending[key] = reply
+        self._known(key)  # the shard is listed before this entry joins it
+        self._listed[key[:2]].add(f"{key}.json")
         self._queue.put(key)
 
     def flush(self) -> None:
@@ -509,7 +527,7 @@ def _line_sum(row: Mapping[str, Any]) -> str:
 
 def progress_line(rec: Record) -> str:
     """One log line: the record's fields plus ``sum``, a checksum over them."""
-    row = asdict(rec)
+    row = {name: getattr(rec, name) for name in _FIELD_TYPES}  # flat: no deep-copying asdict
     return json.dumps({**row, "sum": _line_sum(row)}, sort_keys=True) + "\n"
 
 
@@ -989,6 +1007,62 @@ def _todo_cells(
     return todo, total
 
 
+FLUSH_EVERY_S = 0.05
+"""Progress-log lines reach the OS within this long of being written (a ``write`` system call
+per record cost more than the rest of a record's bookkeeping); a kill loses at most the last
+ones, which ``--resume`` computes again from the reply cache."""
+
+
+class _ProgressLog:
+    """The progress log's single writer: appends lines, flushes at most every
+    :data:`FLUSH_EVERY_S` (and on :meth:`close`, with an fsync)."""
+
+    def __init__(self, path: Path):
+        self.fh = open(path, "a", encoding="utf-8")
+        self.dirty = False
+        self.last = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def write(self, line: str) -> None:
+        self.fh.write(line)
+        self.dirty = True
+        self.tick()
+
+    def tick(self) -> None:
+        """Flush if a line is waiting and the interval has passed; else (in an event loop)
+        make sure a flush is scheduled, so a line never waits for the next one."""
+        if not self.dirty:
+            return
+        wait = FLUSH_EVERY_S - (time.monotonic() - self.last)
+        if wait <= 0:
+            self.flush()
+            return
+        if self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # the caller ticks again (the writer of worker processes)
+            self._timer = loop.call_later(wait, self._timed)
+
+    def _timed(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        if self.dirty:
+            self.fh.flush()
+            self.dirty = False
+        self.last = time.monotonic()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+
+
 PROGRESS_EVERY_S = 0.1
 """The progress hook is called at most this often (and once at the end), not per record."""
 
@@ -1055,11 +1129,10 @@ async def _run(
         routes_for(config, concurrency, local), run_id, samples is not None,
     )  # fmt: skip
     tick = _Throttle(progress, counters, total)
-    log = open(out / archive.PROGRESS, "a", encoding="utf-8")
+    log = _ProgressLog(out / archive.PROGRESS)
 
     def emit(rec: Record, line: str, sample: dict[str, Any] | None) -> None:
         log.write(line)
-        log.flush()  # to the OS at once: a killed process loses no written record
         written[archive.sort_key(rec)] = rec
         counters.records += 1
         if samples is not None and sample is not None:
@@ -1070,8 +1143,6 @@ async def _run(
         await engine.drain(todo, concurrency, emit)
     finally:
         cache.flush()
-        log.flush()
-        os.fsync(log.fileno())
         log.close()
         tick(final=True)
     return not engine.stopped
@@ -1138,10 +1209,11 @@ def _run_workers(
     stopped: bool = False
     fatal: str | None = None
     finished = set()
-    log = open(out / archive.PROGRESS, "a", encoding="utf-8")
+    log = _ProgressLog(out / archive.PROGRESS)
     try:
         while conns:
-            ready: list[Any] = wait(list(conns))
+            log.tick()
+            ready: list[Any] = wait(list(conns), timeout=FLUSH_EVERY_S)
             for conn in ready:
                 i = conns[conn]
                 try:
@@ -1156,7 +1228,6 @@ def _run_workers(
                 if kind == "rec":
                     _, line, rec, sample, snap = msg
                     log.write(line)
-                    log.flush()
                     written[archive.sort_key(rec)] = rec
                     counters.records += 1
                     snapshots[i] = snap
@@ -1180,8 +1251,6 @@ def _run_workers(
             if p.is_alive() and (fatal is not None or len(finished) < n_workers):
                 p.terminate()
             p.join()
-        log.flush()
-        os.fsync(log.fileno())
         log.close()
         _sum_counters(counters, [base, *snapshots], latencies=True)
         budget.used = shared._used.value
