@@ -216,6 +216,10 @@ def default_cache_dir() -> Path:
     return paths.user_cache() / "replies"
 
 
+WRITER_POLL_S = 0.02
+"""How often the reply cache's writer thread looks for queued replies."""
+
+
 class ResponseCache:
     """One JSON file per (model, params, prompt hash); written atomically.
 
@@ -279,33 +283,38 @@ class ResponseCache:
     def put(self, key: str, reply: str) -> None:
         """Queue one reply for the writer thread (started on first use in each process)."""
         if self._pid != os.getpid():
-            import queue
+            import collections
             import threading
 
-            self._pid, self._pending, self._queue = os.getpid(), {}, queue.Queue()
+            self._pid, self._pending, self._queue = os.getpid(), {}, collections.deque()
             threading.Thread(target=self._writer, args=(self._queue,), daemon=True).start()
         self._pending[key] = reply
         self._known(key)  # the shard is listed before this entry joins it
         self._listed[key[:2]].add(f"{key}.json")
-        self._queue.put(key)
+        self._queue.append(key)  # no wake-up: the writer polls (a notify per reply costs more)
 
     def flush(self) -> None:
         """Wait until every queued reply is on disk."""
         if self._queue is not None and self._pid == os.getpid():
-            self._queue.join()
+            while self._pending:
+                time.sleep(WRITER_POLL_S / 4)
 
     def _writer(self, q: Any) -> None:
         while True:
-            key = q.get()
+            if not q:
+                time.sleep(WRITER_POLL_S)
+                continue
+            key = q.popleft()
+            reply = self._pending.get(key)
+            if reply is None:  # an earlier item of the same key wrote it
+                continue
             try:
-                reply = self._pending.get(key)
-                if reply is not None:  # None: an earlier item of the same key wrote it
-                    self.write(key, reply)
+                self.write(key, reply)
             except OSError:
                 pass  # a cache entry not written only costs a repeated call
             finally:
-                self._pending.pop(key, None)
-                q.task_done()
+                if self._pending.get(key) is reply:  # not replaced by a later put meanwhile
+                    self._pending.pop(key, None)
 
     def write(self, key: str, reply: str) -> None:
         """Write one reply now, atomically (a temporary file renamed over the entry). A lost
