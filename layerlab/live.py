@@ -239,6 +239,7 @@ class ResponseCache:
         self._pending: dict[str, str] = {}
         self._queue: Any = None
         self._pid = -1  # the process whose writer thread this is (a forked worker starts its own)
+        self._stop: Any = None
 
     @staticmethod
     def key(
@@ -287,7 +288,10 @@ class ResponseCache:
             import threading
 
             self._pid, self._pending, self._queue = os.getpid(), {}, collections.deque()
-            threading.Thread(target=self._writer, args=(self._queue,), daemon=True).start()
+            self._stop = threading.Event()
+            threading.Thread(
+                target=self._writer, args=(self._queue, self._stop), daemon=True
+            ).start()
         self._pending[key] = reply
         self._known(key)  # the shard is listed before this entry joins it
         self._listed[key[:2]].add(f"{key}.json")
@@ -299,9 +303,18 @@ class ResponseCache:
             while self._pending:
                 time.sleep(WRITER_POLL_S / 4)
 
-    def _writer(self, q: Any) -> None:
+    def close(self) -> None:
+        """Flush, and stop this process's writer thread (a later :meth:`put` starts another)."""
+        if self._queue is not None and self._pid == os.getpid():
+            self.flush()
+            self._stop.set()
+            self._pid = -1
+
+    def _writer(self, q: Any, stop: Any) -> None:
         while True:
             if not q:
+                if stop.is_set():
+                    return
                 time.sleep(WRITER_POLL_S)
                 continue
             key = q.popleft()
@@ -808,6 +821,7 @@ async def _preflight(
     try:
         await _preflight_calls(litellm, config, models, first, routes, cache, budget, counters, rng)
     finally:
+        cache.close()  # the preflight's replies on disk (and no writer thread) in any case
         if side is not None:
             await side
 
@@ -1151,7 +1165,7 @@ async def _run(
     try:
         await engine.drain(todo, concurrency, emit)
     finally:
-        cache.flush()
+        cache.close()
         log.close()
         tick(final=True)
     return not engine.stopped
@@ -1308,7 +1322,7 @@ def _worker_main(
         try:
             asyncio.run(engine.drain(cells, concurrency, emit))
         finally:
-            cache.flush()
+            cache.close()
     except LiveRunError as exc:
         conn.send(("fatal", str(exc), counters))
     except BrokenPipeError:
@@ -1499,7 +1513,6 @@ def run_live(
                         rng, beside=prepare_all,
                     )
                 )  # fmt: skip
-                cache.flush()  # on disk before any worker process is forked
         prepare_all()
         # from here on the run folder is written
         out.mkdir(parents=True, exist_ok=True)

@@ -174,6 +174,10 @@ def test_litellm_bookkeeping_is_off_until_someone_listens(corpus, scen, monkeypa
 
 
 def test_reply_cache_entries_are_whole_files_in_the_old_format(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    before = threading.active_count()
     cache = live.ResponseCache(tmp_path)
     k = live.ResponseCache.key("m", {"max_tokens": 1}, "h" * 64)
     assert cache.get(k) is None
@@ -185,3 +189,11 @@ def test_reply_cache_entries_are_whole_files_in_the_old_format(tmp_path: Path) -
     assert json.loads(f.read_text()) == {"reply": '{"status": "abstained"}'}
     assert cache.get(k) == '{"status": "abstained"}'
     assert [p.name for p in f.parent.iterdir()] == [f.name]  # no temporary file left
+    cache.close()  # the writer thread ends: a notebook running many runs keeps no pollers
+    deadline = time.monotonic() + 2
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
+    cache.put(k, '{"status": "answered"}')  # a later put works again
+    cache.close()
+    assert cache.get(k) == '{"status": "answered"}'
