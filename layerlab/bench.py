@@ -293,8 +293,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _live_run(
-    models: tuple[str, ...], scenarios: tuple[str, ...], modes: tuple[str, ...], concurrency: int
-) -> tuple[float, Any]:
+    models: tuple[str, ...],
+    scenarios: tuple[str, ...],
+    modes: tuple[str, ...],
+    concurrency: int,
+    workers: int | None = None,
+) -> tuple[float, float, Any]:
+    """One end-to-end ``run_live`` into a fresh folder with a fresh reply cache (the user's cache
+    would turn calls into cache hits); (wall seconds, this process's CPU seconds, result)."""
     import tempfile
     from pathlib import Path
 
@@ -308,7 +314,7 @@ def _live_run(
     scen = load_scenarios()
     cfg = live.LiveConfig(models=models, scenarios=scenarios, mitigations=modes)
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = live.run_live(
             c,
             key,
@@ -317,67 +323,117 @@ def _live_run(
             Path(tmp) / "run",
             scenario_hash=spec_hash(paths.SCENARIO_SPEC),
             concurrency=concurrency,
+            cache_dir=Path(tmp) / "cache",
+            workers=workers,
         )
-        return time.perf_counter() - t0, res
+        return time.perf_counter() - t0, time.process_time() - c0, res
 
 
-def bench_live_throughput(repeat: int) -> dict[str, Any]:
-    """Records per second through litellm with the local extractive agent (full 240 x 9 x 2)."""
+LIVE_RECORDS_PER_S_GOAL = 4 * 248.0
+"""Issue 15: four times the 248 records/s measured before (local agent, no latency)."""
+LATENCY_GOALS = {200: 0.80, 1000: 0.90}
+"""Issue 15: share of the ideal wall time (calls x latency / concurrency) at concurrency 32."""
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def bench_live_throughput(repeat: int, workers: int | None = None) -> dict[str, Any]:
+    """Records per second through litellm with the local extractive agent (full 240 x 9 x 2),
+    end to end (set-up, preflight, scoring, progress log, archive and results.json included);
+    goal: >= 4 x 248 records/s. ``workers`` as in :func:`layerlab.live.run_live` (default:
+    one worker process per core)."""
+    from layerlab import live
     from layerlab.harness import MODES
     from layerlab.scenario import load_scenarios
 
     scen = tuple(load_scenarios())
     _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up: litellm import
-    times, res = [], None
+    times, cpus, res, loads = [], [], None, [_load()]
     for _ in range(repeat):
-        t, res = _live_run(("layerlab/extractive",), scen, MODES, 16)
+        t, cpu, res = _live_run(("layerlab/extractive",), scen, MODES, 16, workers)
         times.append(t)
+        cpus.append(cpu)
+        loads.append(_load())
     med = statistics.median(times)
     assert res is not None
     n = res.manifest["records"]
+    rate = round(n / med, 1)
+    used = live.worker_processes(live.LiveConfig(("layerlab/extractive",), scen), {}, n)
     return {
-        "benchmark": "live_harness_local_agent",
+        "benchmark": "live harness, local agent, no latency",
+        "measured": rate,
+        "unit": "records/s",
+        "goal": f">= {LIVE_RECORDS_PER_S_GOAL:g}",
+        "ok": bool(rate >= LIVE_RECORDS_PER_S_GOAL),
+        "note": f"median of {repeat}; {res.counters.calls / med:.0f} calls/s; "
+        f"{workers or used} process(es); load {min(loads)}-{max(loads)}",
         "records": n,
         "provider_calls": res.counters.calls,
+        "workers": workers or used,
         "repeat": repeat,
         "median_seconds": round(med, 3),
-        "records_per_second_median": round(n / med, 1),
+        "writer_cpu_median_seconds": round(statistics.median(cpus), 3),
+        "records_per_second_median": rate,
         "calls_per_second_median": round(res.counters.calls / med, 1),
+        "load_average_1m": loads,
     }
 
 
 def bench_live_latency(
-    repeat: int, latency_ms: int = 1000, concurrency: int = 32
+    repeat: int, latency_ms: int = 1000, concurrency: int = 32, workers: int | None = None
 ) -> dict[str, Any]:
     """Wall time against the ideal (calls x latency / concurrency) with an agent that sleeps.
 
-    The wall time is end to end (corpus load, retrieval, scoring, archive writes included).
+    The wall time is end to end (set-up, preflight, retrieval, scoring, archive writes included).
+    The preflight's call is made alone before the others (nothing is written until a model has
+    answered once), so the best reachable share is ``ideal / ((1 + ceil((calls - 1) /
+    concurrency)) x latency)`` (``bound``: 0.94 for 480 calls at concurrency 32).
     """
+    import math
+
+    from layerlab import live
     from layerlab.harness import MODES
 
     _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up
-    times, res = [], None
+    times, cpus, res, loads = [], [], None, [_load()]
+    model = f"layerlab/extractive@{latency_ms}ms"
+    scenarios = ("clean", "conflicting_evidence")
     for _ in range(repeat):
-        t, res = _live_run(
-            (f"layerlab/extractive@{latency_ms}ms",),
-            ("clean", "conflicting_evidence"),
-            MODES[:1],
-            concurrency,
-        )
+        t, cpu, res = _live_run((model,), scenarios, MODES[:1], concurrency, workers)
         times.append(t)
+        cpus.append(cpu)
+        loads.append(_load())
     assert res is not None
     calls = res.counters.calls
     ideal = calls * latency_ms / 1000 / concurrency
+    bound = ideal / ((1 + math.ceil((calls - 1) / concurrency)) * latency_ms / 1000)
     med = statistics.median(times)
+    eff = round(ideal / med, 3)
+    goal = LATENCY_GOALS.get(latency_ms, 0.80)
+    used = workers or live.worker_processes(
+        live.LiveConfig((model,), scenarios, MODES[:1]), {}, res.manifest["records"]
+    )
     return {
-        "benchmark": "live_harness_latency_overhead",
+        "benchmark": f"live harness, agent with {latency_ms} ms latency, concurrency {concurrency}",
+        "measured": eff,
+        "unit": "of ideal",
+        "goal": f">= {goal:g}",
+        "ok": bool(eff >= goal),
+        "note": f"median of {repeat}: {med:.2f} s vs ideal {ideal:.2f} s (bound {bound:.2f} with "
+        f"the preflight); {used} process(es); load {min(loads)}-{max(loads)}",
         "latency_ms": latency_ms,
         "concurrency": concurrency,
         "provider_calls": calls,
+        "workers": used,
         "repeat": repeat,
         "ideal_seconds": round(ideal, 3),
+        "bound_with_preflight": round(bound, 3),
         "median_seconds": round(med, 3),
-        "efficiency_median": round(ideal / med, 3),
+        "writer_cpu_median_seconds": round(statistics.median(cpus), 3),
+        "efficiency_median": eff,
+        "load_average_1m": loads,
     }
 
 
@@ -475,15 +531,34 @@ BENCHMARKS["coverage"] = bench_coverage
 OPT_IN = frozenset({"coverage"})  # tens of minutes: `--only coverage` (or `make coverage`)
 
 
+LOCAL_MODEL_GOAL = 0.90
+"""Issue 10: the harness reaches >= 90% of the server's throughput driven directly."""
+
+
+def _steady_rate(stamps: Sequence[tuple[float, int]]) -> float | None:
+    """Calls per second between the first and the last stamp (time, answered calls so far):
+    the steady state, without what comes before the first answer or after the last."""
+    if len(stamps) < 2 or stamps[-1][0] <= stamps[0][0]:
+        return None
+    return (stamps[-1][1] - stamps[0][1]) / (stamps[-1][0] - stamps[0][0])
+
+
 def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) -> dict[str, Any]:
     """The harness against a llama.cpp server driven directly with the same requests.
 
-    One server of a local model; the same reader prompts (clean and conflicting evidence, strict
-    and repair: one call per record), the same seeds and token cap, no response format (an
-    ``openai/`` route sends OpenAI's json_schema form, which llama-cpp-python's server rejects). *Direct*
-    posts each request body to the server in turn; *harness* is ``run_live`` end to end (corpus,
-    retrieval, contract, scoring, archive) against the same server with an empty reply cache.
-    The ratio is harness throughput over direct throughput (goal: >= 0.90). Needs ``make local``.
+    One server of a local model (one slot); the same reader prompts (clean and conflicting
+    evidence, strict and repair: one call per record), the same seeds and token cap, no response
+    format (an ``openai/`` route sends OpenAI's json_schema form, which llama-cpp-python's server
+    rejects), and the same concurrency, the server's slot count: one request at a time on both
+    sides. *Direct* posts each request body to the server in turn; *harness* is ``run_live`` end
+    to end (set-up, preflight, retrieval, contract, scoring, archive) against the same server
+    with an empty reply cache, in one process (a second process would only queue at the slot).
+
+    ``measured`` is the steady-state ratio: calls per second from the first answered call to the
+    last, harness over direct. A run's fixed cost (checks, preflight, preparing the scenarios,
+    writing the archive and results; the server is started once, outside both timings) does not
+    grow with the run, so it is reported apart (``harness_fixed_seconds``) with the end-to-end
+    ratio of this small run (``end_to_end_ratio``). Needs ``make local``.
     """
     import tempfile
     import urllib.request
@@ -504,6 +579,7 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
     scen = load_scenarios()
     scenarios, arms = ("clean", "conflicting_evidence"), harness.MODES
     task_ids = tuple(t.task_id for t in c.tasks[:tasks])
+    loads = [_load()]
     with models.serve(spec, n_servers=1) as (server,):
         settings = ProviderSettings(timeout_s=600, max_tokens=120, api_bases=(server.api_base,))
         cfg = live.LiveConfig(
@@ -524,8 +600,9 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
                     req = route.request(prompt.messages(g.inp), seed)
                     bodies.append({"model": spec.name, "max_tokens": 120, **req})
 
-        def direct() -> None:
-            for b in bodies:
+        def direct() -> list[tuple[float, int]]:
+            stamps = []
+            for i, b in enumerate(bodies, 1):
                 r = urllib.request.Request(
                     server.api_base + "/chat/completions",
                     data=json.dumps(b).encode(),
@@ -533,31 +610,62 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
                 )
                 with urllib.request.urlopen(r, timeout=600) as resp:
                     resp.read()
+                stamps.append((time.perf_counter(), i))
+            return stamps
 
-        def through_harness() -> None:
+        def through_harness() -> list[tuple[float, int]]:
+            stamps: list[tuple[float, int]] = []
+
+            def hook(counters: live.Counters, _total: int) -> None:
+                stamps.append((time.perf_counter(), len(counters.latencies)))
+
             with tempfile.TemporaryDirectory() as tmp:
                 res = live.run_live(
                     c, key, scen, cfg, Path(tmp) / "run", scenario_hash=spec_hash(paths.SCENARIO_SPEC),
-                    concurrency=4, cache_dir=Path(tmp) / "cache",
+                    concurrency=1, cache_dir=Path(tmp) / "cache", progress=hook, workers=1,
                 )  # fmt: skip
                 assert res.complete and res.counters.calls == len(bodies), res.message
+            return stamps
+
+        def timed(fn: Callable[[], list[tuple[float, int]]]) -> tuple[float, float | None]:
+            t0 = time.perf_counter()
+            stamps = fn()
+            return time.perf_counter() - t0, _steady_rate(stamps)
 
         direct()  # warm-up: model pages, prompt cache
-        d_times, h_times = [], []
+        d_runs, h_runs = [], []
         for _ in range(repeat):  # interleaved, so that machine load hits both alike
-            d_times.append(_median_seconds(direct, 1)[0])
-            h_times.append(_median_seconds(through_harness, 1)[0])
-    d, h = statistics.median(d_times), statistics.median(h_times)
+            d_runs.append(timed(direct))
+            h_runs.append(timed(through_harness))
+            loads.append(_load())
+    n = len(bodies)
+    d = statistics.median(t for t, _ in d_runs)
+    h = statistics.median(t for t, _ in h_runs)
+    d_rate = statistics.median(r for _, r in d_runs if r is not None)
+    h_rate = statistics.median(r for _, r in h_runs if r is not None)
+    ratio = round(h_rate / d_rate, 3)
+    fixed = h - n / h_rate  # what the harness run took beyond its calls at the steady rate
     return {
-        "benchmark": "local_model_harness_vs_direct",
+        "benchmark": f"local model ({spec.name}): harness vs direct, steady-state calls/s",
+        "measured": ratio,
+        "unit": "of direct",
+        "goal": f">= {LOCAL_MODEL_GOAL:g}",
+        "ok": bool(ratio >= LOCAL_MODEL_GOAL),
+        "note": f"median of {repeat}, {n} calls each; end to end {d / h:.3f} "
+        f"(harness fixed cost {fixed:.1f} s); load {min(loads)}-{max(loads)}",
         "model": spec.name,
-        "calls": len(bodies),
+        "calls": n,
         "repeat": repeat,
+        "concurrency": 1,
         "direct_median_seconds": round(d, 2),
         "harness_median_seconds": round(h, 2),
-        "seconds_per_call_direct": round(d / len(bodies), 2),
-        "throughput_ratio": round(d / h, 3),
-        "goal": ">= 0.90",
+        "seconds_per_call_direct": round(d / n, 2),
+        "direct_calls_per_second_steady": round(d_rate, 3),
+        "harness_calls_per_second_steady": round(h_rate, 3),
+        "harness_fixed_seconds": round(fixed, 2),
+        "end_to_end_ratio": round(d / h, 3),
+        "throughput_ratio": ratio,
+        "load_average_1m": loads,
     }
 
 

@@ -42,7 +42,16 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from layerlab import __version__, archive, harness, prompt, results, retrieval, samplelog
+from layerlab import (
+    __version__,
+    archive,
+    harness,
+    mitigation,
+    prompt,
+    results,
+    retrieval,
+    samplelog,
+)
 from layerlab import models as models_mod
 from layerlab._io import atomic_write_text, canonical_json
 from layerlab.archive import Record
@@ -207,14 +216,30 @@ def default_cache_dir() -> Path:
     return paths.user_cache() / "replies"
 
 
+WRITER_POLL_S = 0.02
+"""How often the reply cache's writer thread looks for queued replies."""
+
+
 class ResponseCache:
-    """One JSON file per (model, params, prompt hash); written atomically."""
+    """One JSON file per (model, params, prompt hash); written atomically.
+
+    Writes go to a background thread (creating a file is most of a cached call's cost on some
+    file systems, and the thread's system calls leave the event loop free); :meth:`get` sees a
+    pending write at once, and :meth:`flush` waits for them. A write lost to a kill only costs a
+    repeated call.
+    """
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         # replies the preflight asked for in this invocation: their records count them as
         # calls, not cache hits
         self.preflighted: set[str] = set()
+        self._made: set[str] = set()  # shard folders known to exist
+        self._listed: dict[str, set[str]] = {}  # shard -> entry file names seen or written
+        self._pending: dict[str, str] = {}
+        self._queue: Any = None
+        self._pid = -1  # the process whose writer thread this is (a forked worker starts its own)
+        self._stop: Any = None
 
     @staticmethod
     def key(
@@ -228,18 +253,100 @@ class ResponseCache:
             ident["r"] = list(record)
         return hashlib.sha256(canonical_json(ident).encode()).hexdigest()
 
+    def _path(self, key: str) -> str:
+        return os.path.join(self.folder, key[:2], f"{key}.json")
+
+    def _known(self, key: str) -> bool:
+        """Whether ``key`` may be on disk: each shard folder is listed once (a failed ``open``
+        per record costs more than the listing on slow file systems)."""
+        shard = key[:2]
+        names = self._listed.get(shard)
+        if names is None:
+            try:
+                names = {e.name for e in os.scandir(os.path.join(self.folder, shard))}
+            except OSError:
+                names = set()
+            self._listed[shard] = names
+        return f"{key}.json" in names
+
     def get(self, key: str) -> str | None:
-        p = self.folder / key[:2] / f"{key}.json"
+        pending = self._pending.get(key)
+        if pending is not None:
+            return pending
+        if not self._known(key):
+            return None
         try:
-            return str(json.loads(p.read_text(encoding="utf-8"))["reply"])
-        except (OSError, ValueError, KeyError):
+            with open(self._path(key), encoding="utf-8") as fh:
+                return str(json.loads(fh.read())["reply"])
+        except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def put(self, key: str, reply: str) -> None:
-        # a lost cache entry only costs a repeated call, so no fsync on the hot path
-        atomic_write_text(
-            self.folder / key[:2] / f"{key}.json", json.dumps({"reply": reply}), durable=False
-        )
+        """Queue one reply for the writer thread (started on first use in each process)."""
+        if self._pid != os.getpid():
+            import collections
+            import threading
+
+            self._pid, self._pending, self._queue = os.getpid(), {}, collections.deque()
+            self._stop = threading.Event()
+            threading.Thread(
+                target=self._writer, args=(self._queue, self._stop), daemon=True
+            ).start()
+        self._pending[key] = reply
+        self._known(key)  # the shard is listed before this entry joins it
+        self._listed[key[:2]].add(f"{key}.json")
+        self._queue.append(key)  # no wake-up: the writer polls (a notify per reply costs more)
+
+    def flush(self) -> None:
+        """Wait until every queued reply is on disk."""
+        if self._queue is not None and self._pid == os.getpid():
+            while self._pending:
+                time.sleep(WRITER_POLL_S / 4)
+
+    def close(self) -> None:
+        """Flush, and stop this process's writer thread (a later :meth:`put` starts another)."""
+        if self._queue is not None and self._pid == os.getpid():
+            self.flush()
+            self._stop.set()
+            self._pid = -1
+
+    def _writer(self, q: Any, stop: Any) -> None:
+        while True:
+            if not q:
+                if stop.is_set():
+                    return
+                time.sleep(WRITER_POLL_S)
+                continue
+            key = q.popleft()
+            reply = self._pending.get(key)
+            if reply is None:  # an earlier item of the same key wrote it
+                continue
+            try:
+                self.write(key, reply)
+            except OSError:
+                pass  # a cache entry not written only costs a repeated call
+            finally:
+                if self._pending.get(key) is reply:  # not replaced by a later put meanwhile
+                    self._pending.pop(key, None)
+
+    def write(self, key: str, reply: str) -> None:
+        """Write one reply now, atomically (a temporary file renamed over the entry). A lost
+        entry only costs a repeated call, so there is no fsync; one ``mkdir`` per shard folder
+        and a per-process temporary name keep it to three system calls."""
+        shard = key[:2]
+        if shard not in self._made:
+            os.makedirs(os.path.join(self.folder, shard), exist_ok=True)
+            self._made.add(shard)
+        path = self._path(key)
+        tmp = f"{path}.{os.getpid()}.tmp"  # one writer per key per process (inflight dedupe)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(json.dumps({"reply": reply}))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 class Budget:
@@ -442,7 +549,7 @@ def _line_sum(row: Mapping[str, Any]) -> str:
 
 def progress_line(rec: Record) -> str:
     """One log line: the record's fields plus ``sum``, a checksum over them."""
-    row = asdict(rec)
+    row = {name: getattr(rec, name) for name in _FIELD_TYPES}  # flat: no deep-copying asdict
     return json.dumps({**row, "sum": _line_sum(row)}, sort_keys=True) + "\n"
 
 
@@ -632,15 +739,18 @@ async def _call(
     counters: Counters,
     rng: random.Random | None = None,
     last_error: list[str] | None = None,
+    affinity: str | None = None,
 ) -> tuple[str | None, str | None]:
     """(reply text, None) or (None, failure label) or (None, None) when the budget ran out.
 
     A setup error (bad key, unknown model, 404) raises :class:`LiveRunError`: it is no data.
     ``last_error`` (if given) receives a redacted description of the last failure.
+    ``affinity`` is the prompt hash when the caller has it (see :meth:`Route.endpoint`).
     """
     rng = rng or random.Random(0)
     request = route.request(msgs, seed)
-    affinity = prompt.prompt_hash(msgs)
+    if affinity is None and len(route.endpoints) > 1:
+        affinity = prompt.prompt_hash(msgs)
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
@@ -694,12 +804,20 @@ def _reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any])
 
 
 def _first_cell(
-    corpus: Corpus, scenarios: Mapping[str, Scenario], config: LiveConfig, tasks: Sequence[Task]
+    corpus: Corpus,
+    scenarios: Mapping[str, Scenario],
+    config: LiveConfig,
+    tasks: Sequence[Task],
+    prepared: dict[str, harness.PreparedScenario] | None = None,
 ) -> tuple[tuple[str, str, str, int], list[dict[str, str]]] | None:
     """The first cell of the matrix that reaches the reader, as (scenario, mitigation, task id,
-    replicate) and its prompt (prompts do not depend on the model), or None."""
+    replicate) and its prompt (prompts do not depend on the model), or None. The scenarios it
+    prepares are kept in ``prepared``."""
+    prepared = {} if prepared is None else prepared
     for name in config.scenarios:
-        prep = harness.prepare(corpus, scenarios[name], config.retriever)
+        if name not in prepared:
+            prepared[name] = harness.prepare(corpus, scenarios[name], config.retriever)
+        prep = prepared[name]
         for t in tasks:
             for mode in config.mitigations:
                 g = harness.gate(t, prep, mode)
@@ -718,11 +836,33 @@ async def _preflight(
     budget: Budget,
     counters: Counters,
     rng: random.Random,
+    beside: Callable[[], None] | None = None,
 ) -> None:
     """Ask every model its first record's prompt before any record exists. A setup error, or a
     call that fails even after its retries, stops the run with one line (nothing is written).
     The reply is cached under that record's key, so the run does not ask again; a cached reply
-    skips the call."""
+    skips the call. ``beside`` (the run's remaining set-up) runs in a thread meanwhile, so
+    the call's latency hides it."""
+    side = asyncio.ensure_future(asyncio.to_thread(beside)) if beside is not None else None
+    try:
+        await _preflight_calls(litellm, config, models, first, routes, cache, budget, counters, rng)
+    finally:
+        cache.close()  # the preflight's replies on disk (and no writer thread) in any case
+        if side is not None:
+            await side
+
+
+async def _preflight_calls(
+    litellm: Any,
+    config: LiveConfig,
+    models: Sequence[str],
+    first: tuple[tuple[str, str, str, int], list[dict[str, str]]],
+    routes: Mapping[str, Route],
+    cache: ResponseCache,
+    budget: Budget,
+    counters: Counters,
+    rng: random.Random,
+) -> None:
     ident, msgs = first
     phash = prompt.prompt_hash(msgs)
     for model in models:
@@ -748,10 +888,272 @@ async def _preflight(
         # failure None and reply None: the budget is spent, so no call will be made at all
 
 
+class _SharedBudget(Budget):
+    """A :class:`Budget` whose count lives in shared memory, for worker processes."""
+
+    def __init__(self, limit: int | None, used: Any):
+        super().__init__(limit)
+        self._used = used  # multiprocessing.Value("q")
+
+    def take(self) -> bool:
+        with self._used.get_lock():
+            if self.limit is not None and self._used.value >= self.limit:
+                return False
+            self._used.value += 1
+            return True
+
+    @property
+    def spent(self) -> bool:
+        return self.limit is not None and self._used.value >= self.limit
+
+
+class _Engine:
+    """Turns cells into records: gate, ask (cache, then the provider), parse, score.
+
+    One per event loop (the run's process, or each worker process). ``emit`` receives each record
+    with its progress-log line, already serialised, and the sample-log entry (or None).
+    """
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        key: AnswerKey,
+        config: LiveConfig,
+        prepared: Mapping[str, harness.PreparedScenario],
+        cache: ResponseCache,
+        budget: Budget,
+        counters: Counters,
+        rng: random.Random,
+        routes: Mapping[str, Route],
+        run_id: str,
+        want_samples: bool,
+    ):
+        self.corpus, self.key, self.config, self.prepared = corpus, key, config, prepared
+        self.cache, self.budget, self.counters, self.rng = cache, budget, counters, rng
+        self.routes, self.run_id, self.want_samples = routes, run_id, want_samples
+        self.litellm = import_litellm()
+        # the arms once, not a spec lookup per record
+        self.arms = {m: mitigation.arm(m) for m in config.mitigations}
+        self.stopped = False
+        self.inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
+
+    async def ask(
+        self, cell: _Cell, msgs: list[dict[str, str]], phash: str
+    ) -> tuple[str | None, str | None, bool]:
+        """(reply, failure, from_cache); (None, None, _) when the budget stopped the run."""
+        route = self.routes[cell.model]
+        ident = (cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
+        ckey = _reply_key(self.config, cell.model, phash, ident)
+        reply = self.cache.get(ckey)
+        if reply is not None:
+            return reply, None, ckey not in self.cache.preflighted
+        if ckey in self.inflight:  # only with share_replies: the same prompt is being asked
+            reply, failure = await self.inflight[ckey]
+            return reply, failure, False
+        if self.stopped:
+            return None, None, False
+        fut: asyncio.Future[tuple[str | None, str | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.inflight[ckey] = fut
+        reply, failure = None, None
+        try:
+            seed = None if route.seed_base is None else record_seed(route.seed_base, *ident_of(cell))
+            reply, failure = await _call(
+                self.litellm, route, msgs, seed, self.config.settings, self.budget,
+                self.counters, self.rng, affinity=phash,
+            )  # fmt: skip
+            if reply is not None:
+                self.cache.put(ckey, reply)
+        finally:
+            fut.set_result((reply, failure)) if not fut.done() else None
+            del self.inflight[ckey]
+        if reply is None and failure is None:
+            self.stopped = True  # budget spent: leave this cell for --resume
+        return reply, failure, False
+
+    async def record(self, cell: _Cell) -> tuple[Record, dict[str, Any] | None] | None:
+        """The cell's record and sample entry, or None when the budget stopped the run."""
+        provider, name = split_model(cell.model)
+        prep = self.prepared[cell.scenario]
+        arm = self.arms[cell.mode]
+        g = harness.gate(cell.task, prep, arm)
+        common: dict[str, Any] = dict(
+            provider=provider, model=name, run_id=self.run_id, replicate=cell.replicate
+        )
+        answer = self.key[cell.task.task_id]
+        if g.inp is None:
+            rec, _ = harness.evaluate(
+                cell.task, self.key, self.corpus, prep, cell.mode, g, None, prompt_hash="", **common
+            )
+            sample = samplelog.entry(rec, cell.task, answer, g, None, None) if self.want_samples else None
+            return rec, sample
+        msgs = prompt.messages(g.inp)
+        phash = prompt.prompt_hash(msgs)
+        reply, failure, cached = await self.ask(cell, msgs, phash)
+        if reply is None and failure is None:
+            return None
+        if cached:
+            self.counters.cache_hits += 1
+        out_ = None
+        if reply is not None:
+            try:
+                out_ = prompt.parse_reply(reply)
+            except prompt.MalformedReply:
+                failure = "malformed_reply"
+        if out_ is not None:
+            g, out_ = harness.after_reader(cell.task, prep, arm, g, out_)
+        if failure:
+            self.counters.failures += 1
+        rec, _ = harness.evaluate(
+            cell.task, self.key, self.corpus, prep, cell.mode, g, out_,
+            prompt_hash=phash, failure=failure, **common,
+        )  # fmt: skip
+        sample = samplelog.entry(rec, cell.task, answer, g, reply, out_) if self.want_samples else None
+        return rec, sample
+
+    async def drain(
+        self,
+        cells: Sequence[_Cell],
+        concurrency: int,
+        emit: Callable[[Record, str, dict[str, Any] | None], None],
+    ) -> None:
+        """Process ``cells`` with ``concurrency`` tasks, emitting each record as it is scored."""
+        todo = iter(cells)
+
+        async def worker() -> None:
+            for cell in todo:  # a shared iterator: each cell is taken once
+                done = await self.record(cell)
+                if done is None:
+                    continue
+                rec, sample = done
+                emit(rec, progress_line(rec), sample)
+
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+
+
+def _todo_cells(
+    corpus: Corpus, config: LiveConfig, done: Mapping[tuple[Any, ...], Record], counters: Counters
+) -> tuple[list[_Cell], int]:
+    """The cells still to compute (in matrix order) and the matrix size; counts those done."""
+    wanted = None if config.task_ids is None else set(config.task_ids)
+    tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
+    split = {m: split_model(m) for m in config.models}
+    total = 0
+    todo = []
+    for m in config.models:
+        provider, name = split[m]
+        for s in config.scenarios:
+            for t in tasks:
+                for mode in config.mitigations:
+                    for r in range(config.replicates):
+                        total += 1
+                        if (provider, name, s, mode, t.task_id, r) in done:
+                            counters.skipped_done += 1
+                        else:
+                            todo.append(_Cell(m, s, mode, t, r))
+    counters.records = counters.skipped_done
+    return todo, total
+
+
+FLUSH_EVERY_S = 0.05
+"""Progress-log lines reach the OS within this long of being written (a ``write`` system call
+per record cost more than the rest of a record's bookkeeping); a kill loses at most the last
+ones, which ``--resume`` computes again from the reply cache."""
+
+
+class _ProgressLog:
+    """The progress log's single writer: appends lines, flushes at most every
+    :data:`FLUSH_EVERY_S` (and on :meth:`close`, with an fsync)."""
+
+    def __init__(self, path: Path):
+        self.fh = open(path, "a", encoding="utf-8")
+        self.dirty = False
+        self.last = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def write(self, line: str) -> None:
+        self.fh.write(line)
+        self.dirty = True
+        self.tick()
+
+    def tick(self) -> None:
+        """Flush if a line is waiting and the interval has passed; else (in an event loop)
+        make sure a flush is scheduled, so a line never waits for the next one."""
+        if not self.dirty:
+            return
+        wait = FLUSH_EVERY_S - (time.monotonic() - self.last)
+        if wait <= 0:
+            self.flush()
+            return
+        if self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # the caller ticks again (the writer of worker processes)
+            self._timer = loop.call_later(wait, self._timed)
+
+    def _timed(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        if self.dirty:
+            self.fh.flush()
+            self.dirty = False
+        self.last = time.monotonic()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+
+
+WORKER_BATCH = 64
+"""A worker process sends its records to the writer in batches of at most this many."""
+
+PROGRESS_EVERY_S = 0.1
+"""The progress hook is called at most this often (and once at the end), not per record."""
+
+
+class _Throttle:
+    def __init__(self, hook: ProgressHook | None, counters: Counters, total: int):
+        self.hook, self.counters, self.total, self.last = hook, counters, total, 0.0
+
+    def __call__(self, final: bool = False) -> None:
+        if self.hook is None:
+            return
+        now = time.monotonic()
+        if final or now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self.hook(self.counters, self.total)
+
+
+def worker_processes(config: LiveConfig, local: Mapping[str, Sequence[str]], cells: int) -> int:
+    """How many worker processes a run uses: one per core, or 1 (in process) where sharing a
+    process is what the run needs: a local model's servers take one request each at a time
+    (their slots are per process), shared replies dedupe identical prompts in flight, and a
+    platform without ``fork`` (or ``LAYERLAB_WORKERS=1``) gets no workers."""
+    import multiprocessing
+
+    env = os.environ.get("LAYERLAB_WORKERS")
+    if env is not None and env.strip().isdigit():
+        wanted = max(1, int(env))
+    else:
+        wanted = os.cpu_count() or 1
+    if local or config.share_replies or cells < 2 * wanted:
+        return 1
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return wanted
+
+
 async def _run(
     corpus: Corpus,
     key: AnswerKey,
-    scenarios: Mapping[str, Scenario],
     config: LiveConfig,
     out: Path,
     cache: ResponseCache,
@@ -763,143 +1165,229 @@ async def _run(
     counters: Counters,
     local: Mapping[str, Sequence[str]],
     rng: random.Random,
+    prepared: Mapping[str, harness.PreparedScenario],
+    written: dict[tuple[Any, ...], Record],
     samples: SampleHook | None = None,
 ) -> bool:
-    litellm = import_litellm()
+    """The run in this process: one event loop, ``concurrency`` tasks, this process writes the
+    progress log and puts each record it writes into ``written``. Returns False when the budget
+    stopped the run."""
     from layerlab import agents
 
-    routes = routes_for(config, concurrency, local)
-
     agents.register()
-    wanted = None if config.task_ids is None else set(config.task_ids)
-    tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
-    prepared = {
-        n: harness.prepare(corpus, scenarios[n], config.retriever) for n in config.scenarios
-    }
-    cells = [
-        _Cell(m, s, mode, t, r)
-        for m in config.models
-        for s in config.scenarios
-        for t in tasks
-        for mode in config.mitigations
-        for r in range(config.replicates)
-    ]
-    total = len(cells)
-    todo = []
-    for c in cells:
-        provider, name = split_model(c.model)
-        if (provider, name, c.scenario, c.mode, c.task.task_id, c.replicate) in done:
-            counters.skipped_done += 1
-        else:
-            todo.append(c)
-    counters.records = counters.skipped_done
-    stopped = False
-    queue: asyncio.Queue[_Cell] = asyncio.Queue()
-    for c in todo:
-        queue.put_nowait(c)
-    inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
-    log = open(out / archive.PROGRESS, "a", encoding="utf-8")
+    todo, total = _todo_cells(corpus, config, done, counters)
+    engine = _Engine(
+        corpus, key, config, prepared, cache, budget, counters, rng,
+        routes_for(config, concurrency, local), run_id, samples is not None,
+    )  # fmt: skip
+    tick = _Throttle(progress, counters, total)
+    log = _ProgressLog(out / archive.PROGRESS)
 
-    def emit(rec: Record) -> None:
-        log.write(progress_line(rec))
-        log.flush()
+    def emit(rec: Record, line: str, sample: dict[str, Any] | None) -> None:
+        log.write(line)
+        written[archive.sort_key(rec)] = rec
         counters.records += 1
-        if progress:
-            progress(counters, total)
-
-    async def ask(cell: _Cell, msgs: list[dict[str, str]], phash: str) -> tuple[str | None, str | None, bool]:
-        """(reply, failure, from_cache); (None, None, _) when the budget stopped the run."""
-        nonlocal stopped
-        route = routes[cell.model]
-        ident = (cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
-        ckey = _reply_key(config, cell.model, phash, ident)
-        reply = cache.get(ckey)
-        if reply is not None:
-            return reply, None, ckey not in cache.preflighted
-        if ckey in inflight:  # only with share_replies: the same prompt is being asked
-            reply, failure = await inflight[ckey]
-            return reply, failure, False
-        if stopped:
-            return None, None, False
-        fut: asyncio.Future[tuple[str | None, str | None]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        inflight[ckey] = fut
-        reply, failure = None, None
-        try:
-            seed = None if route.seed_base is None else record_seed(route.seed_base, *ident_of(cell))
-            reply, failure = await _call(
-                litellm, route, msgs, seed, config.settings, budget, counters, rng
-            )
-            if reply is not None:
-                cache.put(ckey, reply)
-        finally:
-            fut.set_result((reply, failure)) if not fut.done() else None
-            del inflight[ckey]
-        if reply is None and failure is None:
-            stopped = True  # budget spent: leave this cell for --resume
-        return reply, failure, False
-
-    async def worker() -> None:
-        while True:
-            try:
-                cell = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            provider, name = split_model(cell.model)
-            prep = prepared[cell.scenario]
-            g = harness.gate(cell.task, prep, cell.mode)
-            common: dict[str, Any] = dict(
-                provider=provider, model=name, run_id=run_id, replicate=cell.replicate
-            )
-            if g.inp is None:
-                rec, _ = harness.evaluate(
-                    cell.task, key, corpus, prep, cell.mode, g, None, prompt_hash="", **common
-                )
-                if samples:  # the private per-sample log (opt-in, never in the run folder)
-                    samples(samplelog.entry(rec, cell.task, key[cell.task.task_id], g, None, None))
-                emit(rec)
-                continue
-            msgs = prompt.messages(g.inp)
-            phash = prompt.prompt_hash(msgs)
-            reply, failure, cached = await ask(cell, msgs, phash)
-            if reply is None and failure is None:
-                continue
-            if cached:
-                counters.cache_hits += 1
-            out_ = None
-            if reply is not None:
-                try:
-                    out_ = prompt.parse_reply(reply)
-                except prompt.MalformedReply:
-                    failure = "malformed_reply"
-            if out_ is not None:
-                g, out_ = harness.after_reader(cell.task, prep, cell.mode, g, out_)
-            if failure:
-                counters.failures += 1
-            rec, _ = harness.evaluate(
-                cell.task,
-                key,
-                corpus,
-                prep,
-                cell.mode,
-                g,
-                out_,
-                prompt_hash=phash,
-                failure=failure,
-                **common,
-            )
-            if samples:
-                samples(samplelog.entry(rec, cell.task, key[cell.task.task_id], g, reply, out_))
-            emit(rec)
+        if samples is not None and sample is not None:
+            samples(sample)
+        tick()
 
     try:
-        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+        await engine.drain(todo, concurrency, emit)
     finally:
-        log.flush()
-        os.fsync(log.fileno())
+        cache.close()
         log.close()
+        tick(final=True)
+    return not engine.stopped
+
+
+def _share_concurrency(concurrency: int, n: int, i: int) -> int:
+    return max(1, concurrency // n + (1 if i < concurrency % n else 0))
+
+
+def _run_workers(
+    n_workers: int,
+    corpus: Corpus,
+    key: AnswerKey,
+    config: LiveConfig,
+    out: Path,
+    cache: ResponseCache,
+    budget: Budget,
+    concurrency: int,
+    run_id: str,
+    done: dict[tuple[str | int, ...], Record],
+    progress: ProgressHook | None,
+    counters: Counters,
+    rng: random.Random,
+    prepared: Mapping[str, harness.PreparedScenario],
+    written: dict[tuple[Any, ...], Record],
+    samples: SampleHook | None = None,
+) -> bool:
+    """The run over ``n_workers`` forked worker processes, this process the single writer.
+
+    Each worker owns every ``n_workers``-th cell, runs its own event loop with its share of
+    ``concurrency`` and sends each record's progress-log line here; only this process appends
+    to the progress log (flushed per line, as in-process runs), so the log stays single-writer,
+    checksummed and kill-safe. The call budget is one counter in shared memory. A worker whose
+    parent dies is killed with it (Linux) or stops at its next record.
+    """
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    from layerlab import agents
+
+    agents.register()
+    todo, total = _todo_cells(corpus, config, done, counters)
+    ctx = multiprocessing.get_context("fork")
+    shared = _SharedBudget(budget.limit, ctx.Value("q", budget.used))
+    seeds = [rng.randrange(2**63) for _ in range(n_workers)]
+    procs: list[Any] = []
+    conns: dict[Any, int] = {}  # receiving end of each worker's pipe -> worker index
+    for i in range(n_workers):
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(
+            target=_worker_main,
+            args=(send, corpus, key, config, prepared, cache, shared, todo[i::n_workers],
+                  _share_concurrency(concurrency, n_workers, i), run_id, samples is not None,
+                  seeds[i]),
+            daemon=True,
+        )  # fmt: skip
+        p.start()
+        send.close()
+        procs.append(p)
+        conns[recv] = i
+    snapshots = [Counters() for _ in range(n_workers)]
+    base = dataclasses.replace(counters, latencies=list(counters.latencies))  # the preflight's
+    tick = _Throttle(progress, counters, total)
+    stopped: bool = False
+    fatal: str | None = None
+    finished = set()
+    log = _ProgressLog(out / archive.PROGRESS)
+    try:
+        while conns:
+            log.tick()
+            ready: list[Any] = wait(list(conns), timeout=FLUSH_EVERY_S)
+            for conn in ready:
+                i = conns[conn]
+                try:
+                    msg: Any = conn.recv()
+                except EOFError:
+                    del conns[conn]
+                    if i not in finished and fatal is None:
+                        procs[i].join(5)
+                        fatal = f"worker process {i} ended unexpectedly (exit code {procs[i].exitcode})"
+                    continue
+                kind = msg[0]
+                if kind == "recs":
+                    _, batch, snap = msg
+                    for line, rec, sample in batch:
+                        log.write(line)
+                        written[archive.sort_key(rec)] = rec
+                        counters.records += 1
+                        if samples is not None and sample is not None:
+                            samples(sample)
+                    snapshots[i] = snap
+                    _sum_counters(counters, [base, *snapshots])
+                    tick()
+                elif kind == "done":
+                    finished.add(i)
+                    snapshots[i] = msg[1]
+                    stopped = stopped or msg[2]
+                elif kind == "fatal":
+                    finished.add(i)
+                    snapshots[i] = msg[2]
+                    fatal = fatal or msg[1]
+                    for p in procs:  # as in process: the other in-flight calls are abandoned
+                        if p.is_alive():
+                            p.terminate()
+    finally:
+        for p in procs:
+            if p.is_alive() and (fatal is not None or len(finished) < n_workers):
+                p.terminate()
+            p.join()
+        log.close()
+        _sum_counters(counters, [base, *snapshots], latencies=True)
+        budget.used = shared._used.value
+        tick(final=True)
+    if fatal is not None:
+        raise LiveRunError(fatal)
     return not stopped
+
+
+def _sum_counters(into: Counters, parts: Sequence[Counters], latencies: bool = False) -> None:
+    for name in ("calls", "cache_hits", "retries", "failures", "prompt_tokens", "completion_tokens"):
+        setattr(into, name, sum(getattr(p, name) for p in parts))
+    if latencies:
+        into.latencies = [x for p in parts for x in p.latencies]
+
+
+def _worker_main(
+    conn: Any,
+    corpus: Corpus,
+    key: AnswerKey,
+    config: LiveConfig,
+    prepared: Mapping[str, harness.PreparedScenario],
+    cache: ResponseCache,
+    budget: Budget,
+    cells: Sequence[_Cell],
+    concurrency: int,
+    run_id: str,
+    want_samples: bool,
+    seed: int,
+) -> None:
+    """A worker process: its share of the cells, records sent to the writer as they come."""
+    _die_with_parent()
+    counters = Counters()
+    engine = _Engine(
+        corpus, key, config, prepared, cache, budget, counters, random.Random(seed),
+        routes_for(config, concurrency), run_id, want_samples,
+    )  # fmt: skip
+    light = Counters()  # what progress needs, without the latency list
+    batch: list[tuple[str, Record, dict[str, Any] | None]] = []
+    timer: list[asyncio.TimerHandle] = []
+
+    def send() -> None:
+        """Send the batched records (a pipe write per record cost a fifth of a worker's time);
+        they reach the writer within FLUSH_EVERY_S, like the log's own lines."""
+        timer.clear()
+        if batch:
+            for name in ("calls", "cache_hits", "retries", "failures"):
+                setattr(light, name, getattr(counters, name))
+            conn.send(("recs", list(batch), light))
+            batch.clear()
+
+    def emit(rec: Record, line: str, sample: dict[str, Any] | None) -> None:
+        batch.append((line, rec, sample))
+        if len(batch) >= WORKER_BATCH:
+            send()
+        elif not timer:
+            timer.append(asyncio.get_running_loop().call_later(FLUSH_EVERY_S, send))
+
+    try:
+        try:
+            asyncio.run(engine.drain(cells, concurrency, emit))
+        finally:
+            cache.close()
+            send()  # what was scored is written, whatever ended the run
+    except LiveRunError as exc:
+        conn.send(("fatal", str(exc), counters))
+    except BrokenPipeError:
+        pass  # the writer is gone (killed): nothing to report to
+    else:
+        conn.send(("done", counters, engine.stopped))
+    finally:
+        conn.close()
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (a ``kill -9`` of the run)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # elsewhere the worker stops when it next writes to the closed pipe
 
 
 def _run_coroutine(coro: Any) -> Any:
@@ -967,6 +1455,7 @@ def run_live(
     seed: int = 0,
     preflight: bool = True,
     samples: SampleHook | None = None,
+    workers: int | None = None,
 ) -> LiveResult:
     """Run (or resume) a live matrix into ``out``; see the module docstring.
 
@@ -974,7 +1463,9 @@ def run_live(
     servers each for the duration of the run. Everything that can be checked is checked before
     the run folder is touched: settings, the folder, the cache location and (``preflight``) one
     call per model. ``seed`` seeds the retry jitter; ``retry_errors`` (with ``resume``) asks
-    ``provider_error`` cells again.
+    ``provider_error`` cells again. ``workers`` worker processes share the cells (default:
+    :func:`worker_processes`, one per core where the run allows it); this process stays the
+    only writer of the run folder.
     """
     from layerlab import agents
     from layerlab._io import writable_folder_problem
@@ -1046,44 +1537,48 @@ def run_live(
         m for m in config.models if sum(k[:2] == split_model(m) for k in done) < per_model
     ]
     fatal: LiveRunError | None = None
+    prepared: dict[str, harness.PreparedScenario] = {}
+
+    def prepare_all() -> None:
+        for n in config.scenarios:
+            if n not in prepared:
+                prepared[n] = harness.prepare(corpus, scenarios[n], config.retriever)
+
     with _local_servers(config, local_servers, say) as local:
         bases = {m: [s.api_base for s in servers] for m, servers in local.items()}
         if preflight and pending:
             wanted = None if config.task_ids is None else set(config.task_ids)
             tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
-            first = _first_cell(corpus, scenarios, config, tasks)
+            first = _first_cell(corpus, scenarios, config, tasks, prepared)
             if first is not None:
                 routes = routes_for(config, concurrency, bases)
+                # the other scenarios are prepared while the preflight call is out
                 _run_coroutine(
                     _preflight(
-                        import_litellm(), config, pending, first, routes, cache, b, counters, rng
+                        import_litellm(), config, pending, first, routes, cache, b, counters,
+                        rng, beside=prepare_all,
                     )
-                )
+                )  # fmt: skip
+        prepare_all()
         # from here on the run folder is written
         out.mkdir(parents=True, exist_ok=True)
         archive.write_manifest(out, {**manifest, "complete": False, "records": 0})
         _trim_torn_tail(plog)
         if report.dropped:
             _rewrite_progress(plog, done)
-        coro = _run(
-            corpus,
-            key,
-            scenarios,
-            config,
-            out,
-            cache,
-            b,
-            concurrency,
-            manifest["run_id"],
-            done,
-            progress,
-            counters,
-            bases,
-            rng,
-            samples,
+        written: dict[tuple[Any, ...], Record] = {}
+        n_workers = workers or worker_processes(
+            config, bases, manifest["expected_records"] - len(done)
         )
+        args = (
+            corpus, key, config, out, cache, b, concurrency, manifest["run_id"], done,
+            progress, counters,
+        )  # fmt: skip
         try:
-            finished = _run_coroutine(coro)
+            if n_workers > 1 and not bases:
+                finished = _run_workers(n_workers, *args, rng, prepared, written, samples)
+            else:
+                finished = _run_coroutine(_run(*args, bases, rng, prepared, written, samples))
         except LiveRunError as exc:
             fatal, finished = exc, False
         local_prov = {
@@ -1091,7 +1586,8 @@ def run_live(
         }
     if local_prov:
         manifest["local_models"] = local_prov
-    records = list(read_progress(plog, manifest["run_id"], answerable=answerable)[0].values())
+    # what the log now holds: the usable lines read at the start and those written since
+    records = list({**done, **written}.values())
     complete = finished and len(records) == manifest["expected_records"]
     before = (old or {}).get("calls") or {}
     calls = {

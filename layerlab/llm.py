@@ -22,14 +22,78 @@ _OFFLINE_ENV = {
 
 
 def import_litellm() -> Any:
-    """Import litellm with the network cost-map fetch and ``.env`` loading switched off."""
+    """Import litellm with the network cost-map fetch and ``.env`` loading switched off, and its
+    per-call bookkeeping trimmed (:func:`_trim_bookkeeping`)."""
     for k, v in _OFFLINE_ENV.items():
         os.environ.setdefault(k, v)
     import litellm
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True
+    _trim_bookkeeping(litellm)
     return litellm
+
+
+# litellm's per-call hooks that layerlab switches off while nobody listens (module, attribute)
+_TRIMMED = (
+    ("litellm.litellm_core_utils.litellm_logging", "Logging.response_cost_calculator"),
+    ("litellm.utils", "dispatch_success_logging"),
+)
+_CALLBACK_LISTS = (
+    "callbacks",
+    "success_callback",
+    "_async_success_callback",
+    "input_callback",
+    "service_callback",
+    "audit_log_callbacks",
+)
+
+
+def bookkeeping_needed(litellm: Any) -> bool:
+    """Whether anyone reads litellm's per-call cost or success logs in this process: a registered
+    callback (a logger, a custom handler, an observability integration) or a litellm budget."""
+    if getattr(litellm, "max_budget", 0):
+        return True
+    return any(getattr(litellm, name, None) for name in _CALLBACK_LISTS)
+
+
+def _trim_bookkeeping(litellm: Any) -> None:
+    """Skip litellm's cost calculation and success logging on each call while nothing uses them.
+
+    Profiled on the live harness (litellm 1.110.2), they are most of litellm's CPU per call:
+    pricing an unknown model walks the whole cost map's generalisations, and every success builds
+    a standard logging payload for callbacks that are not there. layerlab records no cost (the
+    archive allowlist forbids it) and registers no callback. The guard is checked on every call,
+    so a user who registers a callback or sets ``litellm.max_budget`` gets litellm's full path
+    back. Idempotent; if a litellm upgrade renames a hook, that hook is left alone.
+    """
+    import importlib
+
+    for module_name, attr in _TRIMMED:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        owner_name, _, name = attr.rpartition(".")
+        owner = getattr(module, owner_name, None) if owner_name else module
+        original = getattr(owner, name, None) if owner is not None else None
+        if original is None or getattr(original, "_layerlab_trimmed", False):
+            continue
+        setattr(owner, name, _guarded(litellm, original))
+
+
+def _guarded(litellm: Any, original: Any) -> Any:
+    import functools
+
+    @functools.wraps(original)
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        if bookkeeping_needed(litellm):
+            return original(*args, **kwargs)
+        return None  # no cost (litellm's "unknown"), no success log
+
+    hook._layerlab_trimmed = True  # type: ignore[attr-defined]
+    hook._layerlab_original = original  # type: ignore[attr-defined]
+    return hook
 
 
 @dataclass(frozen=True)
