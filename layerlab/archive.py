@@ -198,11 +198,14 @@ def sort_key(r: Record) -> tuple[str | int, ...]:
 def to_table(records: Iterable[Record]) -> pa.Table:
     """Records -> Arrow table in the archive schema, rows sorted by the record key."""
     rows = sorted(records, key=sort_key)
-    cols: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
-    for r in rows:
-        for k, v in asdict(r).items():
-            # a record that went through pandas carries NaN for a null string: store null
-            cols[k].append(None if k in NULLABLE and isinstance(v, float) and v != v else v)
+    cols: dict[str, list[Any]] = {}
+    # column by column with getattr: every field is a scalar, and dataclasses.asdict's recursive
+    # copy was most of a live run's serial tail
+    for name in SCHEMA.names:
+        vals = [getattr(r, name) for r in rows]
+        if name in NULLABLE:  # a record that went through pandas carries NaN for a null string
+            vals = [None if isinstance(v, float) and v != v else v for v in vals]
+        cols[name] = vals
     return pa.Table.from_pydict(cols, schema=SCHEMA)
 
 
