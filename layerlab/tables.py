@@ -53,11 +53,7 @@ CAPTIONS = {
 
 def units_note(df: pd.DataFrame) -> str:
     """A caption sentence naming the units a table counts, by kind, never pooled."""
-    parts = [
-        f"{name}: {', '.join(sorted(set(stats.unit_labels(sub))))} ({len(sub)} records, "
-        f"{sub['task_id'].nunique()} tasks)"
-        for name, sub in stats.blocks(df).items()
-    ]
+    parts = [f"{name}: {_units_phrase(sub)}" for name, sub in stats.blocks(df).items()]
     return " Units, each block computed on its own: " + "; ".join(parts) + "."
 
 
@@ -241,9 +237,14 @@ def _table4_block(df: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def _units(df: pd.DataFrame) -> str:
+def _units_phrase(df: pd.DataFrame) -> str:
+    """``a/x, b/y (N records, T tasks)``: the units of one block, for captions."""
     units = sorted(set(stats.unit_labels(df)))
-    return f"{', '.join(units)} ({len(df)} records, {df['task_id'].nunique()} tasks)."
+    return f"{', '.join(units)} ({len(df)} records, {df['task_id'].nunique()} tasks)"
+
+
+def _units(df: pd.DataFrame) -> str:
+    return _units_phrase(df) + "."
 
 
 def table5(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:

@@ -29,7 +29,7 @@ def normalize_answer(text: str) -> str:
 
 def answer_tokens(text: str) -> list[str]:
     """Tokens of the normalised answer."""
-    return normalize_answer(text).split()
+    return list(_tokens(text))
 
 
 @lru_cache(maxsize=16384)
