@@ -219,14 +219,21 @@ def default_cache_dir() -> Path:
 WRITER_POLL_S = 0.02
 """How often the reply cache's writer thread looks for queued replies."""
 
+CACHE_DB = "replies.sqlite3"
+"""The reply cache's database file inside the cache folder."""
+_FORKED_AWAY: list[Any] = []  # connections a forked process inherited and must not touch
+
 
 class ResponseCache:
-    """One JSON file per (model, params, prompt hash); written atomically.
+    """Model replies keyed by (model, params, prompt hash, record), in one SQLite database.
 
-    Writes go to a background thread (creating a file is most of a cached call's cost on some
-    file systems, and the thread's system calls leave the event loop free); :meth:`get` sees a
-    pending write at once, and :meth:`flush` waits for them. A write lost to a kill only costs a
-    repeated call.
+    ``<folder>/replies.sqlite3`` (write-ahead log; several runs and worker processes may share
+    it). Writes go to a background thread that commits what has queued up in one transaction (a
+    file per reply cost 0.36 ms of CPU each on ext4, most of a cached call's cost; a batched
+    insert costs 0.01 ms); :meth:`get` sees a pending write at once, and :meth:`flush` waits for
+    them. A write lost to a kill only costs a repeated call. Entries of the older layout (one
+    JSON file per reply, ``<folder>/<key[:2]>/<key>.json``) are still read. Where SQLite cannot
+    open the database (some network file systems), replies are written in that older layout.
     """
 
     def __init__(self, folder: Path):
@@ -234,12 +241,16 @@ class ResponseCache:
         # replies the preflight asked for in this invocation: their records count them as
         # calls, not cache hits
         self.preflighted: set[str] = set()
-        self._made: set[str] = set()  # shard folders known to exist
+        self._made: set[str] = set()  # shard folders known to exist (older layout)
         self._listed: dict[str, set[str]] = {}  # shard -> entry file names seen or written
+        self._legacy: bool | None = None  # whether the folder holds older-layout entries
         self._pending: dict[str, str] = {}
         self._queue: Any = None
         self._pid = -1  # the process whose writer thread this is (a forked worker starts its own)
         self._stop: Any = None
+        self._db: Any = None  # this process's reading connection (not carried across a fork)
+        self._db_pid = -1
+        self._db_failed = False
 
     @staticmethod
     def key(
@@ -253,12 +264,49 @@ class ResponseCache:
             ident["r"] = list(record)
         return hashlib.sha256(canonical_json(ident).encode()).hexdigest()
 
+    def _connect(self) -> Any:
+        """A new connection to the database (created if missing), or None where SQLite cannot
+        use the folder."""
+        import sqlite3
+
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            con = sqlite3.connect(
+                self.folder / CACHE_DB, timeout=60, isolation_level=None, check_same_thread=False
+            )
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=NORMAL")  # a lost entry costs a call, never a record
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL) "
+                "WITHOUT ROWID"
+            )
+            return con
+        except (sqlite3.Error, OSError):
+            return None
+
+    def _reader(self) -> Any:
+        if self._db_pid != os.getpid():
+            if self._db is not None:  # opened before a fork: SQLite forbids using (or closing)
+                _FORKED_AWAY.append(self._db)  # it in the child, so it is kept, untouched
+            self._db, self._db_pid = (None if self._db_failed else self._connect()), os.getpid()
+            self._db_failed = self._db is None
+        return self._db
+
     def _path(self, key: str) -> str:
         return os.path.join(self.folder, key[:2], f"{key}.json")
 
     def _known(self, key: str) -> bool:
-        """Whether ``key`` may be on disk: each shard folder is listed once (a failed ``open``
-        per record costs more than the listing on slow file systems)."""
+        """Whether ``key`` may be on disk in the older layout: each shard folder is listed once
+        (a failed ``open`` per record costs more than the listing on slow file systems)."""
+        if self._legacy is None:
+            try:
+                self._legacy = any(
+                    e.is_dir() and len(e.name) == 2 for e in os.scandir(self.folder)
+                )
+            except OSError:
+                self._legacy = False
+        if not self._legacy and not self._db_failed:
+            return False
         shard = key[:2]
         names = self._listed.get(shard)
         if names is None:
@@ -270,9 +318,19 @@ class ResponseCache:
         return f"{key}.json" in names
 
     def get(self, key: str) -> str | None:
+        import sqlite3
+
         pending = self._pending.get(key)
         if pending is not None:
             return pending
+        db = self._reader()
+        if db is not None:
+            try:
+                row = db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
+            except sqlite3.Error:
+                row = None
+            if row is not None:
+                return str(row[0])
         if not self._known(key):
             return None
         try:
@@ -293,8 +351,6 @@ class ResponseCache:
                 target=self._writer, args=(self._queue, self._stop), daemon=True
             ).start()
         self._pending[key] = reply
-        self._known(key)  # the shard is listed before this entry joins it
-        self._listed[key[:2]].add(f"{key}.json")
         self._queue.append(key)  # no wake-up: the writer polls (a notify per reply costs more)
 
     def flush(self) -> None:
@@ -311,28 +367,50 @@ class ResponseCache:
             self._pid = -1
 
     def _writer(self, q: Any, stop: Any) -> None:
-        while True:
-            if not q:
-                if stop.is_set():
-                    return
-                time.sleep(WRITER_POLL_S)
-                continue
-            key = q.popleft()
-            reply = self._pending.get(key)
-            if reply is None:  # an earlier item of the same key wrote it
-                continue
-            try:
+        db = None if self._db_failed else self._connect()
+        self._db_failed = db is None
+        try:
+            while True:
+                if not q:
+                    if stop.is_set():
+                        return
+                    time.sleep(WRITER_POLL_S)
+                    continue
+                batch: dict[str, str] = {}
+                while q:
+                    key = q.popleft()
+                    reply = self._pending.get(key)
+                    if reply is not None:  # None: an earlier item of the same key wrote it
+                        batch[key] = reply
+                try:
+                    self._write_batch(db, batch)
+                except Exception:  # noqa: BLE001 - a cache entry not written only costs a call
+                    pass
+                finally:
+                    for key, reply in batch.items():
+                        if self._pending.get(key) is reply:  # not replaced by a later put
+                            self._pending.pop(key, None)
+        finally:
+            if db is not None:
+                db.close()
+
+    def _write_batch(self, db: Any, batch: Mapping[str, str]) -> None:
+        if db is None:
+            for key, reply in batch.items():
                 self.write(key, reply)
-            except OSError:
-                pass  # a cache entry not written only costs a repeated call
-            finally:
-                if self._pending.get(key) is reply:  # not replaced by a later put meanwhile
-                    self._pending.pop(key, None)
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany("INSERT OR REPLACE INTO replies VALUES (?, ?)", batch.items())
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     def write(self, key: str, reply: str) -> None:
-        """Write one reply now, atomically (a temporary file renamed over the entry). A lost
-        entry only costs a repeated call, so there is no fsync; one ``mkdir`` per shard folder
-        and a per-process temporary name keep it to three system calls."""
+        """Write one reply now in the older layout, atomically (a temporary file renamed over
+        the entry): the fallback where SQLite cannot open the folder. A lost entry only costs a
+        repeated call, so there is no fsync."""
         shard = key[:2]
         if shard not in self._made:
             os.makedirs(os.path.join(self.folder, shard), exist_ok=True)
@@ -347,6 +425,9 @@ class ResponseCache:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        names = self._listed.get(shard)
+        if names is not None:  # a shard not listed yet is listed (with this entry) when read
+            names.add(f"{key}.json")
 
 
 class Budget:

@@ -376,7 +376,8 @@ def test_credentials_and_host_never_reach_the_run_folder(tmp_path, server) -> No
         "records.parquet",
         "results.json",
     ]  # the reply cache lives elsewhere
-    assert any((tmp_path / "c").rglob("*.json"))
+    assert (tmp_path / "c" / live.CACHE_DB).is_file()
+    assert b"secret" not in (tmp_path / "c" / live.CACHE_DB).read_bytes()
     assert f"reply cache: {tmp_path / 'c'}" in res.output
     assert "secret" not in res.output
     # the run id ignores credentials: the same run without them is the same run

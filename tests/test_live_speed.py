@@ -7,7 +7,9 @@ tests hold what the fast path must keep: the same records and bytes, one writer,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -173,7 +175,8 @@ def test_litellm_bookkeeping_is_off_until_someone_listens(corpus, scen, monkeypa
     assert seen and seen[0] is not None  # a registered callback gets litellm's full path back
 
 
-def test_reply_cache_entries_are_whole_files_in_the_old_format(tmp_path: Path) -> None:
+def test_reply_cache_is_one_database_and_still_reads_the_older_layout(tmp_path: Path) -> None:
+    import sqlite3
     import threading
     import time
 
@@ -182,13 +185,14 @@ def test_reply_cache_entries_are_whole_files_in_the_old_format(tmp_path: Path) -
     k = live.ResponseCache.key("m", {"max_tokens": 1}, "h" * 64)
     assert cache.get(k) is None
     cache.put(k, '{"status": "answered"}')
-    cache.put(k, '{"status": "abstained"}')  # overwritten atomically
+    cache.put(k, '{"status": "abstained"}')  # replaced
     assert cache.get(k) == '{"status": "abstained"}'  # seen before the writer thread is done
     cache.flush()
-    f = tmp_path / k[:2] / f"{k}.json"
-    assert json.loads(f.read_text()) == {"reply": '{"status": "abstained"}'}
-    assert cache.get(k) == '{"status": "abstained"}'
-    assert [p.name for p in f.parent.iterdir()] == [f.name]  # no temporary file left
+    with contextlib.closing(sqlite3.connect(tmp_path / live.CACHE_DB)) as db:
+        assert db.execute("SELECT key, reply FROM replies").fetchall() == [
+            (k, '{"status": "abstained"}')
+        ]
+    assert live.ResponseCache(tmp_path).get(k) == '{"status": "abstained"}'  # a later run sees it
     cache.close()  # the writer thread ends: a notebook running many runs keeps no pollers
     deadline = time.monotonic() + 2
     while threading.active_count() > before and time.monotonic() < deadline:
@@ -197,3 +201,47 @@ def test_reply_cache_entries_are_whole_files_in_the_old_format(tmp_path: Path) -
     cache.put(k, '{"status": "answered"}')  # a later put works again
     cache.close()
     assert cache.get(k) == '{"status": "answered"}'
+
+    # a cache folder written by an earlier layerlab (one JSON file per reply) is still read
+    old = tmp_path / "old"
+    k2 = live.ResponseCache.key("m", {"max_tokens": 1}, "g" * 64)
+    (old / k2[:2]).mkdir(parents=True)
+    (old / k2[:2] / f"{k2}.json").write_text(json.dumps({"reply": "from before"}))
+    assert live.ResponseCache(old).get(k2) == "from before"
+
+
+def test_reply_cache_falls_back_to_files_where_sqlite_cannot_open(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(live.ResponseCache, "_connect", lambda self: None)
+    cache = live.ResponseCache(tmp_path)
+    k = live.ResponseCache.key("m", {}, "h" * 64)
+    assert cache.get(k) is None  # the shard is listed (empty) before the entry exists
+    cache.put(k, "r1")
+    cache.close()
+    f = tmp_path / k[:2] / f"{k}.json"
+    assert json.loads(f.read_text()) == {"reply": "r1"}
+    assert [p.name for p in f.parent.iterdir()] == [f.name]  # no temporary file left
+    assert cache.get(k) == "r1" and live.ResponseCache(tmp_path).get(k) == "r1"
+
+
+def test_reply_cache_across_a_fork(tmp_path: Path) -> None:
+    """A forked worker opens its own connection (SQLite forbids using the parent's) and its
+    writes reach the parent."""
+    import multiprocessing
+
+    cache = live.ResponseCache(tmp_path)
+    k1, k2 = (live.ResponseCache.key("m", {}, c * 64) for c in "ab")
+    cache.put(k1, "parent")
+    cache.close()
+    assert cache.get(k1) == "parent"  # the parent's reading connection is open at the fork
+
+    def child() -> None:
+        ok = cache.get(k1) == "parent"
+        cache.put(k2, "child")
+        cache.close()
+        os._exit(0 if ok else 3)
+
+    proc = multiprocessing.get_context("fork").Process(target=child)
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == 0
+    assert cache.get(k2) == "child" and cache.get(k1) == "parent"
