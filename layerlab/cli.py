@@ -605,7 +605,7 @@ def run_live(
             settings=settings,
             replicates=replicates,
             share_replies=share_replies,
-            response_format=response_format,  # type: ignore[arg-type]  # checked by LiveConfig
+            response_format=response_format,  # checked by LiveConfig
             seed=seed,
         )
     except ValueError as exc:

@@ -245,3 +245,67 @@ def test_reply_cache_across_a_fork(tmp_path: Path) -> None:
     proc.join(30)
     assert proc.exitcode == 0
     assert cache.get(k2) == "child" and cache.get(k1) == "parent"
+
+
+def test_the_loop_runs_litellm_dispatch_inline_only_for_marked_calls() -> None:
+    import threading
+
+    seen: list[int] = []
+
+    def work() -> int:
+        seen.append(threading.get_ident())
+        return 7
+
+    def boom() -> None:
+        raise ValueError("from completion()")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(None, work) == 7  # unmarked: a thread, as asyncio's
+        token = live._INLINE_DISPATCH.set(True)
+        try:
+            assert await loop.run_in_executor(None, work) == 7
+            with pytest.raises(ValueError, match="from completion"):
+                await loop.run_in_executor(None, boom)
+        finally:
+            live._INLINE_DISPATCH.reset(token)
+
+    live._arun(main())
+    assert seen[0] != threading.get_ident() and seen[1] == threading.get_ident()
+
+
+def test_litellm_dispatch_of_a_live_run_stays_on_the_loop_thread(
+    tmp_path: Path, corpus, key, scen, monkeypatch
+) -> None:
+    """litellm's ``completion()`` (which ``acompletion`` hands to an executor) runs on the event
+    loop's thread for the providers in ``INLINE_DISPATCH_PROVIDERS``, and the run's records are
+    those of the threaded path."""
+    import threading
+
+    import litellm.main
+
+    where: list[bool] = []
+    original = litellm.main.completion
+
+    def completion(*args, **kwargs):  # type: ignore[no-untyped-def]
+        where.append(threading.current_thread() is threading.main_thread())
+        return original(*args, **kwargs)
+
+    cfg = _cfg(corpus, tasks=4)
+    monkeypatch.setattr(litellm.main, "completion", completion)
+    inline = live.run_live(
+        corpus, key, scen, cfg, tmp_path / "a", scenario_hash=SCEN_HASH,
+        cache_dir=tmp_path / "c1", workers=1,
+    )  # fmt: skip
+    assert where and all(where), where
+    monkeypatch.setattr(live, "INLINE_DISPATCH_PROVIDERS", frozenset())
+    where.clear()
+    threaded = live.run_live(
+        corpus, key, scen, cfg, tmp_path / "b", scenario_hash=SCEN_HASH,
+        cache_dir=tmp_path / "c2", workers=1,
+    )  # fmt: skip
+    assert where and not any(where)
+    assert inline.complete and threaded.complete
+    assert (tmp_path / "a" / archive.ARCHIVE).read_bytes() == (
+        tmp_path / "b" / archive.ARCHIVE
+    ).read_bytes()
