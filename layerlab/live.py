@@ -250,6 +250,7 @@ class ResponseCache:
         self._queue: Any = None
         self._pid = -1  # the process whose writer thread this is (a forked worker starts its own)
         self._stop: Any = None
+        self._thread: Any = None
         self._db: Any = None  # this process's reading connection (not carried across a fork)
         self._db_pid = -1
         self._db_failed = False
@@ -349,9 +350,10 @@ class ResponseCache:
 
             self._pid, self._pending, self._queue = os.getpid(), {}, collections.deque()
             self._stop = threading.Event()
-            threading.Thread(
+            self._thread = threading.Thread(
                 target=self._writer, args=(self._queue, self._stop), daemon=True
-            ).start()
+            )
+            self._thread.start()
         self._pending[key] = reply
         self._queue.append(key)  # no wake-up: the writer polls (a notify per reply costs more)
 
@@ -362,10 +364,11 @@ class ResponseCache:
                 time.sleep(WRITER_POLL_S / 4)
 
     def close(self) -> None:
-        """Flush, and stop this process's writer thread (a later :meth:`put` starts another)."""
+        """Write what is queued and stop this process's writer thread (woken at once, not at its
+        next poll); a later :meth:`put` starts another."""
         if self._queue is not None and self._pid == os.getpid():
-            self.flush()
             self._stop.set()
+            self._thread.join()
             self._pid = -1
 
     def _writer(self, q: Any, stop: Any) -> None:
@@ -376,7 +379,7 @@ class ResponseCache:
                 if not q:
                     if stop.is_set():
                         return
-                    time.sleep(WRITER_POLL_S)
+                    stop.wait(WRITER_POLL_S)
                     continue
                 batch: dict[str, str] = {}
                 while q:
@@ -1491,8 +1494,8 @@ def _worker_main(
         try:
             _arun(engine.drain(cells, concurrency, emit))
         finally:
-            cache.close()
             send()  # what was scored is written, whatever ended the run
+            cache.close()  # (a record in the log never needs its reply again)
     except LiveRunError as exc:
         conn.send(("fatal", str(exc), counters))
     except BrokenPipeError:
@@ -1725,7 +1728,7 @@ def run_live(
         out, records, {**manifest, "complete": complete, "calls": calls, "errors": errors}
     )
     if records:
-        results.write_results(out)  # per-model rates with intervals, next to the archive
+        results.write_results(out, records, final)  # per-model rates, next to the archive
     notes = [report.describe()] if report.dropped else []
     if fatal is not None:
         raise LiveRunError(

@@ -15,7 +15,7 @@ carries ``reference_agent`` so that tables and reports show them apart, never po
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +131,19 @@ def records_frame(folder_or_archive: Path) -> pd.DataFrame:
     return pd.DataFrame([r.__dict__ for r in recs])
 
 
-def for_run(folder: Path) -> dict[str, Any]:
-    """Results of one run folder: :func:`summarize` plus the run's id and completeness."""
+def for_run(
+    folder: Path,
+    records: Sequence[archive.Record] | None = None,
+    manifest: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Results of one run folder: :func:`summarize` plus the run's id and completeness.
+
+    ``records`` and ``manifest``, when the caller has just written them (the live harness),
+    save reading them back; they must be what the folder holds."""
     folder = Path(folder)
-    m = archive.read_manifest(folder)
-    res = summarize(records_frame(folder))
+    m = archive.read_manifest(folder) if manifest is None else manifest
+    frame = records_frame(folder) if records is None else pd.DataFrame([r.__dict__ for r in records])
+    res = summarize(frame)
     return {
         "run_id": m["run_id"],
         "complete": bool(m.get("complete")),
@@ -145,10 +153,15 @@ def for_run(folder: Path) -> dict[str, Any]:
     }
 
 
-def write_results(folder: Path) -> dict[str, Any]:
-    """Write ``results.json`` next to the run's archive (atomic, deterministic); return it."""
+def write_results(
+    folder: Path,
+    records: Sequence[archive.Record] | None = None,
+    manifest: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``results.json`` next to the run's archive (atomic, deterministic); return it.
+    ``records`` and ``manifest`` as in :func:`for_run`."""
     folder = Path(folder)
-    res = for_run(folder)
+    res = for_run(folder, records, manifest)
     atomic_write_text(folder / RESULTS, json.dumps(res, indent=2, sort_keys=True) + "\n")
     return res
 

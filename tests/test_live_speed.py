@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from layerlab import archive, harness, live, paths, prompt
+from layerlab import archive, harness, live, paths, prompt, results
 from layerlab.archive import read_records
 from layerlab.llm import bookkeeping_needed, import_litellm
 from layerlab.scenario import load_scenarios
@@ -51,6 +51,10 @@ def test_worker_processes_write_the_same_archive_as_one_process(
         runs[workers] = res
     one, two = (tmp_path / "w1" / archive.ARCHIVE), (tmp_path / "w2" / archive.ARCHIVE)
     assert one.read_bytes() == two.read_bytes()
+    # results.json, built from the records in memory, is what the folder's files give
+    for w in ("w1", "w2"):
+        built = json.loads((tmp_path / w / results.RESULTS).read_text())
+        assert built == json.loads(json.dumps(results.for_run(tmp_path / w)))
     # every record once in the (single-writer) progress log, every line checksummed
     lines = (tmp_path / "w2" / archive.PROGRESS).read_bytes().splitlines()
     assert len(lines) == len(read_records(two)) == 12 * 3 * 2
