@@ -2,7 +2,8 @@
 
 Needs the local runtime and the model (``make local models``; ``make test`` installs both and
 sets ``LAYERLAB_REQUIRE_LOCAL=1`` so that a missing runtime fails instead of skipping).
-A few tasks × every scenario × both contract modes: the archive is complete and valid, every
+One task × every scenario × both contract modes (18 records; the server answers one request at
+a time, so each task costs about 45 s on 2 cores): the archive is complete and valid, every
 reply that reached the model is parsed or labelled ``malformed_reply``, strict and repair are
 separate calls, and a rerun makes no call.
 """
@@ -23,7 +24,7 @@ runner = CliRunner()
 MODEL = "smollm2-135m"
 # the fetched model lives in the real user cache; tests get a private XDG cache each (conftest)
 USER_CACHE = models.paths.user_cache()
-TASKS = "finance-01-q1,hr-03-q2"
+TASKS = "finance-01-q1"
 
 
 def _ready() -> str | None:
@@ -65,7 +66,7 @@ def test_archive_is_complete_and_every_reply_is_parsed_or_labelled(run) -> None:
     recs = archive.read_records(out / archive.ARCHIVE)
     manifest = json.loads((out / archive.MANIFEST).read_text())
     n_scen, n_arms = len(manifest["scenarios"]), len(manifest["mitigations"])
-    assert len(recs) == 2 * n_scen * n_arms and n_scen == 9
+    assert len(recs) == n_scen * n_arms and n_scen == 9
     assert {(r.provider, r.model) for r in recs} == {("local", MODEL)}
     read = [r for r in recs if r.reached_reader]
     assert read and all(r.prompt_hash for r in read)
