@@ -470,6 +470,7 @@ MANIFEST_KEYS = frozenset(
         "replicates",
         "share_replies",
         "response_format",
+        "reply_schema",
         "seeds",
         "local_models",
         "n_tasks",

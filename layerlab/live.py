@@ -585,6 +585,8 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
         "config": {**asdict(config), "settings": config.settings.as_dict()},
         "prompt": prompt.PROMPT_VERSION,
     }
+    if config.response_format != "none":
+        ident["reply_schema"] = prompt.REPLY_SCHEMA_VERSION
     return "live-" + hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:16]
 
 
@@ -613,6 +615,11 @@ def _manifest(
         "replicates": config.replicates,
         "share_replies": config.share_replies,
         "response_format": config.response_format,
+        **(
+            {"reply_schema": prompt.REPLY_SCHEMA_VERSION}
+            if config.response_format != "none"
+            else {}
+        ),
         "seed": config.seed,
         "seeds": "per record, derived from (seed, model, scenario, mode, task, replicate); "
         "sent to local models always (seed 0 unless given), to other providers only when given",
@@ -928,6 +935,8 @@ def _reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any])
         "response_format": config.response_format,
         "seed": config.seed,
     }
+    if config.response_format != "none":  # a new reply schema asks again
+        params["reply_schema"] = prompt.REPLY_SCHEMA_VERSION
     return ResponseCache.key(model, params, phash, () if config.share_replies else tuple(ident))
 
 

@@ -31,14 +31,32 @@ SYSTEM = (
 )
 
 # The reply contract as a JSON schema, for servers that constrain decoding to one
-# (``--response-format json_schema``). Bounded lengths keep a small model from rambling.
+# (``--response-format json_schema``). Bounded lengths keep a small model from rambling. Every
+# string also carries a pattern without control characters, quotes or backslashes: a JSON string
+# may not hold a raw control character (RFC 8259), but llama-cpp-python turns a plain
+# ``"type": "string"`` into a grammar that allows one, and 102 of SmolLM2's 136 malformed replies
+# (248 of Gemma 3 270M's 544) under schema 1 were raw newlines inside a string. Servers that
+# convert a schema to a grammar use the pattern; validators check it on the decoded value.
+REPLY_SCHEMA_VERSION = "layerlab.reply-schema/2"
+"""Identity of :data:`REPLY_SCHEMA`: part of a structured-output run's id and reply-cache keys
+(schema 1, without patterns, made the committed real-model archives)."""
+
+
+def _text(max_length: int) -> dict[str, Any]:
+    return {
+        "type": "string",
+        "maxLength": max_length,
+        "pattern": '^[^\\x00-\\x1F"\\\\]{0,' + str(max_length) + "}$",
+    }
+
+
 REPLY_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "status": {"type": "string", "enum": ["answered", "abstained"]},
-        "answer": {"anyOf": [{"type": "string", "maxLength": 80}, {"type": "null"}]},
-        "citations": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 3},
-        "reason": {"anyOf": [{"type": "string", "maxLength": 160}, {"type": "null"}]},
+        "answer": {"anyOf": [_text(80), {"type": "null"}]},
+        "citations": {"type": "array", "items": _text(40), "maxItems": 3},
+        "reason": {"anyOf": [_text(160), {"type": "null"}]},
     },
     "required": ["status", "answer", "citations", "reason"],
     "additionalProperties": False,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import archive, harness, live, paths
+from layerlab import archive, harness, live, paths, prompt
 from layerlab import corpus as corpus_mod
 from layerlab.archive import read_records
 from layerlab.cli import app
@@ -521,6 +521,7 @@ def test_response_format_and_seed_reach_the_server(tmp_path, server, corpus, key
     assert bodies and all(b["response_format"]["type"] == "json_schema" for b in bodies)
     schema = bodies[0]["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["status"]["enum"] == ["answered", "abstained"]
+    assert res.manifest["reply_schema"] == prompt.REPLY_SCHEMA_VERSION
     seeds = [b["seed"] for b in bodies]
     assert len(set(seeds)) == len(seeds)  # one seed per record
     again = live.record_seed(11, "openai/good", "clean", "strict", cfg.task_ids[0], 0)
@@ -585,3 +586,19 @@ def test_a_progress_line_from_archive_schema_2_is_upgraded_on_resume() -> None:
     assert live.parse_progress_line(line.encode(), {"stale_index": False}) == rec
     tampered = line.replace('"variant": 1', '"variant": 2')
     assert live.parse_progress_line(tampered.encode(), {"stale_index": False}) == "tampered"
+
+
+def test_a_new_reply_schema_is_a_new_run_and_asks_again(corpus, monkeypatch) -> None:
+    """Structured-output runs name their reply schema in the run id and the reply-cache keys
+    (replies cached under schema 1 are not served to a schema-2 run); runs without structured
+    output (the reference agents' archives) keep their ids."""
+    plain = live.LiveConfig(models=("layerlab/extractive",), scenarios=("clean",))
+    shaped = dataclasses.replace(plain, response_format="json_schema")
+    ids = {c: live.run_id_for(c, corpus, SCEN_HASH) for c in (plain, shaped)}
+    keys = {c: live._reply_key(c, "m", "h" * 64, ("clean", "strict", "t", 0)) for c in (plain, shaped)}
+    monkeypatch.setattr(prompt, "REPLY_SCHEMA_VERSION", "layerlab.reply-schema/test")
+    assert live.run_id_for(plain, corpus, SCEN_HASH) == ids[plain]
+    assert live._reply_key(plain, "m", "h" * 64, ("clean", "strict", "t", 0)) == keys[plain]
+    assert live.run_id_for(shaped, corpus, SCEN_HASH) != ids[shaped]
+    assert live._reply_key(shaped, "m", "h" * 64, ("clean", "strict", "t", 0)) != keys[shaped]
+    assert "reply_schema" not in live._manifest(plain, corpus, SCEN_HASH, 1)

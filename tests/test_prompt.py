@@ -78,3 +78,44 @@ def test_merge_system_folds_instructions_into_the_first_user_turn() -> None:
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
     assert prompt.merge_system(msgs) == [{"role": "user", "content": "S\n\nU"}]
     assert msgs[1]["content"] == "U"  # the input is not modified
+
+
+def _strings(schema: object) -> list[dict]:
+    """Every string rule of a JSON schema (enums aside)."""
+    out: list[dict] = []
+    if isinstance(schema, dict):
+        if schema.get("type") == "string" and "enum" not in schema:
+            out.append(schema)
+        for v in schema.values():
+            out.extend(_strings(v))
+    elif isinstance(schema, list):
+        for v in schema:
+            out.extend(_strings(v))
+    return out
+
+
+def test_reply_schema_strings_hold_no_control_characters() -> None:
+    """A JSON string may not hold a raw control character; the schema says so with a pattern,
+    which grammar-constrained servers (llama-cpp-python) turn into their character class."""
+    import re
+
+    rules = _strings(prompt.REPLY_SCHEMA)
+    assert len(rules) == 3  # answer, each citation, reason
+    for rule in rules:
+        pat = re.compile(rule["pattern"])
+        n = rule["maxLength"]
+        assert pat.match("14 days") and pat.match("finance-03-a") and pat.match("x" * n)
+        for bad in ("line\nbreak", "tab\there", 'a "quote"', "back\\slash", "x" * (n + 1)):
+            assert not pat.match(bad), (rule, bad)
+
+
+def test_the_local_runtime_grammar_of_the_reply_schema_has_no_raw_control_characters() -> None:
+    """llama-cpp-python's own schema-to-grammar conversion of what the harness sends a local
+    server: every string is the pattern's character class, not its built-in ``[^"\\\\]`` (which
+    lets a raw newline through)."""
+    import json
+
+    grammar_mod = pytest.importorskip("llama_cpp.llama_grammar")
+    gbnf = grammar_mod.json_schema_to_gbnf(json.dumps(prompt.REPLY_SCHEMA))
+    assert '[^"\\\\]' not in gbnf, gbnf
+    assert gbnf.count('[^\\x00-\\x1F"\\\\]') == 3, gbnf
