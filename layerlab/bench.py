@@ -1,6 +1,7 @@
 """Benchmarks (``make bench``): medians of repeated runs and ratios, never timed unit tests.
 
-Run with ``python -m layerlab.bench [--repeat N] [--only NAME] [--skip NAME] [--json]``. Every
+Run with ``python -m layerlab.bench [--repeat N] [--only NAME] [--skip NAME] [--json]``;
+``--profile`` instead shows where the live harness's CPU goes per call, by owner. Every
 benchmark returns a dict with at least ``benchmark``, ``measured`` (a number), ``unit``,
 ``goal`` (text, e.g. ``<= 1 s``) and ``ok`` (the goal met), plus its details. The default
 output is one table — the goals of issue 15 and the others, each with a pass/fail mark — framed
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -268,7 +269,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=sorted(BENCHMARKS), action="append")
     ap.add_argument("--skip", choices=sorted(BENCHMARKS), action="append", default=[])
     ap.add_argument("--json", action="store_true", help="One JSON object per benchmark.")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="Instead of the benchmarks: where the live harness's CPU goes per call (cProfile, "
+        "one process, the local agent over the full matrix), by owner.",
+    )
     args = ap.parse_args(argv)
+    if args.profile:
+        print_profile(profile_live())
+        return 0
     names = args.only or [n for n in ORDER if n in BENCHMARKS and n not in OPT_IN]
     names += [n for n in BENCHMARKS if args.only is None and n not in ORDER and n not in OPT_IN]
     names = [n for n in names if n not in args.skip]
@@ -670,6 +680,84 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
 
 
 BENCHMARKS["local_model"] = bench_local_model
+
+
+# --- where the CPU goes per call ---------------------------------------------------------------
+
+PROFILE_BUCKETS = (
+    ("litellm", "litellm: its own per-call request and response work"),
+    ("pydantic", "pydantic: litellm's response objects"),
+    ("layerlab/agents.py", "reference agent: the provider's side"),
+    ("layerlab/reader.py", "reference agent: the provider's side"),
+    ("layerlab/extract.py", "reference agent: the provider's side"),
+    ("layerlab/", "layerlab: gate, contract, score, record, progress line, cache"),
+    ("asyncio", "asyncio event loop"),
+    ("selectors", "asyncio event loop"),
+    ("json", "json encoding and decoding"),
+    ("enum", "stdlib enum (mostly litellm's provider lists)"),
+)
+
+
+def _bucket(fn: str, name: str) -> str:
+    if fn == "~":  # a built-in function: named by what it is
+        for part, label in (
+            ("poll", "waiting (poll, sleep)"), ("sleep", "waiting (poll, sleep)"),
+            ("sqlite3", "reply cache: SQLite"), ("execute", "reply cache: SQLite"),
+            ("write", "file writes"), ("flush", "file writes"),
+            ("validate_python", "pydantic: litellm's response objects"),
+            ("sha256", "hashing"),
+        ):  # fmt: skip
+            if part in name:
+                return label
+        return "builtins (str, dict, isinstance...)"
+    for part, label in PROFILE_BUCKETS:
+        if part in fn:
+            return label
+    return "other stdlib"
+
+
+def profile_live(scenarios: Sequence[str] | None = None) -> dict[str, Any]:
+    """cProfile of one live run in one process (cProfile sees one process; the worker processes
+    of a normal run do the same work): the local extractive agent, no latency, every mode, the
+    given scenarios (default: all nine). Returns the run's size and the seconds per bucket."""
+    import cProfile
+    import pstats
+
+    from layerlab.harness import MODES
+    from layerlab.scenario import load_scenarios
+
+    scen = tuple(scenarios or load_scenarios())
+    _live_run(("layerlab/extractive",), scen[:1], MODES[:1], 8, 1)  # warm-up: imports, caches
+    prof = cProfile.Profile()
+    prof.enable()
+    wall, _cpu, res = _live_run(("layerlab/extractive",), scen, MODES, 16, 1)
+    prof.disable()
+    buckets: dict[str, float] = {}
+    table: Any = pstats.Stats(prof)
+    stats = table.stats  # {(file, line, name): (cc, nc, tottime, cumtime, callers)}
+    for (fn, _line, name), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        label = _bucket(fn, name)
+        buckets[label] = buckets.get(label, 0.0) + tottime
+    return {
+        "records": res.manifest["records"],
+        "calls": res.counters.calls,
+        "wall_seconds_profiled": round(wall, 3),
+        "buckets": dict(sorted(buckets.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def print_profile(p: Mapping[str, Any], file: Any = None) -> None:
+    total = sum(p["buckets"].values()) or 1.0
+    calls = max(1, p["calls"])
+    print(
+        f"live harness, one process, local agent, no latency: {p['records']:,} records, "
+        f"{p['calls']:,} calls, {p['wall_seconds_profiled']:.2f} s under cProfile "
+        "(cProfile slows it; read the shares)",
+        file=file,
+    )
+    print(f"  {'owner':<62} {'share':>6}  {'ms per call':>11}", file=file)
+    for label, secs in p["buckets"].items():
+        print(f"  {label:<62} {100 * secs / total:5.1f}%  {1000 * secs / calls:11.3f}", file=file)
 
 
 if __name__ == "__main__":

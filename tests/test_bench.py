@@ -56,3 +56,18 @@ def test_deterministic_entry_has_the_shape_and_counts_every_record(corpus) -> No
     n = len(corpus.tasks) * len(load_scenarios()) * len(harness.MODES)
     assert r["records"] == n and r["unit"] == "s" and r["goal"] == "<= 1"
     assert isinstance(r["ok"], bool) and r["measured"] == r["median_seconds"] > 0
+
+
+def test_profile_splits_a_live_run_by_owner(capsys) -> None:
+    """``python -m layerlab.bench --profile`` (here on one scenario): every profiled second
+    lands in a named bucket, litellm's and layerlab's among them, and per-call shares print."""
+    p = bench.profile_live(scenarios=("clean",))
+    assert p["records"] == 240 * 2 and 0 < p["calls"] <= p["records"]
+    b = p["buckets"]
+    assert any(k.startswith("litellm") for k in b) and any(k.startswith("layerlab") for k in b)
+    assert all(v >= 0 for v in b.values()) and sum(b.values()) > 0
+    assert list(b.values()) == sorted(b.values(), reverse=True)
+    bench.print_profile(p)
+    out = capsys.readouterr().out.splitlines()
+    assert "480 records" in out[0] and len(out) == 2 + len(b)
+    assert abs(sum(float(x.split("%")[0].split()[-1]) for x in out[2:]) - 100) < 0.5
