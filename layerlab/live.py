@@ -1655,6 +1655,17 @@ def run_live(
             old = archive.read_manifest(out) if mpath.exists() else None
         except archive.ArchiveError as exc:
             raise LiveRunError(str(exc)) from None
+        if (
+            old is not None
+            and old.get("response_format", "none") != "none"
+            and old.get("reply_schema") != manifest.get("reply_schema")
+        ):
+            raise LiveRunError(
+                f"{out} holds a run made under reply schema "
+                f"{old.get('reply_schema') or 'layerlab.reply-schema/1'}; this layerlab asks "
+                f"with {manifest.get('reply_schema') or 'no schema'}, so its replies would "
+                "differ: choose another --out (the old archive stays valid as it is)"
+            )
         if old is not None and old["run_id"] != manifest["run_id"]:
             raise LiveRunError(
                 f"{out} holds run {old['run_id']} with other settings than this command "

@@ -602,3 +602,19 @@ def test_a_new_reply_schema_is_a_new_run_and_asks_again(corpus, monkeypatch) -> 
     assert live.run_id_for(shaped, corpus, SCEN_HASH) != ids[shaped]
     assert live._reply_key(shaped, "m", "h" * 64, ("clean", "strict", "t", 0)) != keys[shaped]
     assert "reply_schema" not in live._manifest(plain, corpus, SCEN_HASH, 1)
+
+
+def test_resuming_a_run_of_an_older_reply_schema_says_so(tmp_path, corpus, key, scen, monkeypatch) -> None:
+    cfg = live.LiveConfig(
+        models=("layerlab/extractive",), scenarios=("clean",), response_format="json_schema",
+        task_ids=tuple(t.task_id for t in corpus.tasks[:2]),
+    )  # fmt: skip
+    out = tmp_path / "run"
+    first = live.run_live(corpus, key, scen, cfg, out, scenario_hash=SCEN_HASH, cache_dir=tmp_path / "c")
+    assert first.complete
+    made_under = prompt.REPLY_SCHEMA_VERSION
+    monkeypatch.setattr(prompt, "REPLY_SCHEMA_VERSION", "layerlab.reply-schema/99")
+    with pytest.raises(live.LiveRunError, match=f"reply schema {re.escape(made_under)}.*another --out"):
+        live.run_live(
+            corpus, key, scen, cfg, out, scenario_hash=SCEN_HASH, cache_dir=tmp_path / "c", resume=True
+        )
