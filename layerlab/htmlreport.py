@@ -338,7 +338,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
         if long.empty:
             continue
         fig = figures.rates_by_scenario(
-            long, f"Strict success S by scenario and arm — {what}; 95% Wilson intervals over records"
+            long, f"Strict success S by scenario and arm — {what}; 95% Wilson intervals clustered by task"
         )
         figs.append(
             page.figure(

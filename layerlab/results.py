@@ -26,7 +26,7 @@ from layerlab._io import atomic_write_text
 from layerlab.stats import REFERENCE_PROVIDERS, is_reference  # noqa: F401  (re-exported)
 
 RESULTS = "results.json"
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2  # 2: intervals clustered by task (1: every record independent)
 # The arm column of the archive (schema v2). One place to switch if it is renamed again.
 ARM = "mitigation"
 BASELINE_ARM = "strict"
@@ -34,7 +34,10 @@ BASELINE_ARM = "strict"
 RATES = {"success": "S", "safe_resolution": "safe", "grounded_false_positive": "GF"}
 # Failure shares: diagnostic value -> short name.
 FAILURES = {"malformed_reply": "malformed", "provider_error": "provider_error"}
-INTERVAL = "Wilson 95% over records (records of one model share tasks and policies: read as a lower bound on uncertainty)"
+INTERVAL = (
+    "Wilson 95% at the effective sample size, clustered by task (a task's records share its "
+    "evidence; stats.cluster_rate, tasks only: describes these tasks)"
+)
 
 
 def _round(x: float) -> float | None:
@@ -42,15 +45,18 @@ def _round(x: float) -> float | None:
 
 
 def rate(sub: pd.DataFrame, label: str) -> dict[str, Any]:
-    """``k``, ``n``, rate and 95% interval of a binary ``label`` over the records of ``sub``."""
+    """``k``, ``n``, rate and 95% interval of a binary ``label`` over the records of ``sub``;
+    the interval is clustered by task (:data:`INTERVAL`), as the paper tables' rates are."""
     k, n = int(sub[label].sum()), len(sub)
-    lo, hi = stats.wilson(k, n)
+    if not n:
+        return {"k": 0, "n": 0, "rate": None, "ci_low": None, "ci_high": None}
+    r = stats.cluster_rate(sub, label, design="tasks")
     return {
         "k": k,
         "n": n,
-        "rate": _round(k / n) if n else None,
-        "ci_low": _round(lo),
-        "ci_high": _round(hi),
+        "rate": _round(k / n),
+        "ci_low": _round(r.ci_low),
+        "ci_high": _round(r.ci_high),
     }
 
 

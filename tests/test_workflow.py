@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import archive, dictionary, htmlreport, paths, results, samplelog, viewer
+from layerlab import archive, dictionary, htmlreport, paths, results, samplelog, stats, viewer
 from layerlab import corpus as corpus_mod
 from layerlab.cli import app
 from layerlab.runconfig import stratified_tasks
@@ -86,6 +86,20 @@ def test_results_match_the_records_and_keep_baselines_apart(ref_frame: pd.DataFr
     assert cell["GF"]["k"] == int(sub["grounded_false_positive"].sum())
     drift = ext["by_scenario"]["schema_drift"]
     assert drift["strict"]["S"]["rate"] < drift["repair"]["S"]["rate"]
+    # an arm's records pool nine scenarios of the same tasks: its interval is clustered by task,
+    # never narrower than the one that takes every record as independent...
+    lo, hi = stats.wilson(cell["S"]["k"], cell["S"]["n"])
+    assert cell["S"]["ci_high"] - cell["S"]["ci_low"] >= round(hi - lo, 4) - 1e-4
+    # ...and as wide as the tasks' when a task's scenarios all agree
+    tasks = sub["task_id"].unique()
+    agree = sub.assign(success=sub["task_id"].isin(tasks[::2]))
+    r = results.rate(agree, "success")
+    n_t = len(tasks)
+    expected = stats.wilson(r["rate"] * n_t, n_t)  # (up to the small-sample factor G/(G-1))
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx(expected, abs=1e-3)
+    assert r["ci_high"] - r["ci_low"] > 2.5 * (stats.wilson(r["k"], r["n"])[1] - stats.wilson(r["k"], r["n"])[0])
+    zero = results.rate(sub.assign(success=False), "success")  # no success: the bound is the
+    assert zero["ci_high"] == round(stats.wilson(0, n_t)[1], 4)  # tasks', not the records'
     # the table shows the baseline arm first, and models apart from reference agents
     assert list(results.table(res, reference=True)["arm"][:2]) == ["strict", "repair"]
     assert results.table(res, reference=False).empty
