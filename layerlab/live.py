@@ -284,7 +284,7 @@ class ResponseCache:
                 "WITHOUT ROWID"
             )
             return con
-        except (sqlite3.Error, OSError):
+        except (sqlite3.Error, OSError, ValueError):  # ValueError: a path SQLite cannot take
             return None
 
     def _reader(self) -> Any:
@@ -1657,13 +1657,13 @@ def run_live(
             raise LiveRunError(str(exc)) from None
         if (
             old is not None
-            and old.get("response_format", "none") != "none"
+            and old.get("response_format", "none") == manifest["response_format"] != "none"
             and old.get("reply_schema") != manifest.get("reply_schema")
         ):
             raise LiveRunError(
                 f"{out} holds a run made under reply schema "
                 f"{old.get('reply_schema') or 'layerlab.reply-schema/1'}; this layerlab asks "
-                f"with {manifest.get('reply_schema') or 'no schema'}, so its replies would "
+                f"with {manifest.get('reply_schema')}, so its replies would "
                 "differ: choose another --out (the old archive stays valid as it is)"
             )
         if old is not None and old["run_id"] != manifest["run_id"]:
