@@ -981,48 +981,34 @@ async def _preflight(
     skips the call. ``beside`` (the run's remaining set-up) runs in a thread meanwhile, so
     the call's latency hides it."""
     side = asyncio.ensure_future(asyncio.to_thread(beside)) if beside is not None else None
+    ident, msgs = first
+    phash = prompt.prompt_hash(msgs)
     try:
-        await _preflight_calls(litellm, config, models, first, routes, cache, budget, counters, rng)
+        for model in models:
+            ckey = _reply_key(config, model, phash, ident)
+            if cache.get(ckey) is not None:
+                continue
+            route = routes[model]
+            seed = None if route.seed_base is None else record_seed(route.seed_base, model, *ident)
+            last: list[str] = []
+            reply, failure = await _call(
+                litellm, route, msgs, seed, config.settings, budget, counters, rng, last
+            )
+            if reply is not None:
+                cache.put(ckey, reply)
+                cache.preflighted.add(ckey)
+            elif failure is not None:
+                where = sorted({endpoint_label(e.api_base) or "" for e in route.endpoints} - {""})
+                raise LiveRunError(
+                    f"{model}: preflight call failed after {config.settings.attempts} attempt(s)"
+                    + (f" at the {'/'.join(where)} --api-base" if where else "")
+                    + f" ({last[0] if last else 'no reply'}); nothing written"
+                )
+            # failure None and reply None: the budget is spent, so no call will be made at all
     finally:
         cache.close()  # the preflight's replies on disk (and no writer thread) in any case
         if side is not None:
             await side
-
-
-async def _preflight_calls(
-    litellm: Any,
-    config: LiveConfig,
-    models: Sequence[str],
-    first: tuple[tuple[str, str, str, int], list[dict[str, str]]],
-    routes: Mapping[str, Route],
-    cache: ResponseCache,
-    budget: Budget,
-    counters: Counters,
-    rng: random.Random,
-) -> None:
-    ident, msgs = first
-    phash = prompt.prompt_hash(msgs)
-    for model in models:
-        ckey = _reply_key(config, model, phash, ident)
-        if cache.get(ckey) is not None:
-            continue
-        route = routes[model]
-        seed = None if route.seed_base is None else record_seed(route.seed_base, model, *ident)
-        last: list[str] = []
-        reply, failure = await _call(
-            litellm, route, msgs, seed, config.settings, budget, counters, rng, last
-        )
-        if reply is not None:
-            cache.put(ckey, reply)
-            cache.preflighted.add(ckey)
-        elif failure is not None:
-            where = sorted({endpoint_label(e.api_base) or "" for e in route.endpoints} - {""})
-            raise LiveRunError(
-                f"{model}: preflight call failed after {config.settings.attempts} attempt(s)"
-                + (f" at the {'/'.join(where)} --api-base" if where else "")
-                + f" ({last[0] if last else 'no reply'}); nothing written"
-            )
-        # failure None and reply None: the budget is spent, so no call will be made at all
 
 
 class _SharedBudget(Budget):
