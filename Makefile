@@ -94,9 +94,11 @@ checksums: ## Rewrite data/archives/SHA256SUMS over every committed archive and 
 	cd data/archives && sha256sum $$(find * \( -name '*.parquet' -o -name manifest.json \) | sort) > SHA256SUMS
 
 # Real language models over one question variant of every policy unit (80 tasks x 9 scenarios x
-# 2 contract arms = 1,440 records per model): hours on 2 cores. Resumable: rerun to continue.
-# A model's archive is copied into data/archives/local_models/ only once its run is complete.
-LOCAL_MODELS ?= smollm2-135m gemma3-270m-base
+# 2 contract arms = 1,440 records per model), greedy (temperature 0, the default for local/
+# models; identical prompts share one reply): about 40 min for Qwen2.5-Coder-1.5B on 2 cores.
+# Resumable: rerun to continue. A model's archive is copied into data/archives/local_models/
+# only once its run is complete.
+LOCAL_MODELS ?= qwen2.5-coder-1.5b
 local-archives: $(LOCAL_STAMP) ## Run the real local models (hours; resumable) into data/archives/local_models/.
 	@for m in $(LOCAL_MODELS); do \
 	  resume=; [ -e out/local_models/$$m/manifest.json ] && resume=--resume; \

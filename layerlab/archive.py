@@ -469,6 +469,7 @@ MANIFEST_KEYS = frozenset(
         "prompt_version",
         "replicates",
         "share_replies",
+        "sampling",
         "response_format",
         "reply_schema",
         "seeds",

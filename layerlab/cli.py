@@ -491,10 +491,12 @@ def run_live(
         1, "--replicates", min=1, help="Records per cell: each an independent call (repeated replications)."
     ),
     share_replies: bool = typer.Option(
-        False,
-        "--share-replies",
+        None,
+        "--share-replies/--no-share-replies",
         help="Ask identical prompts once and share the reply between their records (recorded "
-        "in the manifest; forces strict and repair to agree wherever their prompts coincide).",
+        "in the manifest; forces arms to agree wherever their prompts coincide). Default: "
+        "shared exactly when decoding is greedy (temperature 0).",
+        show_default=False,
     ),
     response_format: str = typer.Option(
         "none",
@@ -531,7 +533,12 @@ def run_live(
         2.0, help="First retry delay in seconds, doubling, jittered (paper: 2 s, linear)."
     ),
     temperature: float = typer.Option(
-        None, help="Sampling temperature; not sent unless given (paper: not set)."
+        None,
+        help="Sampling temperature. Default: 0 (greedy) for local/ models; not sent to other "
+        "providers unless given (paper: not set).",
+    ),
+    top_p: float = typer.Option(
+        None, "--top-p", help="Nucleus-sampling cut-off in (0, 1]; not sent unless given."
     ),
     cache_dir: Path = typer.Option(
         None,
@@ -595,7 +602,13 @@ def run_live(
     scen = _load_scenarios(scenarios_path)
     try:
         settings = ProviderSettings(
-            timeout, max_tokens, attempts, backoff, temperature, tuple(api_base or ())
+            timeout_s=timeout,
+            max_tokens=max_tokens,
+            attempts=attempts,
+            backoff_s=backoff,
+            temperature=temperature,
+            top_p=top_p,
+            api_bases=tuple(api_base or ()),
         )
         config = live.LiveConfig(
             models=tuple(model),
@@ -699,7 +712,7 @@ def _task_ids(tasks: str) -> tuple[str, ...]:
 _CONFIG_OWNS = (
     "model", "scenario", "mode", "tasks", "api_base", "replicates", "share_replies",
     "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
-    "attempts", "backoff", "temperature", "limit", "limit_seed", "max_error_rate", "retry_seed",
+    "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
     "sample_log",
 )  # fmt: skip
 

@@ -85,9 +85,11 @@ class LiveConfig:
     retriever: str = retrieval.REPORTED.name
     # Each cell is an independent draw: one call per record, ``replicates`` records per cell.
     replicates: int = 1
-    # Share one reply between records whose prompts are identical (the pre-v2 behaviour; it
-    # forces every strict-vs-repair difference on an unchanged prompt to zero). Off by default.
-    share_replies: bool = False
+    # Share one reply between records whose prompts are identical: it forces every difference
+    # between arms on an unchanged prompt to zero. ``None`` (the default) shares exactly when
+    # decoding is greedy (temperature 0), where a reply is a function of its prompt: a server's
+    # floating-point noise (prompt-prefix reuse, batch shapes) is then not read as an effect.
+    share_replies: bool | None = None
     # "json_schema": ask the server to constrain decoding to the reply contract (REPLY_SCHEMA).
     response_format: Literal["none", "json_schema"] = "none"
     # Base of the per-record seeds sent to servers that honour one (local models always get
@@ -97,8 +99,30 @@ class LiveConfig:
     def __post_init__(self) -> None:
         if self.replicates < 1:
             raise ValueError("replicates must be >= 1")
+        settings = self.settings
+        if settings.temperature is None and self.models and all(map(models_mod.is_local, self.models)):
+            # local models decode greedily unless a run says otherwise (llama.cpp's server
+            # would otherwise sample at its own default of 0.8)
+            settings = dataclasses.replace(settings, temperature=0.0)
+            object.__setattr__(self, "settings", settings)
+        if self.share_replies is None:
+            object.__setattr__(self, "share_replies", settings.temperature == 0)
         if self.response_format not in ("none", "json_schema"):
             raise ValueError("response_format must be 'none' or 'json_schema'")
+
+
+def sampling(config: LiveConfig) -> dict[str, Any]:
+    """How replies were decoded, for the manifest and every caption of real-model numbers."""
+    s = config.settings
+    return {
+        "decoding": s.decoding,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "max_tokens": s.max_tokens,
+        "seed": config.seed,
+        "replicates": config.replicates,
+        "share_replies": config.share_replies,
+    }
 
 
 @dataclass
@@ -614,6 +638,7 @@ def _manifest(
         "prompt_version": prompt.PROMPT_VERSION,
         "replicates": config.replicates,
         "share_replies": config.share_replies,
+        "sampling": sampling(config),
         "response_format": config.response_format,
         **(
             {"reply_schema": prompt.REPLY_SCHEMA_VERSION}
@@ -1158,7 +1183,13 @@ class _Engine:
 def _todo_cells(
     corpus: Corpus, config: LiveConfig, done: Mapping[tuple[Any, ...], Record], counters: Counters
 ) -> tuple[list[_Cell], int]:
-    """The cells still to compute (in matrix order) and the matrix size; counts those done."""
+    """The cells still to compute and the matrix size; counts those done.
+
+    Cells come in matrix order (model, scenario, task), but the arms and replicates of one
+    task come in a seeded random order (:func:`arm_order`): a server that reuses the previous
+    prompt's prefix evaluates a repeated prompt differently (llama.cpp re-reads only its last
+    token), so a fixed order would give one arm that position every time and make the arms'
+    draws not exchangeable."""
     wanted = None if config.task_ids is None else set(config.task_ids)
     tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
     split = {m: split_model(m) for m in config.models}
@@ -1168,15 +1199,24 @@ def _todo_cells(
         provider, name = split[m]
         for s in config.scenarios:
             for t in tasks:
-                for mode in config.mitigations:
-                    for r in range(config.replicates):
-                        total += 1
-                        if (provider, name, s, mode, t.task_id, r) in done:
-                            counters.skipped_done += 1
-                        else:
-                            todo.append(_Cell(m, s, mode, t, r))
+                for mode, r in arm_order(config, m, s, t.task_id):
+                    total += 1
+                    if (provider, name, s, mode, t.task_id, r) in done:
+                        counters.skipped_done += 1
+                    else:
+                        todo.append(_Cell(m, s, mode, t, r))
     counters.records = counters.skipped_done
     return todo, total
+
+
+def arm_order(config: LiveConfig, model: str, scenario: str, task_id: str) -> list[tuple[str, int]]:
+    """The (arm, replicate) pairs of one task in the order they are asked: a permutation
+    seeded by (run seed, model, scenario, task), so each arm is as often first as second."""
+    pairs = [(mode, r) for mode in config.mitigations for r in range(config.replicates)]
+    if len(pairs) > 1:
+        ident = canonical_json(["arm-order", config.seed or 0, model, scenario, task_id])
+        random.Random(hashlib.sha256(ident.encode()).digest()).shuffle(pairs)
+    return pairs
 
 
 FLUSH_EVERY_S = 0.05

@@ -109,6 +109,8 @@ class ProviderSettings:
     attempts: int = 3
     backoff_s: float = 2.0
     temperature: float | None = None
+    # Nucleus-sampling cut-off; not sent unless given (a server's own default applies).
+    top_p: float | None = None
     # Base URLs of servers that serve the model (several: calls are spread over them). Where a
     # model is served does not change what it answers, so they are in neither the cache key nor
     # the run id.
@@ -119,18 +121,35 @@ class ProviderSettings:
             raise ValueError("attempts must be >= 1")
         if self.timeout_s <= 0 or self.max_tokens <= 0 or self.backoff_s < 0:
             raise ValueError("timeout, max_tokens must be > 0 and backoff >= 0")
+        if self.temperature is not None and not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature must be between 0 and 2, got {self.temperature}")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
     def request_params(self) -> dict[str, Any]:
         """What goes into the request (and into the cache key): never a key or header."""
         params: dict[str, Any] = {"max_tokens": self.max_tokens}
         if self.temperature is not None:
             params["temperature"] = self.temperature
+        if self.top_p is not None:
+            params["top_p"] = self.top_p
         return params
 
+    @property
+    def decoding(self) -> str:
+        """``greedy`` (temperature 0), ``sampled`` (a temperature above 0) or ``provider
+        default`` (no temperature sent: the server's own, e.g. 0.8 for llama.cpp's server)."""
+        if self.temperature is None:
+            return "provider default"
+        return "greedy" if self.temperature == 0 else "sampled"
+
     def as_dict(self) -> dict[str, Any]:
-        """What determines the records (endpoints excluded: see ``api_bases``)."""
+        """What determines the records (endpoints excluded: see ``api_bases``). ``top_p`` only
+        when it is set, so runs made before it existed keep their ids."""
         d = asdict(self)
         d.pop("api_bases")
+        if d["top_p"] is None:
+            d.pop("top_p")
         return d
 
     def delay(

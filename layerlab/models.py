@@ -405,6 +405,21 @@ def serve(spec: ModelSpec, n_servers: int = 1, **kwargs: Any) -> Iterator[list[L
             s.stop()
 
 
+SAMPLER_FIELDS = ("top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
+
+
+def sampler_defaults() -> dict[str, Any]:
+    """The server's own values of the sampler settings a run does not send (read from the
+    installed llama-cpp-python's request model; they act even at temperature 0, e.g. the
+    repeat penalty)."""
+    try:
+        from llama_cpp.server.types import CreateChatCompletionRequest
+    except Exception:  # noqa: BLE001 - an absent or broken runtime: nothing to record
+        return {}
+    fields = CreateChatCompletionRequest.model_fields
+    return {k: fields[k].default for k in SAMPLER_FIELDS if k in fields}
+
+
 def provenance(spec: ModelSpec, servers: Sequence[LocalServer]) -> dict[str, Any]:
     """What a manifest records about a local model run (no host, no path, no key)."""
     return {
@@ -416,6 +431,7 @@ def provenance(spec: ModelSpec, servers: Sequence[LocalServer]) -> dict[str, Any
         "packages": [f"{p.name}=={p.version}" for p in spec.packages],
         "runtime": f"llama-cpp-python {runtime_version()}",
         "server": servers[0].settings.as_dict() if servers else None,
+        "server_sampler_defaults": sampler_defaults(),
         "servers": len(servers),
         "system_prompt": spec.system_prompt,
     }

@@ -107,7 +107,8 @@ class _Settings(BaseModel):
     max_tokens: int | None = Field(default=None, gt=0)
     attempts: int | None = Field(default=None, ge=1)
     backoff: float | None = Field(default=None, ge=0)
-    temperature: float | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
     response_format: Literal["none", "json_schema"] | None = None
     seed: int | None = None
     local_servers: int | None = Field(default=None, ge=1)
@@ -135,7 +136,7 @@ class RunConfigSpec(BaseModel):
     replicates: int = Field(1, ge=1)
     budget: int | None = Field(default=None, ge=0)  # hard cap on provider calls over the whole run
     concurrency: int = Field(8, ge=1)
-    share_replies: bool = False
+    share_replies: bool | None = None  # default: shared exactly when decoding is greedy
     max_error_rate: float = Field(DEFAULT_MAX_ERROR_RATE, ge=0, le=1)  # share of provider errors
     retry_seed: int = 0  # seed of the retry jitter
     sample_log: str | None = Field(default=None, min_length=1)  # private log, outside the run
@@ -158,6 +159,7 @@ class RunConfigSpec(BaseModel):
                 attempts=pick["attempts"] or d.attempts,
                 backoff_s=pick["backoff"] if pick["backoff"] is not None else d.backoff_s,
                 temperature=pick["temperature"],
+                top_p=pick["top_p"],
                 api_bases=tuple(m.api_base),
             ),
             "response_format": pick["response_format"] or "none",
