@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives local-mitigations local-replicates lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -71,8 +71,9 @@ test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), noteboo
 	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider notebooks/
 	$(BIN)/layerlab reproduce --compare $(NBVAL_ARTIFACTS)
 
-test-slow: $(STAMP) ## The full-size tests that `make test` runs on smaller inputs (marker `slow`).
-	$(BIN)/python -m pytest -m slow
+test-slow: $(LOCAL_STAMP) ## The full-size tests that `make test` runs on smaller inputs, and Qwen on a few records (marker `slow`).
+	$(BIN)/layerlab models fetch qwen2.5-coder-1.5b
+	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest -m slow
 
 lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
@@ -108,6 +109,26 @@ local-archives: $(LOCAL_STAMP) ## Run the real local models (hours; resumable) i
 	  cp out/local_models/$$m/records.parquet out/local_models/$$m/manifest.json out/local_models/$$m/results.json data/archives/local_models/$$m/; \
 	done
 	$(MAKE) --no-print-directory checksums
+
+# The same model over every arm of the mitigation matrix on 40 stratified tasks of those 80
+# (12 arms x 9 scenarios x 40 tasks = 4,320 records; greedy, so an arm whose prompt is unchanged
+# reuses the reply: about 240 calls beyond local-archives'), and sampled replicates (temperature
+# 0.7, 3 replicates, 40 tasks, clean/stale_index/schema_drift/wrong_session: about 840 calls).
+MATRIX_ARMS = $(shell $(BIN)/python -c 'from layerlab.mitigation import load_mitigations as l; s = l(); print(" ".join("--mitigation " + a for a in (s.baseline, *s.matrix_arms)))' 2>/dev/null)
+define local_run
+	@for m in $(LOCAL_MODELS); do \
+	  resume=; [ -e out/$(1)/$$m/manifest.json ] && resume=--resume; \
+	  $(BIN)/layerlab run live -m local/$$m --tasks data/specs/local_model_tasks.txt --limit 40 --out out/$(1)/$$m \
+	    --response-format json_schema --no-progress $$resume $(2) || exit $$?; \
+	  mkdir -p data/archives/$(1)/$$m; \
+	  cp out/$(1)/$$m/records.parquet out/$(1)/$$m/manifest.json out/$(1)/$$m/results.json data/archives/$(1)/$$m/; \
+	done
+	$(MAKE) --no-print-directory checksums
+endef
+local-mitigations: $(LOCAL_STAMP) ## A real model over every mitigation arm (Table 10's real-model block; resumable).
+	$(call local_run,local_model_mitigations,$(MATRIX_ARMS))
+local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 replicates (within-task variability; resumable).
+	$(call local_run,local_model_replicates,--temperature 0.7 --replicates 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)
 
 lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests

@@ -219,7 +219,7 @@ def bench_test_suite(repeat: int) -> dict[str, Any]:
 BENCHMARKS: dict[str, Callable[[int], dict[str, Any]]] = {}
 # the order of the printed table: issue 15's rows first
 ORDER = ("latency_200ms", "latency", "live", "deterministic", "mitigation_matrix", "cli_start",
-         "test_suite", "local_model", "bootstrap", "coverage")  # fmt: skip
+         "test_suite", "local_model", "local_model_qwen", "bootstrap", "coverage")  # fmt: skip
 
 
 def _fmt(x: Any) -> str:
@@ -553,7 +553,9 @@ def _steady_rate(stamps: Sequence[tuple[float, int]]) -> float | None:
     return (stamps[-1][1] - stamps[0][1]) / (stamps[-1][0] - stamps[0][0])
 
 
-def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) -> dict[str, Any]:
+def bench_local_model(
+    repeat: int, model: str = "smollm2-135m", tasks: int = 6, goal: float = LOCAL_MODEL_GOAL
+) -> dict[str, Any]:
     """The harness against a llama.cpp server driven directly with the same requests.
 
     One server of a local model (one slot); the same reader prompts (clean and conflicting
@@ -659,8 +661,8 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
         "benchmark": f"local model ({spec.name}): harness vs direct, steady-state calls/s",
         "measured": ratio,
         "unit": "of direct",
-        "goal": f">= {LOCAL_MODEL_GOAL:g}",
-        "ok": bool(ratio >= LOCAL_MODEL_GOAL),
+        "goal": f">= {goal:g}",
+        "ok": bool(ratio >= goal),
         "note": f"median of {repeat}, {n} calls each; end to end {d / h:.3f} "
         f"(harness fixed cost {fixed:.1f} s); load {min(loads)}-{max(loads)}",
         "model": spec.name,
@@ -680,6 +682,19 @@ def bench_local_model(repeat: int, model: str = "smollm2-135m", tasks: int = 6) 
 
 
 BENCHMARKS["local_model"] = bench_local_model
+
+QWEN_GOAL = 0.95
+"""Issue 20: on the model the committed real-model archives use, the harness reaches >= 95%
+of the same llama.cpp server driven directly."""
+
+
+def bench_local_model_qwen(repeat: int) -> dict[str, Any]:
+    """:func:`bench_local_model` on Qwen2.5-Coder-1.5B (about 8 s a call on one core: 2 tasks,
+    at most 3 repeats)."""
+    return bench_local_model(min(repeat, 3), "qwen2.5-coder-1.5b", tasks=2, goal=QWEN_GOAL)
+
+
+BENCHMARKS["local_model_qwen"] = bench_local_model_qwen
 
 
 # --- where the CPU goes per call ---------------------------------------------------------------

@@ -16,14 +16,24 @@ CORPUS_DIR = DATA / "corpus" / "enterprise_v2"
 ARCHIVES = DATA / "archives"
 # real language models run offline (one folder per model; `make local-archives` produces them)
 LOCAL_MODEL_ARCHIVES = ARCHIVES / "local_models"
+# a real model over every arm of the mitigation matrix (`make local-mitigations`; Table 10's
+# real-model block) and sampled replicates (`make local-replicates`): one folder per model
+LOCAL_MODEL_MITIGATIONS = ARCHIVES / "local_model_mitigations"
+LOCAL_MODEL_REPLICATES = ARCHIVES / "local_model_replicates"
+# archives kept for the record but out of every table (data/archives/retired/README.md says why)
+RETIRED_ARCHIVES = ARCHIVES / "retired"
 PAPER = ROOT / "paper"
 
 
 def live_archives() -> list[Path]:
     """The committed archives of the live matrix: every real local model, then the reference
     agents (tables compute each kind on its own, never pooled)."""
-    models = sorted(p for p in LOCAL_MODEL_ARCHIVES.glob("*") if (p / "records.parquet").exists())
-    return [*models, ARCHIVES / "reference_agents"]
+    return [*archives_in(LOCAL_MODEL_ARCHIVES), ARCHIVES / "reference_agents"]
+
+
+def archives_in(folder: Path) -> list[Path]:
+    """The run folders directly inside ``folder`` that hold an archive (sorted; none if absent)."""
+    return sorted(p for p in folder.glob("*") if (p / "records.parquet").exists())
 
 
 NOTEBOOKS = ROOT / "notebooks"

@@ -269,3 +269,46 @@ def run_archive(
 def matrix_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
     """Records of the mitigation archives (default: the committed one) as a DataFrame."""
     return stats.records_frame(list(archives or [ARCHIVE_DIR]))
+
+
+# --- blocks: the reference agent's matrix and each real model's, never pooled ------------------
+
+
+def block_frames(archives: Sequence[Path | str] | None = None) -> dict[str, pd.DataFrame]:
+    """Mitigation-matrix records by kind of unit (:func:`layerlab.stats.blocks`): default the
+    committed deterministic archive and every real model's (``data/archives/
+    local_model_mitigations``)."""
+    if archives is None:
+        archives = [ARCHIVE_DIR, *paths.archives_in(paths.LOCAL_MODEL_MITIGATIONS)]
+    return stats.blocks(matrix_frame(archives))
+
+
+def table10_blocks(ms: Mapping[str, Matrix], cells: bool = False) -> pd.DataFrame:
+    """Table 10 (or its cells) with one block per kind of unit, one under the other, each
+    computed on its own records by the same rule (a leading ``block`` column)."""
+    build = table10_cells if cells else table10
+    frames = [build(m).assign(block=b) for b, m in ms.items()]
+    out = pd.concat(frames, ignore_index=True)
+    return out[["block", *[c for c in out.columns if c != "block"]]]
+
+
+def captions_blocks(ms: Mapping[str, Matrix], frames: Mapping[str, pd.DataFrame]) -> dict[str, str]:
+    """Captions of :func:`table10_blocks`: the rule once, then what each block's archive holds
+    (for real models also how replies were drawn: temperature, reply schema, replicates)."""
+    out: dict[str, str] = {}
+    per_block = {b: captions(m, frames[b]) for b, m in ms.items()}
+    for name in ("table10", "table10_cells"):
+        head = next(iter(per_block.values()))[name].partition(" Archive: ")[0]
+        parts = []
+        for b, caps in per_block.items():
+            archive_part, _, note = caps[name].partition(" Archive: ")[2].partition(" Note: ")
+            how = stats.sampling_phrase(frames[b]) if b == stats.BLOCK_MODELS else ""
+            tasks = frames[b]["task_id"].nunique()
+            parts.append(
+                f"{b[0].upper()}{b[1:]}: {archive_part.rstrip('.')}, {tasks} tasks"
+                + (f"; {how}" if how else "")
+                + "."
+                + (f" Note: {note}" if note else "")
+            )
+        out[name] = head + " " + " ".join(parts)
+    return out

@@ -23,7 +23,8 @@ CAPTIONS = {
     "table4": "Success by scenario and contract mode: rate and cluster-aware 95% interval.",
     "table5": "Groundedness false positives (grounded but not strictly successful, cluster-aware 95% "
     "intervals) and paired repair-minus-strict success differences with bootstrap 95% intervals "
-    "(percentage points).",
+    "(percentage points). Identical prompts: pairs whose strict and repair prompts are "
+    "byte-identical; where all pairs are, a difference comes from the model's draws, not the arm.",
     "table5_crosscheck": "statsmodels cross-checks of the paired effects: exact McNemar on the paired "
     "outcomes and a GEE linear-probability model (risk difference), and whether each agrees with the "
     "bootstrap about the effect being distinguishable from zero.",
@@ -32,7 +33,8 @@ CAPTIONS = {
     "table5_safe": "Paired repair-minus-strict differences in safe resolution (strict success on "
     "answerable scenarios, a structured non-answer on unsafe ones; percentage points, bootstrap 95% "
     "intervals), and the specificity margin on that outcome: does repair change safe behaviour "
-    "off its target layer?",
+    "off its target layer? Identical prompts: pairs whose strict and repair prompts are "
+    "byte-identical (a difference there comes from the model's draws, not the arm).",
     "table8": "Largest strict-to-repair success gains by model and scenario.",
     "table9": "Provider-level averages over all scenarios (context, not a capability ranking).",
     "coverage": "Coverage of the package's 95% intervals on synthetic archives with known truth.",
@@ -240,7 +242,10 @@ def _table4_block(df: pd.DataFrame) -> pd.DataFrame:
 def _units_phrase(df: pd.DataFrame) -> str:
     """``a/x, b/y (N records, T tasks)``: the units of one block, for captions."""
     units = sorted(set(stats.unit_labels(df)))
-    return f"{', '.join(units)} ({len(df)} records, {df['task_id'].nunique()} tasks)"
+    how = stats.sampling_phrase(df[~df["provider"].map(stats.is_reference)])
+    return f"{', '.join(units)} ({len(df)} records, {df['task_id'].nunique()} tasks" + (
+        f"; {how})" if how else ")"
+    )
 
 
 def _units(df: pd.DataFrame) -> str:
@@ -255,6 +260,7 @@ def table5(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
 
 def _table5_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
     gf = stats.rates(df, "grounded_false_positive")
+    same_prompts = stats.identical_prompts(df, eff.paired.baseline, eff.paired.treatment)
     out = []
     for _, e in eff.table.iterrows():
         s = e["scenario"]
@@ -273,6 +279,8 @@ def _table5_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
                 "design": str(e["design"]),
             }
         )
+        same, pairs = same_prompts.get(s, (0, 0))
+        row["identical prompts"] = f"{same}/{pairs}"
         sub = df[(df["scenario"] == s) & df["mitigation"].isin([BASELINE, TREATMENT])]
         row.update(_failure_rates(sub))
         out.append(row)
@@ -290,6 +298,7 @@ def safe_effects_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
     parts = {}
     for b, a in analysis.items():
         e = a.eff
+        same = stats.identical_prompts(a.df, e.paired.baseline, e.paired.treatment)
         t = pd.DataFrame(
             {
                 "scenario": e.table["scenario"],
@@ -297,6 +306,9 @@ def safe_effects_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
                 "95% low (pp)": 100 * e.table["ci_low"],
                 "95% high (pp)": 100 * e.table["ci_high"],
                 "exactly zero": e.table["exactly_zero"].astype(bool),
+                "identical prompts": [
+                    "{}/{}".format(*same.get(str(x), (0, 0))) for x in e.table["scenario"]
+                ],
                 "design": e.table["design"],
             }
         )

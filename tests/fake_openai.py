@@ -10,6 +10,8 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``gone``      — answers the first request, then 404 (a model withdrawn mid-run);
 * ``fading``    — answers the first request, then 503 (an overloaded server);
 * ``limited``   — per prompt: first call 429 with ``Retry-After: 0.3``, then answers;
+* ``prefix``    — like llama.cpp's server reusing the previous prompt's prefix at a near-tie:
+  answers, except that a prompt identical to the one it served just before gets an abstention;
 * any other name — 404 "model not found", as OpenAI-compatible servers answer.
 
 It also answers Ollama's native ``POST /api/chat`` (what litellm's ``ollama_chat/`` provider
@@ -40,6 +42,7 @@ class FakeOpenAI:
         self.auth_headers: set[str] = set()
         self.bodies: list[dict[str, Any]] = []  # every request body, in arrival order
         self.paths: list[str] = []
+        self.last_prompt: str | None = None  # the ``prefix`` model's previous prompt
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,7 +99,7 @@ class FakeOpenAI:
                     server.hits[(model, h)] += 1
                     n = server.hits[(model, h)]
                 known = {"good", "flaky", "slow", "malformed", "text", "down", "gone", "limited"}
-                known.add("fading")
+                known |= {"fading", "prefix"}
                 if model not in known or (model == "gone" and server.requests > 1):
                     return self._send(
                         404,
@@ -121,6 +124,13 @@ class FakeOpenAI:
                 if model == "slow" and n == 1:
                     time.sleep(SLOW_S)
                 content = reply_for("layerlab/extractive", msgs)
+                if model == "prefix":
+                    with server.lock:
+                        repeated, server.last_prompt = server.last_prompt == h, h
+                    if repeated:
+                        content = json.dumps(
+                            {"status": "abstained", "answer": None, "citations": [], "reason": "x"}
+                        )
                 if model == "malformed":
                     content = content[: len(content) // 2]
                 elif model == "text":

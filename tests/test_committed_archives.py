@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from layerlab import archive, harness, paths
+from layerlab import archive, harness, paths, prompt
 from layerlab import corpus as corpus_mod
 from layerlab.reader import READERS
 from layerlab.scenario import load_scenarios
@@ -39,7 +39,12 @@ def test_local_model_archives_are_complete_real_model_runs() -> None:
     """Every committed real-model archive: a complete run of a registered model, hash recorded."""
     from layerlab import models
 
-    folders = sorted(p for p in paths.LOCAL_MODEL_ARCHIVES.glob("*") if p.is_dir())
+    folders = [
+        *paths.archives_in(paths.LOCAL_MODEL_ARCHIVES),
+        *paths.archives_in(paths.LOCAL_MODEL_MITIGATIONS),
+        *paths.archives_in(paths.LOCAL_MODEL_REPLICATES),
+    ]
+    assert folders, "no committed real-model archive"
     listed = (paths.ARCHIVES / "SHA256SUMS").read_text()
     registry = models.load_registry()
     for folder in folders:
@@ -50,7 +55,12 @@ def test_local_model_archives_are_complete_real_model_runs() -> None:
         spec = registry[model.removeprefix(models.PREFIX)]
         prov = m["local_models"][model]
         assert prov["file_sha256"] == spec.file.sha256 and prov["runtime"].startswith("llama-cpp")
-        assert m["share_replies"] is False  # one call per record
+        # decoding is recorded; greedy runs share a reply between identical prompts, sampled
+        # runs make one call per record
+        sampling = m["sampling"]
+        assert sampling["temperature"] == m["settings"]["temperature"] is not None
+        assert m["share_replies"] is (sampling["temperature"] == 0), folder
+        assert m["reply_schema"] == prompt.REPLY_SCHEMA_VERSION
         recs = archive.read_records(folder / archive.ARCHIVE)
         assert {(r.provider, r.model) for r in recs} == {("local", spec.name)}
         assert len(recs) == m["expected_records"]
@@ -75,8 +85,8 @@ def test_committed_archives_hold_nulls_not_placeholders_and_the_shared_vocabular
                 assert not vals & {"", "-", "none"}, (f, name)
 
 
-def test_the_real_model_archive_was_migrated_not_rerun() -> None:
-    folder = paths.LOCAL_MODEL_ARCHIVES / "smollm2-135m"
+def test_the_retired_real_model_archive_was_migrated_not_rerun() -> None:
+    folder = paths.RETIRED_ARCHIVES / "smollm2-135m"
     m = archive.read_manifest(folder)
     (step,) = m["migrations"]
     assert (step["from_schema_version"], step["to_schema_version"]) == (2, archive.SCHEMA_VERSION)

@@ -493,6 +493,69 @@ def test_one_call_per_record_with_replicates_and_shared_replies_only_on_request(
     assert shared.manifest["share_replies"] is True
 
 
+def test_arm_order_is_a_seeded_permutation_with_each_arm_as_often_first() -> None:
+    cfg = live.LiveConfig(models=("openai/x",), scenarios=("clean",), replicates=2)
+    orders = [live.arm_order(cfg, "openai/x", "clean", f"t{i}") for i in range(400)]
+    assert all(sorted(o) == [("repair", 0), ("repair", 1), ("strict", 0), ("strict", 1)] for o in orders)
+    assert orders == [live.arm_order(cfg, "openai/x", "clean", f"t{i}") for i in range(400)]
+    first_strict = sum(o[0][0] == "strict" for o in orders)
+    assert 160 <= first_strict <= 240  # about half, not always the baseline
+    reseeded = dataclasses.replace(cfg, seed=7)
+    assert [live.arm_order(reseeded, "openai/x", "clean", f"t{i}") for i in range(400)] != orders
+
+
+def test_identical_prompts_give_exchangeable_arms(tmp_path, server, corpus, key, scen) -> None:
+    """A server that answers a repeated prompt differently (llama.cpp re-reads only the last
+    token of a prompt it has just served, and a near-tie can flip) must not favour one arm:
+    sampled, the arms take the repeated position equally often; greedy, identical prompts
+    share one reply, so their arms agree exactly."""
+
+    def discordant(res_dir):
+        recs = {(r.scenario, r.mitigation, r.task_id): r for r in read_records(res_dir / "records.parquet")}
+        counts = {"strict": 0, "repair": 0}
+        for (s, m, t), r in recs.items():
+            other = recs[(s, "repair" if m == "strict" else "strict", t)]
+            if m == "strict" and r.prompt_hash == other.prompt_hash and r.answered != other.answered:
+                counts["strict" if r.answered else "repair"] += 1
+        return counts
+
+    sampled = _cfg("prefix", server.base, tasks=40, temperature=0.7)
+    sampled = dataclasses.replace(sampled, scenarios=("clean",))
+    assert sampled.share_replies is False
+    _run(corpus, key, scen, sampled, tmp_path / "sampled", concurrency=1, workers=1)
+    c = discordant(tmp_path / "sampled")
+    assert c["strict"] + c["repair"] == 40  # every pair: one arm came second
+    assert 10 <= c["strict"] <= 30  # a fixed order would give 40 : 0
+
+    greedy = dataclasses.replace(
+        sampled, settings=dataclasses.replace(sampled.settings, temperature=0.0), share_replies=None
+    )
+    assert greedy.share_replies is True
+    server.last_prompt = None
+    res = _run(corpus, key, scen, greedy, tmp_path / "greedy", concurrency=1, workers=1)
+    assert discordant(tmp_path / "greedy") == {"strict": 0, "repair": 0}
+    assert res.manifest["sampling"] == {
+        "decoding": "greedy", "temperature": 0.0, "top_p": None, "max_tokens": 600, "seed": None,
+        "replicates": 1, "share_replies": True,
+    }  # fmt: skip
+
+
+def test_local_models_decode_greedily_unless_told() -> None:
+    local = live.LiveConfig(models=("local/smollm2-135m",), scenarios=("clean",))
+    assert local.settings.temperature == 0.0 and local.share_replies is True
+    told = live.LiveConfig(
+        models=("local/smollm2-135m",), scenarios=("clean",), settings=ProviderSettings(temperature=0.7)
+    )
+    assert told.settings.temperature == 0.7 and told.share_replies is False
+    hosted = live.LiveConfig(models=("openai/gpt-4o-mini",), scenarios=("clean",))
+    assert hosted.settings.temperature is None and hosted.share_replies is False
+    assert "temperature" not in hosted.settings.request_params()
+    assert ProviderSettings(top_p=0.9).request_params()["top_p"] == 0.9
+    assert "top_p" not in ProviderSettings().as_dict()  # older runs keep their ids
+    with pytest.raises(ValueError, match="top_p"):
+        ProviderSettings(top_p=0)
+
+
 def test_calls_are_spread_over_several_servers(tmp_path, monkeypatch, corpus, key, scen) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     with FakeOpenAI() as a, FakeOpenAI() as b:

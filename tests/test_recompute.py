@@ -74,7 +74,7 @@ def test_real_models_and_reference_agents_are_separate_blocks_never_pooled(tmp_p
     block; each block's numbers equal those computed on its archive alone."""
     import pandas as pd
 
-    model = paths.LOCAL_MODEL_ARCHIVES / "smollm2-135m"
+    model = paths.LOCAL_MODEL_ARCHIVES / "qwen2.5-coder-1.5b"
     res = runner.invoke(
         app, ["recompute", str(model), str(REF), "--out", str(tmp_path), "--n-boot", "500",
               "--no-matrix", "--json"],
@@ -82,7 +82,7 @@ def test_real_models_and_reference_agents_are_separate_blocks_never_pooled(tmp_p
     assert res.exit_code == 0, res.output
     both = json.loads(res.output)["blocks"]
     assert list(both) == [stats.BLOCK_MODELS, stats.BLOCK_REFERENCE]
-    assert both[stats.BLOCK_MODELS]["units"] == ["local/smollm2-135m"]
+    assert both[stats.BLOCK_MODELS]["units"] == ["local/qwen2.5-coder-1.5b"]
     assert both[stats.BLOCK_REFERENCE]["units"] == ["layerlab/cautious", "layerlab/extractive"]
     alone = runner.invoke(
         app, ["recompute", str(model), "--out", str(tmp_path / "alone"), "--n-boot", "500",
@@ -101,14 +101,19 @@ def test_real_models_and_reference_agents_are_separate_blocks_never_pooled(tmp_p
     assert comp.loc["live records", stats.BLOCK_MODELS] == "1440"
     assert comp.loc["live records", stats.BLOCK_REFERENCE] == "8640"
     caption = (tmp_path / "table4.md").read_text()
-    assert "Real models: local/smollm2-135m" in caption and "Reference agents" in caption
+    assert "Real models: local/qwen2.5-coder-1.5b" in caption and "Reference agents" in caption
+    assert "greedy (temperature 0), reply schema 2, 1 replicate" in caption  # how it was drawn
     # the thesis on safe behaviour: the reference agents' off-target effects are exactly zero by
-    # construction; the real model's are measured (its records are separate draws)
+    # construction; the greedy real model's are exactly zero wherever its prompts are
+    # byte-identical (one reply per prompt) and measured where the arm changes the prompt
     safe = pd.read_csv(tmp_path / "table5_safe.csv")
     ref = safe[safe["block"] == stats.BLOCK_REFERENCE].set_index("scenario")
     assert ref.drop(index="schema_drift")["exactly zero"].all()
     real = safe[safe["block"] == stats.BLOCK_MODELS].set_index("scenario")
-    assert not real["exactly zero"].all()
+    assert not real.loc["schema_drift", "exactly zero"]
+    same = real["identical prompts"].str.split("/", expand=True).astype(int)
+    identical = same[0].eq(same[1]) & same[1].gt(0)
+    assert identical.any() and real.loc[identical, "exactly zero"].all()
 
 
 def _bad(tmp_path: Path, name: str, table: pa.Table) -> Path:
