@@ -1183,3 +1183,87 @@ def crosschecks(
             )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --- replicates: within-task variability of sampled decoding -------------------------------------
+
+
+def replicate_variability(df: pd.DataFrame, outcome: str = OUTCOME) -> pd.DataFrame:
+    """Per unit x scenario x arm of a replicated archive (``replicate`` 0..R-1 per task): how
+    much a task's outcome varies between draws, and what that does to the rate's interval.
+
+    ``within-task variance`` is the mean over tasks of the replicates' variance, ``ICC`` the
+    share of the outcome's variance that lies between tasks (1: every draw of a task agrees;
+    0: the task does not matter), ``tasks that flip`` the share of tasks whose draws disagree.
+    Intervals: clustered by task over all R replicates, the same over replicate 0 alone (what a
+    one-draw archive would report), and Wilson over the records as if independent. A design
+    effect of ``1 + (R - 1) ICC`` is why R replicates of a task count as fewer than R tasks.
+    """
+    rows = []
+    keys = ["provider", "model", "scenario", ARM]
+    for (provider, model, scenario, arm), sub in df.groupby(keys, sort=False):
+        per_task = sub.groupby("task_id")[outcome].agg(["mean", "var", "count"])
+        reps = int(per_task["count"].max())
+        within = float(per_task["var"].fillna(0.0).mean()) if reps > 1 else float("nan")
+        between = float(per_task["mean"].var(ddof=1)) - within / max(reps, 1)
+        total = max(between, 0.0) + within
+        icc = max(between, 0.0) / total if total > 0 else float("nan")
+        all_r = cluster_rate(sub, outcome, design="tasks")
+        first = cluster_rate(sub[sub["replicate"] == sub["replicate"].min()], outcome, design="tasks")
+        rows.append(
+            {
+                "unit": f"{provider}/{model}",
+                "scenario": scenario,
+                ARM: arm,
+                "tasks": len(per_task),
+                "replicates": reps,
+                "rate": all_r.rate,
+                "tasks that flip": float(((per_task["mean"] > 0) & (per_task["mean"] < 1)).mean()),
+                "within-task variance": within,
+                "ICC": icc,
+                "design effect": 1 + (reps - 1) * icc if icc == icc else float("nan"),
+                "95% low": all_r.ci_low,
+                "95% high": all_r.ci_high,
+                "replicate 0 low": first.ci_low,
+                "replicate 0 high": first.ci_high,
+                "width vs replicate 0": (all_r.ci_high - all_r.ci_low)
+                / max(first.ci_high - first.ci_low, 1e-12),
+                "records-independent low": all_r.wilson_records_low,
+                "records-independent high": all_r.wilson_records_high,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def identical_prompt_discordance(
+    df: pd.DataFrame, outcome: str = "safe_resolution", baseline: str = BASELINE,
+    treatment: str = TREATMENT,
+) -> pd.DataFrame:
+    """Are the arms exchangeable where their prompts are byte-identical? Per unit x scenario:
+    the (task, replicate) pairs whose two prompts coincide, how many of them disagree on
+    ``outcome`` in each direction, and the exact two-sided sign test of that split (under
+    exchangeable draws each direction is equally likely, whatever the decoding)."""
+    from scipy.stats import binomtest
+
+    keys = ["provider", "model", "scenario", "task_id", "replicate"]
+    cols = [*keys, "prompt_hash", outcome]
+    a = df.loc[(df[ARM] == baseline) & df["reached_reader"], cols]
+    b = df.loc[(df[ARM] == treatment) & df["reached_reader"], cols]
+    m = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    m = m[m["prompt_hash_a"] == m["prompt_hash_b"]]
+    rows = []
+    for (provider, model, scenario), sub in m.groupby(["provider", "model", "scenario"], sort=False):
+        only_a = int((sub[f"{outcome}_a"] & ~sub[f"{outcome}_b"]).sum())
+        only_b = int((~sub[f"{outcome}_a"] & sub[f"{outcome}_b"]).sum())
+        n = only_a + only_b
+        rows.append(
+            {
+                "unit": f"{provider}/{model}",
+                "scenario": scenario,
+                "identical pairs": len(sub),
+                f"{baseline} only": only_a,
+                f"{treatment} only": only_b,
+                "sign-test p": float(binomtest(only_a, n).pvalue) if n else 1.0,
+            }
+        )
+    return pd.DataFrame(rows)

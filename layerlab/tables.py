@@ -50,6 +50,14 @@ CAPTIONS = {
     "failures, never refusals), baseline contract arm.",
     "table6_models": "Table 6's representative cases for real models, from archive labels: what the "
     "model did and how it was scored (archives keep no answer text).",
+    "replicates_models": "Within-task variability of a real model under sampled decoding: each task "
+    "asked R times per arm. Tasks that flip: share of tasks whose draws disagree; ICC: share of "
+    "the outcome's variance between tasks; design effect 1 + (R - 1) ICC. Intervals clustered by "
+    "task over all replicates, over replicate 0 alone (a one-draw archive), and Wilson over the "
+    "records as if independent (too narrow when draws of a task agree).",
+    "exchangeability_models": "Strict and repair arms where their prompts are byte-identical: pairs "
+    "(task, replicate) that disagree, by direction, with the exact two-sided sign test. Under "
+    "exchangeable draws each direction is equally likely; arms are asked in a seeded random order.",
 }
 
 
@@ -676,3 +684,24 @@ def diagnostics(summary: Mapping[str, Any], mode: str = BASELINE) -> pd.DataFram
     df = pd.DataFrame(rows).fillna(0)
     counts = [c for c in df.columns if c != "scenario"]
     return df.astype(dict.fromkeys(counts, int))
+
+
+def replicates_table(df: pd.DataFrame, outcome: str = "safe_resolution") -> pd.DataFrame:
+    """Within-task variability of replicated real-model records (:func:`layerlab.stats.
+    replicate_variability`) on ``outcome``, with the caption naming the decoding settings."""
+    t = stats.replicate_variability(df, outcome)
+    t.attrs["caption"] = (
+        f"{CAPTIONS['replicates_models']} Outcome: {outcome.replace('_', ' ')}. "
+        f"Units: {_units_phrase(df)}."
+    )
+    return t
+
+
+def exchangeability_table(df: pd.DataFrame, outcome: str = "safe_resolution") -> pd.DataFrame:
+    """:func:`layerlab.stats.identical_prompt_discordance` with its caption."""
+    t = stats.identical_prompt_discordance(df, outcome)
+    t.attrs["caption"] = (
+        f"{CAPTIONS['exchangeability_models']} Outcome: {outcome.replace('_', ' ')}. "
+        f"Units: {_units_phrase(df)}."
+    )
+    return t
