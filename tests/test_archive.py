@@ -37,10 +37,13 @@ def _rec(**over: object) -> Record:
         reached_reader=True,
         success=True,
         exact_match=True,
+        contained=True,
+        token_f1=1.0,
         retrieval_ok=True,
         citation_ok=True,
         schema_ok=True,
         grounded=True,
+        grounded_cited=True,
         grounded_false_positive=False,
         abstained=False,
         answered=True,
@@ -109,7 +112,7 @@ def test_replicates_are_distinct_records(tmp_path: Path) -> None:
 def test_version_1_archives_still_read(tmp_path: Path) -> None:
     """A v1 archive (``contract_mode``, no ``replicate``) reads as current: renamed, replicate 0."""
     table = to_table([_rec(mitigation="repair"), _rec()]).drop_columns(
-        ["replicate", "domain", "answerable"]
+        ["replicate", "domain", "answerable", "grounded_cited", "contained", "token_f1"]
     )
     names = ["contract_mode" if n == "mitigation" else n for n in table.column_names]
     table = table.rename_columns(names)
@@ -138,9 +141,40 @@ V2_COLUMNS = [
 ]  # fmt: skip
 
 
+def as_v3(table: pa.Table) -> pa.Table:
+    """A current record table as the schema-3 writer wrote it: ``grounded`` is the cited-only
+    definition (today's ``grounded_cited``), GF follows it, no contained or token_f1."""
+    cited = table.column("grounded_cited")
+    gf = pa.array([c and not s for c, s in zip(cited.to_pylist(), table.column("success").to_pylist(), strict=True)])
+    table = table.set_column(table.schema.get_field_index("grounded"), "grounded", cited)
+    table = table.set_column(table.schema.get_field_index("grounded_false_positive"), "grounded_false_positive", gf)
+    table = table.drop_columns(["grounded_cited", "contained", "token_f1"])
+    i = table.schema.get_field_index("schema_version")
+    table = table.set_column(i, "schema_version", pa.array([3] * table.num_rows, pa.int16()))
+    return table.cast(
+        pa.schema(
+            [pa.field(f.name, f.type, nullable=f.name == "prompt_hash") for f in table.schema],
+            metadata={b"layerlab.archive.schema_version": b"3"},
+        )
+    )
+
+
+def as_migrated(records: list[Record]) -> list[Record]:
+    """What a migration from schema 3 can know of ``records``: the labels the old ones
+    determine, the rest null (not recorded)."""
+    from layerlab.archive import v4_labels
+
+    out = []
+    for r in records:
+        old = {**dataclasses.asdict(r), "grounded": r.grounded_cited}
+        out.append(dataclasses.replace(r, **v4_labels(old)))
+    return out
+
+
 def as_v2(table: pa.Table) -> pa.Table:
     """A current record table as the schema-2 writer wrote it: no domain or answerable,
-    ``""`` for a missing prompt hash, every column non-null."""
+    ``""`` for a missing prompt hash, every column non-null (and schema 3's labels)."""
+    table = as_v3(table)
     ph = ["" if h is None else h for h in table.column("prompt_hash").to_pylist()]
     table = table.set_column(table.schema.get_field_index("prompt_hash"), "prompt_hash", pa.array(ph))
     i = table.schema.get_field_index("schema_version")
@@ -210,12 +244,13 @@ def test_a_migrated_v2_run_equals_a_fresh_write_and_keeps_its_provenance(
 
     before = _v2_run_folder(tmp_path / "run", small_run)
     # a v2 archive still reads (upgraded in memory) before it is migrated
+    known = as_migrated(small_run)
     assert read_records(tmp_path / "run" / "records.parquet") == sorted(
-        small_run, key=lambda r: (r.provider, r.model, r.scenario, r.mitigation, r.task_id, r.replicate)
+        known, key=lambda r: (r.provider, r.model, r.scenario, r.mitigation, r.task_id, r.replicate)
     )
     rep = migrate(tmp_path / "run")
     assert (rep["from"], rep["to"], rep["changed"]) == (2, SCHEMA_VERSION, True)
-    write_records(tmp_path / "fresh.parquet", small_run)
+    write_records(tmp_path / "fresh.parquet", known)
     assert (tmp_path / "run" / "records.parquet").read_bytes() == (tmp_path / "fresh.parquet").read_bytes()
     m = read_manifest(tmp_path / "run")
     assert m["provenance"] == before["provenance"] and m["archive_schema_version"] == SCHEMA_VERSION

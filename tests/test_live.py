@@ -575,11 +575,16 @@ def test_a_progress_line_from_archive_schema_2_is_upgraded_on_resume() -> None:
         model="m", scenario="stale_index", answerable=False, mitigation="strict",
         task_id="hr-01-q1", replicate=0, domain="hr", policy_id="hr-01", variant=1,
         stage="denied", reached_reader=False, success=False, exact_match=False,
-        retrieval_ok=False, citation_ok=False, schema_ok=True, grounded=False,
-        grounded_false_positive=False, abstained=False, answered=False, safe_resolution=False,
+        contained=False, token_f1=0.0, retrieval_ok=False, citation_ok=False, schema_ok=True,
+        grounded=False, grounded_cited=False, grounded_false_positive=False, abstained=False,
+        answered=False, safe_resolution=False,
         diagnostic="authorisation", prompt_hash=None,
     )  # fmt: skip
-    old = {k: v for k, v in dataclasses.asdict(rec).items() if k not in ("domain", "answerable")}
+    old = {
+        k: v
+        for k, v in dataclasses.asdict(rec).items()
+        if k not in ("domain", "answerable", "grounded_cited", "contained", "token_f1")
+    }
     old.update(schema_version=2, prompt_hash="")
     line = json_.dumps({**old, "sum": hashlib.sha256(canonical_json(old).encode()).hexdigest()[:16]})
     assert live.parse_progress_line(line.encode()) == "damaged"  # without the scenarios
