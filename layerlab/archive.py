@@ -368,6 +368,7 @@ def answerable_by_scenario(
 
 
 V4_DERIVED = ("grounded_cited", "grounded", "grounded_false_positive", "contained", "token_f1")
+_V3_INPUTS = ("answered", "success", "exact_match", "grounded")  # what v4_labels reads
 
 
 def v4_labels(row: Any) -> dict[str, Any]:
@@ -396,9 +397,7 @@ def _with_v4_labels(table: pa.Table, with_exact_match: bool = True) -> pa.Table:
     """``table`` (schema-3 labels) with schema 4's label columns set by :func:`v4_labels`.
     A study table has no ``exact_match`` (``with_exact_match=False``): it is true on a
     success, false without an answer, else not recorded, and is added too."""
-    rows = table.select(
-        [n for n in ("answered", "success", "exact_match", "grounded") if n in table.column_names]
-    ).to_pylist()
+    rows = table.select([n for n in _V3_INPUTS if n in table.column_names]).to_pylist()
     if not with_exact_match:
         for r in rows:
             r["exact_match"] = True if r["success"] else (False if not r["answered"] else None)
@@ -435,7 +434,8 @@ def _upgrade_records(table: pa.Table, source: str, scenarios: Any) -> pa.Table:
         table = _nulls_for(table, "prompt_hash", frozenset({""}))
         table = _set_version(table, 3)
         version = 3
-    if version == 3 and "grounded_cited" not in table.column_names:
+    names = set(table.column_names)
+    if version == 3 and "grounded_cited" not in names and set(_V3_INPUTS) <= names:
         table = _set_version(_with_v4_labels(table), 4)
     if set(SCHEMA.names) <= set(table.column_names):
         table = table.select(SCHEMA.names)
@@ -454,7 +454,8 @@ def _upgrade_study(table: pa.Table, source: str, scenarios: Any) -> pa.Table:
         table = _nulls_for(table, "control", frozenset({"none", ""}))
         table = _nulls_for(table, "prompt_hash", frozenset({""}))
         table = _set_version(table, 2)
-    if _version_of(table) == 2 and "grounded_cited" not in table.column_names:
+    names = set(table.column_names)
+    if _version_of(table) == 2 and "grounded_cited" not in names and set(_V3_INPUTS) - {"exact_match"} <= names:
         table = _set_version(_with_v4_labels(table, with_exact_match=False), 3)
     if set(STUDY_SCHEMA.names) <= set(table.column_names):
         table = table.select(STUDY_SCHEMA.names)

@@ -103,7 +103,7 @@ def _cell(sub: pd.DataFrame) -> dict[str, Any]:
     out["reached_reader"] = int(sub["reached_reader"].sum())
     out["answered"] = int(sub["answered"].sum())
     out["abstained"] = int(sub["abstained"].sum())
-    out["answer"] = answer_quality(sub)
+    out["answer_quality"] = answer_quality(sub)
     return out
 
 
@@ -279,7 +279,7 @@ def table(res: dict[str, Any], reference: bool | None = None) -> pd.DataFrame:
                     "GF": fmt_rate(c["GF"]),
                     "malformed": fmt_share(c["malformed"]),
                     "provider error": fmt_share(c["provider_error"]),
-                    "E|contained|F1 (answered)": fmt_answer(c["answer"]),
+                    "E|contained|F1 (answered)": fmt_answer(c["answer_quality"]),
                 }
             )
     return pd.DataFrame(rows)

@@ -352,7 +352,7 @@ def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> No
     strict = model["arms"]["strict"]
     assert strict["GF"]["rate"] is None and strict["GF"]["not_recorded"] > 0
     assert strict["GF_cited"]["rate"] == 0.0 and "not_recorded" not in strict["GF_cited"]
-    assert strict["answer"]["answered"] > 0 and strict["answer"]["token_f1"] is None
+    assert strict["answer_quality"]["answered"] > 0 and strict["answer_quality"]["token_f1"] is None
     assert "not recorded" in results.table(res).iloc[0]["GF"]
 
 
@@ -400,7 +400,7 @@ def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, sm
     for arm, cell in model["arms"].items():
         recs = [r for r in small_run if r.mitigation == arm]
         answered = [r for r in recs if r.answered]
-        a = cell["answer"]
+        a = cell["answer_quality"]
         assert a["answered"] == len(answered)
         assert a["exact_match"]["k"] == sum(r.exact_match for r in answered)
         assert a["contained"]["k"] == sum(bool(r.contained) for r in answered)
