@@ -116,8 +116,9 @@ def answer_quality(sub: pd.DataFrame) -> dict[str, Any]:
     a = sub[sub["answered"].astype(bool)]
     n = len(a)
     em = a["exact_match"].astype(bool)
-    contained = a["contained"]
-    f1 = a["token_f1"].astype(float)
+    absent = pd.Series([None] * n, index=a.index, dtype=object)  # a frame without the column
+    contained = a["contained"] if "contained" in a else absent
+    f1 = (a["token_f1"] if "token_f1" in a else absent).astype(float)
     missing = max(int(contained.isna().sum()), int(f1.isna().sum()))
     c = contained.fillna(False).astype(bool)
     out: dict[str, Any] = {"answered": n}
@@ -279,7 +280,7 @@ def table(res: dict[str, Any], reference: bool | None = None) -> pd.DataFrame:
                     "GF": fmt_rate(c["GF"]),
                     "malformed": fmt_share(c["malformed"]),
                     "provider error": fmt_share(c["provider_error"]),
-                    "E|contained|F1 (answered)": fmt_answer(c["answer_quality"]),
+                    "E|contained|F1 (answered)": fmt_answer(c.get("answer_quality")),
                 }
             )
     return pd.DataFrame(rows)
