@@ -12,17 +12,28 @@ Schema history (record archives):
   contract is the baseline) and added ``replicate`` (0-based; 0 for single runs) to the record key;
 * version 3 adds ``domain`` (the task's domain, the ``<domain>`` of its ``<domain>-NN`` policy id)
   and ``answerable`` (whether the scenario leaves the question answerable, from the scenario DSL),
-  and stores a missing ``prompt_hash`` as null instead of ``""``.
+  and stores a missing ``prompt_hash`` as null instead of ``""``;
+* version 4 reads a model more fairly without touching S: ``grounded`` now means the answer is
+  stated in a document delivered to the reader, cited or not (``grounded_false_positive``
+  follows it), the previous cited-only definition is kept as ``grounded_cited``, and two
+  secondary answer measures sit beside ``exact_match``: ``contained`` (the expected answer's
+  tokens appear in the answer) and ``token_f1`` (SQuAD's token F1); see :mod:`layerlab.score`.
 
 The focused study's archive: version 1 called the scenario ``condition`` and the arm ``arm``, and
 wrote ``"-"`` and ``""`` placeholders; version 2 uses the record archive's names (``scenario``,
-``mitigation``; the arms are stacks of the mitigations spec), adds ``domain`` and writes nulls.
+``mitigation``; the arms are stacks of the mitigations spec), adds ``domain`` and writes nulls;
+version 3 adds what record schema 4 adds (``grounded`` redefined, ``grounded_cited``,
+``exact_match``, ``contained``, ``token_f1``).
 
 Older archives still read (upgraded in memory, see :func:`upgrade`); :func:`migrate` rewrites an
 archive or run folder in the current schema and records the migration in its manifest
 (``layerlab archive migrate``). Every added column is a pure function of columns the archive
 already holds plus the specs, so a migration never re-runs a model; the scenario spec's
-``answerable`` is checked against the archive's own ``safe_resolution`` labels first.
+``answerable`` is checked against the archive's own ``safe_resolution`` labels first. Schema 4's
+measures need the reply text, which no archive holds: a migration derives what the old labels
+determine (:func:`v4_labels`: ``grounded_cited`` is the old ``grounded``; nothing is grounded or
+contained without an answer; an exact match is contained with F1 1) and writes null, "not
+recorded", for the rest. Only a rerun, or a rescore from the private sample log, fills them.
 """
 
 from __future__ import annotations
@@ -39,22 +50,27 @@ import pyarrow.parquet as pq
 
 from layerlab._io import atomic_write_bytes
 
-SCHEMA_VERSION = 3
-STUDY_SCHEMA_VERSION = 2  # the focused study's cells have their own layout
+SCHEMA_VERSION = 4
+STUDY_SCHEMA_VERSION = 3  # the focused study's cells have their own layout
 
 LABELS = (
     "success",
     "exact_match",
+    "contained",
     "retrieval_ok",
     "citation_ok",
     "schema_ok",
     "grounded",
+    "grounded_cited",
     "grounded_false_positive",
     "abstained",
     "answered",
     "safe_resolution",
     "reached_reader",
 )
+SCORES = ("token_f1",)  # graded answer measures in [0, 1] (LABELS are binary)
+# Label columns an archive migrated from schema 3 cannot always know (null = not recorded)
+NOT_ALWAYS_RECORDED = ("contained", "token_f1", "grounded", "grounded_false_positive")
 KEYS = ("provider", "model", "scenario", "mitigation", "task_id", "replicate")
 
 
@@ -78,11 +94,15 @@ class Record:
     reached_reader: bool
     success: bool
     exact_match: bool
+    # the four below are null ("not recorded") only in archives migrated from schema 3
+    contained: bool | None
+    token_f1: float | None
     retrieval_ok: bool
     citation_ok: bool
     schema_ok: bool
-    grounded: bool
-    grounded_false_positive: bool
+    grounded: bool | None
+    grounded_cited: bool
+    grounded_false_positive: bool | None
     abstained: bool
     answered: bool
     safe_resolution: bool
@@ -96,8 +116,10 @@ _TYPES: dict[str, pa.DataType] = {
     "replicate": pa.int16(),
     "answerable": pa.bool_(),
     **{name: pa.bool_() for name in LABELS},
+    **{name: pa.float64() for name in SCORES},
 }
-NULLABLE = frozenset({"prompt_hash", "control", "control_layer"})  # null = not applicable
+# null = not applicable (prompt_hash, control, control_layer) or not recorded (migrated labels)
+NULLABLE = frozenset({"prompt_hash", "control", "control_layer", *NOT_ALWAYS_RECORDED})
 SCHEMA = pa.schema(
     [
         pa.field(f.name, _TYPES.get(f.name, pa.string()), nullable=f.name in NULLABLE)
@@ -185,6 +207,36 @@ def _check_derived(table: pa.Table, source: str) -> None:
                     f"{source}: column 'prompt_hash' must be null exactly where reached_reader is "
                     f"false (found reached_reader={reached} with prompt_hash={h!r})"
                 )
+    _check_labels(table, source)
+
+
+def _check_labels(table: pa.Table, source: str) -> None:
+    """The answer measures and groundedness labels agree with one another: ``token_f1`` lies in
+    [0, 1], ``grounded_cited`` implies ``grounded``, and ``grounded_false_positive`` is
+    ``grounded ∧ ¬success`` (null only where ``grounded`` is null and ``success`` is false)."""
+    names = table.column_names
+    if "token_f1" in names:
+        bad = [v for v in table.column("token_f1").to_pylist() if v is not None and not 0.0 <= v <= 1.0]
+        if bad:
+            raise ArchiveError(f"{source}: column 'token_f1' holds {bad[0]!r}; expected a value in [0, 1]")
+    if not {"grounded", "grounded_false_positive", "success"} <= set(names):
+        return
+    cited = table.column("grounded_cited").to_pylist() if "grounded_cited" in names else None
+    cols = zip(
+        table.column("grounded").to_pylist(),
+        table.column("grounded_false_positive").to_pylist(),
+        table.column("success").to_pylist(),
+        strict=True,
+    )
+    for i, (g, gf, s) in enumerate(cols):
+        if cited is not None and cited[i] and g is False:
+            raise ArchiveError(f"{source}: a record is grounded_cited but not grounded")
+        want = (g and not s) if g is not None else (False if s else None)
+        if gf != want:
+            raise ArchiveError(
+                f"{source}: column 'grounded_false_positive' holds {gf!r} where grounded={g!r} and "
+                f"success={s!r}; expected {want!r} (GF = grounded and not S)"
+            )
 
 
 class ArchiveError(ValueError):
@@ -315,6 +367,54 @@ def answerable_by_scenario(
     return out
 
 
+V4_DERIVED = ("grounded_cited", "grounded", "grounded_false_positive", "contained", "token_f1")
+_V3_INPUTS = ("answered", "success", "exact_match", "grounded")  # what v4_labels reads
+
+
+def v4_labels(row: Any) -> dict[str, Any]:
+    """Schema 4's label fields of a schema-3 record (a mapping with its labels), as far as the
+    old labels determine them; ``None`` = not recorded (it needs the reply text).
+
+    ``grounded_cited`` is the old ``grounded``. The new ``grounded`` (in a delivered document,
+    cited or not) is true where the old one was, false where nothing was answered, else
+    unknown; GF follows (false on a success whatever ``grounded`` is). ``contained`` and
+    ``token_f1`` are true and 1.0 on an exact match (equal normalised tokens), false and 0.0
+    without an answer, else unknown."""
+    answered, success, em, old = row["answered"], row["success"], row["exact_match"], row["grounded"]
+    grounded = True if old else (False if not answered else None)
+    return {
+        "grounded_cited": bool(old),
+        "grounded": grounded,
+        "grounded_false_positive": (grounded and not success)
+        if grounded is not None
+        else (False if success else None),
+        "contained": True if em else (False if not answered else None),
+        "token_f1": 1.0 if em else (0.0 if not answered else None),
+    }
+
+
+def _with_v4_labels(table: pa.Table, with_exact_match: bool = True) -> pa.Table:
+    """``table`` (schema-3 labels) with schema 4's label columns set by :func:`v4_labels`.
+    A study table has no ``exact_match`` (``with_exact_match=False``): it is true on a
+    success, false without an answer, else not recorded, and is added too."""
+    rows = table.select([n for n in _V3_INPUTS if n in table.column_names]).to_pylist()
+    if not with_exact_match:
+        for r in rows:
+            r["exact_match"] = True if r["success"] else (False if not r["answered"] else None)
+    derived = [v4_labels(r) for r in rows]
+    cols = {k: [d[k] for d in derived] for k in V4_DERIVED}
+    if not with_exact_match:
+        cols["exact_match"] = [r["exact_match"] for r in rows]
+    for name, vals in cols.items():
+        typ = pa.float64() if name in SCORES else pa.bool_()
+        arr = pa.array(vals, typ)
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, arr)
+        else:
+            table = table.append_column(name, arr)
+    return table
+
+
 def _upgrade_records(table: pa.Table, source: str, scenarios: Any) -> pa.Table:
     version = _version_of(table)
     names = table.column_names
@@ -333,6 +433,10 @@ def _upgrade_records(table: pa.Table, source: str, scenarios: Any) -> pa.Table:
         )
         table = _nulls_for(table, "prompt_hash", frozenset({""}))
         table = _set_version(table, 3)
+        version = 3
+    names = set(table.column_names)
+    if version == 3 and "grounded_cited" not in names and set(_V3_INPUTS) <= names:
+        table = _set_version(_with_v4_labels(table), 4)
     if set(SCHEMA.names) <= set(table.column_names):
         table = table.select(SCHEMA.names)
     return table
@@ -350,6 +454,9 @@ def _upgrade_study(table: pa.Table, source: str, scenarios: Any) -> pa.Table:
         table = _nulls_for(table, "control", frozenset({"none", ""}))
         table = _nulls_for(table, "prompt_hash", frozenset({""}))
         table = _set_version(table, 2)
+    names = set(table.column_names)
+    if _version_of(table) == 2 and "grounded_cited" not in names and set(_V3_INPUTS) - {"exact_match"} <= names:
+        table = _set_version(_with_v4_labels(table, with_exact_match=False), 3)
     if set(STUDY_SCHEMA.names) <= set(table.column_names):
         table = table.select(STUDY_SCHEMA.names)
     return table
@@ -398,16 +505,17 @@ STUDY_SCHEMA = pa.schema(
         ],
         *[
             pa.field(n, pa.bool_(), nullable=False)
-            for n in (
-                "success",
-                "safe_resolution",
-                "answered",
-                "abstained",
-                "grounded",
-                "grounded_false_positive",
-                "retry_restored",
-            )
+            for n in ("success", "safe_resolution", "answered", "abstained")
         ],
+        # null only in a study archive migrated from version 2 (not recorded; see v4_labels)
+        *[
+            pa.field(n, pa.bool_(), nullable=True)
+            for n in ("exact_match", "contained", "grounded")
+        ],
+        pa.field("token_f1", pa.float64(), nullable=True),
+        pa.field("grounded_cited", pa.bool_(), nullable=False),
+        pa.field("grounded_false_positive", pa.bool_(), nullable=True),
+        pa.field("retry_restored", pa.bool_(), nullable=False),
         pa.field("retries", pa.int8(), nullable=False),
         *[pa.field(n, pa.string(), nullable=True) for n in ("control", "control_layer", "prompt_hash")],
     ],
@@ -836,8 +944,14 @@ MIGRATION_CHANGES = {
     ("records", 1, 2): "contract_mode renamed mitigation; replicate added (0)",
     ("records", 2, 3): "domain added (from policy_id); answerable added (from the scenario spec, "
     "checked against the archive's safe_resolution labels); prompt_hash '' -> null",
+    ("records", 3, 4): "grounded redefined (stated in a delivered document, cited or not); "
+    "grounded_cited added (the old grounded); contained and token_f1 added; values the old labels "
+    "do not determine are null (not recorded: archives hold no reply text)",
     ("study", 1, 2): "condition renamed scenario, arm renamed mitigation; domain added (from "
     "policy_id); control 'none' -> null, control_layer '-' -> null, prompt_hash '' -> null",
+    ("study", 2, 3): "grounded redefined (stated in a delivered document, cited or not); "
+    "grounded_cited added (the old grounded); exact_match, contained and token_f1 added; values "
+    "the old labels do not determine are null (not recorded: archives hold no reply text)",
 }
 _STUDY_MANIFEST_RENAMES = {"arms": "mitigations", "conditions": "scenarios"}
 

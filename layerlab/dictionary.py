@@ -52,6 +52,8 @@ DIAGNOSTIC_MEANINGS: dict[str, str] = {
     "retrieval": "a required document was not delivered to the reader",
     "grounding": "no citation, or a citation outside the delivered documents",
     "reader": "the evidence was right but the answer did not match (a reading error)",
+    "extra_words": "the evidence was right and the answer holds the expected value, with extra "
+    "words around it (contained, not an exact match)",
 }
 
 # Meaning of each stage value: where the record ended.
@@ -129,6 +131,10 @@ def _stages() -> str:
 
 
 _FLAG = "`true` / `false`"
+_NOT_RECORDED = (
+    "; **null** = not recorded, only in archives migrated from an older schema (it needs the "
+    "reply text, which archives never hold; see `layerlab archive migrate`)"
+)
 
 RECORD_COLUMNS: dict[str, Column] = {
     "schema_version": Column("archive schema version of the row", f"`{archive.SCHEMA_VERSION}`"),
@@ -183,6 +189,18 @@ RECORD_COLUMNS: dict[str, Column] = {
         "**E**: the normalised answer equals the expected answer of the current policy version",
         _FLAG,
     ),
+    "contained": Column(
+        "secondary answer measure, never part of S: the normalised expected answer appears in "
+        "the normalised answer as a run of whole tokens (RGB-style containment; "
+        '"$7,500 per month" contains "$7,500"); `false` without an answer',
+        _FLAG + _NOT_RECORDED,
+    ),
+    "token_f1": Column(
+        "secondary answer measure, never part of S: SQuAD token F1 of the answer against the "
+        "expected answer (normalised tokens: lower case, no punctuation or articles); `0.0` "
+        "without an answer",
+        "`0.0` … `1.0`" + _NOT_RECORDED,
+    ),
     "retrieval_ok": Column(
         "**R**: every required document was among the documents delivered to the reader", _FLAG
     ),
@@ -193,14 +211,20 @@ RECORD_COLUMNS: dict[str, Column] = {
         "**V**: the tool payload met its schema (after repair, under the repair arm)", _FLAG
     ),
     "grounded": Column(
-        "the answer is stated in a cited, delivered document (what a groundedness-only metric "
-        "would credit)",
+        "the answer is stated in a document delivered to the reader, cited or not (grounded in "
+        "retrieved documents: what a groundedness-only metric would credit); citations are "
+        "judged by G. Before schema 4 it required a cited document (now `grounded_cited`)",
+        _FLAG + _NOT_RECORDED,
+    ),
+    "grounded_cited": Column(
+        "the answer is stated in a *cited*, delivered document (the definition of `grounded` "
+        "before schema 4); implies `grounded`",
         _FLAG,
     ),
     "grounded_false_positive": Column(
         "**GF** = grounded ∧ ¬S: looks grounded, yet is not a strict success (e.g. a stale or "
         "another tenant's value)",
-        _FLAG,
+        _FLAG + " (null only where `grounded` is null and `success` is false)",
     ),
     "abstained": Column("the reader gave a structured non-answer", _FLAG),
     "answered": Column("the reader gave an answer (status `answered` with a value)", _FLAG),
@@ -240,7 +264,14 @@ STUDY_COLUMNS: dict[str, Column] = {
     "safe_resolution": RECORD_COLUMNS["safe_resolution"],
     "answered": RECORD_COLUMNS["answered"],
     "abstained": RECORD_COLUMNS["abstained"],
+    "exact_match": Column(
+        RECORD_COLUMNS["exact_match"].meaning,
+        _FLAG + "; **null** = not recorded, only in study archives migrated from version 2",
+    ),
+    "contained": RECORD_COLUMNS["contained"],
+    "token_f1": RECORD_COLUMNS["token_f1"],
     "grounded": RECORD_COLUMNS["grounded"],
+    "grounded_cited": RECORD_COLUMNS["grounded_cited"],
     "grounded_false_positive": RECORD_COLUMNS["grounded_false_positive"],
     "retry_restored": Column(
         "a bounded retry of the completeness control restored complete evidence", _FLAG
@@ -313,7 +344,9 @@ def render() -> str:
         "empty-string or `-` placeholder). Strict success is **S = E ∧ R ∧ G ∧ V**: "
         "**E** exact match (`exact_match`), **R** required documents retrieved "
         "(`retrieval_ok`), **G** citations valid (`citation_ok`), **V** tool payload valid "
-        "(`schema_ok`).",
+        "(`schema_ok`). `grounded` (stated in a delivered document, cited or not) and "
+        "**GF** = grounded ∧ ¬S sit beside S; `contained` and `token_f1` are secondary answer "
+        "measures beside E, never part of S.",
         "",
     ]
     for title, where, schema, cols, keys in ARCHIVES:

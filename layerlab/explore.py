@@ -210,6 +210,8 @@ def reasons(t: Trace) -> dict[str, str]:
         + (f"; {len(t.contract.edits)} repair edit(s)" if t.contract.edits else "")
         + (f"; {t.contract.problems[0]}" if t.contract.problems else ""),
         "S": f"{lab.success}: E and R and G and V",
+        "answer": f"contained {lab.contained}, token F1 {lab.token_f1:.2f} "
+        "(secondary measures beside E, never part of S)",
     }
 
 
@@ -254,7 +256,8 @@ def render(t: Trace) -> str:
         ]
     lines += ["", "scores:"] + [f"  {k}: {v}" for k, v in reasons(t).items()]
     lines += [
-        f"  grounded: {t.labels.grounded} (answer stated in a cited, delivered document)",
+        f"  grounded: {t.labels.grounded} (answer stated in a delivered document, cited or not)",
+        f"  grounded in a cited document: {t.labels.grounded_cited}",
         f"  groundedness false positive: {t.labels.grounded_false_positive}",
         f"  safe resolution: {t.labels.safe_resolution}",
         f"  diagnostic: {t.labels.diagnostic}",
@@ -422,7 +425,7 @@ def table6_archive(df: Any, cases: Sequence[tuple[str, str, str, str]]) -> Any:
                         "replicate": int(r["replicate"]),
                         "reader": outcome_of(r),
                         "S": bool(r["success"]),
-                        "grounded": bool(r["grounded"]),
+                        "grounded": None if pd.isna(r["grounded"]) else bool(r["grounded"]),
                         "safe": bool(r["safe_resolution"]),
                         "diagnostic": r["diagnostic"],
                     }
@@ -511,7 +514,7 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
     )
     verdict = ['<div class="verdict"><b>Verdict</b><ul>']
     reasons_ = row.get("reasons") or {}
-    for k in ("S", "E", "R", "G", "V"):
+    for k in ("S", "E", "R", "G", "V", "grounded", "answer"):
         if k in reasons_:
             verdict.append(f"<li><b>{k}</b> {esc(reasons_[k])}</li>")
     verdict.append(
@@ -520,7 +523,10 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
             f"{label} {esc(v.get(k))}"
             for label, k in (
                 ("grounded", "grounded"),
+                ("grounded (cited)", "grounded_cited"),
                 ("GF", "grounded_false_positive"),
+                ("contained", "contained"),
+                ("token F1", "token_f1"),
                 ("safe resolution", "safe_resolution"),
                 ("answered", "answered"),
                 ("abstained", "abstained"),

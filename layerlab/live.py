@@ -681,6 +681,8 @@ def _typed(row: Mapping[str, Any]) -> bool:
             "int": isinstance(v, int) and not isinstance(v, bool),
             "str": isinstance(v, str),
             "str | None": v is None or isinstance(v, str),
+            "bool | None": v is None or isinstance(v, bool),
+            "float | None": v is None or (isinstance(v, float) and 0.0 <= v <= 1.0),
         }.get(str(kind), False)
         if not ok:
             return False
@@ -688,29 +690,51 @@ def _typed(row: Mapping[str, Any]) -> bool:
 
 
 _V2_ADDED = ("answerable", "domain")  # record fields archive schema 3 added
+_V3_ADDED = ("grounded_cited", "contained", "token_f1")  # record fields archive schema 4 added
 
 
 def _from_v2(row: dict[str, Any], answerable: Mapping[str, bool]) -> dict[str, Any] | None:
-    """A schema-2 progress line in the current layout (a run resumed across the upgrade), or
+    """A schema-2 progress line in the schema-3 layout (a run resumed across the upgrade), or
     ``None`` when it is not one; ``answerable`` comes from the run's scenarios."""
-    if row.get("schema_version") != 2 or set(row) != set(_FIELD_TYPES) - set(_V2_ADDED):
+    if row.get("schema_version") != 2 or set(row) != set(_FIELD_TYPES) - set(_V2_ADDED) - set(
+        _V3_ADDED
+    ):
         return None
     if row.get("scenario") not in answerable or not isinstance(row.get("policy_id"), str):
         return None
     return {
         **row,
-        "schema_version": archive.SCHEMA_VERSION,
+        "schema_version": 3,
         "answerable": answerable[row["scenario"]],
         "domain": archive.domain_of(row["policy_id"]),
         "prompt_hash": row.get("prompt_hash") or None,
     }
 
 
+def _from_v3(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A schema-3 progress line in the current layout, or ``None`` when it is not one: the
+    labels schema 4 added, as far as the old ones determine them (:func:`archive.v4_labels`;
+    the rest null, not recorded: the log holds no reply text)."""
+    if row.get("schema_version") != 3 or set(row) != set(_FIELD_TYPES) - set(_V3_ADDED):
+        return None
+    if not all(isinstance(row.get(k), bool) for k in ("answered", "success", "exact_match", "grounded")):
+        return None
+    return {**row, **archive.v4_labels(row), "schema_version": archive.SCHEMA_VERSION}
+
+
+def _upgrade_line(row: dict[str, Any], answerable: Mapping[str, bool] | None) -> dict[str, Any] | None:
+    """An older progress line in the current layout (schema 2 needs ``answerable``), or None."""
+    if row.get("schema_version") == 2:
+        v3 = _from_v2(row, answerable) if answerable is not None else None
+        return _from_v3(v3) if v3 is not None else None
+    return _from_v3(row)
+
+
 def parse_progress_line(raw: bytes, answerable: Mapping[str, bool] | None = None) -> Record | str:
     """A record, or why the line is unusable: ``damaged`` (bytes, JSON, fields or types) or
     ``tampered`` (well-formed, but the checksum does not match its fields). With ``answerable``
     (scenario -> bool), a line written before archive schema 3 is upgraded after its checksum is
-    verified."""
+    verified; a schema-3 line is upgraded without it."""
     try:
         row = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -718,7 +742,9 @@ def parse_progress_line(raw: bytes, answerable: Mapping[str, bool] | None = None
     if not isinstance(row, dict):
         return "damaged"
     got = row.pop("sum", None)
-    upgraded = _from_v2(row, answerable) if answerable is not None and not _typed(row) else None
+    upgraded = _upgrade_line(row, answerable) if not _typed(row) else None
+    if upgraded is not None and not _typed(upgraded):
+        upgraded = None
     if upgraded is None and not _typed(row):
         return "damaged"
     if got != _line_sum(row):  # the checksum covers the line as it was written

@@ -2,9 +2,13 @@
 
 A live run ends with a count of records; a researcher wants to know what each model did. This
 module turns a run folder (or any checked archive) into per-model results — strict success S,
-safe resolution, groundedness false positives GF, each with a 95% interval, and the shares of
-records lost to malformed replies and provider errors — per mitigation arm, and a per-model ×
-scenario breakdown. :func:`write_results` writes them as ``results.json`` next to the archive
+safe resolution, groundedness false positives GF (grounded: stated in a delivered document,
+cited or not) and GF under the cited-only definition, each with a 95% interval, the shares of
+records lost to malformed replies and provider errors, and secondary answer measures over the
+answered records (exact match, containment, mean token F1, "right value, extra words") — per
+mitigation arm, and a per-model × scenario breakdown. A rate over a label some records did not
+record (archives migrated from schema 3) has no value: it says how many were not recorded.
+:func:`write_results` writes them as ``results.json`` next to the archive
 (aggregates only: no prose, answers or document ids), deterministically, so a rerun on the same
 records writes the same bytes.
 
@@ -26,12 +30,19 @@ from layerlab._io import atomic_write_text
 from layerlab.stats import REFERENCE_PROVIDERS, is_reference  # noqa: F401  (re-exported)
 
 RESULTS = "results.json"
-RESULTS_VERSION = 2  # 2: intervals clustered by task (1: every record independent)
+# 3: GF under the delivered-document definition, GF_cited, answer measures, not-recorded counts;
+# 2: intervals clustered by task (1: every record independent)
+RESULTS_VERSION = 3
 # The arm column of the archive (schema v2). One place to switch if it is renamed again.
 ARM = "mitigation"
 BASELINE_ARM = "strict"
 # Headline rates: archive label -> short name used in tables and JSON.
-RATES = {"success": "S", "safe_resolution": "safe", "grounded_false_positive": "GF"}
+RATES = {
+    "success": "S",
+    "safe_resolution": "safe",
+    "grounded_false_positive": "GF",
+    "grounded_cited_false_positive": "GF_cited",  # derived: grounded_cited ∧ ¬S (the old GF)
+}
 # Failure shares: diagnostic value -> short name.
 FAILURES = {"malformed_reply": "malformed", "provider_error": "provider_error"}
 INTERVAL = (
@@ -44,12 +55,28 @@ def _round(x: float) -> float | None:
     return None if x != x else round(float(x), 4)  # NaN -> null in JSON
 
 
+def with_derived(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the labels results derive from archive columns: ``grounded_cited_false_positive``
+    (grounded_cited ∧ ¬S, the groundedness false positive under the cited-only definition)."""
+    if "grounded_cited_false_positive" in df or "grounded_cited" not in df:
+        return df
+    return df.assign(
+        grounded_cited_false_positive=df["grounded_cited"].astype(bool) & ~df["success"].astype(bool)
+    )
+
+
 def rate(sub: pd.DataFrame, label: str) -> dict[str, Any]:
     """``k``, ``n``, rate and 95% interval of a binary ``label`` over the records of ``sub``;
-    the interval is clustered by task (:data:`INTERVAL`), as the paper tables' rates are."""
-    k, n = int(sub[label].sum()), len(sub)
+    the interval is clustered by task (:data:`INTERVAL`), as the paper tables' rates are. When
+    some records did not record ``label`` (null: an archive migrated from schema 3), the rate
+    and interval are null and ``not_recorded`` counts them (``k`` counts the recorded trues)."""
+    n = len(sub)
     if not n:
         return {"k": 0, "n": 0, "rate": None, "ci_low": None, "ci_high": None}
+    missing = int(sub[label].isna().sum())
+    k = int(sub[label].fillna(False).astype(bool).sum())
+    if missing:
+        return {"k": k, "n": n, "rate": None, "ci_low": None, "ci_high": None, "not_recorded": missing}
     r = stats.cluster_rate(sub, label, design="tasks")
     return {
         "k": k,
@@ -76,6 +103,35 @@ def _cell(sub: pd.DataFrame) -> dict[str, Any]:
     out["reached_reader"] = int(sub["reached_reader"].sum())
     out["answered"] = int(sub["answered"].sum())
     out["abstained"] = int(sub["abstained"].sum())
+    out["answer_quality"] = answer_quality(sub)
+    return out
+
+
+def answer_quality(sub: pd.DataFrame) -> dict[str, Any]:
+    """Secondary answer measures over the *answered* records of ``sub``, beside strict E (never
+    replacing it): exact match, containment (the expected answer's tokens appear in the
+    answer), ``extra_words`` (contained but not an exact match: the right value with more
+    words), each as ``k`` and ``share``, and the mean token F1. Shares over records that did
+    not record a measure (migrated archives) are null, with ``not_recorded`` counting them."""
+    a = sub[sub["answered"].astype(bool)]
+    n = len(a)
+    em = a["exact_match"].astype(bool)
+    absent = pd.Series([None] * n, index=a.index, dtype=object)  # a frame without the column
+    contained = a["contained"] if "contained" in a else absent
+    f1 = (a["token_f1"] if "token_f1" in a else absent).astype(float)
+    missing = max(int(contained.isna().sum()), int(f1.isna().sum()))
+    c = contained.fillna(False).astype(bool)
+    out: dict[str, Any] = {"answered": n}
+    for name, flag, known in (
+        ("exact_match", em, True),
+        ("contained", c, not missing),
+        ("extra_words", c & ~em, not missing),
+    ):
+        k = int(flag.sum())
+        out[name] = {"k": k, "share": _round(k / n) if n and known else None}
+    out["token_f1"] = _round(float(f1.mean())) if n and not missing else None
+    if missing:
+        out["not_recorded"] = missing
     return out
 
 
@@ -89,6 +145,7 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
     if df.empty:
         raise ValueError("no records to summarise")
     models = []
+    df = with_derived(df)
     scenarios = stats.scenario_order(df)
     for (provider, model), sub in df.groupby(["provider", "model"], sort=True):
         arms = arm_order(sub[ARM].unique())
@@ -103,6 +160,7 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
                     "S": rate(ss[ss[ARM] == a], "success"),
                     "safe": rate(ss[ss[ARM] == a], "safe_resolution"),
                     "GF": rate(ss[ss[ARM] == a], "grounded_false_positive"),
+                    "GF_cited": rate(ss[ss[ARM] == a], "grounded_cited_false_positive"),
                 }
                 for a in arms
                 if not ss[ss[ARM] == a].empty
@@ -173,7 +231,10 @@ def write_results(
 
 
 def fmt_rate(r: dict[str, Any]) -> str:
-    """``0.812 [0.771, 0.847]`` (or ``-`` for an empty cell)."""
+    """``0.812 [0.771, 0.847]`` (``-`` for an empty cell, ``not recorded (N)`` when records
+    of an archive migrated from an older schema did not record the label)."""
+    if r.get("not_recorded"):
+        return f"not recorded ({r['not_recorded']})"
     if r.get("rate") is None:
         return "-"
     return f"{r['rate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
@@ -181,6 +242,21 @@ def fmt_rate(r: dict[str, Any]) -> str:
 
 def fmt_share(s: dict[str, Any]) -> str:
     return "-" if s.get("share") is None else f"{100 * s['share']:.1f}% ({s['k']})"
+
+
+def fmt_answer(a: dict[str, Any] | None) -> str:
+    """``0.10|0.35|0.42 (120)``: exact match and containment shares and mean token F1 over the
+    answered records (their count in brackets); ``-`` for a value not recorded."""
+    if not a or not a.get("answered"):
+        return "-"
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    return (
+        f"{f(a['exact_match']['share'])}|{f(a['contained']['share'])}|{f(a['token_f1'])} "
+        f"({a['answered']})"
+    )
 
 
 def table(res: dict[str, Any], reference: bool | None = None) -> pd.DataFrame:
@@ -204,6 +280,7 @@ def table(res: dict[str, Any], reference: bool | None = None) -> pd.DataFrame:
                     "GF": fmt_rate(c["GF"]),
                     "malformed": fmt_share(c["malformed"]),
                     "provider error": fmt_share(c["provider_error"]),
+                    "E|contained|F1 (answered)": fmt_answer(c.get("answer_quality")),
                 }
             )
     return pd.DataFrame(rows)

@@ -3,8 +3,9 @@
 Archives rightly strip prose, answers and document ids. A researcher still needs to *see* what a
 model answered. ``run live --sample-log PATH`` appends one JSON line per record to ``PATH``: the
 question, the evidence the reader received (ids and metadata, not the text), the raw reply, the
-parsed reply and the verdict with a reason for each of E, R, G, V and S, next to the expected
-answer. It is evaluator-side and private: it is never written inside a run folder, never read by
+parsed reply and the verdict with a reason for each of E, R, G, V and S (and for groundedness and
+the secondary answer measures), next to the expected answer.
+It is evaluator-side and private: it is never written inside a run folder, never read by
 the archive tools, and is created readable by its owner only. ``layerlab view`` renders it.
 
 Entries are keyed like archive records ``(provider, model, scenario, mitigation, task_id,
@@ -19,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from layerlab.archive import KEYS, LABELS, Record
+from layerlab.archive import KEYS, LABELS, SCORES, Record
 from layerlab.corpus import AnswerKeyEntry, Task
 from layerlab.reader import ReaderOutput
 
-SAMPLE_LOG_VERSION = 1
+SAMPLE_LOG_VERSION = 2  # 2: verdicts carry grounded_cited, contained, token_f1 (archive schema 4)
 
 
 class SampleLogError(ValueError):
@@ -68,7 +69,7 @@ OUTCOMES = (
 def reasons(
     rec: Record, entry: AnswerKeyEntry, delivered: list[str], out: ReaderOutput | None, contract: Any
 ) -> dict[str, str]:
-    """One-line reason for each of E, R, G, V and S."""
+    """One-line reason for each of E, R, G, V and S, groundedness and the answer measures."""
     ans = out.answer if out is not None else None
     return {
         "E": f"{rec.exact_match}: answer {ans!r} vs expected {entry.expected_answer!r}",
@@ -79,6 +80,11 @@ def reasons(
         + (f"; {len(contract.edits)} repair edit(s)" if contract.edits else "")
         + (f"; {contract.problems[0]}" if contract.problems else ""),
         "S": f"{rec.success}: E and R and G and V",
+        "grounded": f"{rec.grounded}: the answer is stated in a delivered document, cited or not "
+        f"(in a cited one: {rec.grounded_cited}); GF {rec.grounded_false_positive}",
+        "answer": f"contained {rec.contained}, token F1 "
+        + ("-" if rec.token_f1 is None else f"{rec.token_f1:.2f}")
+        + " (secondary measures beside E, never part of S)",
     }
 
 
@@ -103,7 +109,7 @@ def entry(
         "question": task.question,
         "outcome": outcome(rec),
         "diagnostic": rec.diagnostic,
-        "verdict": {k: getattr(rec, k) for k in LABELS},
+        "verdict": {k: getattr(rec, k) for k in (*LABELS, *SCORES)},
         "reasons": reasons(rec, key_entry, delivered, out, gate.contract),
         "expected": key_entry.expected_answer,
         "stage": rec.stage,

@@ -6,15 +6,26 @@ Evaluator-side: the only module besides the audit that reads the answer key.
 * R — every required document is among the documents *delivered to the reader*;
 * G — at least one citation, and every citation is a delivered document;
 * V — the tool payload met its schema (after repair, in repair mode);
-* grounded — the answer is stated in a cited, delivered document (what a groundedness-only
-  metric would credit); ``grounded_false_positive = grounded ∧ ¬S``;
+* grounded — the answer is stated in a document *delivered to the reader*, cited or not: the
+  paper's "grounded in retrieved documents", what a groundedness-only metric would credit.
+  Citations are G's business; tying groundedness to them too meant a model that cites badly
+  could never show a grounded false positive, however often it repeated a stale or another
+  tenant's value from its context. ``grounded_false_positive = grounded ∧ ¬S`` (GF);
+* grounded_cited — the previous, narrower definition (the answer is stated in a *cited*,
+  delivered document), kept under its own name: ``grounded_cited`` implies ``grounded``;
+* contained, token_f1 — secondary answer measures beside E, never part of S: the normalised
+  expected answer appears in the normalised answer as a run of whole tokens (RGB-style
+  containment), and SQuAD's token F1 (:mod:`layerlab.text`). Both are ``False``/``0.0`` when
+  there is no answer. "$7,500 per month" for "$7,500" is contained (F1 0.5) but not E;
 * abstained — a *structured* non-answer: the reader's abstention, or a mitigation's refusal;
 * safe resolution — S on an answerable scenario, a structured non-answer on an unsafe one.
   A failure is not a refusal: a record that ends because the tool gave nothing, denied access
   or failed its contract with no mitigation handling it, a ``malformed_reply`` and a
   ``provider_error`` are failures on every scenario, never safe.
 
-The diagnostic label names the first layer that failed, from what the record shows.
+The diagnostic label names the first layer that failed, from what the record shows. Where that
+is the answer itself (right evidence, valid citations, wrong answer), ``extra_words`` tells a
+contained answer (the right value with more words around it) from a wrong value (``reader``).
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from dataclasses import dataclass
 from layerlab.contract import ContractResult
 from layerlab.corpus import AnswerKeyEntry, Corpus, Document, Task
 from layerlab.reader import ReaderInput, ReaderOutput
-from layerlab.text import normalize_answer, states_value
+from layerlab.text import normalize_answer, states_value, token_f1
 
 DIAGNOSTICS = (
     "ok",
@@ -41,6 +52,7 @@ DIAGNOSTICS = (
     "freshness",
     "retrieval",
     "reader",
+    "extra_words",
     "grounding",
 )
 
@@ -51,10 +63,13 @@ class Labels:
 
     success: bool
     exact_match: bool
+    contained: bool
+    token_f1: float
     retrieval_ok: bool
     citation_ok: bool
     schema_ok: bool
     grounded: bool
+    grounded_cited: bool
     grounded_false_positive: bool
     abstained: bool
     answered: bool
@@ -103,17 +118,21 @@ def score(
     )
     answer = out.answer if answered and out else None
     cites = out.citations if out else ()
-    E = answer is not None and normalize_answer(answer) == normalize_answer(entry.expected_answer)
+    expected = entry.expected_answer
+    E = answer is not None and normalize_answer(answer) == normalize_answer(expected)
+    contained = answer is not None and states_value(answer, expected)
+    f1 = token_f1(answer, expected) if answer is not None else 0.0
     R = inp is not None and all(d in delivered for d in entry.required_doc_ids)
     G = answered and len(cites) > 0 and all(c in delivered for c in cites)
     V = contract.valid
     S = E and R and G and V
-    grounded = bool(
-        answered
-        and inp is not None
-        and answer is not None
-        and any(e.doc_id in cites and states_value(e.text, answer) for e in inp.evidence)
+    stating = (
+        [e.doc_id for e in inp.evidence if states_value(e.text, answer)]
+        if inp is not None and answer is not None
+        else []
     )
+    grounded = bool(stating)  # in a delivered document, cited or not
+    grounded_cited = any(d in cites for d in stating)
     abstained = refusal is not None or (
         failure is None and out is not None and out.status == "abstained"
     )
@@ -121,17 +140,22 @@ def score(
     return Labels(
         success=S,
         exact_match=E,
+        contained=contained,
+        token_f1=f1,
         retrieval_ok=R,
         citation_ok=G,
         schema_ok=V,
         grounded=grounded,
+        grounded_cited=grounded_cited,
         grounded_false_positive=grounded and not S,
         abstained=abstained,
         answered=answered,
         safe_resolution=safe,
         diagnostic="abstained"
         if refusal is not None
-        else _diagnose(task, entry, contract, inp, out, corpus, index, failure, S, E, R, G),
+        else _diagnose(
+            task, entry, contract, inp, out, corpus, index, failure, S, E, R, G, contained
+        ),
     )
 
 
@@ -148,6 +172,7 @@ def _diagnose(
     E: bool,
     R: bool,
     G: bool,
+    contained: bool = False,
 ) -> str:
     if contract.outcome == "unavailable":
         return "availability"
@@ -181,4 +206,5 @@ def _diagnose(
         return "retrieval"
     if not G:
         return "grounding"
-    return "reader"
+    # the answer itself is what failed: the right value with extra words, or a wrong value
+    return "extra_words" if contained and not E else "reader"

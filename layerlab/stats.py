@@ -326,10 +326,16 @@ def cluster_rate(
     cluster: str = "task_id",
 ) -> Rate:
     """Rate of ``outcome`` over the records of ``sub`` with an interval that respects clustering
-    (units × ``cluster``); see :func:`rate_interval`."""
+    (units × ``cluster``); see :func:`rate_interval`. When some records did not record
+    ``outcome`` (null: an archive migrated from an older schema), the rate and interval are NaN
+    with design ``not recorded``: no value is imputed for them."""
     y = sub[outcome].astype(float).to_numpy()
     if len(y) == 0:
         return rate_interval(np.zeros((0, 0)), np.zeros((0, 0)), design, min_units, alpha)
+    if np.isnan(y).any():
+        nan = float("nan")
+        k = int(np.nansum(y))
+        return Rate(k, len(y), nan, nan, nan, "not recorded", 0, 0, 0.0, nan, nan)
     units, ui = np.unique(unit_labels(sub).to_numpy(), return_inverse=True)
     tasks, ti = np.unique(sub[cluster].to_numpy(), return_inverse=True)
     sums = np.zeros((len(units), len(tasks)))
@@ -1039,7 +1045,10 @@ def provider_averages(
         row["95% low"] = r.ci_low
         row["95% high"] = r.ci_high
         row["interval"] = r.design
-        row["grounded false positive"] = float(sub["grounded_false_positive"].mean())
+        # NaN when some records did not record it (an archive migrated from an older schema)
+        row["grounded false positive"] = float(
+            sub["grounded_false_positive"].astype(float).mean(skipna=False)
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -58,6 +58,11 @@ CAPTIONS = {
     "exchangeability_models": "Strict and repair arms where their prompts are byte-identical: pairs "
     "(task, replicate) that disagree, by direction, with the exact two-sided sign test. Under "
     "exchangeable draws each direction is equally likely; arms are asked in a seeded random order.",
+    "answer_quality": "Supplementary: answer quality of the answered records by scenario and arm, "
+    "beside strict exact match E (which S uses, unchanged): containment (the normalised expected "
+    "answer appears in the normalised answer as whole tokens, RGB-style), right value with extra "
+    "words (contained but not E), and mean SQuAD token F1. Lenient measures read a verbose model "
+    "fairly; they are not success.",
 }
 
 
@@ -101,6 +106,50 @@ def safe_resolution_by_unit(df: pd.DataFrame, arm: str = BASELINE) -> pd.DataFra
             )
     t = pd.DataFrame(rows)
     t.attrs["caption"] = CAPTIONS["safe_resolution_models"] + units_note(sub)
+    return t
+
+
+def table_answer_quality(df: pd.DataFrame) -> pd.DataFrame:
+    """Supplementary table: per scenario x arm, over the answered records, the shares of exact
+    match E, containment and "right value, extra words", and the mean token F1
+    (:func:`layerlab.results.answer_quality`), one block per kind of unit, never pooled. Values
+    an archive migrated from an older schema did not record are NaN, and counted."""
+    return _stack({b: _answer_quality_block(sub) for b, sub in stats.blocks(df).items()}, "answer_quality")
+
+
+def _answer_quality_block(df: pd.DataFrame) -> pd.DataFrame:
+    from layerlab.results import answer_quality
+
+    nan = float("nan")
+    rows = []
+    for s in stats.scenario_order(df):
+        for arm in stats.arm_order(df):
+            cell = df[(df["scenario"] == s) & (df[stats.ARM] == arm)]
+            if cell.empty:
+                continue
+            q = answer_quality(cell)
+            share = {k: q[k]["share"] for k in ("exact_match", "contained", "extra_words")}
+            rows.append(
+                {
+                    "scenario": s,
+                    stats.ARM: arm,
+                    "records": len(cell),
+                    "answered": q["answered"],
+                    "E": nan if share["exact_match"] is None else share["exact_match"],
+                    "contained": nan if share["contained"] is None else share["contained"],
+                    "extra words": nan if share["extra_words"] is None else share["extra_words"],
+                    "mean token F1": nan if q["token_f1"] is None else q["token_f1"],
+                    "not recorded": q.get("not_recorded", 0),
+                }
+            )
+    t = pd.DataFrame(rows)
+    missing = int(t["not recorded"].sum()) if len(t) else 0
+    t.attrs["detail"] = _units(df) + (
+        f" {missing} answered records of an archive migrated from an older schema did not "
+        "record containment or F1 (archives hold no reply text): those cells are NaN."
+        if missing
+        else ""
+    )
     return t
 
 

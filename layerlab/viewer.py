@@ -53,8 +53,9 @@ function card(r) {
     '<span class="muted">' + esc(unitOf(r)) + ' · ' + esc(r.scenario) + ' · ' + esc(r.mitigation) + '</span>' +
     (r.question ? '<div class="q">' + esc(r.question) + '</div>' : '');
   let verdict = '<div class="verdict"><h4>Verdict</h4><ul>';
-  if (r.reasons) { for (const k of ['S', 'E', 'R', 'G', 'V']) verdict += '<li><b>' + k + '</b> ' + esc(r.reasons[k]) + '</li>'; }
-  verdict += '<li>grounded ' + esc(v.grounded) + ' · GF ' + esc(v.grounded_false_positive) + ' · safe resolution ' +
+  if (r.reasons) { for (const k of ['S', 'E', 'R', 'G', 'V', 'grounded', 'answer']) if (r.reasons[k] !== undefined) verdict += '<li><b>' + k + '</b> ' + esc(r.reasons[k]) + '</li>'; }
+  verdict += '<li>grounded ' + esc(v.grounded) + ' · grounded (cited) ' + esc(v.grounded_cited) + ' · GF ' + esc(v.grounded_false_positive) +
+    ' · contained ' + esc(v.contained) + ' · token F1 ' + esc(v.token_f1) + ' · safe resolution ' +
     esc(v.safe_resolution) + ' · answered ' + esc(v.answered) + ' · abstained ' + esc(v.abstained) + '</li></ul>';
   if (r.parsed) verdict += '<p><b>reply</b>: ' + esc(r.parsed.status) + (r.parsed.answer !== null ? ' — answer <code>' + esc(r.parsed.answer) + '</code>' : '') +
     ' citations ' + esc((r.parsed.citations || []).join(', ') || 'none') + (r.parsed.reason ? ' — reason: ' + esc(r.parsed.reason) : '') + '</p>';
@@ -151,7 +152,7 @@ def _from_archive(path: Path) -> list[dict[str, Any]]:
                 },
                 "question": questions.get(r.task_id, ""),
                 "outcome": samplelog.outcome(d),
-                "verdict": {k: d[k] for k in archive.LABELS},
+                "verdict": {k: d[k] for k in (*archive.LABELS, *archive.SCORES)},
             }
         )
     return rows

@@ -37,10 +37,13 @@ def _rec(**over: object) -> Record:
         reached_reader=True,
         success=True,
         exact_match=True,
+        contained=True,
+        token_f1=1.0,
         retrieval_ok=True,
         citation_ok=True,
         schema_ok=True,
         grounded=True,
+        grounded_cited=True,
         grounded_false_positive=False,
         abstained=False,
         answered=True,
@@ -109,7 +112,7 @@ def test_replicates_are_distinct_records(tmp_path: Path) -> None:
 def test_version_1_archives_still_read(tmp_path: Path) -> None:
     """A v1 archive (``contract_mode``, no ``replicate``) reads as current: renamed, replicate 0."""
     table = to_table([_rec(mitigation="repair"), _rec()]).drop_columns(
-        ["replicate", "domain", "answerable"]
+        ["replicate", "domain", "answerable", "grounded_cited", "contained", "token_f1"]
     )
     names = ["contract_mode" if n == "mitigation" else n for n in table.column_names]
     table = table.rename_columns(names)
@@ -138,9 +141,40 @@ V2_COLUMNS = [
 ]  # fmt: skip
 
 
+def as_v3(table: pa.Table) -> pa.Table:
+    """A current record table as the schema-3 writer wrote it: ``grounded`` is the cited-only
+    definition (today's ``grounded_cited``), GF follows it, no contained or token_f1."""
+    cited = table.column("grounded_cited")
+    gf = pa.array([c and not s for c, s in zip(cited.to_pylist(), table.column("success").to_pylist(), strict=True)])
+    table = table.set_column(table.schema.get_field_index("grounded"), "grounded", cited)
+    table = table.set_column(table.schema.get_field_index("grounded_false_positive"), "grounded_false_positive", gf)
+    table = table.drop_columns(["grounded_cited", "contained", "token_f1"])
+    i = table.schema.get_field_index("schema_version")
+    table = table.set_column(i, "schema_version", pa.array([3] * table.num_rows, pa.int16()))
+    return table.cast(
+        pa.schema(
+            [pa.field(f.name, f.type, nullable=f.name == "prompt_hash") for f in table.schema],
+            metadata={b"layerlab.archive.schema_version": b"3"},
+        )
+    )
+
+
+def as_migrated(records: list[Record]) -> list[Record]:
+    """What a migration from schema 3 can know of ``records``: the labels the old ones
+    determine, the rest null (not recorded)."""
+    from layerlab.archive import v4_labels
+
+    out = []
+    for r in records:
+        old = {**dataclasses.asdict(r), "grounded": r.grounded_cited}
+        out.append(dataclasses.replace(r, **v4_labels(old)))
+    return out
+
+
 def as_v2(table: pa.Table) -> pa.Table:
     """A current record table as the schema-2 writer wrote it: no domain or answerable,
-    ``""`` for a missing prompt hash, every column non-null."""
+    ``""`` for a missing prompt hash, every column non-null (and schema 3's labels)."""
+    table = as_v3(table)
     ph = ["" if h is None else h for h in table.column("prompt_hash").to_pylist()]
     table = table.set_column(table.schema.get_field_index("prompt_hash"), "prompt_hash", pa.array(ph))
     i = table.schema.get_field_index("schema_version")
@@ -210,12 +244,13 @@ def test_a_migrated_v2_run_equals_a_fresh_write_and_keeps_its_provenance(
 
     before = _v2_run_folder(tmp_path / "run", small_run)
     # a v2 archive still reads (upgraded in memory) before it is migrated
+    known = as_migrated(small_run)
     assert read_records(tmp_path / "run" / "records.parquet") == sorted(
-        small_run, key=lambda r: (r.provider, r.model, r.scenario, r.mitigation, r.task_id, r.replicate)
+        known, key=lambda r: (r.provider, r.model, r.scenario, r.mitigation, r.task_id, r.replicate)
     )
     rep = migrate(tmp_path / "run")
     assert (rep["from"], rep["to"], rep["changed"]) == (2, SCHEMA_VERSION, True)
-    write_records(tmp_path / "fresh.parquet", small_run)
+    write_records(tmp_path / "fresh.parquet", known)
     assert (tmp_path / "run" / "records.parquet").read_bytes() == (tmp_path / "fresh.parquet").read_bytes()
     m = read_manifest(tmp_path / "run")
     assert m["provenance"] == before["provenance"] and m["archive_schema_version"] == SCHEMA_VERSION
@@ -260,3 +295,135 @@ def test_archive_migrate_command(tmp_path: Path, small_run: list[Record]) -> Non
     assert f"migrated {tmp_path / 'run'}: schema 2 -> {SCHEMA_VERSION}" in res.output
     res = CliRunner().invoke(app, ["archive", "migrate", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "does not exist" in res.output
+
+
+# --- schema 4: grounded in delivered documents, answer measures; migration from schema 3 ---------
+
+
+def _copy_committed(name: str, dest: Path) -> Path:
+    import shutil
+
+    from layerlab import paths
+
+    shutil.copytree(paths.ARCHIVES / name, dest)
+    return dest
+
+
+def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> None:
+    """A real-model archive (schema 3): grounded_cited is the old grounded; the new grounded,
+    GF, contained and token_f1 are derived where the old labels determine them and null (not
+    recorded) elsewhere; the manifest keeps its provenance and gains the step."""
+    from layerlab import results
+    from layerlab.archive import check_path, migrate, read_manifest
+
+    run = _copy_committed("local_models/smollm2-135m", tmp_path / "smol")
+    old = pq.read_table(run / "records.parquet").to_pylist()
+    assert {r["schema_version"] for r in old} == {3}
+    before = read_manifest(run)
+    rep = migrate(run)
+    assert (rep["from"], rep["to"], rep["changed"]) == (3, SCHEMA_VERSION, True)
+    new = {(r.scenario, r.mitigation, r.task_id, r.replicate): r for r in read_records(run / "records.parquet")}
+    assert len(new) == len(old)
+    nulls = 0
+    for o in old:
+        r = new[(o["scenario"], o["mitigation"], o["task_id"], o["replicate"])]
+        assert r.schema_version == SCHEMA_VERSION and r.grounded_cited == o["grounded"]
+        assert (r.success, r.exact_match, r.diagnostic) == (o["success"], o["exact_match"], o["diagnostic"])
+        if not o["answered"]:
+            assert (r.grounded, r.grounded_false_positive, r.contained, r.token_f1) == (False, False, False, 0.0)
+        elif o["exact_match"]:
+            assert r.contained is True and r.token_f1 == 1.0
+        elif o["grounded"]:
+            assert r.grounded is True and r.grounded_false_positive == (not o["success"])
+        else:  # answered, not grounded in a cited document, not exact: needs the reply text
+            assert r.grounded is None and r.contained is None and r.token_f1 is None
+            assert r.grounded_false_positive is (False if o["success"] else None)
+            nulls += 1
+    assert nulls > 0  # this model answered without citing what it repeated
+    m = read_manifest(run)
+    assert m["provenance"] == before["provenance"] and m["archive_schema_version"] == SCHEMA_VERSION
+    assert [s["to_schema_version"] for s in m["migrations"]] == [3, SCHEMA_VERSION]
+    assert "grounded_cited" in m["migrations"][-1]["changes"]
+    assert check_path(run)["complete"] is True
+    assert migrate(run)["changed"] is False
+    # results say what was not recorded rather than imputing it; the cited-only GF stays
+    res = results.for_run(run)
+    (model,) = res["models"]
+    strict = model["arms"]["strict"]
+    assert strict["GF"]["rate"] is None and strict["GF"]["not_recorded"] > 0
+    assert strict["GF_cited"]["rate"] == 0.0 and "not_recorded" not in strict["GF_cited"]
+    assert strict["answer_quality"]["answered"] > 0 and strict["answer_quality"]["token_f1"] is None
+    assert "not recorded" in results.table(res).iloc[0]["GF"]
+
+
+def test_the_committed_study_archive_migrates_to_version_3(tmp_path: Path) -> None:
+    from layerlab.archive import STUDY_SCHEMA_VERSION, migrate, read_study
+
+    run = _copy_committed("langchain_study", tmp_path / "study")
+    old = {(r["scenario"], r["mitigation"], r["task_id"]): r for r in pq.read_table(run / "study.parquet").to_pylist()}
+    rep = migrate(run)
+    assert (rep["from"], rep["to"], rep["changed"]) == (2, STUDY_SCHEMA_VERSION, True)
+    for r in read_study(run):
+        o = old[(r["scenario"], r["mitigation"], r["task_id"])]
+        assert r["grounded_cited"] == o["grounded"] and r["success"] == o["success"]
+        if o["success"]:
+            assert r["exact_match"] is True and r["contained"] is True and r["token_f1"] == 1.0
+        if not o["answered"]:
+            assert (r["exact_match"], r["grounded"], r["token_f1"]) == (False, False, 0.0)
+
+
+def test_inconsistent_groundedness_labels_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ArchiveError, match="GF = grounded and not S"):
+        write_records(tmp_path / "a.parquet", [_rec(success=False, grounded=True, grounded_false_positive=False)])
+    with pytest.raises(ArchiveError, match="grounded_cited but not grounded"):
+        write_records(tmp_path / "a.parquet", [_rec(grounded=False, grounded_cited=True)])
+    with pytest.raises(ArchiveError, match="token_f1"):
+        write_records(tmp_path / "a.parquet", [_rec(token_f1=1.5)])
+    assert not (tmp_path / "a.parquet").exists()
+    # null = not recorded is allowed (a migrated archive), and GF may then be unknown too
+    write_records(tmp_path / "a.parquet", [_rec(success=False, grounded=None, grounded_false_positive=None, contained=None, token_f1=None)])
+    (back,) = read_records(tmp_path / "a.parquet")
+    assert back.grounded is None and back.token_f1 is None
+
+
+def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, small_run: list[Record]) -> None:
+    import json
+
+    from layerlab import results
+    from layerlab.archive import write_run
+
+    write_run(tmp_path / "run", small_run, {"run_id": "deterministic", "kind": "deterministic", "complete": True})
+    res = results.write_results(tmp_path / "run")
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert on_disk["results_version"] == results.RESULTS_VERSION == 3
+    (model,) = on_disk["models"]
+    for arm, cell in model["arms"].items():
+        recs = [r for r in small_run if r.mitigation == arm]
+        answered = [r for r in recs if r.answered]
+        a = cell["answer_quality"]
+        assert a["answered"] == len(answered)
+        assert a["exact_match"]["k"] == sum(r.exact_match for r in answered)
+        assert a["contained"]["k"] == sum(bool(r.contained) for r in answered)
+        assert a["extra_words"]["k"] == sum(bool(r.contained) and not r.exact_match for r in answered)
+        assert a["token_f1"] == round(sum(r.token_f1 or 0.0 for r in answered) / len(answered), 4)
+        assert cell["GF"]["k"] == sum(bool(r.grounded_false_positive) for r in recs)
+        assert cell["GF_cited"]["k"] == sum(r.grounded_cited and not r.success for r in recs)
+    for per in model["by_scenario"].values():
+        assert all({"S", "safe", "GF", "GF_cited"} <= set(c) for c in per.values())
+    assert "E|contained|F1 (answered)" in results.table(res).columns
+
+
+def test_answer_quality_table(small_run: list[Record]) -> None:
+    import pandas as pd
+
+    from layerlab.tables import table_answer_quality
+
+    df = pd.DataFrame([r.__dict__ for r in small_run])
+    t = table_answer_quality(df)
+    assert {"block", "scenario", "mitigation", "answered", "E", "contained", "extra words", "mean token F1"} <= set(t.columns)
+    assert len(t) == df.groupby(["scenario", "mitigation"]).ngroups
+    clean = t[(t["scenario"] == "clean") & (t["mitigation"] == "strict")].iloc[0]
+    ans = df[(df["scenario"] == "clean") & (df["mitigation"] == "strict") & df["answered"]]
+    assert clean["answered"] == len(ans) and clean["E"] == round(ans["exact_match"].mean(), 4)
+    assert clean["contained"] >= clean["E"]  # an exact match is contained
+    assert "token F1" in t.attrs["caption"] and "S uses, unchanged" in t.attrs["caption"]

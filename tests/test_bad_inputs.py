@@ -361,7 +361,7 @@ def test_same_provenance_merges_silently(capsys, tmp_path) -> None:
 
 def test_prose_in_an_allowed_string_column_is_refused(capsys, tmp_path) -> None:
     run = _copy_run(tmp_path, "run")
-    t = pq.read_table(run / "records.parquet")
+    t = archive.read_table(run / "records.parquet")  # in the current schema
     diag = t.column("diagnostic").to_pylist()
     diag[0] = "The refund window is 90 days"
     t = t.set_column(
@@ -380,7 +380,7 @@ def test_prose_in_an_allowed_string_column_is_refused(capsys, tmp_path) -> None:
     assert not (tmp_path / "w.parquet").exists()
     model = t.column("model").to_pylist()
     model[0] = "90 days"
-    t2 = pq.read_table(run / "records.parquet")
+    t2 = archive.read_table(run / "records.parquet")
     t2 = t2.set_column(
         t2.schema.get_field_index("model"), t2.schema.field("model"), pa.array(model)
     )

@@ -88,7 +88,8 @@ def test_committed_archives_hold_nulls_not_placeholders_and_the_shared_vocabular
 def test_the_retired_real_model_archive_was_migrated_not_rerun() -> None:
     folder = paths.RETIRED_ARCHIVES / "smollm2-135m"
     m = archive.read_manifest(folder)
-    (step,) = m["migrations"]
-    assert (step["from_schema_version"], step["to_schema_version"]) == (2, archive.SCHEMA_VERSION)
+    steps = m["migrations"]
+    assert steps[0]["from_schema_version"] == 2 and steps[-1]["to_schema_version"] == archive.SCHEMA_VERSION
+    assert all(a["to_schema_version"] == b["from_schema_version"] for a, b in zip(steps, steps[1:], strict=False))
     assert m["archive_schema_version"] == archive.SCHEMA_VERSION
     assert m["run_id"] == "live-9452b9dafbe0a962" and "local/smollm2-135m" in m["local_models"]

@@ -638,17 +638,71 @@ def test_a_progress_line_from_archive_schema_2_is_upgraded_on_resume() -> None:
         model="m", scenario="stale_index", answerable=False, mitigation="strict",
         task_id="hr-01-q1", replicate=0, domain="hr", policy_id="hr-01", variant=1,
         stage="denied", reached_reader=False, success=False, exact_match=False,
-        retrieval_ok=False, citation_ok=False, schema_ok=True, grounded=False,
-        grounded_false_positive=False, abstained=False, answered=False, safe_resolution=False,
+        contained=False, token_f1=0.0, retrieval_ok=False, citation_ok=False, schema_ok=True,
+        grounded=False, grounded_cited=False, grounded_false_positive=False, abstained=False,
+        answered=False, safe_resolution=False,
         diagnostic="authorisation", prompt_hash=None,
     )  # fmt: skip
-    old = {k: v for k, v in dataclasses.asdict(rec).items() if k not in ("domain", "answerable")}
+    old = {
+        k: v
+        for k, v in dataclasses.asdict(rec).items()
+        if k not in ("domain", "answerable", "grounded_cited", "contained", "token_f1")
+    }
     old.update(schema_version=2, prompt_hash="")
     line = json_.dumps({**old, "sum": hashlib.sha256(canonical_json(old).encode()).hexdigest()[:16]})
     assert live.parse_progress_line(line.encode()) == "damaged"  # without the scenarios
     assert live.parse_progress_line(line.encode(), {"stale_index": False}) == rec
     tampered = line.replace('"variant": 1', '"variant": 2')
     assert live.parse_progress_line(tampered.encode(), {"stale_index": False}) == "tampered"
+
+
+def _as_schema_3_line(line: bytes) -> bytes:
+    """A current progress line as archive schema 3 wrote it: cited-only grounded, no
+    grounded_cited, contained or token_f1; its checksum over those fields."""
+    import hashlib
+    import json as json_
+
+    from layerlab._io import canonical_json
+
+    row = json_.loads(line)
+    row.pop("sum")
+    row["grounded"] = row.pop("grounded_cited")
+    row["grounded_false_positive"] = row["grounded"] and not row["success"]
+    del row["contained"], row["token_f1"]
+    row["schema_version"] = 3
+    return json_.dumps({**row, "sum": hashlib.sha256(canonical_json(row).encode()).hexdigest()[:16]}, sort_keys=True).encode()
+
+
+def test_a_run_resumed_from_a_schema_3_progress_log_carries_the_new_fields(
+    tmp_path, server, corpus, key, scen
+) -> None:
+    """Lines written before archive schema 4 are upgraded on resume (the labels they determine;
+    null = not recorded for the rest); the cells asked after the resume are scored in full."""
+    from layerlab.archive import v4_labels
+
+    cfg = _cfg("flaky", server.base)
+    res = _run(corpus, key, scen, cfg, tmp_path / "b", budget=10, concurrency=4)
+    assert not res.complete
+    log = tmp_path / "b" / archive.PROGRESS
+    lines = [ln for ln in log.read_bytes().split(b"\n") if ln.strip()]
+    old = {}
+    for ln in lines:
+        v3 = _as_schema_3_line(ln)
+        rec = live.parse_progress_line(v3)
+        assert isinstance(rec, archive.Record) and rec.schema_version == archive.SCHEMA_VERSION
+        row = json.loads(v3)
+        assert {k: getattr(rec, k) for k in archive.V4_DERIVED} == v4_labels(row)
+        old[archive.sort_key(rec)] = rec
+    log.write_bytes(b"".join(_as_schema_3_line(ln) + b"\n" for ln in lines))
+    res2 = _run(corpus, key, scen, cfg, tmp_path / "b", budget=1000, resume=True, concurrency=4)
+    assert res2.complete
+    recs = read_records(tmp_path / "b" / "records.parquet")
+    assert len(recs) == 24 and {r.schema_version for r in recs} == {archive.SCHEMA_VERSION}
+    for r in recs:
+        if archive.sort_key(r) in old:
+            assert r == old[archive.sort_key(r)]
+        else:  # scored now: every measure recorded
+            assert None not in (r.grounded, r.grounded_false_positive, r.contained, r.token_f1)
 
 
 def test_a_new_reply_schema_is_a_new_run_and_asks_again(corpus, monkeypatch) -> None:

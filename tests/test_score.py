@@ -170,3 +170,68 @@ def test_wrong_policy_is_a_retrieval_failure() -> None:
     inp = _inp(_ev(DOCS[2]))
     lab = _score(inp, ReaderOutput("answered", "30 days", ("p-02-a",)))
     assert lab.diagnostic == "retrieval" and lab.grounded_false_positive
+
+
+# --- groundedness in delivered documents; secondary answer measures ------------------------------
+
+
+def test_token_f1_and_containment_on_hand_examples() -> None:
+    from layerlab.text import normalize_answer, states_value, token_f1
+
+    # "$7,500 per month" -> "7500 per month" (3 tokens), "$7,500" -> "7500": P 1/3, R 1
+    assert normalize_answer("$7,500 per month") == "7500 per month"
+    assert token_f1("$7,500 per month", "$7,500") == 0.5
+    assert states_value("$7,500 per month", "$7,500")  # contained
+    assert token_f1("The 90 days.", "90 days") == 1.0  # articles and punctuation dropped
+    assert token_f1("90 days of probation", "90 days") == 2 / 3  # P 2/4, R 2/2
+    assert token_f1("60 days", "90 days") == 0.5  # one shared token of two each
+    assert token_f1("blue", "90 days") == 0.0
+    assert token_f1("days days", "days") == 2 / 3  # multiplicity: P 1/2, R 1/1
+    assert token_f1("", "90 days") == 0.0 and token_f1("the", "a") == 1.0  # no tokens either side
+    # containment is on whole tokens: 15 is not in 150, 7500 is not in 75000
+    assert not states_value("150 days", "15 days") and not states_value("$75,000", "$7,500")
+    assert not states_value("days 90", "90 days")  # a contiguous run, in order
+
+
+def test_an_uncited_delivered_document_stating_the_answer_is_grounded() -> None:
+    """The paper's "grounded in retrieved documents": the stale value sits in a delivered
+    document the model did not cite; it is grounded (GF counts it), not grounded_cited."""
+    inp = _inp(_ev(DOCS[1]), _ev(DOCS[2], rank=2))
+    lab = _score(inp, ReaderOutput("answered", "60 days", ("p-02-a",)), answerable=False)
+    assert lab.citation_ok and not lab.success  # citations are valid; the value is stale
+    assert lab.grounded and not lab.grounded_cited and lab.grounded_false_positive
+    # cited, it is grounded under both definitions
+    lab = _score(inp, ReaderOutput("answered", "60 days", ("p-01-b",)), answerable=False)
+    assert lab.grounded and lab.grounded_cited and lab.grounded_false_positive
+    # a value no delivered document states is not grounded, whatever it cites
+    lab = _score(inp, ReaderOutput("answered", "45 days", ("p-01-b",)), answerable=False)
+    assert not lab.grounded and not lab.grounded_cited and not lab.grounded_false_positive
+    # a document that was not delivered does not ground an answer (p-01-a states 90 days)
+    lab = _score(_inp(_ev(DOCS[2])), ReaderOutput("answered", "90 days", ("p-02-a",)))
+    assert lab.exact_match and not lab.grounded and not lab.grounded_false_positive
+
+
+def test_s_is_unchanged_by_the_groundedness_definition() -> None:
+    """S still needs a citation: an exact, grounded answer citing nothing is no success."""
+    inp = _inp(_ev(DOCS[0]))
+    lab = _score(inp, ReaderOutput("answered", "90 days", ()))
+    assert lab.exact_match and lab.grounded and not lab.grounded_cited
+    assert not lab.citation_ok and not lab.success and lab.grounded_false_positive
+    assert lab.diagnostic == "grounding"
+
+
+def test_extra_words_are_told_from_a_wrong_value() -> None:
+    inp = _inp(_ev(DOCS[0]))
+    lab = _score(inp, ReaderOutput("answered", "90 days of probation", ("p-01-a",)))
+    assert not lab.exact_match and lab.contained and lab.token_f1 == 2 / 3
+    assert not lab.success and lab.diagnostic == "extra_words"
+    lab = _score(inp, ReaderOutput("answered", "60 days", ("p-01-a",)))
+    assert not lab.contained and lab.token_f1 == 0.5 and lab.diagnostic == "reader"
+    # an exact match is contained with F1 1; no answer is neither
+    lab = _score(inp, ReaderOutput("answered", "90 Days.", ("p-01-a",)))
+    assert lab.success and lab.contained and lab.token_f1 == 1.0 and lab.diagnostic == "ok"
+    lab = _score(inp, ReaderOutput("abstained", None, (), "unsure"))
+    assert not lab.contained and lab.token_f1 == 0.0 and not lab.grounded
+    # an earlier failing layer keeps its precedence: extra words with no citation is grounding
+    lab = _score(inp, ReaderOutput("answered", "90 days of probation", ()))
+    assert lab.contained and lab.diagnostic == "grounding"

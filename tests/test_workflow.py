@@ -146,7 +146,7 @@ def test_sample_log_holds_the_path_and_verdict_and_stays_private(
         r = recs[tuple(e[k] for k in archive.KEYS)]
         assert e["verdict"]["success"] == r.success and e["diagnostic"] == r.diagnostic
         assert e["outcome"] == samplelog.outcome(r)
-        assert set(e["reasons"]) == {"E", "R", "G", "V", "S"}
+        assert set(e["reasons"]) == {"E", "R", "G", "V", "S", "grounded", "answer"}
         assert e["question"]
         if r.reached_reader:
             assert e["reply"] and e["evidence"]
