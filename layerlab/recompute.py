@@ -21,6 +21,7 @@ from layerlab.tables import (
     table5,
     table8,
     table9,
+    table_answer_quality,
 )
 
 
@@ -81,6 +82,7 @@ def recompute(
         "table5_safe": safe_effects_table(safe),
         "table8": table8(df),
         "table9": table9(df),
+        "answer_quality": table_answer_quality(df),
         "paper_comparison": comp,
         **extra,
     }
