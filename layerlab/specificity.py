@@ -35,10 +35,10 @@ VERDICT_RULE = (
     "entirely below zero, over-broad (gain) if entirely above zero (it appears to solve a failure "
     "of a layer it does not target), over-broad (harm, gain) if both; otherwise specific if the "
     "target gain's band lies entirely above zero; otherwise ineffective. The per-cell intervals "
-    "are marginal 95% intervals: each covers its own effect 95% of the time, but among 8 "
-    "off-target cells with no effect at least one excludes zero in about a third of archives, so "
-    "the verdict does not read them; a null mitigation (both arms independent draws of the same "
-    "prompts) is called anything but ineffective in at most about 5% of archives (coverage suite)."
+    "are marginal: each covers its own effect 95% of the time, but with 8 off-target cells and no "
+    "effect at least one of them excludes zero in about a third of archives, so the verdict does "
+    "not read them (the coverage table measures how often a mitigation with no effect is called "
+    "anything but ineffective)."
 )
 ARCHIVE_DIR = paths.ARCHIVES / "mitigations"
 
