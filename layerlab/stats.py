@@ -14,9 +14,10 @@ a percentile interval over few units is too narrow (a z where a t belongs). Inte
 the bootstrap's percentile deviations rescaled to the two-way cluster-robust variance
 (Cameron–Gelbach–Miller: unit + task − cell) and widened by ``t(U-1)/z``. Tasks-only intervals
 get the same treatment over their G task clusters: the task-clustered variance with its G/(G-1)
-factor, widened by ``t(G-1)/z`` (the raw percentile interval over 2 units x 80 tasks of skewed
-difficulty covered 93.8%). Scenario rates use the
-same variance inside a Wilson interval at the design-effect-adjusted sample size.
+factor, widened by ``t(ν)/z`` with ν ≤ G-1 the kurtosis-matched degrees of freedom of that
+variance (the raw percentile interval over 2 units x 80 tasks of skewed difficulty covered 93.8%).
+Scenario rates use the same variance inside a Wilson interval at the design-effect-adjusted
+sample size.
 
 Speed. Resamples are multinomial *counts*, so one replicate's mean is ``cu · D · ct`` — matrix
 products over chunks of replicates, no per-replicate Python. :func:`plain_loop_bootstrap` is the
@@ -624,7 +625,8 @@ class Effects:
             n_cl = len(np.unique(p.policy)) if self.policy_level else len(p.tasks)
             txt += (
                 "; percentile deviations rescaled to the task-clustered variance (with its "
-                f"G/(G-1) factor) and widened by t({n_cl - 1})/z"
+                f"G/(G-1) factor) and widened by t(df)/z, df at most {n_cl - 1} (matched to the "
+                "kurtosis of the task residuals)"
             )
         elif self.design == "nested":
             txt += (
@@ -754,7 +756,7 @@ def effects_from_paired(
     scale = np.ones(len(p.scenarios))
     if (d == "crossed" and U >= 2) or d == "tasks":
         # crossed: the two-way variance, t(U-1)/z (units lead it). tasks only: the one-way
-        # variance by task cluster with its G/(G-1) factor, t(G-1)/z (the raw percentile
+        # variance by task cluster with its G/(G-1) factor, t(df <= G-1)/z (the raw percentile
         # interval over 80 tasks with skewed difficulty covered 93.8%; see layerlab.coverage)
         plan = _plan(p, d, policy_level)
         target_var = two_way_variance(p.diff, p.valid.astype(np.float64), plan.cluster_of_task, d)

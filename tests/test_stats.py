@@ -378,7 +378,7 @@ def test_tasks_only_intervals_get_a_small_sample_widening() -> None:
     rlo, rhi = np.nanquantile(raw, [0.025, 0.975], axis=0)
     t = eff.table
     assert ((t["ci_high"] - t["ci_low"]).to_numpy() > (rhi - rlo)).all()
-    assert "widened by t(" in eff.describe()
+    assert "widened by t(df)/z, df at most 79" in eff.describe()
     # crossed keeps t(U-1)/z over the units; nested stays raw
     assert np.allclose(stats.small_sample_factor(p, "crossed", False), stats._t_over_z(2, 0.05))
     assert np.allclose(stats.small_sample_factor(p, "nested", False), 1.0)
