@@ -14,6 +14,13 @@ Interval types and what they are judged against:
 - ``margin plug-in percentile`` — the percentile interval of ``gain − max|change|`` (replaced);
 - ``Wilson, records independent`` — the old Table 4 interval, judged against the population.
 
+Settings with no effect anywhere (``identical prompts``: both arms independent draws from the same
+per-task success probabilities, as two calls of one prompt to a sampled model) also score Table
+10's verdict (:func:`layerlab.specificity.judge`) on each archive: the truth is ``ineffective``, so
+``coverage`` is the share of null mitigations called ineffective and ``false flag`` the share
+called anything else (at most :data:`MAX_FALSE_FLAG`). Beside it, not reported: the old rule
+(one-sided, per-cell marginal intervals) and "some off-target marginal interval excludes zero".
+
 ``python -m layerlab.coverage --full`` runs the full size and writes
 ``data/coverage/coverage.csv`` (committed; notebook 09 shows it); the test suite runs a reduced
 size.
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,8 +45,37 @@ COVERAGE_DIR = paths.DATA / "coverage"
 COVERAGE_CSV = COVERAGE_DIR / "coverage.csv"
 NOMINAL = 0.95
 REQUIRED = 0.93  # every reported interval type must reach this in every setting
+MAX_FALSE_FLAG = 0.07  # Table 10's verdict may call at most this share of null mitigations
+VERDICT = "verdict, null mitigation"  # the quantity of the verdict rows
 
 _BASE = synthetic.Setting()
+# the real archives' design: 2 small models x one question variant of 80 policies, most tasks
+# near the floor and a few much easier (skewed difficulty)
+_SMALL = replace(
+    _BASE,
+    n_units=2,
+    n_policies=80,
+    variants=1,
+    task_dist="skewed",
+    base_rate=0.15,
+    task_sd=0.3,
+)
+
+
+def _null(setting: synthetic.Setting) -> synthetic.Setting:
+    """``setting`` with identical prompts in both arms over the nine DSL scenarios: no effect,
+    no effect heterogeneity, independent draws (truth exactly zero everywhere)."""
+    from layerlab.scenario import load_scenarios
+
+    return replace(
+        setting,
+        effects=dict.fromkeys(load_scenarios(), 0.0),
+        unit_effect_sd=0.0,
+        task_effect_sd=0.0,
+        zero_effect="noisy",
+    )
+
+
 SETTINGS: tuple[synthetic.Setting, ...] = (
     replace(_BASE, name="9 units, moderate heterogeneity"),
     replace(_BASE, name="9 units, shared task effect", task_sd=0.15, task_effect_sd=0.25),
@@ -54,6 +91,12 @@ SETTINGS: tuple[synthetic.Setting, ...] = (
     replace(_BASE, name="2 units", n_units=2),
     replace(_BASE, name="3 units", n_units=3),
     replace(_BASE, name="27 units", n_units=27),
+    replace(_SMALL, name="2 units x 80 tasks, skewed difficulty"),
+    replace(_null(_SMALL), name="identical prompts, 2 units x 80 tasks x 9 scenarios"),
+    replace(
+        _null(replace(_BASE, n_policies=80, variants=1)),
+        name="identical prompts, 9 units x 80 tasks x 9 scenarios",
+    ),
 )
 
 
@@ -61,21 +104,30 @@ SETTINGS: tuple[synthetic.Setting, ...] = (
 class Size:
     """How big a coverage run is. Settings with fewer than ``stats.MIN_UNITS`` units are cheap
     and their tasks-only intervals sit closest to the requirement, so they get ``small_sims``
-    simulations (a smaller Monte Carlo error) when it is set."""
+    simulations (a smaller Monte Carlo error) when it is set; null settings (no effect anywhere,
+    where the verdict's false-flag rate is measured) get ``null_sims`` when it is set."""
 
     sims: int
     n_boot: int
     seed: int = 0
     small_sims: int | None = None
+    null_sims: int | None = None
 
     def sims_for(self, setting: synthetic.Setting) -> int:
+        if self.null_sims is not None and is_null(setting):
+            return self.null_sims
         if self.small_sims is not None and setting.n_units < stats.MIN_UNITS:
             return self.small_sims
         return self.sims
 
 
-FULL = Size(sims=500, n_boot=1000, small_sims=2000)
-REDUCED = Size(sims=24, n_boot=300)
+FULL = Size(sims=500, n_boot=1000, small_sims=2000, null_sims=2000)
+REDUCED = Size(sims=24, n_boot=300, null_sims=200)
+
+
+def is_null(setting: synthetic.Setting) -> bool:
+    """Whether ``setting`` has no effect in any scenario (the verdict's truth is ineffective)."""
+    return all(v == 0 for v in setting.effects.values())
 
 
 def _covers(lo: float, hi: float, truth: float) -> bool:
@@ -146,6 +198,8 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
             t["ci_high"][i],
             true_eff[i],
         )
+    if is_null(setting):
+        rows += _verdict_rows(eff, setting.target, [scen[i] for i in zero])
     m = stats.specificity_margin(eff, setting.target, [scen[i] for i in zero])
     true_margin = true_eff[ti] - np.abs(true_eff[zero]).max()
     add(
@@ -243,6 +297,45 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
     return rows
 
 
+def _verdict_rows(
+    eff: stats.Effects, target: str, off_target: list[str]
+) -> list[dict[str, Any]]:
+    """Table 10's verdict on a null archive (truth: ineffective), beside the rules it replaced."""
+    from layerlab import specificity
+
+    t = eff.table.set_index("scenario")
+    j = specificity.judge(eff, [target], off_target)
+    lo, hi = t.loc[off_target, "ci_low"], t.loc[off_target, "ci_high"]
+    old_flag = bool((hi < 0).any()) or float(t.loc[target, "ci_low"]) > 0
+    any_marginal = bool(((lo > 0) | (hi < 0)).any())
+    base = {
+        "quantity": VERDICT,
+        "design": eff.design,
+        "estimand": "ineffective (no effect anywhere)",
+        "width": float("nan"),
+    }
+    return [
+        {
+            **base,
+            "interval": "reported (simultaneous band, both directions)",
+            "status": "reported",
+            "covered": j.verdict == specificity.INEFFECTIVE,
+        },
+        {
+            **base,
+            "interval": "one-sided marginal, harm only (replaced)",
+            "status": "not reported",
+            "covered": not old_flag,
+        },
+        {
+            **base,
+            "interval": "some off-target marginal interval excludes 0",
+            "status": "not reported",
+            "covered": not any_marginal,
+        },
+    ]
+
+
 def run(
     settings: Sequence[synthetic.Setting] = SETTINGS,
     size: Size = REDUCED,
@@ -266,6 +359,8 @@ def run(
         out.append(agg)
     table = pd.concat(out, ignore_index=True)
     table["coverage"] = table.pop("covered").round(4)
+    # the verdict rows' coverage is the share called ineffective: the rest are false flags
+    table["false flag"] = (1 - table["coverage"]).where(table["quantity"] == VERDICT).round(4)
     # binomial Monte Carlo standard error per simulation (checks within one are not independent)
     table["mc s.e."] = np.sqrt(
         table["coverage"] * (1 - table["coverage"]) / table["simulations"]
@@ -276,9 +371,23 @@ def run(
     return table
 
 
-def failures(table: pd.DataFrame, required: float = REQUIRED) -> pd.DataFrame:
-    """Reported interval types below the required coverage (should be empty)."""
-    return table[(table["status"] == "reported") & (table["coverage"] < required)]
+def failures(
+    table: pd.DataFrame, required: float = REQUIRED, max_false_flag: float = MAX_FALSE_FLAG
+) -> pd.DataFrame:
+    """Reported interval types below the required coverage, and reported verdicts that call more
+    than ``max_false_flag`` of null mitigations anything but ineffective (should be empty)."""
+    rep = table["status"] == "reported"
+    verdict = table["quantity"] == VERDICT
+    low = ~verdict & (table["coverage"] < required)
+    flags = verdict & (table.get("false flag", 1 - table["coverage"]) > max_false_flag)
+    return table[rep & (low | flags)]
+
+
+def false_flags(table: pd.DataFrame) -> dict[str, float]:
+    """Per null setting, the share of null mitigations Table 10's verdict does not call
+    ineffective."""
+    v = table[(table["quantity"] == VERDICT) & (table["status"] == "reported")]
+    return {str(r["setting"]): float(r["false flag"]) for _, r in v.iterrows()}
 
 
 def to_csv(table: pd.DataFrame) -> str:
@@ -311,10 +420,11 @@ def main(argv: list[str] | None = None) -> None:
         "--full",
         action="store_true",
         help=f"full size ({FULL.sims} simulations per setting, {FULL.small_sims} below "
-        f"{stats.MIN_UNITS} units)",
+        f"{stats.MIN_UNITS} units and {FULL.null_sims} for null settings)",
     )
     ap.add_argument("--write", action="store_true", help=f"write {COVERAGE_CSV}")
     args = ap.parse_args(argv)
+    t0 = time.perf_counter()
     table = run(size=FULL if args.full else REDUCED)
     if args.write:
         write(table)
@@ -326,9 +436,14 @@ def main(argv: list[str] | None = None) -> None:
                 "size": "full" if args.full else "reduced",
                 "rows": len(table),
                 "min_reported_coverage": float(
-                    table.loc[table["status"] == "reported", "coverage"].min()
+                    table.loc[
+                        (table["status"] == "reported") & (table["quantity"] != VERDICT), "coverage"
+                    ].min()
                 ),
                 "reported_below_required": len(bad),
+                "verdict_false_flag": false_flags(table),
+                "max_false_flag": MAX_FALSE_FLAG,
+                "seconds": round(time.perf_counter() - t0, 1),
             },
             sort_keys=True,
         )

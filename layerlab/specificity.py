@@ -4,10 +4,11 @@ Each cell is the paired effect of a mitigation arm against the baseline arm on t
 judged outcome — strict success on answerable scenarios, safe resolution on unsafe ones (the
 scorer's ``safe_resolution`` label is exactly that, see :attr:`ScenarioSpec.outcome`) — with a
 hierarchical bootstrap interval (:func:`layerlab.stats.arm_effects`). A mitigation *targets* the
-scenarios whose layer it names. Per mitigation: the target gain (mean effect over its target
+scenarios whose layer it names. Per mitigation: the target gain (smallest effect over its target
 scenarios), the largest off-target change, the specificity margin (target gain minus the largest
 absolute off-target change) with a joint interval from the same bootstrap replicates, and a
-verdict by the rule in :data:`VERDICT_RULE`.
+verdict by the rule in :data:`VERDICT_RULE` (:func:`judge`): one simultaneous band over the
+mitigation's cells, off-target changes flagged in either direction and named.
 """
 
 from __future__ import annotations
@@ -26,10 +27,18 @@ from layerlab.mitigation import MitigationSet, load_mitigations, targets
 from layerlab.scenario import Scenario, load_scenarios
 
 OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
+SPECIFIC, INEFFECTIVE = "specific", "ineffective"
+HARM, GAIN = "harm", "gain"  # the directions an off-target change is named by
 VERDICT_RULE = (
-    "Verdict: over-broad if any off-target cell's 95% interval lies entirely below zero "
-    "(it harms a layer it does not target); otherwise specific if the target gain's 95% interval "
-    "lies entirely above zero; otherwise ineffective."
+    "Verdict, judged by one simultaneous 95% band over all of a mitigation's cells (target and "
+    "off-target together, family-wise): over-broad (harm) if some off-target cell's band lies "
+    "entirely below zero, over-broad (gain) if entirely above zero (it appears to solve a failure "
+    "of a layer it does not target), over-broad (harm, gain) if both; otherwise specific if the "
+    "target gain's band lies entirely above zero; otherwise ineffective. The per-cell intervals "
+    "are marginal: each covers its own effect 95% of the time, but with 8 off-target cells and no "
+    "effect at least one of them excludes zero in about a third of archives, so the verdict does "
+    "not read them (the coverage table measures how often a mitigation with no effect is called "
+    "anything but ineffective)."
 )
 ARCHIVE_DIR = paths.ARCHIVES / "mitigations"
 
@@ -42,6 +51,48 @@ class Matrix:
     summary: pd.DataFrame
     baseline: str
     note: str
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One mitigation's verdict and the simultaneous band it was judged by (see
+    :data:`VERDICT_RULE`). ``harm``/``gain``: off-target scenarios whose band excludes zero."""
+
+    verdict: str
+    target_low: float
+    target_high: float
+    harm: tuple[str, ...]
+    gain: tuple[str, ...]
+    band: dict[str, tuple[float, float]]
+
+
+def verdict_label(target_low: float, harm: Sequence[str], gain: Sequence[str]) -> str:
+    """The verdict from the target's lower bound and the off-target cells flagged each way."""
+    dirs = [d for d, flagged in ((HARM, harm), (GAIN, gain)) if flagged]
+    if dirs:
+        return f"over-broad ({', '.join(dirs)})"
+    return SPECIFIC if target_low > 0 else INEFFECTIVE
+
+
+def judge(
+    eff: stats.Effects,
+    target: Sequence[str],
+    off_target: Sequence[str],
+    alpha: float | None = None,
+) -> Judgement:
+    """The verdict of :data:`VERDICT_RULE` from one simultaneous band over ``target`` and
+    ``off_target`` cells (:func:`layerlab.stats.simultaneous_band`, the band the margin's interval
+    is projected from). Cells whose effect is exactly zero get a band of width zero at 0 and are
+    never flagged. With no target the verdict can only be over-broad or ineffective."""
+    cells = [*target, *off_target]
+    lo, hi = stats.simultaneous_band(eff, cells, alpha)
+    k = len(target)
+    band = {s: (float(a), float(b)) for s, a, b in zip(cells, lo, hi, strict=True)}
+    harm = tuple(s for s in off_target if band[s][1] < 0)
+    gain = tuple(s for s in off_target if band[s][0] > 0)
+    t_lo = float(lo[:k].min()) if k else float("nan")
+    t_hi = float(hi[:k].min()) if k else float("nan")
+    return Judgement(verdict_label(t_lo, harm, gain), t_lo, t_hi, harm, gain, band)
 
 
 def scenario_layers(scenarios: Mapping[str, Scenario] | None = None) -> dict[str, str]:
@@ -77,6 +128,9 @@ def matrix(
         ti = [i for i, s in enumerate(scen) if s in tgt]
         oi = [i for i, s in enumerate(scen) if s not in tgt]
         t = eff.table.set_index("scenario")
+        tgt_names = [scen[i] for i in ti]
+        off_names = [scen[i] for i in oi]
+        j = judge(eff, tgt_names, off_names, alpha)
         for s in scen:
             e = t.loc[s]
             cells.append(
@@ -87,33 +141,26 @@ def matrix(
                     "estimate": float(e["estimate"]),
                     "ci_low": float(e["ci_low"]),
                     "ci_high": float(e["ci_high"]),
+                    "band_low": j.band[s][0],
+                    "band_high": j.band[s][1],
                     "exactly_zero": bool(e["exactly_zero"]),
                     "n_pairs": int(e["n_pairs"]),
                 }
             )
         # one owner of the margin and its covering interval: stats.specificity_margin (the gain
-        # of several targets is the smallest target gain; a simultaneous bootstrap band)
-        tgt_names = [scen[i] for i in ti]
-        off_names = [scen[i] for i in oi]
+        # of several targets is the smallest target gain; a simultaneous bootstrap band); the
+        # verdict reads the same band (judge, above)
         if ti and oi:
             m = stats.specificity_margin(eff, target=tgt_names, off_target=off_names, alpha=alpha)
             gain, margin, m_lo, m_hi = m["target_gain"], m["margin"], m["ci_low"], m["ci_high"]
-            band_lo, band_hi = stats.simultaneous_band(eff, tgt_names, alpha)
-            g_lo, g_hi = float(band_lo.min()), float(band_hi.min())
             off_change = float(m["largest_off_target_change"])
             worst_name = m["largest_off_target"] if abs(off_change) > 0 else "none (all 0)"
         else:
             est = stats.point_estimates(eff.paired)
             gain = float(est[ti].min()) if ti else float("nan")
-            g_lo = g_hi = margin = m_lo = m_hi = float("nan")
+            margin = m_lo = m_hi = float("nan")
             off_change, worst_name = float("nan"), "none (all 0)"
-        harmed = sorted(scen[i] for i in oi if float(t.loc[scen[i], "ci_high"]) < 0)
-        if harmed:
-            verdict = "over-broad"
-        elif ti and g_lo > 0:
-            verdict = "specific"
-        else:
-            verdict = "ineffective"
+        g_lo, g_hi = j.target_low, j.target_high
         a = spec.arms.get(name)
         summary.append(
             {
@@ -129,8 +176,9 @@ def matrix(
                 "margin": margin,
                 "margin low": float(m_lo),
                 "margin high": float(m_hi),
-                "harmed off-target": ", ".join(harmed) or "-",
-                "verdict": verdict,
+                "off-target harm": ", ".join(j.harm) or "-",
+                "off-target gain": ", ".join(j.gain) or "-",
+                "verdict": j.verdict,
             }
         )
     return Matrix(pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note)
@@ -154,7 +202,7 @@ def table10(m: Matrix) -> pd.DataFrame:
             "stage": s["stage"],
             "target scenario(s)": s["targets"],
             "target gain (pp)": [_pp(v) for v in s["target gain"]],
-            "95% interval": [
+            "simultaneous 95% interval": [
                 _ci(lo, hi)
                 for lo, hi in zip(s["target gain low"], s["target gain high"], strict=True)
             ],
@@ -164,7 +212,8 @@ def table10(m: Matrix) -> pd.DataFrame:
             "margin 95% interval": [
                 _ci(lo, hi) for lo, hi in zip(s["margin low"], s["margin high"], strict=True)
             ],
-            "harmed off-target": s["harmed off-target"],
+            "off-target harm": s["off-target harm"],
+            "off-target gain": s["off-target gain"],
             "verdict": s["verdict"],
         }
     )
@@ -195,7 +244,9 @@ def captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
     return {
         "table10": main,
         "table10_cells": "Specificity matrix cells: "
-        + main.split(": ", 1)[1].replace(" Margin = ", " Per mitigation in Table 10: margin = "),
+        + main.split(": ", 1)[1].replace(
+            " Target gain = ", " Per mitigation in Table 10: target gain = "
+        ),
     }
 
 
@@ -207,9 +258,11 @@ def caption(m: Matrix, df: pd.DataFrame) -> str:
         f"Mitigation x scenario specificity matrix: paired effect of each mitigation against the "
         f"{m.baseline} baseline, in percentage points, on the scenario's judged outcome (strict success "
         f"on answerable scenarios, safe resolution - a structured non-answer - on unsafe ones), with "
-        f"bootstrap 95% intervals; * marks target scenarios (the mitigation's layer). Target gain "
-        f"= the smallest gain over the target scenarios. Margin = target gain minus the largest "
-        f"absolute off-target change whose simultaneous 95% band excludes zero, with an interval "
+        f"marginal bootstrap 95% intervals per cell (each covers its own effect; together they "
+        f"are not simultaneous); * marks target scenarios (the mitigation's layer). Target gain "
+        f"= the smallest gain over the target scenarios, with its interval from the mitigation's "
+        f"simultaneous 95% band over all its cells. Margin = target gain minus the largest "
+        f"absolute off-target change whose simultaneous band excludes zero, with an interval "
         f"projected from that band (it covers when off-target effects are zero but noisy). "
         f"{VERDICT_RULE} Archive: {', '.join(units)}, {n} baseline records."
         + (f" Note: {m.note}." if m.note else "")

@@ -6,8 +6,10 @@ same tasks (units and tasks are crossed). For unit ``u``, scenario ``s`` and tas
     p_baseline  = clip(base_rate + a_u + b_t)
     p_treatment = clip(base_rate + a_u + b_t + effect_s + g_us + h_st)
 
-with ``a_u ~ N(0, unit_sd)`` (between-unit heterogeneity of the rate), ``b_t ~ N(0, task_sd)``
-(task difficulty shared by every unit), ``g_us ~ N(0, unit_effect_sd)`` (between-unit
+with ``a_u ~ N(0, unit_sd)`` (between-unit heterogeneity of the rate), ``b_t`` with mean 0 and
+sd ``task_sd`` (task difficulty shared by every unit: normal, or with ``task_dist="skewed"`` a
+centred exponential, so most tasks sit near the floor and a few are much easier, as with a small
+real model), ``g_us ~ N(0, unit_effect_sd)`` (between-unit
 heterogeneity of the effect) and ``h_st ~ N(0, task_effect_sd)`` (a task effect on the difference
 shared by every unit). Outcomes are independent Bernoulli draws given those probabilities, so a
 scenario whose population effect is 0 is still *noisy* (``zero_effect="noisy"``, the default);
@@ -55,6 +57,7 @@ class Setting:
     task_effect_sd: float = 0.05
     zero_effect: Literal["noisy", "exact"] = "noisy"
     target: str = stats.TARGET
+    task_dist: Literal["normal", "skewed"] = "normal"
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,15 @@ class Sample:
         return df
 
 
+def _task_effects(
+    rng: np.random.Generator, st: Setting, n: int
+) -> NDArray[np.float64]:
+    """Task difficulties ``b_t``: mean 0, sd ``task_sd``; normal or right-skewed (exponential)."""
+    if st.task_dist == "skewed":
+        return st.task_sd * (rng.exponential(1.0, n) - 1.0)
+    return rng.normal(0.0, st.task_sd, n)
+
+
 def _expected(
     base: float, a: NDArray[np.float64], b: NDArray[np.float64], shift: NDArray[np.float64]
 ) -> float:
@@ -147,7 +159,7 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
     U, S, T = st.n_units, len(scen), st.n_policies * st.variants
     eff = np.array([st.effects[s] for s in scen])
     a = rng.normal(0.0, st.unit_sd, U)
-    b = rng.normal(0.0, st.task_sd, T)
+    b = _task_effects(rng, st, T)
     g = rng.normal(0.0, st.unit_effect_sd, (U, S))
     h = rng.normal(0.0, st.task_effect_sd, (S, T))
     base_p = np.clip(st.base_rate + a[:, None, None] + b[None, None, :], 0, 1)
@@ -170,7 +182,7 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
     # truth by seeded integration over fresh unit and task draws (independent of the sample)
     trng = np.random.default_rng([seed, 7919])
     ta = trng.normal(0.0, st.unit_sd, truth_draws)
-    tb = trng.normal(0.0, st.task_sd, truth_draws)
+    tb = _task_effects(trng, st, truth_draws)
     tg = trng.normal(0.0, st.unit_effect_sd, truth_draws)
     th = trng.normal(0.0, st.task_effect_sd, truth_draws)
     zero_shift = np.zeros(truth_draws)

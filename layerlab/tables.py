@@ -705,7 +705,13 @@ def coverage_table(table: pd.DataFrame) -> pd.DataFrame:
         "not rely on them (nested: the paper's scheme; records-independent Wilson: the old Table 4 "
         f"interval; crossed with fewer than {stats.MIN_UNITS} units: a population claim from too "
         "few models, covering only by being nearly as wide as the scale). 'mc s.e.' is the "
-        "binomial Monte Carlo standard error of the coverage."
+        "binomial Monte Carlo standard error of the coverage. Rows "
+        f"'{coverage.VERDICT}' (identical-prompt settings: both arms independent draws from the "
+        "same per-task success probabilities, no effect anywhere) score Table 10's verdict: "
+        "'coverage' is the share of null mitigations called ineffective, 'false flag' the share "
+        f"called anything else (reported rule: at most {coverage.MAX_FALSE_FLAG:.0%}); beside it "
+        "the one-sided per-cell rule it replaced and how often some off-target marginal interval "
+        "excludes zero."
     )
     return t
 

@@ -149,10 +149,12 @@ def test_the_committed_matrix_credits_each_layer_mitigation_and_flags_the_over_b
         assert s.loc[name, "target gain low"] > 0, name
         off = c.loc[name][~c.loc[name]["target"]]
         assert (off["ci_high"] >= 0).all(), name  # no off-target cell moves the harmful way
-    assert s.loc["always_abstain", "verdict"] == "over-broad"
+        # nor does any off-target band exclude zero in either direction
+        assert ((off["band_low"] <= 0) & (off["band_high"] >= 0)).all(), name
+    assert s.loc["always_abstain", "verdict"] == "over-broad (harm)"
     assert c.loc[("always_abstain", "clean"), "estimate"] < -0.5
-    assert s.loc["ignore_metadata", "verdict"] != "specific"
-    assert "clean" in s.loc["ignore_metadata", "harmed off-target"]
+    assert s.loc["ignore_metadata", "verdict"].startswith("over-broad")
+    assert "clean" in s.loc["ignore_metadata", "off-target harm"]
     # the evidence layer has no headroom here: the reported retriever already prefers the valid
     # version, so validity-aware conflict resolution changes nothing and is called ineffective
     assert s.loc["validity_resolution", "verdict"] == "ineffective"
@@ -240,8 +242,8 @@ def test_recompute_writes_table10(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert (tmp_path / "table10.csv").exists() and (tmp_path / "table10_cells.tex").exists()
     t10 = pd.read_csv(tmp_path / "table10.csv").set_index("mitigation")
-    assert t10.loc["always_abstain", "verdict"] == "over-broad"
-    assert "Verdict: over-broad if" in (tmp_path / "table10.md").read_text()
+    assert t10.loc["always_abstain", "verdict"] == "over-broad (harm)"
+    assert specificity.VERDICT_RULE in (tmp_path / "table10.md").read_text()
 
 
 def test_a_garbage_replying_model_never_resolves_an_unsafe_scenario_safely(
@@ -298,3 +300,87 @@ def test_a_garbage_replying_model_never_resolves_an_unsafe_scenario_safely(
     assert t9["malformed"].iloc[0] > 0 and (t9["provider error"] == 0).all()
     n_bad = sum(r.diagnostic == "malformed_reply" for r in recs)
     assert f"garbage/noise {n_bad}/0" in t4.attrs["caption"]
+
+
+# --- the verdict: off-target changes in either direction, judged by the simultaneous band --------
+
+
+def _synthetic_arm(effects: dict[str, float], seed: int, n_units: int = 2) -> pd.DataFrame:
+    """A synthetic archive of the strict baseline and ``freshness_guard`` (target: stale_index)
+    over every DSL scenario: ``effects`` on the judged outcome, the rest noisy zeros."""
+    from layerlab import stats, synthetic
+
+    setting = synthetic.Setting(
+        n_units=n_units,
+        n_policies=80,
+        variants=1,
+        effects={s: effects.get(s, 0.0) for s in load_scenarios()},
+        unit_effect_sd=0.0,
+        task_effect_sd=0.0,
+    )
+    df = synthetic.simulate(setting, seed, truth_draws=1_000).frame()
+    df["mitigation"] = df["mitigation"].replace({stats.TREATMENT: "freshness_guard"})
+    return df.assign(safe_resolution=df["success"])
+
+
+def test_a_large_off_target_gain_is_flagged_not_called_specific() -> None:
+    """The demo Table 10 used to call specific: +60 pp on its target and +33 pp on clean."""
+    df = _synthetic_arm({"stale_index": 0.6, "clean": 0.33}, seed=4)
+    m = specificity.matrix(df, n_boot=1000)
+    row = m.summary.set_index("mitigation").loc["freshness_guard"]
+    assert row["verdict"] == "over-broad (gain)"
+    assert row["off-target gain"] == "clean" and row["off-target harm"] == "-"
+    cell = m.cells.set_index(["mitigation", "scenario"]).loc[("freshness_guard", "clean")]
+    assert cell["band_low"] > 0 and cell["ci_low"] >= cell["band_low"]  # marginal inside band
+    # the same archive with the gain on the target only is specific
+    only = specificity.matrix(_synthetic_arm({"stale_index": 0.6}, seed=4), n_boot=1000)
+    assert only.summary.set_index("mitigation").loc["freshness_guard", "verdict"] == "specific"
+    # a harm and a gain at once are both named
+    both = specificity.matrix(
+        _synthetic_arm({"stale_index": 0.6, "clean": 0.33, "wrong_session": -0.33}, seed=4),
+        n_boot=1000,
+    ).summary.set_index("mitigation").loc["freshness_guard"]
+    assert both["verdict"] == "over-broad (harm, gain)"
+    assert both["off-target harm"] == "wrong_session" and both["off-target gain"] == "clean"
+
+
+def test_verdict_labels_name_the_direction() -> None:
+    assert specificity.verdict_label(0.1, [], []) == "specific"
+    assert specificity.verdict_label(0.0, [], []) == "ineffective"
+    assert specificity.verdict_label(float("nan"), [], []) == "ineffective"
+    assert specificity.verdict_label(0.5, ["clean"], []) == "over-broad (harm)"
+    assert specificity.verdict_label(0.5, [], ["clean"]) == "over-broad (gain)"
+    assert specificity.verdict_label(-0.5, ["a"], ["b"]) == "over-broad (harm, gain)"
+
+
+def _null_flag_rates(sims: int, n_boot: int) -> tuple[float, float]:
+    """Over ``sims`` seeded identical-prompt archives (2 units x 80 tasks x 9 scenarios, truth 0
+    everywhere), the share the verdict does not call ineffective, and the old rule's share."""
+    from layerlab import coverage, stats, synthetic
+
+    setting = next(s for s in coverage.SETTINGS if s.name.startswith("identical prompts, 2 units"))
+    assert coverage.is_null(setting) and len(setting.effects) == len(load_scenarios())
+    new = old = 0
+    for i in range(sims):
+        p = synthetic.simulate(setting, 10_000 + i, truth_draws=1_000).paired()
+        eff = stats.effects_from_paired(p, n_boot, seed=i)
+        assert eff.design == "tasks"
+        off = [s for s in p.scenarios if s != setting.target]
+        rows = {r["interval"]: r["covered"] for r in coverage._verdict_rows(eff, setting.target, off)}
+        new += not rows["reported (simultaneous band, both directions)"]
+        old += not rows["one-sided marginal, harm only (replaced)"]
+    return new / sims, old / sims
+
+
+def test_null_mitigations_are_rarely_flagged() -> None:
+    """Both arms independent draws of the same prompts: the verdict calls at most 7% of them
+    anything but ineffective; the one-sided per-cell rule it replaced called far more."""
+    new, old = _null_flag_rates(sims=120, n_boot=300)
+    assert new <= 0.07, new
+    assert old > new
+
+
+@pytest.mark.slow
+def test_null_false_flag_rate_at_full_size() -> None:
+    new, _ = _null_flag_rates(sims=1000, n_boot=1000)
+    assert new <= 0.07, new

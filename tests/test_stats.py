@@ -286,7 +286,15 @@ def test_reduced_coverage_suite_runs_every_setting_and_interval() -> None:
     assert rep["coverage"].min() >= 0.7, rep.sort_values("coverage").head()
     pooled = (rep["coverage"] * rep["checks"]).sum() / rep["checks"].sum()
     assert pooled >= 0.92
-    assert set(rep.loc[rep["units"] < stats.MIN_UNITS, "estimand"]) == {"these units"}
+    assert set(rep.loc[rep["units"] < stats.MIN_UNITS, "estimand"]) <= {
+        "these units",
+        "ineffective (no effect anywhere)",
+    }
+    verdict = table[table["quantity"] == coverage.VERDICT]
+    assert set(verdict["setting"]) == {s.name for s in coverage.SETTINGS if coverage.is_null(s)}
+    assert verdict["false flag"].notna().all() and table["false flag"].isna().sum() == len(
+        table
+    ) - len(verdict)
 
 
 def test_committed_coverage_table_meets_the_requirement() -> None:
@@ -306,6 +314,15 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     assert (
         rows["2 units", "effect, target", "crossed below min units"] >= 0.0
     )  # shown, not reported
+    # the verdict under the null: the reported rule at most 7% false flags, the old one more
+    assert "false flag" in table, "coverage.csv predates the verdict rows: run `make coverage`"
+    null = "identical prompts, 2 units x 80 tasks x 9 scenarios"
+    flags = table.set_index(["setting", "quantity", "interval"])["false flag"]
+    reported = flags[(null, coverage.VERDICT, "reported (simultaneous band, both directions)")]
+    assert reported <= coverage.MAX_FALSE_FLAG
+    assert flags[(null, coverage.VERDICT, "one-sided marginal, harm only (replaced)")] > reported
+    skewed = ("2 units x 80 tasks, skewed difficulty", "effect, zero off-target", "reported")
+    assert rows[skewed] >= coverage.REQUIRED
 
 
 @pytest.mark.slow
@@ -336,3 +353,49 @@ def test_simultaneous_band_never_leaves_the_scale_of_a_rate_difference() -> None
     assert (hi <= 1.0).all() and (lo >= -1.0).all()
     m = stats.specificity_margin(eff)
     assert -1.0 <= m["ci_low"] <= m["ci_high"] <= 1.0
+
+
+def test_tasks_only_intervals_get_a_small_sample_widening() -> None:
+    """2 units x 80 tasks (tasks only): the percentile deviations are rescaled to the
+    task-clustered variance (G/(G-1)) and widened by t(df)/z, df <= G-1; the raw percentile
+    interval over such an archive covered 93.8%."""
+    from scipy.stats import norm
+    from scipy.stats import t as t_dist
+
+    setting = next(s for s in coverage.SETTINGS if s.name.startswith("2 units x 80 tasks"))
+    p = synthetic.simulate(setting, 5, truth_draws=1_000).paired()
+    eff = stats.effects_from_paired(p, 2000, seed=0)
+    assert eff.design == "tasks" and len(p.tasks) == 80
+    g = len(p.tasks)
+    factor = stats.small_sample_factor(p, "tasks", policy_level=False)
+    floor = float(t_dist.ppf(0.975, g - 1) / norm.ppf(0.975))
+    assert (factor >= floor - 1e-12).all() and floor > 1.01
+    live = eff.scale != 1.0
+    assert live.all()
+    # the rest of the scale is the G/(G-1) variance factor (up to the bootstrap's own noise)
+    assert np.allclose(eff.scale / factor, math.sqrt(g / (g - 1)), rtol=0.08)
+    raw = stats.bootstrap(p, 2000, seed=0, design="tasks")
+    rlo, rhi = np.nanquantile(raw, [0.025, 0.975], axis=0)
+    t = eff.table
+    assert ((t["ci_high"] - t["ci_low"]).to_numpy() > (rhi - rlo)).all()
+    assert "widened by t(df)/z, df at most 79" in eff.describe()
+    # crossed keeps t(U-1)/z over the units; nested stays raw
+    assert np.allclose(stats.small_sample_factor(p, "crossed", False), stats._t_over_z(2, 0.05))
+    assert np.allclose(stats.small_sample_factor(p, "nested", False), 1.0)
+
+
+def test_tasks_only_degrees_of_freedom_fall_when_few_tasks_carry_the_variance() -> None:
+    """One discordant task among 80: the variance rests on that task alone (df about 2, the
+    interval about twice as wide as t(79) would make it); evenly spread differences keep G-1."""
+    s = synthetic.simulate(
+        synthetic.Setting(n_units=1, n_policies=80, variants=1, effects={"clean": 0.0}), 0, 1000
+    )
+    p = s.paired()
+    diff = np.zeros_like(p.diff)
+    diff[0, 0, 7] = 1.0
+    one = dataclasses.replace(p, diff=diff)
+    df = stats.cluster_df(one, np.arange(80))
+    assert 1.5 < df[0] < 3
+    assert stats.small_sample_factor(one, "tasks", False)[0] > 2
+    spread = dataclasses.replace(p, diff=np.where(np.arange(80) % 2 == 0, 1.0, -1.0)[None, None, :])
+    assert stats.cluster_df(spread, np.arange(80))[0] == 79
