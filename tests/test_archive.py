@@ -300,23 +300,17 @@ def test_archive_migrate_command(tmp_path: Path, small_run: list[Record]) -> Non
 # --- schema 4: grounded in delivered documents, answer measures; migration from schema 3 ---------
 
 
-def _copy_committed(name: str, dest: Path) -> Path:
-    import shutil
-
-    from layerlab import paths
-
-    shutil.copytree(paths.ARCHIVES / name, dest)
-    return dest
-
-
 def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> None:
-    """A real-model archive (schema 3): grounded_cited is the old grounded; the new grounded,
+    """A real-model archive as committed under schema 3 (SmolLM2's, kept as a fixture: the
+    committed copy is now retired and migrated): grounded_cited is the old grounded; the new grounded,
     GF, contained and token_f1 are derived where the old labels determine them and null (not
     recorded) elsewhere; the manifest keeps its provenance and gains the step."""
+    import shutil
+
     from layerlab import results
     from layerlab.archive import check_path, migrate, read_manifest
 
-    run = _copy_committed("local_models/smollm2-135m", tmp_path / "smol")
+    run = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "schema3_smollm2", tmp_path / "smol"))
     old = pq.read_table(run / "records.parquet").to_pylist()
     assert {r["schema_version"] for r in old} == {3}
     before = read_manifest(run)
@@ -357,9 +351,13 @@ def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> No
 
 
 def test_the_committed_study_archive_migrates_to_version_3(tmp_path: Path) -> None:
+    """The study archive as committed under version 2 (kept as a fixture; `make archives` now
+    writes version 3)."""
+    import shutil
+
     from layerlab.archive import STUDY_SCHEMA_VERSION, migrate, read_study
 
-    run = _copy_committed("langchain_study", tmp_path / "study")
+    run = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "study_v2", tmp_path / "study"))
     old = {(r["scenario"], r["mitigation"], r["task_id"]): r for r in pq.read_table(run / "study.parquet").to_pylist()}
     rep = migrate(run)
     assert (rep["from"], rep["to"], rep["changed"]) == (2, STUDY_SCHEMA_VERSION, True)
