@@ -135,11 +135,14 @@ QWEN = "qwen2.5-coder-1.5b"
 
 
 @pytest.mark.slow
-def test_qwen_answers_a_clean_task_and_repair_recovers_schema_drift(tmp_path: Path) -> None:
+def test_qwen_answers_a_clean_task_and_repair_recovers_schema_drift(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The committed archives' model on one task: clean and schema drift, strict and repair
     (3 calls; about a minute on 2 cores). Qwen answers the clean question correctly under
     both arms (one shared reply: the prompts coincide), strict rejects the drifted payload
     before the model, and repair's normalised payload lets the model answer it."""
+    monkeypatch.setenv("LAYERLAB_CACHE", str(USER_CACHE))  # the fetched model, not the test's cache
     if not models.is_fetched(models.lookup(QWEN)):
         pytest.fail(f"{QWEN} is not fetched (make test-slow fetches it: layerlab models fetch {QWEN})")
     out = tmp_path / "run"
