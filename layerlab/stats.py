@@ -150,16 +150,24 @@ def sampling_phrase(df: pd.DataFrame) -> str:
     return "; ".join(phrases)
 
 
+def arm_pairs(
+    df: pd.DataFrame, baseline: str = BASELINE, treatment: str = TREATMENT, *columns: str
+) -> pd.DataFrame:
+    """The (unit, scenario, task, replicate) pairs that reached the reader in both arms, with
+    each arm's ``prompt_hash`` and ``columns`` suffixed ``_a`` (baseline) and ``_b``."""
+    keys = ["provider", "model", "scenario", "task_id", "replicate"]
+    cols = [*keys, "prompt_hash", *columns]
+    a = df.loc[(df[ARM] == baseline) & df["reached_reader"], cols]
+    b = df.loc[(df[ARM] == treatment) & df["reached_reader"], cols]
+    return a.merge(b, on=keys, suffixes=("_a", "_b"))
+
+
 def identical_prompts(df: pd.DataFrame, baseline: str = BASELINE, treatment: str = TREATMENT) -> dict[str, tuple[int, int]]:
     """Per scenario: (pairs whose baseline and treatment prompts are byte-identical, pairs that
     reached the reader in both arms). Where every pair is identical, a difference between the
     arms is the model's draw, not the arm (exactly zero under greedy decoding with shared
     replies)."""
-    keys = ["provider", "model", "scenario", "task_id", "replicate"]
-    cols = [*keys, "prompt_hash"]
-    a = df.loc[(df[ARM] == baseline) & df["reached_reader"], cols]
-    b = df.loc[(df[ARM] == treatment) & df["reached_reader"], cols]
-    m = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    m = arm_pairs(df, baseline, treatment)
     out = {}
     for s, sub in m.groupby("scenario", sort=False):
         same = int((sub["prompt_hash_a"] == sub["prompt_hash_b"]).sum())
@@ -1318,11 +1326,7 @@ def identical_prompt_discordance(
     exchangeable draws each direction is equally likely, whatever the decoding)."""
     from scipy.stats import binomtest
 
-    keys = ["provider", "model", "scenario", "task_id", "replicate"]
-    cols = [*keys, "prompt_hash", outcome]
-    a = df.loc[(df[ARM] == baseline) & df["reached_reader"], cols]
-    b = df.loc[(df[ARM] == treatment) & df["reached_reader"], cols]
-    m = a.merge(b, on=keys, suffixes=("_a", "_b"))
+    m = arm_pairs(df, baseline, treatment, outcome)
     m = m[m["prompt_hash_a"] == m["prompt_hash_b"]]
     rows = []
     for (provider, model, scenario), sub in m.groupby(["provider", "model", "scenario"], sort=False):
