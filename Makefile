@@ -79,7 +79,7 @@ lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
 
 paper: $(STAMP) ## Build paper/main.pdf from paper/main.tex and the generated tables and figures (needs TeX; see README).
-	$(BIN)/python -m layerlab.paper
+	$(BIN)/python -m layerlab.reporting.paper
 
 archives: $(STAMP) ## Re-run the reference agents (live harness), the mitigation matrix and the LangChain study into data/archives/.
 	rm -rf out/reference_agents out/reference_agents.cache
@@ -114,7 +114,7 @@ local-archives: $(LOCAL_STAMP) ## Run the real local models (hours; resumable) i
 # (12 arms x 9 scenarios x 40 tasks = 4,320 records; greedy, so an arm whose prompt is unchanged
 # reuses the reply: about 240 calls beyond local-archives'), and sampled replicates (temperature
 # 0.7, 3 replicates, 40 tasks, clean/stale_index/schema_drift/wrong_session: about 840 calls).
-MATRIX_ARMS = $(shell $(BIN)/python -c 'from layerlab.mitigation import load_mitigations as l; s = l(); print(" ".join("--mitigation " + a for a in (s.baseline, *s.matrix_arms)))' 2>/dev/null)
+MATRIX_ARMS = $(shell $(BIN)/python -c 'from layerlab.mitigations.mitigation import load_mitigations as l; s = l(); print(" ".join("--mitigation " + a for a in (s.baseline, *s.matrix_arms)))' 2>/dev/null)
 define local_run
 	@for m in $(LOCAL_MODELS); do \
 	  resume=; [ -e out/$(1)/$$m/manifest.json ] && resume=--resume; \
@@ -138,7 +138,7 @@ bench: $(LOCAL_STAMP) ## Benchmarks: every goal of issue 15 (and the bootstrap's
 	$(BIN)/python -m layerlab.bench
 
 coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).
-	$(BIN)/python -m layerlab.coverage --full --write
+	$(BIN)/python -m layerlab.analysis.coverage --full --write
 
 lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).
 	uv pip compile pyproject.toml --extra dev --extra study --generate-hashes --universal --python-version 3.11 -o requirements.lock

@@ -53,10 +53,11 @@ def verdict(
 
 def _deterministic(repeat: int, arms: Sequence[Any] | None) -> dict[str, Any]:
     """Median wall and CPU seconds of ``run_deterministic`` over ``arms`` (default: the contract
-    arms), each repeat from cold memo caches (:func:`layerlab.harness.clear_caches`)."""
-    from layerlab import corpus as corpus_mod
-    from layerlab import harness, paths
-    from layerlab.scenario import load_scenarios
+    arms), each repeat from cold memo caches (:func:`layerlab.harness.deterministic.clear_caches`)."""
+    from layerlab import paths
+    from layerlab.corpus import build as corpus_mod
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness import deterministic as harness
 
     c = corpus_mod.load(paths.CORPUS_DIR)
     key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
@@ -100,7 +101,7 @@ def _det_note(d: dict[str, Any]) -> str:
 def bench_mitigation_matrix(repeat: int) -> dict[str, Any]:
     """The mitigation matrix (baseline + every matrix arm, ``layerlab mitigation run``'s
     records) through the same path; goal: the deterministic goal's rate (4,320 records/s)."""
-    from layerlab.mitigation import load_mitigations
+    from layerlab.mitigations.mitigation import load_mitigations
 
     spec = load_mitigations()
     names = [spec.baseline, *[a for a in spec.matrix_arms if a != spec.baseline]]
@@ -176,7 +177,7 @@ def bench_cli_start(repeat: int) -> dict[str, Any]:
     for _ in range(repeat):
         t0 = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-c", "from layerlab.llm import import_litellm; import_litellm()"],
+            [sys.executable, "-c", "from layerlab.models.llm import import_litellm; import_litellm()"],
             check=True,
         )
         lite.append(time.perf_counter() - t0)
@@ -314,10 +315,11 @@ def _live_run(
     import tempfile
     from pathlib import Path
 
-    from layerlab import corpus as corpus_mod
-    from layerlab import live, paths
-    from layerlab.scenario import load_scenarios
-    from layerlab.spec import spec_hash
+    from layerlab import paths
+    from layerlab.corpus import build as corpus_mod
+    from layerlab.corpus.spec import spec_hash
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness import live
 
     c = corpus_mod.load(paths.CORPUS_DIR)
     key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
@@ -352,11 +354,11 @@ def _load() -> float:
 def bench_live_throughput(repeat: int, workers: int | None = None) -> dict[str, Any]:
     """Records per second through litellm with the local extractive agent (full 240 x 9 x 2),
     end to end (set-up, preflight, scoring, progress log, archive and results.json included);
-    goal: >= 4 x 248 records/s. ``workers`` as in :func:`layerlab.live.run_live` (default:
+    goal: >= 4 x 248 records/s. ``workers`` as in :func:`layerlab.harness.live.run_live` (default:
     one worker process per core)."""
-    from layerlab import live
-    from layerlab.harness import MODES
-    from layerlab.scenario import load_scenarios
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness import live
+    from layerlab.harness.deterministic import MODES
 
     scen = tuple(load_scenarios())
     _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up: litellm import
@@ -403,8 +405,8 @@ def bench_live_latency(
     """
     import math
 
-    from layerlab import live
-    from layerlab.harness import MODES
+    from layerlab.harness import live
+    from layerlab.harness.deterministic import MODES
 
     _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up
     times, cpus, res, loads = [], [], None, [_load()]
@@ -459,12 +461,12 @@ BENCHMARKS["latency_200ms"] = lambda repeat: bench_live_latency(repeat, latency_
 def bench_bootstrap(repeat: int, plain_resamples: int = 500) -> dict[str, Any]:
     """10,000 bootstrap resamples over a 38,880-record (9 units x 9 scenarios x 240 tasks x 2 arms)
     synthetic archive: the vectorised bootstrap's median time per design, and its ratio to the
-    textbook loop over the same draws (:func:`layerlab.stats.plain_loop_bootstrap`), measured in
+    textbook loop over the same draws (:func:`layerlab.analysis.stats.plain_loop_bootstrap`), measured in
     the same run. The loop's cost per resample is constant, so it is timed on
     ``plain_resamples`` resamples and scaled to 10,000.
     """
-    from layerlab import stats, synthetic
-    from layerlab.scenario import load_scenarios
+    from layerlab.analysis import stats, synthetic
+    from layerlab.faults.scenario import load_scenarios
 
     n_boot = 10_000
     effects = {s: (0.4 if s == stats.TARGET else 0.0) for s in load_scenarios()}
@@ -510,9 +512,9 @@ def bench_bootstrap(repeat: int, plain_resamples: int = 500) -> dict[str, Any]:
 
 
 def bench_coverage(repeat: int) -> dict[str, Any]:
-    """The full coverage suite (:mod:`layerlab.coverage`): wall time and the lowest coverage of
+    """The full coverage suite (:mod:`layerlab.analysis.coverage`): wall time and the lowest coverage of
     any reported interval type (``repeat`` is ignored: one run)."""
-    from layerlab import coverage
+    from layerlab.analysis import coverage
 
     t0 = time.perf_counter()
     table = coverage.run(size=coverage.FULL)
@@ -576,11 +578,17 @@ def bench_local_model(
     import urllib.request
     from pathlib import Path
 
-    from layerlab import corpus as corpus_mod
-    from layerlab import harness, live, models, paths, prompt
-    from layerlab.llm import ProviderSettings
-    from layerlab.scenario import load_scenarios
-    from layerlab.spec import spec_hash
+    from layerlab import paths
+    from layerlab.corpus import build as corpus_mod
+    from layerlab.corpus.spec import spec_hash
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness import deterministic as harness
+    from layerlab.harness import live
+    from layerlab.harness.prepare import prepare
+    from layerlab.harness.step import gate
+    from layerlab.models import local as models
+    from layerlab.models.llm import ProviderSettings
+    from layerlab.system import prompt
 
     spec = models.lookup(model)
     models.fetch(spec)
@@ -602,10 +610,10 @@ def bench_local_model(
         route = live.routes_for(cfg, 1)[cfg.models[0]]
         bodies = []
         for s in scenarios:
-            prep = harness.prepare(c, scen[s])
+            prep = prepare(c, scen[s])
             for t in c.tasks[: len(task_ids)]:
                 for arm in arms:
-                    g = harness.gate(t, prep, arm)
+                    g = gate(t, prep, arm)
                     if g.inp is None:
                         continue
                     seed = live.record_seed(0, cfg.models[0], s, arm, t.task_id, 0)
@@ -738,8 +746,8 @@ def profile_live(scenarios: Sequence[str] | None = None) -> dict[str, Any]:
     import cProfile
     import pstats
 
-    from layerlab.harness import MODES
-    from layerlab.scenario import load_scenarios
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness.deterministic import MODES
 
     scen = tuple(scenarios or load_scenarios())
     _live_run(("layerlab/extractive",), scen[:1], MODES[:1], 8, 1)  # warm-up: imports, caches

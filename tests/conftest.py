@@ -12,8 +12,10 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from layerlab import corpus as corpus_mod  # noqa: E402
 from layerlab import paths  # noqa: E402
+from layerlab.corpus import build as corpus_mod  # noqa: E402
+from layerlab.harness.prepare import prepare
+from layerlab.harness.step import gate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -44,17 +46,16 @@ def good_spec_text() -> str:
 def every_gate(corpus: corpus_mod.Corpus) -> list[tuple[str, str, corpus_mod.Task, object]]:
     """Every cell of the matrix before the reader, under every arm of the committed mitigations
     spec (contract arms, mitigations and stacks): (scenario, arm, task, Gate)."""
-    from layerlab import harness
-    from layerlab.mitigation import load_mitigations
-    from layerlab.scenario import load_scenarios
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.mitigations.mitigation import load_mitigations
 
     arms = list(load_mitigations().arms)
     out = []
     for s in load_scenarios().values():
-        prep = harness.prepare(corpus, s)
+        prep = prepare(corpus, s)
         for t in corpus.tasks:
             for arm in arms:
-                out.append((s.name, arm, t, harness.gate(t, prep, arm)))
+                out.append((s.name, arm, t, gate(t, prep, arm)))
     return out
 
 

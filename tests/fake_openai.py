@@ -28,7 +28,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from layerlab.agents import reply_for
+from layerlab.models.agents import reply_for
 
 SLOW_S = 1.5
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from layerlab.archive import (
+from layerlab.archive.archive import (
     SCHEMA_VERSION,
     ArchiveError,
     Record,
@@ -162,7 +162,7 @@ def as_v3(table: pa.Table) -> pa.Table:
 def as_migrated(records: list[Record]) -> list[Record]:
     """What a migration from schema 3 can know of ``records``: the labels the old ones
     determine, the rest null (not recorded)."""
-    from layerlab.archive import v4_labels
+    from layerlab.archive.archive import v4_labels
 
     out = []
     for r in records:
@@ -189,8 +189,8 @@ def as_v2(table: pa.Table) -> pa.Table:
 @pytest.fixture(scope="module")
 def small_run(corpus, key) -> list[Record]:  # type: ignore[no-untyped-def]
     """Deterministic records over an answerable and an unsafe scenario, both contract arms."""
-    from layerlab import harness
-    from layerlab.scenario import load_scenarios
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness import deterministic as harness
 
     scen = {k: v for k, v in load_scenarios().items() if k in ("clean", "permission_denied", "stale_index")}
     return harness.run_deterministic(corpus, key, scen, run_id="deterministic")
@@ -217,7 +217,7 @@ def test_placeholders_and_inconsistent_derived_columns_are_refused(tmp_path: Pat
 
 def _v2_run_folder(folder: Path, records: list[Record]) -> dict[str, object]:
     from layerlab._io import sha256_file
-    from layerlab.archive import write_manifest
+    from layerlab.archive.archive import write_manifest
 
     folder.mkdir()
     pq.write_table(as_v2(to_table(records)), folder / "records.parquet", compression="zstd", write_statistics=False)
@@ -240,7 +240,7 @@ def test_a_migrated_v2_run_equals_a_fresh_write_and_keeps_its_provenance(
 ) -> None:
     import json
 
-    from layerlab.archive import check_path, migrate, read_manifest
+    from layerlab.archive.archive import check_path, migrate, read_manifest
 
     before = _v2_run_folder(tmp_path / "run", small_run)
     # a v2 archive still reads (upgraded in memory) before it is migrated
@@ -267,7 +267,7 @@ def test_a_migrated_v2_run_equals_a_fresh_write_and_keeps_its_provenance(
 def test_migration_refuses_a_scenario_spec_that_contradicts_the_labels(
     tmp_path: Path, small_run: list[Record]
 ) -> None:
-    from layerlab.archive import migrate
+    from layerlab.archive.archive import migrate
 
     _v2_run_folder(tmp_path / "run", small_run)
     spec = (Path(__file__).parent.parent / "data" / "specs" / "scenarios.yaml").read_text()
@@ -307,8 +307,8 @@ def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> No
     recorded) elsewhere; the manifest keeps its provenance and gains the step."""
     import shutil
 
-    from layerlab import results
-    from layerlab.archive import check_path, migrate, read_manifest
+    from layerlab.analysis import results
+    from layerlab.archive.archive import check_path, migrate, read_manifest
 
     run = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "schema3_smollm2", tmp_path / "smol"))
     old = pq.read_table(run / "records.parquet").to_pylist()
@@ -355,7 +355,7 @@ def test_the_committed_study_archive_migrates_to_version_3(tmp_path: Path) -> No
     writes version 3)."""
     import shutil
 
-    from layerlab.archive import STUDY_SCHEMA_VERSION, migrate, read_study
+    from layerlab.archive.archive import STUDY_SCHEMA_VERSION, migrate, read_study
 
     run = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "study_v2", tmp_path / "study"))
     old = {(r["scenario"], r["mitigation"], r["task_id"]): r for r in pq.read_table(run / "study.parquet").to_pylist()}
@@ -387,8 +387,8 @@ def test_inconsistent_groundedness_labels_are_refused(tmp_path: Path) -> None:
 def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, small_run: list[Record]) -> None:
     import json
 
-    from layerlab import results
-    from layerlab.archive import write_run
+    from layerlab.analysis import results
+    from layerlab.archive.archive import write_run
 
     write_run(tmp_path / "run", small_run, {"run_id": "deterministic", "kind": "deterministic", "complete": True})
     res = results.write_results(tmp_path / "run")
@@ -414,7 +414,7 @@ def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, sm
 def test_answer_quality_table(small_run: list[Record]) -> None:
     import pandas as pd
 
-    from layerlab.tables import table_answer_quality
+    from layerlab.reporting.tables import table_answer_quality
 
     df = pd.DataFrame([r.__dict__ for r in small_run])
     t = table_answer_quality(df)

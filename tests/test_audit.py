@@ -6,9 +6,11 @@ import json
 
 from typer.testing import CliRunner
 
-from layerlab import audit
-from layerlab import corpus as corpus_mod
 from layerlab.cli import app
+from layerlab.corpus import build as corpus_mod
+from layerlab.harness.prepare import prepare
+from layerlab.harness.step import gate
+from layerlab.scoring import audit
 
 runner = CliRunner()
 
@@ -74,15 +76,15 @@ def test_corpus_tells_audit_on_the_committed_corpus() -> None:
 def test_grounded_wrong_session_answers_differ_from_expected(
     corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey
 ) -> None:
-    from layerlab import harness
-    from layerlab.scenario import load_scenarios
-    from layerlab.text import normalize_answer
+    from layerlab.corpus.text import normalize_answer
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness import deterministic as harness
 
     scen = load_scenarios()
-    prepared = harness.prepare(corpus, scen["wrong_session"])
+    prepared = prepare(corpus, scen["wrong_session"])
     reader = harness.ExtractiveReader()
     for t in corpus.tasks:
-        g = harness.gate(t, prepared, "strict")
+        g = gate(t, prepared, "strict")
         assert g.inp is not None
         out = reader.read(g.inp)
         if out.answer is not None:

@@ -49,8 +49,8 @@ def test_main_runs_the_chosen_benchmarks_and_fails_on_a_missed_goal(monkeypatch,
 
 
 def test_deterministic_entry_has_the_shape_and_counts_every_record(corpus) -> None:
-    from layerlab import harness
-    from layerlab.scenario import load_scenarios
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness import deterministic as harness
 
     r = bench.bench_deterministic(1)
     n = len(corpus.tasks) * len(load_scenarios()) * len(harness.MODES)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 
-from layerlab import archive, harness, paths, prompt
-from layerlab import corpus as corpus_mod
-from layerlab.reader import READERS
-from layerlab.scenario import load_scenarios
+from layerlab import paths
+from layerlab.archive import archive
+from layerlab.corpus import build as corpus_mod
+from layerlab.faults.scenario import load_scenarios
+from layerlab.harness import deterministic as harness
+from layerlab.system import prompt
+from layerlab.system.reader import READERS
 
 REF = paths.ARCHIVES / "reference_agents"
 LABELS = (*archive.LABELS, "diagnostic", "stage")
@@ -37,7 +40,7 @@ def test_reference_archive_is_current(corpus: corpus_mod.Corpus, key: corpus_mod
 
 def test_local_model_archives_are_complete_real_model_runs() -> None:
     """Every committed real-model archive: a complete run of a registered model, hash recorded."""
-    from layerlab import models
+    from layerlab.models import local as models
 
     folders = [
         *paths.archives_in(paths.LOCAL_MODEL_ARCHIVES),

@@ -6,18 +6,18 @@ import copy
 
 import pytest
 
-from layerlab import corpus as corpus_mod
-from layerlab import harness
-from layerlab.contract import SearchPayload, repair_payload
-from layerlab.mitigation import contract_mode as get_mode
-from layerlab.scenario import load_scenarios
+from layerlab.corpus import build as corpus_mod
+from layerlab.faults.scenario import load_scenarios
+from layerlab.harness.prepare import PreparedScenario, prepare
+from layerlab.mitigations.mitigation import contract_mode as get_mode
+from layerlab.system.contract import SearchPayload, repair_payload
 
 
 @pytest.fixture(scope="module")
-def prepared(corpus: corpus_mod.Corpus) -> dict[str, harness.PreparedScenario]:
+def prepared(corpus: corpus_mod.Corpus) -> dict[str, PreparedScenario]:
     scen = load_scenarios()
     return {
-        n: harness.prepare(corpus, scen[n]) for n in ("clean", "schema_drift", "permission_denied")
+        n: prepare(corpus, scen[n]) for n in ("clean", "schema_drift", "permission_denied")
     }
 
 
@@ -70,7 +70,7 @@ def test_repair_stops_at_the_edit_cap(prepared, corpus) -> None:
 
 def test_repair_keeps_foreign_session_ids(corpus) -> None:
     scen = load_scenarios()
-    prep = harness.prepare(corpus, scen["wrong_session"])
+    prep = prepare(corpus, scen["wrong_session"])
     t = corpus.tasks[0]
     res = get_mode("repair").check(prep.received[t.task_id])
     assert res.payload is not None

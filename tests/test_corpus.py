@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from layerlab import corpus as corpus_mod
 from layerlab import paths
-from layerlab.cues import CueMatcher
-from layerlab.text import states_value
+from layerlab.corpus import build as corpus_mod
+from layerlab.corpus.cues import CueMatcher
+from layerlab.corpus.text import states_value
 
 DOMAINS = {"returns", "pto", "support", "security", "finance", "hr", "legal", "it_ops"}
 
@@ -35,7 +35,7 @@ def test_ids_unique_and_opaque(corpus: corpus_mod.Corpus) -> None:
     assert len({t.task_id for t in corpus.tasks}) == 240
     # the id suffix does not give the version away: the current version holds each suffix
     # 40-60% of the time, overall and in every domain
-    from layerlab import audit
+    from layerlab.scoring import audit
 
     for s, share in audit.id_suffix_shares(corpus).items():
         assert 0.4 <= share <= 0.6, (s, share)
@@ -55,7 +55,7 @@ def test_suffix_rule_balances_any_policy_set() -> None:
 
 
 def test_superseded_prose_reads_like_current_prose(corpus: corpus_mod.Corpus) -> None:
-    from layerlab import audit
+    from layerlab.scoring import audit
 
     rates = audit.past_tense_rates(corpus)
     assert rates["gap_points"] <= 10, rates
@@ -72,7 +72,7 @@ def test_superseded_prose_reads_like_current_prose(corpus: corpus_mod.Corpus) ->
 def test_foreign_versions_state_a_different_value_of_the_same_kind(
     corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey
 ) -> None:
-    from layerlab.extract import extract
+    from layerlab.corpus.extract import extract
 
     theirs = corpus.foreign_by_policy()
     assert set(theirs) == {d.policy_id for d in corpus.documents}
@@ -91,7 +91,7 @@ def test_foreign_versions_state_a_different_value_of_the_same_kind(
 
 
 def test_foreign_value_rule() -> None:
-    from layerlab.spec import PolicySpec
+    from layerlab.corpus.spec import PolicySpec
 
     def policy(kind: str, cur: str, sup: str, prose: str) -> PolicySpec:
         return PolicySpec.model_validate(

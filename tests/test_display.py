@@ -7,7 +7,8 @@ import re
 
 import pandas as pd
 
-from layerlab import display, paths
+from layerlab import paths
+from layerlab.reporting import display
 
 
 def test_scalars() -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from layerlab import explore, paths, stats
+from layerlab import paths
+from layerlab.analysis import stats
 from layerlab.cli import app
+from layerlab.reporting import explore
 
 runner = CliRunner()
 
@@ -80,7 +82,8 @@ def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:
 
 
 def test_table6_from_archive_labels_says_what_each_unit_did() -> None:
-    from layerlab import explore, stats
+    from layerlab.analysis import stats
+    from layerlab.reporting import explore
 
     df = stats.records_frame()
     cases = explore.representative_cases(df, model="extractive")
@@ -95,7 +98,8 @@ def test_table6_from_archive_labels_says_what_each_unit_did() -> None:
 
 
 def test_safe_resolution_by_unit_counts_failures_apart_from_refusals() -> None:
-    from layerlab import stats, tables
+    from layerlab.analysis import stats
+    from layerlab.reporting import tables
 
     df = stats.records_frame()
     t = tables.safe_resolution_by_unit(df)

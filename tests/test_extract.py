@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from layerlab import corpus as corpus_mod
 from layerlab import paths
-from layerlab.extract import extract, sentences
-from layerlab.spec import load_domains
-from layerlab.text import normalize_answer
+from layerlab.corpus import build as corpus_mod
+from layerlab.corpus.extract import extract, sentences
+from layerlab.corpus.spec import load_domains
+from layerlab.corpus.text import normalize_answer
 
 
 def test_every_question_extracts_its_value_from_each_version() -> None:

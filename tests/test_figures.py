@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from layerlab import display, figures, paths, stats
+from layerlab import paths
+from layerlab.analysis import stats
+from layerlab.reporting import display, figures
 
 
 @pytest.fixture(scope="module")

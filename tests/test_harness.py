@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import corpus as corpus_mod
-from layerlab import harness
-from layerlab.archive import ALLOWLIST, read_table
+from layerlab.archive.archive import ALLOWLIST, read_table
 from layerlab.cli import app
-from layerlab.scenario import load_scenarios
+from layerlab.corpus import build as corpus_mod
+from layerlab.faults.scenario import load_scenarios
+from layerlab.harness import deterministic as harness
+from layerlab.harness.prepare import input_hash, prepare
+from layerlab.harness.step import gate
 
 runner = CliRunner()
 
@@ -82,11 +84,11 @@ def test_fast_paths_give_the_textbook_values(corpus, key) -> None:
     from layerlab._io import canonical_json
 
     scen = load_scenarios()
-    prep = harness.prepare(corpus, scen["partial_timeout"])
-    g = harness.gate(corpus.tasks[0], prep, harness.MODES[0])
+    prep = prepare(corpus, scen["partial_timeout"])
+    g = gate(corpus.tasks[0], prep, harness.MODES[0])
     assert g.inp is not None and g.inp.evidence
     want = hashlib.sha256(canonical_json(dataclasses.asdict(g.inp)).encode()).hexdigest()
-    assert harness.input_hash(g.inp) == want
+    assert input_hash(g.inp) == want
     two = {n: scen[n] for n in ("clean", "corrupted_metadata")}
     warm = harness.run_deterministic(corpus, key, two)
     harness.clear_caches()

@@ -15,13 +15,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import archive, harness, live, paths, prompt
-from layerlab import corpus as corpus_mod
-from layerlab.archive import read_records
+from layerlab import paths
+from layerlab.archive import archive
+from layerlab.archive.archive import read_records
 from layerlab.cli import app
-from layerlab.llm import ProviderSettings
-from layerlab.scenario import load_scenarios
-from layerlab.spec import spec_hash
+from layerlab.corpus import build as corpus_mod
+from layerlab.corpus.spec import spec_hash
+from layerlab.faults.scenario import load_scenarios
+from layerlab.harness import deterministic as harness
+from layerlab.harness import live
+from layerlab.models.llm import ProviderSettings
+from layerlab.system import prompt
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_openai import FakeOpenAI  # noqa: E402
@@ -81,7 +85,7 @@ def test_extractive_agent_reproduces_the_deterministic_harness(
 
 
 def _cfg(model: str, base: str, tasks: int = 6, **settings) -> live.LiveConfig:
-    from layerlab import corpus as cm
+    from layerlab.corpus import build as cm
 
     c = cm.load(paths.CORPUS_DIR)
     cfg_kw = {k: settings.pop(k) for k in ("share_replies", "replicates") if k in settings}
@@ -630,8 +634,8 @@ def test_a_progress_line_from_archive_schema_2_is_upgraded_on_resume() -> None:
     import hashlib
     import json as json_
 
-    from layerlab import archive
     from layerlab._io import canonical_json
+    from layerlab.archive import archive
 
     rec = archive.Record(
         schema_version=archive.SCHEMA_VERSION, run_id="live-0123456789abcdef", provider="p",
@@ -678,7 +682,7 @@ def test_a_run_resumed_from_a_schema_3_progress_log_carries_the_new_fields(
 ) -> None:
     """Lines written before archive schema 4 are upgraded on resume (the labels they determine;
     null = not recorded for the rest); the cells asked after the resume are scored in full."""
-    from layerlab.archive import v4_labels
+    from layerlab.archive.archive import v4_labels
 
     cfg = _cfg("flaky", server.base)
     res = _run(corpus, key, scen, cfg, tmp_path / "b", budget=10, concurrency=4)

@@ -14,11 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from layerlab import archive, harness, live, paths, prompt, results
-from layerlab.archive import read_records
-from layerlab.llm import bookkeeping_needed, import_litellm
-from layerlab.scenario import load_scenarios
-from layerlab.spec import spec_hash
+from layerlab import paths
+from layerlab.analysis import results
+from layerlab.archive import archive
+from layerlab.archive.archive import read_records
+from layerlab.corpus.spec import spec_hash
+from layerlab.faults.scenario import load_scenarios
+from layerlab.harness import deterministic as harness
+from layerlab.harness import live
+from layerlab.harness.prepare import prepare
+from layerlab.harness.step import gate
+from layerlab.models.llm import bookkeeping_needed, import_litellm
+from layerlab.system import prompt
 
 SCEN_HASH = spec_hash(paths.SCENARIO_SPEC)
 
@@ -140,16 +147,16 @@ def test_worker_count_respects_what_a_run_needs(monkeypatch) -> None:
 
 
 def _first_messages(corpus, scen) -> list[dict[str, str]]:
-    prep = harness.prepare(corpus, scen["clean"])
+    prep = prepare(corpus, scen["clean"])
     for t in corpus.tasks:
-        g = harness.gate(t, prep, harness.MODES[0])
+        g = gate(t, prep, harness.MODES[0])
         if g.inp is not None:
             return prompt.messages(g.inp)
     raise AssertionError("no task reaches the reader")
 
 
 def test_litellm_bookkeeping_is_off_until_someone_listens(corpus, scen, monkeypatch) -> None:
-    from layerlab import agents
+    from layerlab.models import agents
 
     litellm = import_litellm()
     agents.register()

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import archive, models
+from layerlab.archive import archive
 from layerlab.cli import app
+from layerlab.models import local as models
 
 runner = CliRunner()
 MODEL = "smollm2-135m"
@@ -110,7 +111,7 @@ def test_a_killed_parent_leaves_no_server_behind(tmp_path: Path) -> None:
     import time
 
     code = (
-        "from layerlab import models; import time, sys; "
+        "from layerlab.models import local as models; import time, sys; "
         f"s = models.start(models.lookup({MODEL!r})); print(s.process.pid, flush=True); time.sleep(60)"
     )
     env = {**os.environ, "LAYERLAB_CACHE": str(USER_CACHE)}

@@ -10,10 +10,18 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import archive, harness, live, paths, specificity
-from layerlab import corpus as corpus_mod
+from layerlab import paths
+from layerlab.analysis import specificity
+from layerlab.archive import archive
 from layerlab.cli import app
-from layerlab.mitigation import (
+from layerlab.corpus import build as corpus_mod
+from layerlab.corpus.spec import SpecError, spec_hash
+from layerlab.faults.scenario import load_scenarios
+from layerlab.harness import deterministic as harness
+from layerlab.harness import live
+from layerlab.harness.prepare import prepare
+from layerlab.harness.step import evaluate, gate
+from layerlab.mitigations.mitigation import (
     KINDS,
     MAX_ATTEMPTS,
     Act,
@@ -22,9 +30,7 @@ from layerlab.mitigation import (
     load_mitigations,
     register,
 )
-from layerlab.reader import ReaderInput
-from layerlab.scenario import load_scenarios
-from layerlab.spec import SpecError, spec_hash
+from layerlab.system.reader import ReaderInput
 
 runner = CliRunner()
 LAYER_MITIGATIONS = (
@@ -92,17 +98,17 @@ def test_retries_are_bounded_and_transient_faults_recover(
     scen = load_scenarios()
     task = corpus.tasks[0]
     # persistent outage: bounded retries, then a structured refusal (safe), never an answer
-    prep = harness.prepare(corpus, scen["missing_tool_output"])
-    g = harness.gate(task, prep, "availability_retry")
+    prep = prepare(corpus, scen["missing_tool_output"])
+    g = gate(task, prep, "availability_retry")
     assert g.inp is None and g.refusal and g.attempts == 3 and g.waited_s > 0
-    rec, lab = harness.evaluate(
+    rec, lab = evaluate(
         task, key, corpus, prep, "availability_retry", g, None,
         provider="p", model="m", run_id="r", prompt_hash="",
     )  # fmt: skip
     assert lab.abstained and lab.safe_resolution and rec.stage == "refused"
     # the baseline ends at the same outage with no refusal: a failure, not safe
-    g0 = harness.gate(task, prep, load_mitigations().baseline)
-    _, lab0 = harness.evaluate(
+    g0 = gate(task, prep, load_mitigations().baseline)
+    _, lab0 = evaluate(
         task, key, corpus, prep, "strict", g0, None,
         provider="p", model="m", run_id="r", prompt_hash="",
     )  # fmt: skip
@@ -251,8 +257,8 @@ def test_a_garbage_replying_model_never_resolves_an_unsafe_scenario_safely(
 ) -> None:
     """A failure is not a refusal: a model whose every reply is unparseable scores 0% safe
     resolution on every unsafe scenario (and its records are labelled malformed_reply)."""
-    from layerlab import agents
-    from layerlab.llm import import_litellm
+    from layerlab.models import agents
+    from layerlab.models.llm import import_litellm
 
     litellm = import_litellm()
     agents.register()
@@ -292,7 +298,7 @@ def test_a_garbage_replying_model_never_resolves_an_unsafe_scenario_safely(
     reached = [r for r in recs if r.reached_reader]
     assert reached and all(r.diagnostic == "malformed_reply" for r in reached)
     # Tables 4 and 9 report the failure shares as columns; the caption counts them per unit
-    from layerlab import tables
+    from layerlab.reporting import tables
 
     df = pd.DataFrame([r.__dict__ for r in recs])
     t4, t9 = tables.table4(df), tables.table9(df)
@@ -308,7 +314,7 @@ def test_a_garbage_replying_model_never_resolves_an_unsafe_scenario_safely(
 def _synthetic_arm(effects: dict[str, float], seed: int, n_units: int = 2) -> pd.DataFrame:
     """A synthetic archive of the strict baseline and ``freshness_guard`` (target: stale_index)
     over every DSL scenario: ``effects`` on the judged outcome, the rest noisy zeros."""
-    from layerlab import stats, synthetic
+    from layerlab.analysis import stats, synthetic
 
     setting = synthetic.Setting(
         n_units=n_units,
@@ -356,7 +362,7 @@ def test_verdict_labels_name_the_direction() -> None:
 def _null_flag_rates(sims: int, n_boot: int) -> tuple[float, float]:
     """Over ``sims`` seeded identical-prompt archives (2 units x 80 tasks x 9 scenarios, truth 0
     everywhere), the share the verdict does not call ineffective, and the old rule's share."""
-    from layerlab import coverage, stats, synthetic
+    from layerlab.analysis import coverage, stats, synthetic
 
     setting = next(s for s in coverage.SETTINGS if s.name.startswith("identical prompts, 2 units"))
     assert coverage.is_null(setting) and len(setting.effects) == len(load_scenarios())

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import models, paths
+from layerlab import paths
 from layerlab.cli import app
-from layerlab.spec import SpecError
+from layerlab.corpus.spec import SpecError
+from layerlab.models import local as models
 
 runner = CliRunner()
 

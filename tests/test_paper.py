@@ -10,7 +10,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from layerlab import export, paper, paths
+from layerlab import paths
+from layerlab.reporting import export, paper
 
 MAIN = paths.PAPER / paper.MAIN
 TEX = paper.engine() is not None

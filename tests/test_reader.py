@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields
 
-from layerlab import corpus as corpus_mod
-from layerlab import harness
-from layerlab.reader import Evidence, ExtractiveReader, ReaderInput
-from layerlab.scenario import load_scenarios
-from layerlab.text import states_value
+from layerlab.corpus import build as corpus_mod
+from layerlab.corpus.text import states_value
+from layerlab.faults.scenario import load_scenarios
+from layerlab.harness.prepare import prepare
+from layerlab.harness.step import gate
+from layerlab.system.reader import Evidence, ExtractiveReader, ReaderInput
 
 FORBIDDEN = {"expected_answer", "answer", "value", "required_doc_ids", "required", "gold", "label"}
 
@@ -33,7 +34,7 @@ def test_no_answer_key_value_reaches_any_reader_input(
     inputs = [(s, m, t, g.inp) for s, m, t, g in every_gate if g.inp is not None]
     # the contract arms reach the reader on 3,120 of 4,320 cells, as in the paper (missing and
     # denied end before the prompt in both arms, schema drift under strict); mitigations add more
-    from layerlab.harness import MODES
+    from layerlab.harness.deterministic import MODES
 
     assert sum(m in MODES for _, m, _, _ in inputs) == 3120 and len(inputs) > 3120
     for scenario, mode, t, inp in inputs:
@@ -53,9 +54,9 @@ def test_no_answer_key_value_reaches_any_reader_input(
 
 
 def test_extractive_reader_answers_from_evidence_and_cites_it(corpus: corpus_mod.Corpus) -> None:
-    prep = harness.prepare(corpus, load_scenarios()["clean"])
+    prep = prepare(corpus, load_scenarios()["clean"])
     t = corpus.tasks[0]
-    g = harness.gate(t, prep, "strict")
+    g = gate(t, prep, "strict")
     assert g.inp is not None
     out = ExtractiveReader().read(g.inp)
     assert out.status == "answered" and out.citations[0] in {e.doc_id for e in g.inp.evidence}

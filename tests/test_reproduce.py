@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from layerlab import paths, reproduce
+from layerlab import paths
+from layerlab.reporting import reproduce
 
 
 def _copy_committed(tmp: Path) -> Path:
@@ -44,7 +45,7 @@ def test_notebooks_are_thin_and_parameterised() -> None:
     for nb_path in nbs:
         nb = nbformat.read(nb_path, as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
-        assert code[0].source.startswith("from layerlab import"), nb_path.name
+        assert code[0].source.startswith("from layerlab"), nb_path.name
         assert code[1].metadata.get("tags") == ["parameters"], nb_path.name
         for line in code[1].source.splitlines():
             assert ": " in line.split("=")[0] and "#" in line, (

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layerlab import audit, retrieval
-from layerlab import corpus as corpus_mod
+from layerlab.corpus import build as corpus_mod
+from layerlab.scoring import audit
+from layerlab.system import retrieval
 
 
 def test_registry_has_the_reported_retriever_and_ablations() -> None:

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from layerlab import corpus as corpus_mod
-from layerlab import harness, paths
-from layerlab.scenario import OPERATORS, ToolContext, load_scenarios
-from layerlab.spec import SpecError
+from layerlab import paths
+from layerlab.corpus import build as corpus_mod
+from layerlab.corpus.spec import SpecError
+from layerlab.faults.scenario import OPERATORS, ToolContext, load_scenarios
+from layerlab.harness import deterministic as harness
+from layerlab.harness.prepare import prepare
 
 NINE = [
     "clean",
@@ -155,7 +157,7 @@ def test_index_operators(corpus: corpus_mod.Corpus) -> None:
 
 def test_tool_operators_change_only_their_layer(corpus: corpus_mod.Corpus) -> None:
     scen = load_scenarios()
-    clean = harness.prepare(corpus, scen["clean"])
+    clean = prepare(corpus, scen["clean"])
     t = corpus.tasks[0]
     sent = clean.sent[t.task_id]
     ctx = ToolContext(
@@ -190,6 +192,6 @@ def test_tool_operators_change_only_their_layer(corpus: corpus_mod.Corpus) -> No
 def test_wrong_session_without_foreign_versions_is_a_clear_error(corpus: corpus_mod.Corpus) -> None:
     scen = load_scenarios()
     t = corpus.tasks[0]
-    sent = harness.prepare(corpus, scen["clean"]).sent[t.task_id]
+    sent = prepare(corpus, scen["clean"]).sent[t.task_id]
     with pytest.raises(ValueError, match="no other-tenant version"):
         scen["wrong_session"].transport(sent, ToolContext(t.task_id, t.policy_id, "s-1"))

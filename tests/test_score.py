@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from layerlab import corpus as corpus_mod
-from layerlab.contract import ContractResult
-from layerlab.reader import Evidence, ReaderInput, ReaderOutput
-from layerlab.score import score
+from layerlab.corpus import build as corpus_mod
+from layerlab.scoring.score import score
+from layerlab.system.contract import ContractResult
+from layerlab.system.reader import Evidence, ReaderInput, ReaderOutput
 
 TASK = corpus_mod.Task("p-01-q1", "p-01", "hr", 1, "How long is probation?", "duration")
 ENTRY = corpus_mod.AnswerKeyEntry("p-01-q1", "p-01", "hr", "90 days", ("p-01-a",))
@@ -176,7 +176,7 @@ def test_wrong_policy_is_a_retrieval_failure() -> None:
 
 
 def test_token_f1_and_containment_on_hand_examples() -> None:
-    from layerlab.text import normalize_answer, states_value, token_f1
+    from layerlab.corpus.text import normalize_answer, states_value, token_f1
 
     # "$7,500 per month" -> "7500 per month" (3 tokens), "$7,500" -> "7500": P 1/3, R 1
     assert normalize_answer("$7,500 per month") == "7500 per month"

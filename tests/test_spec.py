@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from layerlab import paths
 from layerlab.cli import app
-from layerlab.spec import SpecError, load_domains, spec_hash
+from layerlab.corpus.spec import SpecError, load_domains, spec_hash
 
 runner = CliRunner()
 
@@ -163,7 +163,7 @@ def test_duplicate_policy_id_is_reported_at_its_own_line(
 
 
 def test_lint_flags_a_question_its_document_cannot_answer(tmp_path: Path) -> None:
-    from layerlab.spec import lint_questions
+    from layerlab.corpus.spec import lint_questions
 
     assert lint_questions(load_domains(paths.CORPUS_SPEC_DIR)) == []
     text = (paths.CORPUS_SPEC_DIR / "legal.yaml").read_text()
@@ -189,7 +189,7 @@ def test_cli_spec_lint_passes_on_committed_specs() -> None:
 def test_declared_paraphrases_must_be_words() -> None:
     from pydantic import ValidationError
 
-    from layerlab.spec import PolicySpec
+    from layerlab.corpus.spec import PolicySpec
 
     (d,) = [x for x in load_domains(paths.CORPUS_SPEC_DIR) if x.domain == "finance"]
     data = d.policies[4].model_dump()

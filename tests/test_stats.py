@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from layerlab import coverage, stats, synthetic, tables
+from layerlab.analysis import coverage, stats, synthetic
+from layerlab.reporting import tables
 
 
 @pytest.mark.parametrize(("k", "n"), [(0, 10), (5, 20), (466, 480), (2160, 2160), (1, 3)])

@@ -7,10 +7,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import archive, paths, study
-from layerlab import corpus as corpus_mod
+from layerlab import paths
+from layerlab.archive import archive
 from layerlab.cli import app
-from layerlab.scenario import load_scenarios
+from layerlab.corpus import build as corpus_mod
+from layerlab.faults.scenario import load_scenarios
+from layerlab.harness import study
+from layerlab.harness.prepare import prepare
 
 runner = CliRunner()
 
@@ -96,11 +99,10 @@ def test_langchain_types(corpus) -> None:
     from langchain_core.retrievers import BaseRetriever
 
     assert isinstance(study.make_chat_model("layerlab/extractive"), BaseChatModel)
-    from layerlab import harness
 
     c = corpus_mod.load()
 
-    prep = harness.prepare(c, load_scenarios()["clean"])
+    prep = prepare(c, load_scenarios()["clean"])
     r = study.make_retriever(c, prep, c.tasks[:3], "controls")
     assert isinstance(r, BaseRetriever)
     docs = r.invoke(c.tasks[0].question)

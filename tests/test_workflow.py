@@ -13,10 +13,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import archive, dictionary, htmlreport, paths, results, samplelog, stats, viewer
-from layerlab import corpus as corpus_mod
+from layerlab import paths
+from layerlab.analysis import results, stats
+from layerlab.archive import archive, samplelog
 from layerlab.cli import app
-from layerlab.runconfig import stratified_tasks
+from layerlab.corpus import build as corpus_mod
+from layerlab.harness.runconfig import stratified_tasks
+from layerlab.reporting import dictionary, htmlreport, viewer
 
 runner = CliRunner()
 REF = paths.ARCHIVES / "reference_agents"
@@ -326,7 +329,7 @@ def test_run_config_runs_each_model_with_its_settings_and_is_stored(tmp_path: Pa
 
 
 def test_run_config_with_shared_settings_is_one_run(tmp_path: Path, corpus: corpus_mod.Corpus) -> None:
-    from layerlab.runconfig import RunConfigSpec, plan
+    from layerlab.harness.runconfig import RunConfigSpec, plan
 
     spec = RunConfigSpec.model_validate(
         {"models": [{"model": "openai/a", "api_base": ["http://h:1/v1"]}, {"model": "openai/b"}]}
@@ -360,7 +363,7 @@ def test_bad_run_config_names_file_line_and_field_and_writes_nothing(tmp_path: P
 
 
 def test_quick_leaves_out_only_notebooks_that_exist() -> None:
-    from layerlab import reproduce
+    from layerlab.reporting import reproduce
 
     names = {nb.name for nb in reproduce.notebooks()}
     assert reproduce.QUICK_SKIP <= names
@@ -368,7 +371,7 @@ def test_quick_leaves_out_only_notebooks_that_exist() -> None:
 
 
 def test_eta_uses_last_timings_then_the_mean_so_far() -> None:
-    from layerlab.reproduce import eta
+    from layerlab.reporting.reproduce import eta
 
     assert eta({}, ["a", "b"], {"a": 3.0, "b": 4.0}) == 7.0
     assert eta({"x": 2.0, "y": 4.0}, ["a", "new"], {"a": 10.0}) == 13.0
@@ -418,13 +421,13 @@ def test_viewer_filters_and_verdict_first_in_headless_chromium(
 
 
 def test_reproduce_refuses_zero_jobs() -> None:
-    from layerlab import reproduce
+    from layerlab.reporting import reproduce
 
     with pytest.raises(ValueError, match="--jobs"):
         reproduce.run(quick=True, jobs=0)
 
 
-# --- the notebook explorer (layerlab.explore.browser / records_html) ---------------------------
+# --- the notebook explorer (layerlab.reporting.explore.browser / records_html) ---------------------------
 
 
 def _blocks(html: str) -> list[str]:
@@ -434,7 +437,7 @@ def _blocks(html: str) -> list[str]:
 def test_notebook_explorer_reads_a_sample_log_verdict_first_path_below(
     small_run: tuple[Path, Path],
 ) -> None:
-    from layerlab import explore
+    from layerlab.reporting import explore
 
     _, log = small_run
     rows = explore.load_rows(log)
@@ -457,7 +460,7 @@ def test_notebook_explorer_reads_a_sample_log_verdict_first_path_below(
 def test_notebook_explorer_reads_an_archive_and_filters_with_widgets(
     small_run: tuple[Path, Path],
 ) -> None:
-    from layerlab import explore
+    from layerlab.reporting import explore
 
     out, log = small_run
     ui = explore.browser([out, log])

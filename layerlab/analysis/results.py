@@ -1,0 +1,303 @@
+"""What a finished run says, per model: rates with intervals, failure shares, ``results.json``.
+
+A live run ends with a count of records; a researcher wants to know what each model did. This
+module turns a run folder (or any checked archive) into per-model results — strict success S,
+safe resolution, groundedness false positives GF (grounded: stated in a delivered document,
+cited or not) and GF under the cited-only definition, each with a 95% interval, the shares of
+records lost to malformed replies and provider errors, and secondary answer measures over the
+answered records (exact match, containment, mean token F1, "right value, extra words") — per
+mitigation arm, and a per-model × scenario breakdown. A rate over a label some records did not
+record (archives migrated from schema 3) has no value: it says how many were not recorded.
+:func:`write_results` writes them as ``results.json`` next to the archive
+(aggregates only: no prose, answers or document ids), deterministically, so a rerun on the same
+records writes the same bytes.
+
+Reference agents (provider ``layerlab``) are deterministic baselines, not models: every result
+carries ``reference_agent`` so that tables and reports show them apart, never pooled with models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from layerlab._io import atomic_write_text
+from layerlab.analysis import stats
+from layerlab.analysis.stats import REFERENCE_PROVIDERS, is_reference  # noqa: F401  (re-exported)
+from layerlab.archive import archive
+
+RESULTS = "results.json"
+# 3: GF under the delivered-document definition, GF_cited, answer measures, not-recorded counts;
+# 2: intervals clustered by task (1: every record independent)
+RESULTS_VERSION = 3
+# The arm column of the archive (schema v2). One place to switch if it is renamed again.
+ARM = "mitigation"
+BASELINE_ARM = "strict"
+# Headline rates: archive label -> short name used in tables and JSON.
+RATES = {
+    "success": "S",
+    "safe_resolution": "safe",
+    "grounded_false_positive": "GF",
+    "grounded_cited_false_positive": "GF_cited",  # derived: grounded_cited ∧ ¬S (the old GF)
+}
+# Failure shares: diagnostic value -> short name.
+FAILURES = {"malformed_reply": "malformed", "provider_error": "provider_error"}
+INTERVAL = (
+    "Wilson 95% at the effective sample size, clustered by task (a task's records share its "
+    "evidence; stats.cluster_rate, tasks only: describes these tasks)"
+)
+
+
+def _round(x: float) -> float | None:
+    return None if x != x else round(float(x), 4)  # NaN -> null in JSON
+
+
+def with_derived(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the labels results derive from archive columns: ``grounded_cited_false_positive``
+    (grounded_cited ∧ ¬S, the groundedness false positive under the cited-only definition)."""
+    if "grounded_cited_false_positive" in df or "grounded_cited" not in df:
+        return df
+    return df.assign(
+        grounded_cited_false_positive=df["grounded_cited"].astype(bool) & ~df["success"].astype(bool)
+    )
+
+
+def rate(sub: pd.DataFrame, label: str) -> dict[str, Any]:
+    """``k``, ``n``, rate and 95% interval of a binary ``label`` over the records of ``sub``;
+    the interval is clustered by task (:data:`INTERVAL`), as the paper tables' rates are. When
+    some records did not record ``label`` (null: an archive migrated from schema 3), the rate
+    and interval are null and ``not_recorded`` counts them (``k`` counts the recorded trues)."""
+    n = len(sub)
+    if not n:
+        return {"k": 0, "n": 0, "rate": None, "ci_low": None, "ci_high": None}
+    missing = int(sub[label].isna().sum())
+    k = int(sub[label].fillna(False).astype(bool).sum())
+    if missing:
+        return {"k": k, "n": n, "rate": None, "ci_low": None, "ci_high": None, "not_recorded": missing}
+    r = stats.cluster_rate(sub, label, design="tasks")
+    return {
+        "k": k,
+        "n": n,
+        "rate": _round(k / n),
+        "ci_low": _round(r.ci_low),
+        "ci_high": _round(r.ci_high),
+    }
+
+
+def arm_order(arms: Sequence[str]) -> list[str]:
+    """The baseline arm first, then the others sorted."""
+    return sorted(set(arms), key=lambda a: (a != BASELINE_ARM, a))
+
+
+def _cell(sub: pd.DataFrame) -> dict[str, Any]:
+    out: dict[str, Any] = {"records": len(sub)}
+    for label, short in RATES.items():
+        out[short] = rate(sub, label)
+    n = len(sub)
+    for diag, short in FAILURES.items():
+        k = int((sub["diagnostic"] == diag).sum())
+        out[short] = {"k": k, "share": _round(k / n) if n else None}
+    out["reached_reader"] = int(sub["reached_reader"].sum())
+    out["answered"] = int(sub["answered"].sum())
+    out["abstained"] = int(sub["abstained"].sum())
+    out["answer_quality"] = answer_quality(sub)
+    return out
+
+
+def answer_quality(sub: pd.DataFrame) -> dict[str, Any]:
+    """Secondary answer measures over the *answered* records of ``sub``, beside strict E (never
+    replacing it): exact match, containment (the expected answer's tokens appear in the
+    answer), ``extra_words`` (contained but not an exact match: the right value with more
+    words), each as ``k`` and ``share``, and the mean token F1. Shares over records that did
+    not record a measure (migrated archives) are null, with ``not_recorded`` counting them."""
+    a = sub[sub["answered"].astype(bool)]
+    n = len(a)
+    em = a["exact_match"].astype(bool)
+    absent = pd.Series([None] * n, index=a.index, dtype=object)  # a frame without the column
+    contained = a["contained"] if "contained" in a else absent
+    f1 = (a["token_f1"] if "token_f1" in a else absent).astype(float)
+    missing = max(int(contained.isna().sum()), int(f1.isna().sum()))
+    c = contained.fillna(False).astype(bool)
+    out: dict[str, Any] = {"answered": n}
+    for name, flag, known in (
+        ("exact_match", em, True),
+        ("contained", c, not missing),
+        ("extra_words", c & ~em, not missing),
+    ):
+        k = int(flag.sum())
+        out[name] = {"k": k, "share": _round(k / n) if n and known else None}
+    out["token_f1"] = _round(float(f1.mean())) if n and not missing else None
+    if missing:
+        out["not_recorded"] = missing
+    return out
+
+
+def summarize(df: pd.DataFrame) -> dict[str, Any]:
+    """Per-model results of a record frame (one row per record, archive columns).
+
+    Returns ``{"models": [...], "interval": ...}``; each model entry holds its provider, whether
+    it is a reference agent, its record count, per-arm headline cells and a per-scenario
+    breakdown (success and safe resolution per arm), and the diagnostic counts per arm.
+    """
+    if df.empty:
+        raise ValueError("no records to summarise")
+    models = []
+    df = with_derived(df)
+    scenarios = stats.scenario_order(df)
+    for (provider, model), sub in df.groupby(["provider", "model"], sort=True):
+        arms = arm_order(sub[ARM].unique())
+        per_arm = {a: _cell(sub[sub[ARM] == a]) for a in arms}
+        by_scenario = {}
+        for s in scenarios:
+            ss = sub[sub["scenario"] == s]
+            if ss.empty:
+                continue
+            by_scenario[s] = {
+                a: {
+                    "S": rate(ss[ss[ARM] == a], "success"),
+                    "safe": rate(ss[ss[ARM] == a], "safe_resolution"),
+                    "GF": rate(ss[ss[ARM] == a], "grounded_false_positive"),
+                    "GF_cited": rate(ss[ss[ARM] == a], "grounded_cited_false_positive"),
+                }
+                for a in arms
+                if not ss[ss[ARM] == a].empty
+            }
+        diagnostics = {
+            a: {
+                str(k): int(v)
+                for k, v in sorted(sub[sub[ARM] == a]["diagnostic"].value_counts().items())
+            }
+            for a in arms
+        }
+        models.append(
+            {
+                "provider": str(provider),
+                "model": str(model),
+                "reference_agent": is_reference(str(provider)),
+                "records": len(sub),
+                "tasks": int(sub["task_id"].nunique()),
+                "replicates": int(sub["replicate"].max()) + 1 if "replicate" in sub else 1,
+                "arms": per_arm,
+                "by_scenario": by_scenario,
+                "diagnostics": diagnostics,
+            }
+        )
+    return {"results_version": RESULTS_VERSION, "interval": INTERVAL, "models": models}
+
+
+def records_frame(folder_or_archive: Path) -> pd.DataFrame:
+    """The records of a run folder or archive file as a frame (checked on read)."""
+    p = Path(folder_or_archive)
+    recs = archive.read_records(p / archive.ARCHIVE if p.is_dir() else p)
+    return pd.DataFrame([r.__dict__ for r in recs])
+
+
+def for_run(
+    folder: Path,
+    records: Sequence[archive.Record] | None = None,
+    manifest: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Results of one run folder: :func:`summarize` plus the run's id and completeness.
+
+    ``records`` and ``manifest``, when the caller has just written them (the live harness),
+    save reading them back; they must be what the folder holds."""
+    folder = Path(folder)
+    m = archive.read_manifest(folder) if manifest is None else manifest
+    frame = records_frame(folder) if records is None else pd.DataFrame([r.__dict__ for r in records])
+    res = summarize(frame)
+    return {
+        "run_id": m["run_id"],
+        "complete": bool(m.get("complete")),
+        "records": int(m.get("records", 0)),
+        "expected_records": m.get("expected_records"),
+        **res,
+    }
+
+
+def write_results(
+    folder: Path,
+    records: Sequence[archive.Record] | None = None,
+    manifest: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``results.json`` next to the run's archive (atomic, deterministic); return it.
+    ``records`` and ``manifest`` as in :func:`for_run`."""
+    folder = Path(folder)
+    res = for_run(folder, records, manifest)
+    atomic_write_text(folder / RESULTS, json.dumps(res, indent=2, sort_keys=True) + "\n")
+    return res
+
+
+def fmt_rate(r: dict[str, Any]) -> str:
+    """``0.812 [0.771, 0.847]`` (``-`` for an empty cell, ``not recorded (N)`` when records
+    of an archive migrated from an older schema did not record the label)."""
+    if r.get("not_recorded"):
+        return f"not recorded ({r['not_recorded']})"
+    if r.get("rate") is None:
+        return "-"
+    return f"{r['rate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+
+
+def fmt_share(s: dict[str, Any]) -> str:
+    return "-" if s.get("share") is None else f"{100 * s['share']:.1f}% ({s['k']})"
+
+
+def fmt_answer(a: dict[str, Any] | None) -> str:
+    """``0.10|0.35|0.42 (120)``: exact match and containment shares and mean token F1 over the
+    answered records (their count in brackets); ``-`` for a value not recorded."""
+    if not a or not a.get("answered"):
+        return "-"
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    return (
+        f"{f(a['exact_match']['share'])}|{f(a['contained']['share'])}|{f(a['token_f1'])} "
+        f"({a['answered']})"
+    )
+
+
+def table(res: dict[str, Any], reference: bool | None = None) -> pd.DataFrame:
+    """One row per model and arm, formatted for display.
+
+    ``reference``: ``True`` only reference agents, ``False`` only models, ``None`` both.
+    """
+    rows = []
+    for m in res["models"]:
+        if reference is not None and m["reference_agent"] != reference:
+            continue
+        for arm in arm_order(m["arms"]):
+            c = m["arms"][arm]
+            rows.append(
+                {
+                    "model": f"{m['provider']}/{m['model']}",
+                    "arm": arm,
+                    "records": c["records"],
+                    "S": fmt_rate(c["S"]),
+                    "safe resolution": fmt_rate(c["safe"]),
+                    "GF": fmt_rate(c["GF"]),
+                    "malformed": fmt_share(c["malformed"]),
+                    "provider error": fmt_share(c["provider_error"]),
+                    "E|contained|F1 (answered)": fmt_answer(c.get("answer_quality")),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def error_summary(res: dict[str, Any]) -> list[str]:
+    """One line per model whose records include malformed replies or provider errors."""
+    lines = []
+    for m in res["models"]:
+        bad = {
+            short: sum(c[short]["k"] for c in m["arms"].values()) for short in FAILURES.values()
+        }
+        if any(bad.values()):
+            parts = [f"{v} {k.replace('_', ' ')}" for k, v in bad.items() if v]
+            lines.append(
+                f"{m['provider']}/{m['model']}: {', '.join(parts)} of {m['records']} records "
+                "(counted as failures)"
+            )
+    return lines

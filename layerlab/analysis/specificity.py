@@ -1,0 +1,370 @@
+"""The mitigation × scenario specificity matrix (Table 10) and the archive it is computed from.
+
+Each cell is the paired effect of a mitigation arm against the baseline arm on the scenario's
+judged outcome — strict success on answerable scenarios, safe resolution on unsafe ones (the
+scorer's ``safe_resolution`` label is exactly that, see :attr:`ScenarioSpec.outcome`) — with a
+hierarchical bootstrap interval (:func:`layerlab.analysis.stats.arm_effects`). A mitigation *targets* the
+scenarios whose layer it names. Per mitigation: the target gain (smallest effect over its target
+scenarios), the largest off-target change, the specificity margin (target gain minus the largest
+absolute off-target change) with a joint interval from the same bootstrap replicates, and a
+verdict by the rule in :data:`VERDICT_RULE` (:func:`judge`): one simultaneous band over the
+mitigation's cells, off-target changes flagged in either direction and named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from layerlab import __version__, paths
+from layerlab.analysis import stats
+from layerlab.archive import archive
+from layerlab.faults.scenario import Scenario, load_scenarios
+from layerlab.harness import deterministic as harness
+from layerlab.mitigations.mitigation import MitigationSet, load_mitigations, targets
+
+OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
+SPECIFIC, INEFFECTIVE = "specific", "ineffective"
+HARM, GAIN = "harm", "gain"  # the directions an off-target change is named by
+VERDICT_RULE = (
+    "Verdict, judged by one simultaneous 95% band over all of a mitigation's cells (target and "
+    "off-target together, family-wise): over-broad (harm) if some off-target cell's band lies "
+    "entirely below zero, over-broad (gain) if entirely above zero (it appears to solve a failure "
+    "of a layer it does not target), over-broad (harm, gain) if both; otherwise specific if the "
+    "target gain's band lies entirely above zero; otherwise ineffective. The per-cell intervals "
+    "are marginal: each covers its own effect 95% of the time, but with 8 off-target cells and no "
+    "effect at least one of them excludes zero in about a third of archives, so the verdict does "
+    "not read them (the coverage table measures how often a mitigation with no effect is called "
+    "anything but ineffective)."
+)
+ARCHIVE_DIR = paths.ARCHIVES / "mitigations"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Cells (one row per mitigation × scenario) and the per-mitigation summary."""
+
+    cells: pd.DataFrame
+    summary: pd.DataFrame
+    baseline: str
+    note: str
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One mitigation's verdict and the simultaneous band it was judged by (see
+    :data:`VERDICT_RULE`). ``harm``/``gain``: off-target scenarios whose band excludes zero."""
+
+    verdict: str
+    target_low: float
+    target_high: float
+    harm: tuple[str, ...]
+    gain: tuple[str, ...]
+    band: dict[str, tuple[float, float]]
+
+
+def verdict_label(target_low: float, harm: Sequence[str], gain: Sequence[str]) -> str:
+    """The verdict from the target's lower bound and the off-target cells flagged each way."""
+    dirs = [d for d, flagged in ((HARM, harm), (GAIN, gain)) if flagged]
+    if dirs:
+        return f"over-broad ({', '.join(dirs)})"
+    return SPECIFIC if target_low > 0 else INEFFECTIVE
+
+
+def judge(
+    eff: stats.Effects,
+    target: Sequence[str],
+    off_target: Sequence[str],
+    alpha: float | None = None,
+) -> Judgement:
+    """The verdict of :data:`VERDICT_RULE` from one simultaneous band over ``target`` and
+    ``off_target`` cells (:func:`layerlab.analysis.stats.simultaneous_band`, the band the margin's interval
+    is projected from). Cells whose effect is exactly zero get a band of width zero at 0 and are
+    never flagged. With no target the verdict can only be over-broad or ineffective."""
+    cells = [*target, *off_target]
+    lo, hi = stats.simultaneous_band(eff, cells, alpha)
+    k = len(target)
+    band = {s: (float(a), float(b)) for s, a, b in zip(cells, lo, hi, strict=True)}
+    harm = tuple(s for s in off_target if band[s][1] < 0)
+    gain = tuple(s for s in off_target if band[s][0] > 0)
+    t_lo = float(lo[:k].min()) if k else float("nan")
+    t_hi = float(hi[:k].min()) if k else float("nan")
+    return Judgement(verdict_label(t_lo, harm, gain), t_lo, t_hi, harm, gain, band)
+
+
+def scenario_layers(scenarios: Mapping[str, Scenario] | None = None) -> dict[str, str]:
+    """Scenario -> its layer label, from the scenario DSL."""
+    return {n: s.spec.layer for n, s in (scenarios or load_scenarios()).items()}
+
+
+def matrix(
+    df: pd.DataFrame,
+    spec: MitigationSet | None = None,
+    scenarios: Mapping[str, Scenario] | None = None,
+    n_boot: int = 10_000,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = 0.05,
+) -> Matrix:
+    """The specificity matrix of every mitigation arm in ``df`` against the baseline arm."""
+    spec = spec or load_mitigations()
+    layers = scenario_layers(scenarios)
+    present = list(dict.fromkeys(df["mitigation"]))
+    if spec.baseline not in present:
+        raise ValueError(f"archives hold no baseline arm {spec.baseline!r} to compare against")
+    arms = [a for a in spec.matrix_arms if a in present]
+    arms += [a for a in present if a not in arms and a != spec.baseline and a not in spec.arms]
+    if not arms:
+        raise ValueError("archives hold no mitigation arm besides the baseline")
+    cells, summary, note = [], [], ""
+    for name in arms:
+        eff = stats.arm_effects(df, name, spec.baseline, OUTCOME, n_boot, seed, policy_level, alpha)
+        note = eff.note
+        scen = list(eff.paired.scenarios)
+        tgt = set(targets(spec.arm(name), layers)) if name in spec.arms else set()
+        ti = [i for i, s in enumerate(scen) if s in tgt]
+        oi = [i for i, s in enumerate(scen) if s not in tgt]
+        t = eff.table.set_index("scenario")
+        tgt_names = [scen[i] for i in ti]
+        off_names = [scen[i] for i in oi]
+        j = judge(eff, tgt_names, off_names, alpha)
+        for s in scen:
+            e = t.loc[s]
+            cells.append(
+                {
+                    "mitigation": name,
+                    "scenario": s,
+                    "target": s in tgt,
+                    "estimate": float(e["estimate"]),
+                    "ci_low": float(e["ci_low"]),
+                    "ci_high": float(e["ci_high"]),
+                    "band_low": j.band[s][0],
+                    "band_high": j.band[s][1],
+                    "exactly_zero": bool(e["exactly_zero"]),
+                    "n_pairs": int(e["n_pairs"]),
+                }
+            )
+        # one owner of the margin and its covering interval: stats.specificity_margin (the gain
+        # of several targets is the smallest target gain; a simultaneous bootstrap band); the
+        # verdict reads the same band (judge, above)
+        if ti and oi:
+            m = stats.specificity_margin(eff, target=tgt_names, off_target=off_names, alpha=alpha)
+            gain, margin, m_lo, m_hi = m["target_gain"], m["margin"], m["ci_low"], m["ci_high"]
+            off_change = float(m["largest_off_target_change"])
+            worst_name = m["largest_off_target"] if abs(off_change) > 0 else "none (all 0)"
+        else:
+            est = stats.point_estimates(eff.paired)
+            gain = float(est[ti].min()) if ti else float("nan")
+            margin = m_lo = m_hi = float("nan")
+            off_change, worst_name = float("nan"), "none (all 0)"
+        g_lo, g_hi = j.target_low, j.target_high
+        a = spec.arms.get(name)
+        summary.append(
+            {
+                "mitigation": name,
+                "layers": "+".join(a.layers) if a else "?",
+                "stage": "+".join(a.stages) if a else "?",
+                "targets": ", ".join(s for s in scen if s in tgt) or "-",
+                "target gain": gain,
+                "target gain low": float(g_lo),
+                "target gain high": float(g_hi),
+                "largest off-target": worst_name,
+                "off-target change": off_change,
+                "margin": margin,
+                "margin low": float(m_lo),
+                "margin high": float(m_hi),
+                "off-target harm": ", ".join(j.harm) or "-",
+                "off-target gain": ", ".join(j.gain) or "-",
+                "verdict": j.verdict,
+            }
+        )
+    return Matrix(pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note)
+
+
+def _pp(v: float) -> str:
+    return "-" if v != v else f"{100 * v:+.1f}"
+
+
+def _ci(lo: float, hi: float) -> str:
+    return "-" if lo != lo else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def table10(m: Matrix) -> pd.DataFrame:
+    """Table 10: per mitigation, target gain, largest off-target change, margin and verdict (pp)."""
+    s = m.summary
+    return pd.DataFrame(
+        {
+            "mitigation": s["mitigation"],
+            "layer(s)": s["layers"],
+            "stage": s["stage"],
+            "target scenario(s)": s["targets"],
+            "target gain (pp)": [_pp(v) for v in s["target gain"]],
+            "simultaneous 95% interval": [
+                _ci(lo, hi)
+                for lo, hi in zip(s["target gain low"], s["target gain high"], strict=True)
+            ],
+            "largest off-target": s["largest off-target"],
+            "change (pp)": [_pp(v) for v in s["off-target change"]],
+            "margin (pp)": [_pp(v) for v in s["margin"]],
+            "margin 95% interval": [
+                _ci(lo, hi) for lo, hi in zip(s["margin low"], s["margin high"], strict=True)
+            ],
+            "off-target harm": s["off-target harm"],
+            "off-target gain": s["off-target gain"],
+            "verdict": s["verdict"],
+        }
+    )
+
+
+def table10_cells(m: Matrix) -> pd.DataFrame:
+    """The matrix itself: rows mitigations, columns scenarios; each cell the effect (pp) with its
+    95% interval, target cells marked with *."""
+    c = m.cells
+    order = list(dict.fromkeys(c["scenario"]))
+    rows = []
+    for name, sub in c.groupby("mitigation", sort=False):
+        row: dict[str, Any] = {"mitigation": name}
+        for _, e in sub.set_index("scenario").loc[order].reset_index().iterrows():
+            cell = (
+                "0"
+                if e["exactly_zero"]
+                else f"{_pp(e['estimate'])} {_ci(e['ci_low'], e['ci_high'])}"
+            )
+            row[str(e["scenario"])] = ("*" if e["target"] else "") + cell
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
+    """Captions of ``table10`` and ``table10_cells`` (one source for notebooks and recompute)."""
+    main = caption(m, df)
+    return {
+        "table10": main,
+        "table10_cells": "Specificity matrix cells: "
+        + main.split(": ", 1)[1].replace(
+            " Target gain = ", " Per mitigation in Table 10: target gain = "
+        ),
+    }
+
+
+def caption(m: Matrix, df: pd.DataFrame) -> str:
+    """Table 10's caption, with the verdict rule and what the archive holds."""
+    units = sorted(set(df["provider"] + "/" + df["model"]))
+    n = int(df["mitigation"].eq(m.baseline).sum())
+    return (
+        f"Mitigation x scenario specificity matrix: paired effect of each mitigation against the "
+        f"{m.baseline} baseline, in percentage points, on the scenario's judged outcome (strict success "
+        f"on answerable scenarios, safe resolution - a structured non-answer - on unsafe ones), with "
+        f"marginal bootstrap 95% intervals per cell (each covers its own effect; together they "
+        f"are not simultaneous); * marks target scenarios (the mitigation's layer). Target gain "
+        f"= the smallest gain over the target scenarios, with its interval from the mitigation's "
+        f"simultaneous 95% band over all its cells. Margin = target gain minus the largest "
+        f"absolute off-target change whose simultaneous band excludes zero, with an interval "
+        f"projected from that band (it covers when off-target effects are zero but noisy). "
+        f"{VERDICT_RULE} Archive: {', '.join(units)}, {n} baseline records."
+        + (f" Note: {m.note}." if m.note else "")
+    )
+
+
+def run_archive(
+    out: Path,
+    arms: Sequence[str] | None = None,
+    reader: str = "extractive",
+    mitigations_path: Path | None = None,
+) -> dict[str, Any]:
+    """Run the deterministic harness over the baseline and every matrix arm (or ``arms``) on
+    the committed corpus and scenarios, and write a run folder (``records.parquet`` + manifest)."""
+    from layerlab.corpus import build as corpus_mod
+    from layerlab.corpus.spec import spec_hash
+    from layerlab.system.reader import READERS
+
+    spec = load_mitigations(mitigations_path)
+    names = [spec.baseline, *[a for a in (arms or spec.matrix_arms) if a != spec.baseline]]
+    c, key = corpus_mod.load(), corpus_mod.load_answer_key()
+    scen = load_scenarios()
+    mpath = Path(mitigations_path or paths.MITIGATION_SPEC)
+    ident = {
+        "v": __version__,
+        "corpus": c.spec_hash,
+        "scenarios": spec_hash(paths.SCENARIO_SPEC),
+        "mitigations": spec_hash(mpath),
+        "arms": names,
+        "reader": reader,
+    }
+    run_id = "mitig-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    recs = harness.run_deterministic(
+        c,
+        key,
+        scen,
+        [spec.arm(n) for n in names],
+        reader=READERS.lookup(reader)(),
+        run_id=run_id,
+    )
+    manifest = {
+        "run_id": run_id,
+        "kind": "deterministic",
+        "layerlab_version": __version__,
+        "corpus": c.name,
+        "spec_hashes": {k: ident[k] for k in ("corpus", "scenarios", "mitigations")},
+        "models": [f"deterministic/{reader}"],
+        "scenarios": list(scen),
+        "mitigations": names,
+        "n_tasks": len(c.tasks),
+        "expected_records": len(names) * len(scen) * len(c.tasks),
+        "complete": True,
+    }
+    return archive.write_run(Path(out), recs, manifest)
+
+
+def matrix_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
+    """Records of the mitigation archives (default: the committed one) as a DataFrame."""
+    return stats.records_frame(list(archives or [ARCHIVE_DIR]))
+
+
+# --- blocks: the reference agent's matrix and each real model's, never pooled ------------------
+
+
+def block_frames(archives: Sequence[Path | str] | None = None) -> dict[str, pd.DataFrame]:
+    """Mitigation-matrix records by kind of unit (:func:`layerlab.analysis.stats.blocks`): default the
+    committed deterministic archive and every real model's (``data/archives/
+    local_model_mitigations``)."""
+    if archives is None:
+        archives = [ARCHIVE_DIR, *paths.archives_in(paths.LOCAL_MODEL_MITIGATIONS)]
+    return stats.blocks(matrix_frame(archives))
+
+
+def table10_blocks(ms: Mapping[str, Matrix], cells: bool = False) -> pd.DataFrame:
+    """Table 10 (or its cells) with one block per kind of unit, one under the other, each
+    computed on its own records by the same rule (a leading ``block`` column)."""
+    build = table10_cells if cells else table10
+    frames = [build(m).assign(block=b) for b, m in ms.items()]
+    out = pd.concat(frames, ignore_index=True)
+    return out[["block", *[c for c in out.columns if c != "block"]]]
+
+
+def captions_blocks(ms: Mapping[str, Matrix], frames: Mapping[str, pd.DataFrame]) -> dict[str, str]:
+    """Captions of :func:`table10_blocks`: the rule once, then what each block's archive holds
+    (for real models also how replies were drawn: temperature, reply schema, replicates)."""
+    out: dict[str, str] = {}
+    per_block = {b: captions(m, frames[b]) for b, m in ms.items()}
+    for name in ("table10", "table10_cells"):
+        head = next(iter(per_block.values()))[name].partition(" Archive: ")[0]
+        parts = []
+        for b, caps in per_block.items():
+            archive_part, _, note = caps[name].partition(" Archive: ")[2].partition(" Note: ")
+            how = stats.sampling_phrase(frames[b]) if b == stats.BLOCK_MODELS else ""
+            tasks = frames[b]["task_id"].nunique()
+            parts.append(
+                f"{b[0].upper()}{b[1:]}: {archive_part.rstrip('.')}, {tasks} tasks"
+                + (f"; {how}" if how else "")
+                + "."
+                + (f" Note: {note}" if note else "")
+            )
+        out[name] = head + " " + " ".join(parts)
+    return out

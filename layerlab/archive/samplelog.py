@@ -1,0 +1,209 @@
+"""A private, opt-in per-sample log: what each record asked, saw, replied and why it was scored so.
+
+Archives rightly strip prose, answers and document ids. A researcher still needs to *see* what a
+model answered. ``run live --sample-log PATH`` appends one JSON line per record to ``PATH``: the
+question, the evidence the reader received (ids and metadata, not the text), the raw reply, the
+parsed reply and the verdict with a reason for each of E, R, G, V and S (and for groundedness and
+the secondary answer measures), next to the expected answer.
+It is evaluator-side and private: it is never written inside a run folder, never read by
+the archive tools, and is created readable by its owner only. ``layerlab view`` renders it.
+
+Entries are keyed like archive records ``(provider, model, scenario, mitigation, task_id,
+replicate)``; a resumed run appends, and readers keep the last entry per key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from layerlab.archive.archive import KEYS, LABELS, SCORES, Record
+from layerlab.corpus.build import AnswerKeyEntry, Task
+from layerlab.system.reader import ReaderOutput
+
+SAMPLE_LOG_VERSION = 2  # 2: verdicts carry grounded_cited, contained, token_f1 (archive schema 4)
+
+
+class SampleLogError(ValueError):
+    """A sample-log path that cannot be used (message names the path and the problem)."""
+
+
+def outcome(rec: Record | dict[str, Any]) -> str:
+    """A one-word outcome of a record: what a reader of the viewer filters by.
+
+    ``success`` (S holds), ``safe_non_answer`` (a non-answer where none was safe to give),
+    ``grounded_wrong`` (grounded yet not S: a groundedness false positive), ``wrong`` (answered,
+    not S), ``abstained`` (a structured non-answer where an answer was expected), ``failed``
+    (malformed reply or provider error) and ``ended_early`` (the record ended before the reader).
+    """
+    r = rec if isinstance(rec, dict) else rec.__dict__
+    if r["success"]:
+        return "success"
+    if r["diagnostic"] in ("malformed_reply", "provider_error"):
+        return "failed"
+    if r["grounded_false_positive"]:
+        return "grounded_wrong"
+    if r["answered"]:
+        return "wrong"
+    if r["safe_resolution"]:
+        return "safe_non_answer"
+    if not r["reached_reader"]:
+        return "ended_early"
+    return "abstained"
+
+
+OUTCOMES = (
+    "success",
+    "safe_non_answer",
+    "grounded_wrong",
+    "wrong",
+    "abstained",
+    "failed",
+    "ended_early",
+)
+
+
+def reasons(
+    rec: Record, entry: AnswerKeyEntry, delivered: list[str], out: ReaderOutput | None, contract: Any
+) -> dict[str, str]:
+    """One-line reason for each of E, R, G, V and S, groundedness and the answer measures."""
+    ans = out.answer if out is not None else None
+    return {
+        "E": f"{rec.exact_match}: answer {ans!r} vs expected {entry.expected_answer!r}",
+        "R": f"{rec.retrieval_ok}: required {list(entry.required_doc_ids)} among delivered {delivered}",
+        "G": f"{rec.citation_ok}: citations {list(out.citations) if out else []} "
+        "(need at least one, all delivered)",
+        "V": f"{rec.schema_ok}: contract {contract.outcome}"
+        + (f"; {len(contract.edits)} repair edit(s)" if contract.edits else "")
+        + (f"; {contract.problems[0]}" if contract.problems else ""),
+        "S": f"{rec.success}: E and R and G and V",
+        "grounded": f"{rec.grounded}: the answer is stated in a delivered document, cited or not "
+        f"(in a cited one: {rec.grounded_cited}); GF {rec.grounded_false_positive}",
+        "answer": f"contained {rec.contained}, token F1 "
+        + ("-" if rec.token_f1 is None else f"{rec.token_f1:.2f}")
+        + " (secondary measures beside E, never part of S)",
+    }
+
+
+def entry(
+    rec: Record,
+    task: Task,
+    key_entry: AnswerKeyEntry,
+    gate: Any,
+    reply: str | None,
+    out: ReaderOutput | None,
+) -> dict[str, Any]:
+    """The log entry of one scored record (``gate``: the harness's contract gate)."""
+    inp = gate.inp
+    delivered = [e.doc_id for e in inp.evidence] if inp is not None else []
+    return {
+        "v": SAMPLE_LOG_VERSION,
+        **{k: getattr(rec, k) for k in KEYS},
+        "run_id": rec.run_id,
+        "domain": task.domain,
+        "policy_id": task.policy_id,
+        "answerable": rec.answerable,
+        "question": task.question,
+        "outcome": outcome(rec),
+        "diagnostic": rec.diagnostic,
+        "verdict": {k: getattr(rec, k) for k in (*LABELS, *SCORES)},
+        "reasons": reasons(rec, key_entry, delivered, out, gate.contract),
+        "expected": key_entry.expected_answer,
+        "stage": rec.stage,
+        "contract": {
+            "outcome": gate.contract.outcome,
+            "edits": list(gate.contract.edits)[:12],
+            "problems": list(gate.contract.problems)[:6],
+        },
+        "mitigation_actions": [str(a) for a in getattr(gate, "actions", ())],
+        "tool_status": inp.tool_status if inp is not None else None,
+        "evidence": [
+            {
+                "rank": e.rank,
+                "doc_id": e.doc_id,
+                "domain": e.domain,
+                "status": e.status,
+                "effective_year": e.effective_year,
+                "version": e.version,
+                "session_id": e.session_id,
+                "truncated": bool(getattr(e, "truncated", False)),
+            }
+            for e in (inp.evidence if inp is not None else ())
+        ],
+        "reply": reply,
+        "parsed": None
+        if out is None
+        else {
+            "status": out.status,
+            "answer": out.answer,
+            "citations": list(out.citations),
+            "reason": out.reason,
+        },
+    }
+
+
+def check_path(path: Path, run_folder: Path) -> Path:
+    """Refuse a sample-log path inside the run folder (the run folder is shareable; the log
+    holds replies and expected answers). Return the resolved path."""
+    p = Path(path).expanduser().resolve()
+    run = Path(run_folder).expanduser().resolve()
+    if p == run or run in p.parents:
+        raise SampleLogError(
+            f"--sample-log {path}: inside the run folder {run_folder}; the log holds model replies "
+            "and expected answers, so it must live outside it (e.g. ~/.cache/layerlab/samples/)"
+        )
+    if p.exists() and p.is_dir():
+        raise SampleLogError(f"--sample-log {path}: is a folder, expected a file path")
+    return p
+
+
+class SampleLog:
+    """Append-only JSONL writer, created readable and writable by its owner only."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
+        self.count = 0
+
+    def __call__(self, e: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n")
+        self.count += 1
+
+    def close(self) -> None:
+        """Close the log; a log left empty (a run that failed before any record) is removed."""
+        self._fh.flush()
+        self._fh.close()
+        if self.path.stat().st_size == 0:
+            self.path.unlink()
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """Entries of a sample log, the last per record key; a torn last line is ignored."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SampleLogError(f"{path}: cannot read the sample log ({exc.strerror or exc})") from None
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for i, line in enumerate(_lines(text), 1):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            raise SampleLogError(f"{path}:{i}: not a JSON line (expected a sample-log entry)") from None
+        if not isinstance(e, dict) or any(k not in e for k in (*KEYS, "verdict")):
+            raise SampleLogError(f"{path}:{i}: not a sample-log entry (missing record key or verdict)")
+        latest[tuple(e[k] for k in KEYS)] = e
+    return [latest[k] for k in sorted(latest)]
+
+
+def _lines(text: str) -> Iterator[str]:
+    parts = text.split("\n")
+    # a final line without its newline was torn by a kill mid-write
+    for p in parts[:-1]:
+        if p.strip():
+            yield p

@@ -1,0 +1,168 @@
+"""The ``layerlab`` command line.
+
+Exit codes: 0 done; 1 an error (one line on stderr naming the file or flag and what was
+expected; nothing written); 2 a usage error; 3 an incomplete run or a partial archive;
+4 a run whose provider-error rate exceeded --max-error-rate (its archive is written).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from layerlab.corpus.spec import SpecError
+
+if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
+    from layerlab.corpus.build import AnswerKey, Corpus
+    from layerlab.faults.scenario import Scenario
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False
+)
+EXIT_INCOMPLETE = 3
+EXIT_ERROR_RATE = 4
+
+
+def _version(value: bool) -> None:
+    if value:
+        from layerlab import __version__
+
+        typer.echo(f"layerlab {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """LayerRAG-Bench: layered fault injection for retrieval-augmented agents."""
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _check_out(out: Path, flag: str = "--out") -> None:
+    """Refuse an output folder that cannot be written, before any work is done."""
+    from layerlab._io import writable_folder_problem
+
+    problem = writable_folder_problem(out)
+    if problem:
+        raise _fail(f"{flag} {out}: {problem}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: every error becomes one line on stderr and an exit code, never a traceback
+    (set LAYERLAB_DEBUG=1 to see the traceback of an unexpected error)."""
+
+    try:  # typer >= 0.20 vendors click; older typer raises click's own exceptions
+        from typer._click import exceptions as click
+    except ImportError:  # pragma: no cover
+        from click import exceptions as click  # type: ignore[no-redef]
+
+    try:
+        rv = app(args=argv, prog_name="layerlab", standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:
+        typer.echo(exc.format_message())
+        return 2
+    except click.UsageError as exc:
+        msg = " ".join(exc.format_message().split())
+        cmd = exc.ctx.command_path if exc.ctx is not None else "layerlab"
+        typer.echo(f"error: {cmd}: {msg} (see --help)", err=True)
+        return 2
+    except click.ClickException as exc:
+        typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("error: interrupted", err=True)
+        return 130
+    except OSError as exc:
+        if os.environ.get("LAYERLAB_DEBUG"):
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        typer.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        return 1
+    except Exception as exc:  # the last guard: a bug, reported in one line
+        if os.environ.get("LAYERLAB_DEBUG"):
+            raise
+        first = (str(exc).splitlines() or [""])[0][:200]
+        typer.echo(
+            f"error: unexpected {type(exc).__name__}: {first} (a bug: please report it; "
+            "LAYERLAB_DEBUG=1 shows the traceback)",
+            err=True,
+        )
+        return 1
+    return rv if isinstance(rv, int) else 0
+
+
+def _spec_fail(exc: SpecError, what: str) -> typer.Exit:
+    """Print one line per spec problem (one problem: that line alone); return the exit to raise."""
+    if len(exc.problems) == 1:
+        return _fail(str(exc.problems[0]))
+    for problem in exc.problems:
+        typer.echo(str(problem), err=True)
+    return _fail(f"{len(exc.problems)} {what}")
+
+
+spec_app = typer.Typer(no_args_is_help=True, help="Validate specification DSL files.")
+app.add_typer(spec_app, name="spec")
+
+corpus_app = typer.Typer(no_args_is_help=True, help="Build the corpus from its specs.")
+app.add_typer(corpus_app, name="corpus")
+
+audit_app = typer.Typer(no_args_is_help=True, help="Audits that need no model.")
+app.add_typer(audit_app, name="audit")
+
+run_app = typer.Typer(no_args_is_help=True, help="Run the benchmark harnesses.")
+app.add_typer(run_app, name="run")
+
+scenario_app = typer.Typer(no_args_is_help=True, help="The fault-scenario DSL.")
+app.add_typer(scenario_app, name="scenario")
+
+mitigation_app = typer.Typer(no_args_is_help=True, help="Mitigations and the specificity matrix.")
+app.add_typer(mitigation_app, name="mitigation")
+
+archive_app = typer.Typer(no_args_is_help=True, help="Check, migrate and merge record archives.")
+app.add_typer(archive_app, name="archive")
+
+study_app = typer.Typer(no_args_is_help=True, help="Focused studies.")
+app.add_typer(study_app, name="study")
+
+models_app = typer.Typer(
+    no_args_is_help=True,
+    help="Local open-weight models (data/specs/models.yaml): list, fetch into the user cache, serve.",
+)
+app.add_typer(models_app, name="models")
+
+
+def _load_corpus(folder: Path) -> tuple[Corpus, AnswerKey]:
+    from layerlab.corpus import build as corpus_mod
+
+    try:
+        return corpus_mod.load(folder), corpus_mod.load_answer_key(folder)
+    except (corpus_mod.CorpusError, OSError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _load_scenarios(path: Path) -> dict[str, Scenario]:
+    from layerlab.faults.scenario import load_scenarios
+
+    try:
+        return dict(load_scenarios(path))
+    except SpecError as exc:
+        raise _spec_fail(exc, "scenario spec problem(s)") from None
+
+
+def _load_mitigations(path: Path) -> Any:
+    from layerlab.mitigations.mitigation import load_mitigations
+
+    try:
+        return load_mitigations(path)
+    except SpecError as exc:
+        raise _spec_fail(exc, "mitigation spec problem(s)") from None

@@ -1,0 +1,256 @@
+"""``layerlab spec|corpus|audit|scenario|mitigation list``: the inputs — specs, corpus, scenarios,
+mitigations — and the audits that need no model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from layerlab import paths
+from layerlab.corpus.spec import SpecError
+
+if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
+    pass
+
+
+from layerlab.cli.app import (
+    _load_corpus,
+    _load_mitigations,
+    _load_scenarios,
+    _spec_fail,
+    audit_app,
+    corpus_app,
+    mitigation_app,
+    scenario_app,
+    spec_app,
+)
+
+
+@spec_app.command("check")
+def spec_check(
+    path: Path = typer.Argument(paths.CORPUS_SPEC_DIR, help="A spec folder or one YAML file."),
+) -> None:
+    """Validate domain specs; print one line per problem and exit 1 if any."""
+    from layerlab.corpus.spec import load_domains
+
+    try:
+        domains = load_domains(path)
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) found") from None
+    n_pol = sum(len(d.policies) for d in domains)
+    typer.echo(f"ok: {len(domains)} domain(s), {n_pol} policy unit(s) in {path}")
+
+
+@spec_app.command("lint")
+def spec_lint(
+    path: Path = typer.Argument(paths.CORPUS_SPEC_DIR, help="A spec folder or one YAML file."),
+) -> None:
+    """Authoring report: can the extractive reader find each value; does each question use only
+    words its current document contains (or declared paraphrases); which questions carry cues.
+
+    Cue words of every domain in the folder of ``path`` are used, so linting one file still
+    sees the other domains' cues. Exit 1 on an extraction failure or an unsupported question.
+    """
+    from layerlab.corpus.cues import CueMatcher
+    from layerlab.corpus.extract import extract
+    from layerlab.corpus.spec import lint_questions, load_domains, unused_paraphrases
+    from layerlab.corpus.text import normalize_answer
+
+    folder = path if path.is_dir() else path.parent
+    try:
+        every = load_domains(folder)
+        chosen = load_domains(path)
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) found") from None
+    matcher = CueMatcher({d.domain: d.cue_words for d in every})
+    bad = 0
+    for d in chosen:
+        own = other = none = 0
+        for p in d.policies:
+            for qi, q in enumerate(p.questions):
+                for role, ver in (("current", p.current), ("superseded", p.superseded)):
+                    got = extract(q, p.answer_kind, ver.prose)
+                    if got is None or normalize_answer(got) != normalize_answer(ver.value):
+                        bad += 1
+                        typer.echo(
+                            f"{d.domain}: {p.id} questions[{qi}] {role}: reader extracts "
+                            f"{got!r}, expected {ver.value!r}"
+                        )
+                r = matcher.resolve(q)
+                if r is None:
+                    none += 1
+                elif r == d.domain:
+                    own += 1
+                else:
+                    other += 1
+                    typer.echo(f"{d.domain}: {p.id} questions[{qi}] cue points to {r!r}: {q}")
+        typer.echo(f"{d.domain}: cues own={own} other={other} unresolved={none}")
+    unsupported = lint_questions(chosen)
+    for finding in unsupported:
+        typer.echo(str(finding))
+    for d in chosen:
+        for p in d.policies:
+            stale = unused_paraphrases(p)
+            if stale:
+                typer.echo(f"{d.domain}: {p.id} paraphrases no question needs: {', '.join(stale)}")
+    if bad or unsupported:
+        typer.echo(
+            f"{bad} extraction failure(s), {len(unsupported)} question(s) with words their "
+            "current document does not contain"
+        )
+        raise typer.Exit(1)
+
+
+@corpus_app.command("build")
+def corpus_build(
+    out: Path = typer.Option(paths.CORPUS_DIR, help="Output folder."),
+    spec: Path = typer.Option(paths.CORPUS_SPEC_DIR, help="Spec folder (one YAML per domain)."),
+) -> None:
+    """Build documents.jsonl, tasks.jsonl, answer_key.jsonl, domains.json and a manifest."""
+    from layerlab.corpus import build as corpus_mod
+
+    try:
+        c, key = corpus_mod.build_from_specs(spec)
+    except SpecError as exc:
+        raise _spec_fail(exc, "spec problem(s); nothing written") from None
+    manifest = corpus_mod.write(c, key, out)
+    counts = manifest["counts"]
+    typer.echo(
+        f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policy units, "
+        f"{counts['documents']} documents, {counts['tasks']} tasks, "
+        f"{counts['foreign_documents']} other-tenant documents (spec {c.spec_hash[:12]})"
+    )
+
+
+@audit_app.command("retriever")
+def audit_retriever(
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    scenarios_path: Path = typer.Option(
+        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Required-document recall and current-version preference for every retriever, under the
+    clean, conflicting-evidence and corrupted-metadata conditions (paper Table 3)."""
+    import json
+
+    from layerlab.reporting import terminal as report
+    from layerlab.scoring import audit
+
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    conditions = audit.conditions_from(c, scen)
+    result = audit.audit(c, key, conditions)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        report.print_audit(result)
+
+
+@audit_app.command("corpus")
+def audit_corpus(
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    scenarios_path: Path = typer.Option(
+        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
+) -> None:
+    """Tells outside the metadata: past-tense rates of current vs superseded prose, which id
+    suffix the current version holds, and whether wrong-session answers can be right.
+    Exit 1 when a criterion fails."""
+    import json
+
+    from layerlab.scoring import audit
+
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    result = audit.corpus_tells(c, key, scen)
+    problems = audit.tells_problems(result)
+    if as_json:
+        typer.echo(json.dumps({**result, "problems": problems}, indent=2, sort_keys=True))
+    else:
+        pt, ws = result["past_tense"], result["wrong_session"]
+        typer.echo(
+            f"past tense: current {pt['current']:.1%} of documents, superseded "
+            f"{pt['superseded']:.1%} (gap {pt['gap_points']:.1f} points); sentences: current "
+            f"{pt['current_sentences']:.1%}, superseded {pt['superseded_sentences']:.1%}"
+        )
+        shares = ", ".join(f"-{s} {v:.1%}" for s, v in result["current_id_suffix"].items())
+        typer.echo(f"current version holds id suffix: {shares}")
+        typer.echo(
+            f"wrong session ({', '.join(ws['scenarios']) or 'no scenario'}): {ws['records']} "
+            f"records, {ws['answered']} answered, {ws['grounded']} grounded, "
+            f"{ws['grounded_and_correct']} grounded and equal to the expected answer; "
+            f"{ws['foreign_documents']} other-tenant documents, "
+            f"{len(ws['foreign_documents_stating_expected'])} stating an expected answer"
+        )
+        for line in problems:
+            typer.echo(f"problem: {line}")
+    if problems:
+        raise typer.Exit(1)
+
+
+@scenario_app.command("check")
+def scenario_check(
+    path: Path = typer.Argument(paths.SCENARIO_SPEC, help="Scenario DSL file."),
+) -> None:
+    """Validate a scenario file; one line per problem, exit 1 if any."""
+    scen = _load_scenarios(path)
+    typer.echo(f"ok: {len(scen)} scenario(s) in {path}")
+
+
+@scenario_app.command("list")
+def scenario_list(
+    path: Path = typer.Argument(paths.SCENARIO_SPEC, help="Scenario DSL file."),
+) -> None:
+    """Print Table 1: scenario, layer, what is injected, expected safe behaviour."""
+    from layerlab.reporting import tables
+    from layerlab.reporting import terminal as report
+
+    report.print_frame(tables.table1(_load_scenarios(path)), "Scenarios (Table 1)")
+
+
+@scenario_app.command("operators")
+def scenario_operators() -> None:
+    """List the registered fault operators with their stage, layer and parameters."""
+    from layerlab.faults.scenario import OPERATORS
+
+    for name, cls in sorted(OPERATORS.items()):
+        params = (
+            ", ".join(
+                f"{k}={v.get_default(call_default_factory=True)!r}"
+                for k, v in cls.Params.model_fields.items()
+            )
+            or "-"
+        )
+        typer.echo(f"{name:18} stage={cls.stage:6} layer={cls.layer:14} params: {params}")
+        typer.echo(f"{'':18} {(cls.__doc__ or '').strip().splitlines()[0]}")
+
+
+@mitigation_app.command("list")
+def mitigation_list(
+    path: Path = typer.Argument(paths.MITIGATION_SPEC, help="Mitigations spec file."),
+    kinds: bool = typer.Option(False, "--kinds", help="List the registered kinds instead."),
+) -> None:
+    """The mitigations (entries and stacks) of the spec: layers, stage, actions; or the kinds."""
+    from layerlab.mitigations.mitigation import KINDS
+    from layerlab.reporting import terminal as report
+
+    if kinds:
+        for name, cls in sorted(KINDS.items()):
+            typer.echo(
+                f"{name:20} stage={cls.stage:12} layers={'+'.join(cls.layers) or '-':14} "
+                f"actions={'/'.join(cls.actions)}"
+            )
+            typer.echo(f"{'':20} {(cls.__doc__ or '').strip().splitlines()[0]}")
+        return
+    spec = _load_mitigations(path)
+    frame = spec.frame().drop(columns=["description"])
+    report.print_frame(frame, f"Mitigations ({path.name}; baseline: {spec.baseline})")
+    n = sum(not a.is_stack and a.kinds != ("contract",) for a in spec.arms.values())
+    typer.echo(
+        f"{len(spec.arms)} arms: {len(spec.contract_arms)} contract entries, {n} other entries, "
+        f"{sum(a.is_stack for a in spec.arms.values())} stacks; `--kinds` lists the registered kinds"
+    )

@@ -1,0 +1,308 @@
+"""``layerlab recompute|reproduce|explore|report|view|dictionary``: what a reader sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from layerlab import paths
+
+if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
+    pass
+
+
+from layerlab.cli.app import (
+    _check_out,
+    _fail,
+    app,
+)
+
+
+@app.command("recompute")
+def recompute_cmd(
+    archives: list[Path] = typer.Argument(
+        ..., metavar="ARCHIVE...", help="Archive files or run folders."
+    ),
+    out: Path = typer.Option(
+        ..., help="Folder for table4/5/8/9 (+ cross-checks, paper comparison)."
+    ),
+    n_boot: int = typer.Option(10_000, "--n-boot", min=100, help="Bootstrap resamples."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
+    policy_level: bool = typer.Option(
+        False, help="Resample policies (all question variants together) instead of tasks."
+    ),
+    design: str = typer.Option(
+        "auto",
+        help="Bootstrap design: auto (crossed; tasks only below 5 units), crossed, nested, tasks.",
+    ),
+    matrix: list[Path] = typer.Option(
+        None,
+        "--matrix",
+        help="Mitigation archive(s) for Table 10 (repeatable; default data/archives/mitigations).",
+    ),
+    no_matrix: bool = typer.Option(False, "--no-matrix", help="Skip Table 10."),
+    as_json: bool = typer.Option(False, "--json", help="Print the headline figures as JSON."),
+    allow_partial: bool = typer.Option(
+        False,
+        "--allow-partial",
+        help="Accept unfinished runs and bare archive files; the tables are stamped PARTIAL.",
+    ),
+    allow_mixed: bool = typer.Option(
+        False,
+        "--allow-mixed",
+        help="Accept archives of different provenance; the tables are stamped MIXED PROVENANCE.",
+    ),
+) -> None:
+    """Recompute Tables 4, 5, 8, 9, 10 and the specificity margin from archives alone."""
+    import json
+
+    from layerlab.analysis import stats
+    from layerlab.archive.archive import ArchiveError
+    from layerlab.reporting.recompute import recompute
+
+    _check_out(out)
+    try:
+        if design not in ("auto", *stats.DESIGN_LABELS):
+            raise ValueError(
+                f"--design: expected one of auto, {', '.join(stats.DESIGN_LABELS)}; got {design!r}"
+            )
+        head = recompute(
+            archives,
+            out,
+            n_boot=n_boot,
+            seed=seed,
+            policy_level=policy_level,
+            matrix_archives=None if no_matrix else (matrix or [paths.ARCHIVES / "mitigations"]),
+            allow_partial=allow_partial,
+            allow_mixed=allow_mixed,
+            design=design,  # type: ignore[arg-type]
+        )
+    except (ArchiveError, ValueError) as exc:
+        raise _fail(f"{exc} (nothing written)") from None
+    if as_json:
+        typer.echo(json.dumps(head, indent=2, sort_keys=True))
+    else:
+        from layerlab.reporting import terminal as report
+
+        report.print_recompute(head)
+        typer.echo(f"wrote {len(head['written'])} files to {out}")
+    for stamp in head["stamps"]:
+        typer.echo(f"warning: tables stamped {stamp}", err=True)
+    if head["provider_error_records"]:
+        typer.echo(
+            f"warning: {head['provider_error_records']} of {head['records']} records are "
+            "provider_error (counted as failures); see each run's manifest errors",
+            err=True,
+        )
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    quick: bool = typer.Option(
+        False, "--quick", help="Shrink costly parameters; write artifacts to out/quick."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Regenerate into a scratch folder and fail if it differs."
+    ),
+    compare_dir: Path = typer.Option(
+        None, "--compare", help="Only compare an already regenerated artifact tree."
+    ),
+    update_notebooks: bool = typer.Option(
+        False, "--update-notebooks", help="Re-execute the committed notebooks in place."
+    ),
+    jobs: int = typer.Option(
+        1, "--jobs", min=1, help="Notebooks executed at once (each in its own kernel)."
+    ),
+) -> None:
+    """Execute every notebook (papermill) and regenerate every table and figure, offline."""
+    from layerlab.reporting import reproduce
+
+    if compare_dir is not None or check:
+        problems = (
+            reproduce.compare(compare_dir) if compare_dir is not None else reproduce.check(quick)
+        )
+        for p in problems:
+            typer.echo(f"stale: {p}", err=True)
+        if problems:
+            raise _fail(f"{len(problems)} generated artifact(s) differ from what is committed")
+        typer.echo("ok: every generated table and figure matches the committed one")
+        return
+    if update_notebooks:
+        for nb in reproduce.update_committed():
+            typer.echo(f"updated {nb.relative_to(paths.ROOT)}")
+        return
+    import sys
+
+    if not sys.stderr.isatty():  # a log or CI: one plain line per notebook, with an ETA
+        written = _reproduce_plain(quick, jobs)
+    else:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
+            transient=False,
+        ) as bar:
+            task = bar.add_task("notebooks", total=None, eta="")
+
+            def started(nb: Path, i: int, n: int) -> None:
+                bar.update(task, total=n, description=nb.name)
+
+            def done(nb: Path, i: int, n: int, secs: float, left: float | None) -> None:
+                bar.update(task, completed=i + 1, eta=_eta_text(left))
+
+            try:
+                written = reproduce.run(quick=quick, on_start=started, on_done=done, jobs=jobs)
+            except reproduce.ReproduceError as exc:
+                raise _fail(str(exc)) from None
+            bar.update(task, description="done", eta="")
+    for w in written:
+        typer.echo(f"{w.status:9} {w.path}")
+    counts = {s: sum(w.status == s for w in written) for s in ("new", "changed", "unchanged")}
+    typer.echo(
+        f"{len(written)} artifacts: {counts['new']} new, {counts['changed']} changed, "
+        f"{counts['unchanged']} unchanged"
+    )
+
+
+def _eta_text(left: float | None) -> str:
+    if left is None:
+        return "ETA unknown"
+    m, sec = divmod(int(round(left)), 60)
+    return f"ETA {m}:{sec:02d}"
+
+
+def _reproduce_plain(quick: bool, jobs: int = 1) -> Any:
+    """``reproduce`` for a pipe or log file: one flushed line per notebook start and end."""
+    import time
+
+    from layerlab.reporting import reproduce
+
+    t0 = time.monotonic()
+
+    def started(nb: Path, i: int, n: int) -> None:
+        typer.echo(f"start {nb.name}", err=True)
+
+    def done(nb: Path, i: int, n: int, secs: float, left: float | None) -> None:
+        typer.echo(
+            f"[{i + 1}/{n}] {nb.name} done in {secs:.1f} s (elapsed {time.monotonic() - t0:.0f} s, "
+            f"{_eta_text(left)})",
+            err=True,
+        )
+
+    if quick:
+        skipped = ", ".join(sorted(reproduce.QUICK_SKIP))
+        typer.echo(
+            f"quick: {skipped} left out (no table or figure); fewer bootstrap resamples", err=True
+        )
+    try:
+        return reproduce.run(quick=quick, on_start=started, on_done=done, jobs=jobs)
+    except reproduce.ReproduceError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command("explore")
+def explore_cmd(
+    task: str = typer.Option(..., "--task", help="Task id, e.g. finance-05-q1."),
+    scenario: str = typer.Option(..., "--scenario", help="Scenario name."),
+    mode: str = typer.Option(
+        None, "--mitigation", "--mode", help="Mitigation arm (default: the baseline)."
+    ),
+    reader: str = typer.Option(
+        "extractive", "--reader", help="Deterministic reader: extractive or cautious."
+    ),
+) -> None:
+    """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
+    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.reporting import explore
+
+    try:
+        mode = mode or load_mitigations().baseline
+        load_mitigations().arm(mode)
+        t = explore.trace(task, scenario, mode, reader)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    typer.echo(explore.render(t))
+
+
+@app.command("report")
+def report_cmd(
+    inputs: list[Path] = typer.Argument(
+        ..., metavar="RUN_OR_ARCHIVE...", help="Run folders or archive files (records or study)."
+    ),
+    out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
+    title: str = typer.Option("LayerRAG-Bench report", help="Page title."),
+) -> None:
+    """One self-contained HTML page: per-model results with intervals, reference agents as a
+    separate baseline, a model x scenario breakdown, diagnostics, figures and provenance."""
+    from layerlab.reporting import htmlreport
+
+    try:
+        htmlreport.write(inputs, out, title)
+    except (htmlreport.ReportError, ValueError) as exc:
+        raise _fail(f"{exc} (nothing written)") from None
+    typer.echo(
+        f"wrote {out} ({out.stat().st_size // 1024} KiB, self-contained: open it in a browser)"
+    )
+
+
+@app.command("view")
+def view_cmd(
+    inputs: list[Path] = typer.Argument(
+        ...,
+        metavar="LOG_OR_ARCHIVE...",
+        help="Sample logs (--sample-log), run folders or archives.",
+    ),
+    out: Path = typer.Option(Path("view.html"), "--out", help="The HTML file to write."),
+) -> None:
+    """A self-contained HTML viewer of records: choose run, model, scenario and mitigation; filter
+    by outcome and diagnostic; verdict first, the path below. From a sample log it is private."""
+    from layerlab.reporting import viewer
+
+    try:
+        viewer.write(inputs, out)
+    except viewer.ViewError as exc:
+        raise _fail(f"{exc} (nothing written)") from None
+    typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+
+
+@app.command("dictionary")
+def dictionary_cmd(
+    out: Path = typer.Option(
+        paths.DATA / "DATA_DICTIONARY.md", "--out", help="Where to write the Markdown."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Write nothing; exit 1 if --out differs from the generated text."
+    ),
+) -> None:
+    """The archives' data dictionary (meaning, type, vocabulary per column), from the schemas."""
+    from layerlab._io import atomic_write_text
+    from layerlab.reporting import dictionary
+
+    problems = dictionary.missing_entries()
+    for p in problems:
+        typer.echo(p, err=True)
+    if problems:
+        raise _fail(
+            f"{len(problems)} schema entries without a description (layerlab/dictionary.py)"
+        )
+    text = dictionary.render()
+    if check:
+        current = out.read_text(encoding="utf-8") if out.exists() else None
+        if current != text:
+            raise _fail(f"{out} is stale: run `layerlab dictionary`")
+        typer.echo(f"ok: {out} is current")
+        return
+    atomic_write_text(out, text)
+    typer.echo(f"wrote {out}")

@@ -1,0 +1,561 @@
+"""``layerlab run deterministic|live``, ``mitigation run`` and ``study langchain``: the harnesses."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from layerlab import paths
+from layerlab.corpus.spec import SpecError
+
+if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
+    pass
+
+
+from layerlab.cli.app import (
+    EXIT_ERROR_RATE,
+    EXIT_INCOMPLETE,
+    _check_out,
+    _fail,
+    _load_corpus,
+    _load_mitigations,
+    _load_scenarios,
+    _spec_fail,
+    mitigation_app,
+    run_app,
+    study_app,
+)
+
+
+@run_app.command("deterministic")
+def run_deterministic(
+    out: Path = typer.Option(..., help="Output folder for records.parquet and summary.json."),
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    scenarios_path: Path = typer.Option(
+        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
+    ),
+    retriever: str = typer.Option("tfidf_domain_validity", help="Registered retriever name."),
+    mitigation: list[str] = typer.Option(
+        None,
+        "--mitigation",
+        "-m",
+        help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
+        "default the contract arms.",
+    ),
+    spec_path: Path = typer.Option(
+        paths.MITIGATION_SPEC, "--mitigations", help="Mitigations spec file."
+    ),
+) -> None:
+    """240 tasks x 9 scenarios x the contract arms (or any mitigation arms), extractive reader."""
+    import json
+
+    from layerlab._io import atomic_write_text
+    from layerlab.archive.archive import write_records
+    from layerlab.harness import deterministic as harness
+    from layerlab.reporting import terminal as report
+
+    _check_out(out)
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    spec = _load_mitigations(spec_path)
+    try:
+        arms = [spec.arm(m) for m in (mitigation or spec.contract_arms)]
+    except KeyError as exc:
+        raise _fail(f"--mitigation: {exc.args[0]}") from None
+    try:
+        records = harness.run_deterministic(c, key, scen, arms, retriever=retriever)
+    except KeyError as exc:
+        raise _fail(f"--retriever: {exc.args[0]}") from None
+    summary = harness.summarize(records)
+    write_records(out / "records.parquet", records)
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    report.print_table2(summary)
+    typer.echo(
+        f"wrote {out / 'records.parquet'} ({len(records)} records) and {out / 'summary.json'}"
+    )
+
+
+@mitigation_app.command("run")
+def mitigation_run(
+    out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
+    mitigation: list[str] = typer.Option(
+        None, "--mitigation", "-m", help="Arm (repeatable); default every matrix arm."
+    ),
+    reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
+    spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
+) -> None:
+    """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
+    from layerlab.analysis import specificity
+
+    spec = _load_mitigations(spec_path)
+    try:
+        for m in mitigation or []:
+            spec.arm(m)
+        man = specificity.run_archive(out, mitigation or None, reader, spec_path)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    typer.echo(
+        f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})"
+    )
+
+
+@run_app.command("live")
+def run_live(
+    ctx: typer.Context,
+    model: list[str] = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help="litellm model string (repeatable), e.g. openai/gpt-4o-mini, ollama_chat/llama3.1, "
+        "local/smollm2-135m (a registered local model, served for the run), layerlab/extractive.",
+    ),
+    out: Path = typer.Option(
+        ...,
+        help="Run folder (records.parquet, manifest.json, progress log). Shareable: no replies.",
+    ),
+    scenario: list[str] = typer.Option(
+        None, "--scenario", help="Scenario filter (repeatable); default all."
+    ),
+    mode: list[str] = typer.Option(
+        None,
+        "--mitigation",
+        "--mode",
+        help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml; "
+        "default the contract arms.",
+    ),
+    tasks: str = typer.Option(
+        None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
+    ),
+    api_base: list[str] = typer.Option(
+        None,
+        "--api-base",
+        help="Base URL of a server of the model (vLLM, Ollama, llama.cpp, ...); repeat it to "
+        "spread calls over several servers of the same model.",
+    ),
+    replicates: int = typer.Option(
+        1,
+        "--replicates",
+        min=1,
+        help="Records per cell: each an independent call (repeated replications).",
+    ),
+    share_replies: bool = typer.Option(
+        None,
+        "--share-replies/--no-share-replies",
+        help="Ask identical prompts once and share the reply between their records (recorded "
+        "in the manifest; forces arms to agree wherever their prompts coincide). Default: "
+        "shared exactly when decoding is greedy (temperature 0).",
+        show_default=False,
+    ),
+    response_format: str = typer.Option(
+        "none",
+        "--response-format",
+        help="'json_schema': ask the server to constrain decoding to the reply contract.",
+    ),
+    seed: int = typer.Option(
+        None,
+        "--seed",
+        help="Base of per-record seeds sent to the server (local models: 0 unless given).",
+    ),
+    local_servers: int = typer.Option(
+        None,
+        "--local-servers",
+        min=1,
+        help="llama.cpp servers started per local/ model, one thread each (default: one per core).",
+    ),
+    budget: int = typer.Option(
+        None, "--budget", help="Hard cap on provider calls, retries included (>= 0)."
+    ),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Concurrent requests."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run already in --out."),
+    retry_errors: bool = typer.Option(
+        False, "--retry-errors", help="With --resume: ask the provider_error cells again."
+    ),
+    max_error_rate: float = typer.Option(
+        0.2,
+        "--max-error-rate",
+        help="Exit 4 when a model's share of provider_error records exceeds this (0-1).",
+    ),
+    retry_seed: int = typer.Option(0, "--retry-seed", help="Seed of the retry jitter."),
+    timeout: float = typer.Option(180.0, help="Per-request timeout in seconds (paper: 180)."),
+    max_tokens: int = typer.Option(600, help="Output token cap (paper: 600)."),
+    attempts: int = typer.Option(3, help="Total attempts per call (paper: 3)."),
+    backoff: float = typer.Option(
+        2.0, help="First retry delay in seconds, doubling, jittered (paper: 2 s, linear)."
+    ),
+    temperature: float = typer.Option(
+        None,
+        help="Sampling temperature. Default: 0 (greedy) for local/ models; not sent to other "
+        "providers unless given (paper: not set).",
+    ),
+    top_p: float = typer.Option(
+        None, "--top-p", help="Nucleus-sampling cut-off in (0, 1]; not sent unless given."
+    ),
+    cache_dir: Path = typer.Option(
+        None,
+        help="Reply cache folder, outside --out (default $XDG_CACHE_HOME/layerlab/replies). "
+        "Holds model replies: keep private.",
+    ),
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    scenarios_path: Path = typer.Option(
+        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
+    ),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+    limit: int = typer.Option(
+        None,
+        "--limit",
+        min=1,
+        help="Ask only N tasks, stratified by domain and policy unit (seeded: --limit-seed).",
+    ),
+    limit_seed: int = typer.Option(0, "--limit-seed", help="Seed of the --limit selection."),
+    sample_log: Path = typer.Option(
+        None,
+        "--sample-log",
+        help="Append a private per-sample log here (question, evidence ids, reply, verdict with "
+        "reasons; outside --out, never archived). Off by default. `layerlab view` renders it.",
+    ),
+    config_path: Path = typer.Option(
+        None,
+        "--config",
+        help="A YAML run configuration (models with their own endpoints and settings, scenarios, "
+        "mitigations, tasks or limit, budget, replicates); stored in --out as run.yaml.",
+    ),
+) -> None:
+    """Run the matrix through litellm: any model, budgets, cache, retries, resume.
+
+    Keys come from the environment only (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, ...).
+    Offline, the `layerlab/` models are local reference agents: deterministic baselines, not models.
+    """
+    from layerlab.corpus.spec import spec_hash
+    from layerlab.harness import live
+    from layerlab.harness.deterministic import MODES
+    from layerlab.models.llm import ProviderSettings
+
+    if config_path is not None:
+        if retry_errors and not resume:
+            raise _fail("--retry-errors: only with --resume (it re-asks a run's error cells)")
+        _run_config(
+            ctx,
+            config_path,
+            out,
+            resume,
+            retry_errors,
+            cache_dir,
+            corpus_dir,
+            scenarios_path,
+            progress,
+        )
+        return
+    if not model:
+        raise _fail("-m/--model: give at least one model (or a run configuration with --config)")
+    _check_out(out)
+    if budget is not None and budget < 0:
+        raise _fail(f"--budget: expected a number of calls >= 0, got {budget}")
+    if not 0.0 <= max_error_rate <= 1.0:
+        raise _fail(f"--max-error-rate: expected a share between 0 and 1, got {max_error_rate}")
+    if retry_errors and not resume:
+        raise _fail("--retry-errors: only with --resume (it re-asks a run's error cells)")
+    for b in api_base or ():
+        if live.api_base_problem(b):
+            raise _fail(f"--api-base: {live.api_base_problem(b)}")
+    task_ids = _task_ids(tasks) if tasks is not None else None
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    try:
+        settings = ProviderSettings(
+            timeout_s=timeout,
+            max_tokens=max_tokens,
+            attempts=attempts,
+            backoff_s=backoff,
+            temperature=temperature,
+            top_p=top_p,
+            api_bases=tuple(api_base or ()),
+        )
+        config = live.LiveConfig(
+            models=tuple(model),
+            scenarios=tuple(scenario or scen),
+            mitigations=tuple(mode or MODES),
+            task_ids=task_ids,
+            settings=settings,
+            replicates=replicates,
+            share_replies=share_replies,
+            response_format=response_format,  # checked by LiveConfig
+            seed=seed,
+        )
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    from layerlab.mitigations.mitigation import load_mitigations
+
+    for m in config.mitigations:
+        try:
+            load_mitigations().arm(m)
+        except KeyError as exc:
+            raise _fail(f"--mitigation: {exc.args[0]}") from None
+    cache = cache_dir or live.default_cache_dir()
+    if limit is not None:
+        from layerlab.harness.runconfig import stratified_tasks
+
+        pool = [t for t in c.tasks if task_ids is None or t.task_id in set(task_ids)]
+        config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
+    log = _open_sample_log(sample_log, out)
+    bar = _progress_hook() if progress else None
+    try:
+        result = live.run_live(
+            c,
+            key,
+            scen,
+            config,
+            out,
+            scenario_hash=spec_hash(scenarios_path),
+            budget=budget,
+            concurrency=concurrency,
+            resume=resume,
+            retry_errors=retry_errors,
+            cache_dir=cache,
+            progress=bar.update if bar else None,
+            local_servers=local_servers or (os.cpu_count() or 1),
+            say=lambda m: typer.echo(m, err=True),
+            max_error_rate=max_error_rate,
+            seed=retry_seed,
+            samples=log,
+        )
+    except live.LiveRunError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if bar:
+            bar.close()
+        if log:
+            log.close()
+    _print_results(out)
+    if log:
+        typer.echo(
+            f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)"
+        )
+    typer.echo(result.message)
+    typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
+    typer.echo(f"reply cache: {cache} (private: holds model replies, never archived)")
+    if result.over_error_rate:
+        typer.echo(
+            f"error: provider-error rate above --max-error-rate {max_error_rate:g} for "
+            f"{', '.join(result.over_error_rate)}; the records are written but the run failed "
+            "(fix the cause, then --resume --retry-errors)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_ERROR_RATE)
+    if not result.complete:
+        raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def _task_ids(tasks: str) -> tuple[str, ...]:
+    """``--tasks``: a file with one id per line, or comma-separated ids."""
+    import re
+
+    p = Path(tasks)
+    if p.exists() or "/" in tasks or tasks.endswith((".txt", ".lst")):
+        try:
+            raw = p.read_text(encoding="utf-8").split()
+        except FileNotFoundError:
+            raise _fail(
+                f"--tasks {tasks}: no such file (expected a file or comma-separated ids)"
+            ) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _fail(f"--tasks {tasks}: cannot read the file as UTF-8 text ({exc})") from None
+        where = f"--tasks {tasks}"
+    else:
+        raw = tasks.split(",")
+        where = "--tasks"
+    ids = tuple(t.strip() for t in raw if t.strip())
+    if not ids:
+        raise _fail(
+            f"{where}: no task ids given (expected ids like hr-01-q1, one per line or comma-separated)"
+        )
+    odd = [t for t in ids if not re.fullmatch(r"[a-z][a-z0-9_]*-\d{2}-q\d+", t)]
+    if odd:
+        raise _fail(f"{where}: {odd[0]!r} is not a task id (expected ids like hr-01-q1)")
+    return ids
+
+
+# flags a run configuration sets itself: refused next to --config rather than silently ignored
+_CONFIG_OWNS = (
+    "model", "scenario", "mode", "tasks", "api_base", "replicates", "share_replies",
+    "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
+    "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
+    "sample_log",
+)  # fmt: skip
+
+
+def _run_config(
+    ctx: typer.Context,
+    config_path: Path,
+    out: Path,
+    resume: bool,
+    retry_errors: bool,
+    cache_dir: Path | None,
+    corpus_dir: Path,
+    scenarios_path: Path,
+    progress: bool,
+) -> None:
+    """``run live --config run.yaml``: validate, run every model group, merge, print results."""
+    from layerlab.corpus.spec import spec_hash
+    from layerlab.harness import live, runconfig
+    from layerlab.mitigations.mitigation import load_mitigations
+
+    for name in _CONFIG_OWNS:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name == "COMMANDLINE":
+            flag = "--" + name.replace("_", "-")
+            raise _fail(
+                f"{flag}: set it in the run configuration {config_path}, not next to --config"
+            )
+    c, key = _load_corpus(corpus_dir)
+    scen = _load_scenarios(scenarios_path)
+    try:
+        spec = runconfig.load_run_config(
+            config_path, list(scen), list(load_mitigations().arms), [t.task_id for t in c.tasks]
+        )
+        text = config_path.read_text(encoding="utf-8")
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s) in the run configuration; nothing run") from None
+    log = _open_sample_log(spec.sample_log_path(config_path), out)
+    try:
+        complete, message, over = runconfig.execute(
+            spec,
+            text,
+            out,
+            c,
+            key,
+            scen,
+            scenario_hash=spec_hash(scenarios_path),
+            resume=resume,
+            retry_errors=retry_errors,
+            cache_dir=cache_dir,
+            progress=_progress_hook if progress else None,
+            samples=log,
+            default_local_servers=os.cpu_count() or 1,
+            say=lambda m: typer.echo(m, err=True),
+        )
+    except (live.LiveRunError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        if log:
+            log.close()
+    _print_results(out)
+    if log:
+        typer.echo(
+            f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)"
+        )
+    typer.echo(message)
+    typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / runconfig.CONFIG_COPY}")
+    if over:
+        typer.echo(
+            f"error: provider-error rate above max_error_rate {spec.max_error_rate:g} for "
+            f"{', '.join(over)}; the records are written but the run failed "
+            "(fix the cause, then --resume --retry-errors)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_ERROR_RATE)
+    if not complete:
+        raise typer.Exit(3)
+
+
+def _open_sample_log(path: Path | None, out: Path) -> Any:
+    """The ``--sample-log`` writer (``None`` when off); refused inside the run folder."""
+    if path is None:
+        return None
+    from layerlab.archive import samplelog
+
+    try:
+        return samplelog.SampleLog(samplelog.check_path(path, out))
+    except samplelog.SampleLogError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"--sample-log {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _print_results(out: Path) -> None:
+    """The per-model results table of a run folder (from its results.json), and error lines."""
+    import json
+
+    from layerlab.analysis import results
+    from layerlab.reporting import terminal as report
+
+    p = out / results.RESULTS
+    if not p.exists():
+        return
+    res = json.loads(p.read_text(encoding="utf-8"))
+    for ref, title in (
+        (False, "Results by model"),
+        (True, "Reference agents (deterministic baselines, not models)"),
+    ):
+        df = results.table(res, reference=ref)
+        if not df.empty:
+            report.print_wide(df, f"{title}: rate [95% interval]")
+    for line in results.error_summary(res):
+        typer.echo(f"errors: {line}")
+    typer.echo(f"results: {p} (interval: {res['interval']})")
+
+
+class _Bar:
+    def __init__(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.p = Progress(
+            TextColumn("records"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self.task: Any = None
+
+    def update(self, counters: object, total: int) -> None:
+        if self.task is None:
+            self.p.start()
+            self.task = self.p.add_task("", total=total)
+        c = counters
+        desc = f"calls {c.calls}  cache hits {c.cache_hits}  retries {c.retries}  failures {c.failures}"  # type: ignore[attr-defined]
+        self.p.update(self.task, completed=c.records, description=desc)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.p.stop()
+
+
+def _progress_hook() -> _Bar:
+    return _Bar()
+
+
+@study_app.command("langchain")
+def study_langchain(
+    out: Path = typer.Option(..., help="Output folder (study.parquet, manifest.json)."),
+    model: str = typer.Option(
+        "layerlab/extractive", help="litellm model string (offline: a local reference agent)."
+    ),
+    seed: int = typer.Option(7, help="Seed of the task-selection rule."),
+) -> None:
+    """Table 7: 8 tasks x 9 conditions x 2 arms (uncontrolled vs LayerRAG controls) through LangChain."""
+    try:
+        from layerlab.harness import study
+        from layerlab.reporting import terminal as report
+    except ImportError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        m = study.run_to(out, model=model, seed=seed)
+    except ImportError as exc:
+        raise _fail(str(exc)) from None
+    from layerlab.archive.archive import read_study
+
+    report.print_frame(
+        study.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
+    )
+    typer.echo(f"wrote {out / 'study.parquet'} and {out / 'manifest.json'}")

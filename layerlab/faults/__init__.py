@@ -1,0 +1,1 @@
+"""The fault layer: named, seeded fault operators and the scenarios composed from them (`scenario`)."""

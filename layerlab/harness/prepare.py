@@ -1,0 +1,192 @@
+"""A scenario made concrete, once per run: its index, the batch search, every task's tool payload
+before and after the transport faults, and the contract's verdict on it.
+
+:func:`prepare` builds a :class:`PreparedScenario`; the record step (:mod:`layerlab.harness.step`)
+asks it for the (faulted) tool's reply to each call, retries and re-queries included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from typing import Any
+
+from layerlab._io import canonical_json
+from layerlab.corpus.build import Corpus, Document, Task
+from layerlab.faults.scenario import Payload, Scenario, ToolContext, stable_int
+from layerlab.system import retrieval
+from layerlab.system.contract import ContractMode, ContractResult, search_payload
+from layerlab.system.reader import (
+    Evidence,
+    ReaderInput,
+    reader_input,
+)
+
+
+@lru_cache(maxsize=65536)  # pure; asked for every record, tool call and retry
+def session_for(task_id: str) -> str:
+    """The request's session id for a task (stable, opaque)."""
+    return f"s-{stable_int('session', task_id) % 16**8:08x}"
+
+
+def domain_owners(corpus: Corpus) -> dict[str, frozenset[str]]:
+    """Owner -> the domains it publishes (public corpus metadata a mitigation may check)."""
+    out: dict[str, set[str]] = {}
+    for d in corpus.domains:
+        out.setdefault(d.owner, set()).add(d.domain)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+RankingCache = dict[tuple[Any, ...], retrieval.Ranking]
+
+
+def _search(
+    corpus: Corpus,
+    docs: Sequence[Document],
+    retriever: str,
+    scopes: frozenset[str] | None,
+    rankings: RankingCache | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Every task's tool payload under ``retriever`` over ``docs``.
+
+    ``rankings`` memoises the fitted retriever's batch ranking by (retriever, index, tasks):
+    most scenarios fault the tool, not the index, so within one run they share one TF-IDF fit.
+    """
+    tasks = corpus.tasks
+    ck = (retriever, tuple(docs), tasks, tuple(sorted(corpus.cue_words.items())))
+    ranking = rankings.get(ck) if rankings is not None else None
+    if ranking is None:
+        r = retrieval.make(retriever, docs, corpus.cue_words)
+        ranking = r.search([t.question for t in tasks], [t.domain for t in tasks])
+        if rankings is not None:
+            rankings[ck] = ranking
+    sent: dict[str, dict[str, Any]] = {}
+    for i, t in enumerate(tasks):
+        keep = ranking.indices[i] >= 0
+        sent[t.task_id] = search_payload(
+            t.question,
+            ranking.docs(i),
+            ranking.scores[i][keep].tolist(),
+            session_for(t.task_id),
+            scopes,
+        )
+    return sent
+
+
+@dataclass(frozen=True)
+class PreparedScenario:
+    """One scenario made concrete: its index and every task's payload before and after transport.
+
+    :meth:`fetch` calls the (faulted) tool again — a retry (``attempt`` > 0) or a re-query with
+    another registered retriever, whose batch search is computed once and cached.
+    """
+
+    scenario: Scenario
+    index: Mapping[str, Document]
+    sent: Mapping[str, dict[str, Any]]
+    received: Mapping[str, Payload]
+    corpus: Corpus | None = None
+    retriever: str = retrieval.REPORTED.name
+    owners: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    _other: dict[str, Mapping[str, dict[str, Any]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    _rankings: RankingCache | None = field(default=None, compare=False, repr=False)
+    _foreign: Mapping[str, Document] = field(default_factory=dict, compare=False, repr=False)
+    _checked: dict[tuple[ContractMode, str], tuple[ContractResult, ReaderInput | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def sent_by(self, retriever: str) -> Mapping[str, dict[str, Any]]:
+        """Every task's tool payload (before transport faults) under ``retriever``."""
+        if retriever == self.retriever:
+            return self.sent
+        if retriever not in self._other:
+            if self.corpus is None:
+                raise ValueError("this prepared scenario cannot re-query (built without a corpus)")
+            self._other[retriever] = _search(
+                self.corpus,
+                list(self.index.values()),
+                retriever,
+                self.scenario.principal_scopes(),
+                self._rankings,
+            )
+        return self._other[retriever]
+
+    def fetch(self, task: Task, attempt: int = 0, retriever: str | None = None) -> Payload:
+        """The tool reply for ``task`` on call ``attempt`` with ``retriever`` (after transport)."""
+        retriever = retriever or self.retriever
+        if attempt == 0 and retriever == self.retriever:
+            return self.received[task.task_id]
+        sent = self.sent_by(retriever)[task.task_id]
+        ctx = ToolContext(task.task_id, task.policy_id, sent["session_id"], attempt, self._foreign)
+        return self.scenario.transport(sent, ctx)
+
+    def checked(
+        self, contract: ContractMode, task: Task, attempt: int = 0, retriever: str | None = None
+    ) -> tuple[ContractResult, ReaderInput | None]:
+        """The contract's verdict on :meth:`fetch`'s reply, and the reader's view of an accepted
+        payload. The first call's reply is fixed per task, so its verdict is computed once per
+        contract and shared by every arm with that contract (values are frozen)."""
+        retriever = retriever or self.retriever
+        first = attempt == 0 and retriever == self.retriever
+        if first and (contract, task.task_id) in self._checked:
+            return self._checked[(contract, task.task_id)]
+        cr = contract.check(self.fetch(task, attempt, retriever))
+        out = cr, (reader_input(task, cr.payload) if cr.payload is not None else None)
+        if first:
+            self._checked[(contract, task.task_id)] = out
+        return out
+
+
+def prepare(
+    corpus: Corpus,
+    scenario: Scenario,
+    retriever: str = retrieval.REPORTED.name,
+    rankings: RankingCache | None = None,
+) -> PreparedScenario:
+    """Build the scenario's index, search all tasks in one batch, apply the transport faults.
+
+    Pass the same ``rankings`` dict to every scenario of a run to fit the retriever once per
+    distinct index (the results are identical; only the repeated TF-IDF work goes).
+    """
+    docs = scenario.index(corpus.documents)
+    if rankings is None:
+        rankings = {}
+    sent = _search(corpus, docs, retriever, scenario.principal_scopes(), rankings)
+    foreign = corpus.foreign_by_policy()
+    received: dict[str, Payload] = {
+        t.task_id: scenario.transport(
+            sent[t.task_id],
+            ToolContext(t.task_id, t.policy_id, session_for(t.task_id), foreign=foreign),
+        )
+        for t in corpus.tasks
+    }
+    return PreparedScenario(
+        scenario,
+        {d.doc_id: d for d in docs},
+        sent,
+        received,
+        corpus,
+        retriever,
+        domain_owners(corpus),
+        _rankings=rankings,
+        _foreign=foreign,
+    )
+
+
+def input_hash(inp: ReaderInput) -> str:
+    """SHA-256 of what the reader saw (the prompt hash of the deterministic harness).
+
+    The canonical JSON of ``dataclasses.asdict(inp)``, built field by field: every field is a
+    plain value, so the shallow dicts serialise to the same bytes at a tenth of the cost.
+    """
+    data = {f: getattr(inp, f) for f in _INPUT_FIELDS}
+    data["evidence"] = [{f: getattr(e, f) for f in _EVIDENCE_FIELDS} for e in inp.evidence]
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+_INPUT_FIELDS = tuple(f.name for f in fields(ReaderInput))
+_EVIDENCE_FIELDS = tuple(f.name for f in fields(Evidence))

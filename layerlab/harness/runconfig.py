@@ -1,0 +1,330 @@
+"""What a run asks: a stratified, seeded task subset (``--limit N``) and YAML run configurations.
+
+A quick look at a model should still cover every domain and as many policy units as it can,
+rather than the first N task ids (which are one domain's). :func:`stratified_tasks` interleaves
+the domains and, within a domain, takes one question variant of each policy before a second
+variant of any; every order is drawn from a seeded generator, so the same ``N`` and seed give the
+same tasks (and the run id, which covers the task set, lets ``--resume`` find the run again).
+
+A run configuration (``run live --config run.yaml``) names the models, each with its own
+endpoints and settings, the scenarios, mitigations, tasks, budget and replicates; it is validated
+by the spec loader (``file:line: field: what was expected``) and stored with the run. Example::
+
+    models:
+      - model: hosted_vllm/meta-llama/Llama-3.1-8B-Instruct
+        api_base: [http://gpu1:8000/v1, http://gpu2:8000/v1]
+        response_format: json_schema
+      - model: openai/gpt-4o-mini
+        temperature: 0.0
+      - model: local/smollm2-135m
+    defaults: {timeout: 120, max_tokens: 400}
+    scenarios: [clean, stale_index, schema_drift]
+    mitigations: [strict, repair]
+    limit: 24
+    replicates: 2
+    seed: 11                  # base of the per-record seeds sent to servers (also per model)
+    budget: 5000
+    max_error_rate: 0.1       # exit 4 when a model's provider-error share is above this
+    retry_seed: 3             # seed of the retry jitter
+    sample_log: ~/.cache/layerlab/samples/run.jsonl   # private per-sample log (relative: to this file)
+
+Every ``run live`` setting a paper reports has a key here; the flags it owns are refused next to
+``--config`` rather than silently ignored.
+
+Keys never go in the file: they come from the environment only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from layerlab.corpus.build import AnswerKey, Corpus, Task
+from layerlab.corpus.spec import load_yaml_as
+from layerlab.harness.live import DEFAULT_MAX_ERROR_RATE
+from layerlab.models.llm import ProviderSettings
+
+LIMIT_SEED = 0  # default seed of the --limit selection
+
+
+def stratified_tasks(tasks: Sequence[Task], n: int, seed: int = LIMIT_SEED) -> tuple[str, ...]:
+    """``n`` task ids stratified by domain and policy unit, chosen with a seeded generator.
+
+    Domains take turns (in a seeded order); each domain yields its policies in a seeded order,
+    one variant each (a seeded variant per policy), before any policy gives a second variant.
+    The ids are returned in the order of ``tasks``. ``n`` at least ``len(tasks)`` returns all.
+    """
+    if n < 1:
+        raise ValueError(f"--limit: expected a number of tasks >= 1, got {n}")
+    if n >= len(tasks):
+        return tuple(t.task_id for t in tasks)
+    rng = np.random.default_rng(seed)
+    by_domain: dict[str, dict[str, list[Task]]] = defaultdict(lambda: defaultdict(list))
+    for t in tasks:
+        by_domain[t.domain][t.policy_id].append(t)
+    queues: dict[str, list[Task]] = {}
+    for d in sorted(by_domain):
+        pols = sorted(by_domain[d])
+        pol_order = [pols[i] for i in rng.permutation(len(pols))]
+        variants = {}
+        for p in pol_order:
+            vs = sorted(by_domain[d][p], key=lambda t: t.task_id)
+            variants[p] = [vs[i] for i in rng.permutation(len(vs))]
+        depth = max(len(v) for v in variants.values())
+        queues[d] = [variants[p][r] for r in range(depth) for p in pol_order if r < len(variants[p])]
+    domains = sorted(queues)
+    domain_order = [domains[i] for i in rng.permutation(len(domains))]
+    chosen: set[str] = set()
+    r = 0
+    while len(chosen) < n:
+        for d in domain_order:
+            if r < len(queues[d]) and len(chosen) < n:
+                chosen.add(queues[d][r].task_id)
+        r += 1
+    return tuple(t.task_id for t in tasks if t.task_id in chosen)
+
+
+# --- the YAML run configuration (``run live --config run.yaml``) ------------------------------
+
+CONFIG_COPY = "run.yaml"  # the configuration as given, stored in the run folder
+SUBRUNS = "runs"  # where models with their own settings run before their archives are merged
+
+
+class _Settings(BaseModel):
+    """Request settings; ``None`` inherits (a model's from ``defaults``, ``defaults`` from the
+    paper's: 180 s timeout, 600 tokens, 3 attempts, 2 s backoff, temperature not sent)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    timeout: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    attempts: int | None = Field(default=None, ge=1)
+    backoff: float | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    response_format: Literal["none", "json_schema"] | None = None
+    seed: int | None = None
+    local_servers: int | None = Field(default=None, ge=1)
+
+
+class ModelEntry(_Settings):
+    """One model, with its own endpoints and settings."""
+
+    model: str = Field(min_length=1)
+    api_base: list[str] = Field(default_factory=list)  # servers of this model (several: spread)
+
+
+class RunConfigSpec(BaseModel):
+    """A run: models with their endpoints and settings, scenarios, mitigations, tasks, budget."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    models: list[ModelEntry] = Field(min_length=1)
+    defaults: _Settings = _Settings()
+    scenarios: list[str] | None = None  # default: every scenario of the DSL
+    mitigations: list[str] | None = None  # default: the contract arms (strict, repair)
+    tasks: list[str] | None = None  # task ids; default all
+    limit: int | None = Field(default=None, ge=1)  # a stratified, seeded subset of the tasks
+    limit_seed: int = LIMIT_SEED
+    replicates: int = Field(1, ge=1)
+    budget: int | None = Field(default=None, ge=0)  # hard cap on provider calls over the whole run
+    concurrency: int = Field(8, ge=1)
+    share_replies: bool | None = None  # default: shared exactly when decoding is greedy
+    max_error_rate: float = Field(DEFAULT_MAX_ERROR_RATE, ge=0, le=1)  # share of provider errors
+    retry_seed: int = 0  # seed of the retry jitter
+    sample_log: str | None = Field(default=None, min_length=1)  # private log, outside the run
+
+    def sample_log_path(self, config_file: Path) -> Path | None:
+        """The sample log's path: ``~`` expanded, a relative path taken from the config's folder."""
+        if self.sample_log is None:
+            return None
+        p = Path(self.sample_log).expanduser()
+        return p if p.is_absolute() else Path(config_file).parent / p
+
+    def settings_for(self, m: ModelEntry) -> dict[str, Any]:
+        """A model's effective settings: its own, else ``defaults``, else the paper's."""
+        d = ProviderSettings()
+        pick = {k: getattr(m, k) if getattr(m, k) is not None else getattr(self.defaults, k) for k in _Settings.model_fields}
+        return {
+            "settings": ProviderSettings(
+                timeout_s=pick["timeout"] if pick["timeout"] is not None else d.timeout_s,
+                max_tokens=pick["max_tokens"] or d.max_tokens,
+                attempts=pick["attempts"] or d.attempts,
+                backoff_s=pick["backoff"] if pick["backoff"] is not None else d.backoff_s,
+                temperature=pick["temperature"],
+                top_p=pick["top_p"],
+                api_bases=tuple(m.api_base),
+            ),
+            "response_format": pick["response_format"] or "none",
+            "seed": pick["seed"],
+            "local_servers": pick["local_servers"],
+        }
+
+
+def _checks(
+    scenarios: Sequence[str], mitigations: Sequence[str], task_ids: Sequence[str]
+) -> Callable[[RunConfigSpec], list[tuple[tuple[Any, ...], str]]]:
+    def check(c: RunConfigSpec) -> list[tuple[tuple[Any, ...], str]]:
+        out: list[tuple[tuple[Any, ...], str]] = []
+        seen: set[str] = set()
+        for i, m in enumerate(c.models):
+            if m.model in seen:
+                out.append((("models", i, "model"), f"{m.model!r} is listed twice"))
+            seen.add(m.model)
+            if "/" not in m.model:
+                out.append((("models", i, "model"), "expected provider/model, e.g. openai/gpt-4o-mini"))
+            if m.model.startswith("local/") and m.api_base:
+                out.append((("models", i, "api_base"), "a local/ model is served by layerlab: no api_base"))
+            for j, b in enumerate(m.api_base):
+                if not b.startswith(("http://", "https://")):
+                    out.append((("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}"))
+        for i, s in enumerate(c.scenarios or ()):
+            if s not in scenarios:
+                out.append((("scenarios", i), f"unknown scenario {s!r}; known: {', '.join(scenarios)}"))
+        for i, a in enumerate(c.mitigations or ()):
+            if a not in mitigations:
+                out.append((("mitigations", i), f"unknown mitigation {a!r}; known: {', '.join(mitigations)}"))
+        known = set(task_ids)
+        for i, t in enumerate(c.tasks or ()):
+            if t not in known:
+                out.append((("tasks", i), f"unknown task id {t!r} (e.g. {task_ids[0]})"))
+        return out
+
+    return check
+
+
+def load_run_config(
+    path: Path, scenarios: Sequence[str], mitigations: Sequence[str], task_ids: Sequence[str]
+) -> RunConfigSpec:
+    """Load and validate a run configuration; :class:`~layerlab.corpus.spec.SpecError` lists every
+    problem as ``file:line: field: what was expected``."""
+    return load_yaml_as(Path(path), RunConfigSpec, _checks(scenarios, mitigations, task_ids))
+
+
+@dataclass(frozen=True)
+class Group:
+    """Models that share every setting: one live run."""
+
+    models: tuple[str, ...]
+    config: Any  # live.LiveConfig
+    local_servers: int | None
+    folder: str  # "" for the run folder itself, else its sub-run folder name
+
+
+def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task]) -> list[Group]:
+    """The live runs a configuration makes: one per distinct set of model settings."""
+    from layerlab.harness import live
+    from layerlab.harness.deterministic import MODES
+
+    pool = [t for t in tasks if spec.tasks is None or t.task_id in set(spec.tasks)]
+    task_ids: tuple[str, ...] | None = (
+        stratified_tasks(pool, spec.limit, spec.limit_seed)
+        if spec.limit is not None
+        else (tuple(t.task_id for t in pool) if spec.tasks is not None else None)
+    )
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    eff: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for m in spec.models:
+        s = spec.settings_for(m)
+        k = (s["settings"], s["response_format"], s["seed"], s["local_servers"])
+        groups.setdefault(k, []).append(m.model)
+        eff[k] = s
+    out = []
+    for i, (k, models) in enumerate(groups.items()):
+        s = eff[k]
+        cfg = live.LiveConfig(
+            models=tuple(models),
+            scenarios=tuple(spec.scenarios or all_scenarios),
+            mitigations=tuple(spec.mitigations or MODES),
+            task_ids=task_ids,
+            settings=s["settings"],
+            replicates=spec.replicates,
+            share_replies=spec.share_replies,
+            response_format=s["response_format"],
+            seed=s["seed"],
+        )
+        slug = re.sub(r"[^a-z0-9]+", "-", models[0].lower()).strip("-")
+        folder = "" if len(groups) == 1 else f"{SUBRUNS}/{i + 1:02d}-{slug}"
+        out.append(Group(tuple(models), cfg, s["local_servers"], folder))
+    return out
+
+
+def execute(
+    spec: RunConfigSpec,
+    config_text: str,
+    out: Path,
+    corpus: Corpus,
+    key: AnswerKey,
+    scenarios: Mapping[str, Any],
+    *,
+    scenario_hash: str,
+    resume: bool = False,
+    retry_errors: bool = False,
+    cache_dir: Path | None = None,
+    progress: Callable[[], Any] | None = None,
+    samples: Any = None,
+    default_local_servers: int = 1,
+    say: Callable[[str], None] = lambda _m: None,
+) -> tuple[bool, str, tuple[str, ...]]:
+    """Run a configuration into ``out``; return (complete, message, models whose provider-error
+    share exceeded ``max_error_rate``).
+
+    Models that share their settings run together; models with their own endpoints or settings
+    run into ``out/runs/NN-<model>/`` and are merged into ``out`` (archive, manifest,
+    results.json). The configuration is stored as ``out/run.yaml``. The budget is shared: each
+    run gets what the runs before it left.
+    """
+    from layerlab._io import atomic_write_text
+    from layerlab.analysis import results
+    from layerlab.archive import archive
+    from layerlab.harness import live
+
+    groups = plan(spec, list(scenarios), corpus.tasks)
+    left = spec.budget
+    messages: list[str] = []
+    complete, over = True, list[str]()
+    for g in groups:
+        folder = out / g.folder if g.folder else out
+        bar = progress() if progress else None  # one progress bar per run
+        try:
+            r = live.run_live(
+                corpus,
+                key,
+                scenarios,
+                g.config,
+                folder,
+                scenario_hash=scenario_hash,
+                budget=left,
+                concurrency=spec.concurrency,
+                resume=resume,
+                retry_errors=retry_errors,
+                cache_dir=cache_dir,
+                progress=bar.update if bar else None,
+                local_servers=g.local_servers or default_local_servers,
+                say=say,
+                samples=samples,
+                max_error_rate=spec.max_error_rate,
+                seed=spec.retry_seed,
+            )
+        finally:
+            if bar:
+                bar.close()
+        if left is not None:
+            left = max(0, left - r.counters.calls)
+        messages.append(f"{', '.join(g.models)}: {r.message}")
+        complete = complete and r.complete
+        over += r.over_error_rate
+        if not r.complete:
+            break
+    atomic_write_text(out / CONFIG_COPY, config_text)
+    if len(groups) > 1 and complete:
+        archive.merge([out / g.folder for g in groups], out)
+        results.write_results(out)
+    return complete, "\n".join(messages), tuple(over)

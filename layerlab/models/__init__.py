@@ -1,0 +1,2 @@
+"""Models: offline-safe litellm access and provider settings (`llm`), the deterministic reference
+agents served as litellm providers (`agents`) and local open-weight models (`local`)."""

@@ -1,0 +1,97 @@
+"""Local reference agents: deterministic baselines served through litellm as custom providers.
+
+They are **not models**. ``layerlab/extractive`` answers from the prompt's evidence exactly as
+the deterministic harness's extractive reader does; ``layerlab/cautious`` abstains on evidence
+flagged as partial, stale or from another session. They let the live harness run end to end
+offline, through the same litellm call path a hosted model uses, and they give archives whose
+numbers must be read as baseline behaviour, never as a provider's.
+
+A latency suffix (``layerlab/extractive@50ms``) makes an agent sleep before replying, for the
+harness-overhead benchmark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+from layerlab.models.llm import import_litellm
+from layerlab.system.prompt import parse_input, render_reply
+from layerlab.system.reader import READERS
+
+PROVIDER = "layerlab"
+_NAME = re.compile(r"^(?P<reader>[a-z_]+)(?:@(?P<ms>\d+)ms)?$")
+AGENTS = {
+    "extractive": "deterministic baseline: extractive reader over the prompt's evidence",
+    "cautious": "deterministic baseline: abstains on partial, stale or foreign-session evidence",
+}
+
+
+def _split(model: str) -> tuple[str, float]:
+    name = model.split("/", 1)[-1]
+    m = _NAME.match(name)
+    if not m or m.group("reader") not in AGENTS:
+        raise ValueError(
+            f"unknown reference agent {model!r}; known: {sorted(AGENTS)} (optionally @<ms>ms)"
+        )
+    return m.group("reader"), int(m.group("ms") or 0) / 1000.0
+
+
+def check_name(model: str) -> None:
+    """Raise ``ValueError`` unless ``model`` names a reference agent (``layerlab/extractive``...)."""
+    _split(model)
+
+
+def reply_for(model: str, messages: list[dict[str, Any]]) -> str:
+    """The agent's JSON reply to a prompt (pure function of model name and prompt)."""
+    reader, _ = _split(model)
+    return render_reply(READERS[reader]().read(parse_input(messages)))
+
+
+_registered = False
+
+
+def register() -> None:
+    """Register the ``layerlab/`` provider with litellm (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    litellm = import_litellm()
+
+    class ReferenceAgent(litellm.CustomLLM):  # type: ignore[name-defined]
+        def _response(self, model: str, messages: list[dict[str, Any]]) -> Any:
+            text = reply_for(model, messages)
+            return litellm.ModelResponse(
+                model=f"{PROVIDER}/{model.split('/', 1)[-1]}",
+                choices=[
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text},
+                    }
+                ],
+            )
+
+        def completion(
+            self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
+        ) -> Any:
+            _, delay = _split(model)
+            if delay:
+                time.sleep(delay)
+            return self._response(model, messages)
+
+        async def acompletion(
+            self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
+        ) -> Any:
+            _, delay = _split(model)
+            if delay:
+                await asyncio.sleep(delay)
+            return self._response(model, messages)
+
+    litellm.custom_provider_map = [
+        *[p for p in litellm.custom_provider_map if p.get("provider") != PROVIDER],
+        {"provider": PROVIDER, "custom_handler": ReferenceAgent()},
+    ]
+    _registered = True

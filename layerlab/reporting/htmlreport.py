@@ -1,0 +1,401 @@
+"""``layerlab report``: one self-contained HTML page from run folders and archives.
+
+The page holds, in order: an overview; per-model results (strict success S, safe resolution,
+groundedness false positives GF, each with a 95% interval, and the shares of malformed replies
+and provider errors) per mitigation arm; the reference agents as a separately labelled baseline
+block (never pooled with models); a per-model × scenario breakdown; diagnostic counts; figures
+(embedded PNG); the focused study if one is given; provenance from every manifest (models, local
+model file hashes and runtime, spec hashes, settings, archive checksums); and the column glossary
+(:mod:`layerlab.reporting.dictionary`). Everything is computed from archives, which hold no prose or answers,
+so the page is as shareable as the archives themselves. The same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from layerlab import __version__
+from layerlab._io import sha256_file
+from layerlab.analysis import results, stats
+from layerlab.archive import archive
+from layerlab.reporting import dictionary, page
+
+SECTIONS = (
+    ("overview", "Overview"),
+    ("models", "Results by model"),
+    ("baselines", "Reference agents (baseline)"),
+    ("scenarios", "By model and scenario"),
+    ("diagnostics", "Diagnostics"),
+    ("figures", "Figures"),
+    ("study", "Focused study"),
+    ("provenance", "Provenance"),
+    ("glossary", "Glossary"),
+)
+BASELINE_NOTE = (
+    "Reference agents are deterministic baselines run through the same harness "
+    "(layerlab/extractive reads the evidence extractively; layerlab/cautious abstains on partial, "
+    "stale or foreign-session evidence). They are not models: their numbers show what the "
+    "benchmark credits, not any provider's ability, and they are never pooled with models here."
+)
+
+
+class ReportError(ValueError):
+    """An input the report cannot use (message names the path and the problem)."""
+
+
+@dataclass
+class Inputs:
+    """What the report reads: record archives, study archives, and each source's provenance."""
+
+    record_paths: list[Path] = field(default_factory=list)
+    study_paths: list[Path] = field(default_factory=list)
+    provenance: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _provenance(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        m = archive.read_manifest(path)
+        arch = path / (
+            archive.STUDY_ARCHIVE if m.get("kind") == "langchain_study" else archive.ARCHIVE
+        )
+        return {"path": str(path), "manifest": m, "sha256": sha256_file(arch)}
+    return {"path": str(path), "manifest": None, "sha256": sha256_file(path)}
+
+
+def classify(paths_: Sequence[Path]) -> Inputs:
+    """Sort the given run folders and archive files into record and study archives."""
+    inp = Inputs()
+    for p in map(Path, paths_):
+        if not p.exists():
+            raise ReportError(f"{p}: does not exist (expected a run folder or an archive file)")
+        try:
+            archive.check_path(p)
+            prov = _provenance(p)
+        except archive.ArchiveError as exc:
+            raise ReportError(str(exc)) from None
+        m = prov["manifest"]
+        study = (m is not None and m.get("kind") == "langchain_study") or (
+            p.is_file() and p.name == archive.STUDY_ARCHIVE
+        )
+        (inp.study_paths if study else inp.record_paths).append(p)
+        inp.provenance.append(prov)
+    return inp
+
+
+def _long_rates(res: dict[str, Any], reference: bool) -> pd.DataFrame:
+    rows = []
+    for m in res["models"]:
+        if m["reference_agent"] != reference:
+            continue
+        for s, per in m["by_scenario"].items():
+            for arm, c in per.items():
+                r = c["S"]
+                rows.append(
+                    {
+                        "unit": f"{m['provider']}/{m['model']}",
+                        "scenario": s,
+                        "arm": arm,
+                        "rate": r["rate"],
+                        "ci_low": r["ci_low"],
+                        "ci_high": r["ci_high"],
+                        "n": r["n"],
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _scenario_table(m: dict[str, Any], answerable: dict[str, bool]) -> pd.DataFrame:
+    rows = []
+    arms = list(m["arms"])
+    for s, per in m["by_scenario"].items():
+        row: dict[str, Any] = {
+            "scenario": s,
+            "kind": "answerable" if answerable.get(s, False) else "unsafe",
+        }
+        for arm in arms:
+            c = per.get(arm)
+            row[f"S {arm}"] = results.fmt_rate(c["S"]) if c else "-"
+        for arm in arms:
+            c = per.get(arm)
+            row[f"safe {arm}"] = results.fmt_rate(c["safe"]) if c else "-"
+        for arm in arms:
+            c = per.get(arm)
+            row[f"GF {arm}"] = results.fmt_rate(c["GF"]) if c else "-"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _diagnostic_table(res: dict[str, Any]) -> pd.DataFrame:
+    """Records per diagnostic label (rows) and model x arm (columns); labels no record has are
+    left out, labels the glossary does not know are kept."""
+    meanings = dictionary.DIAGNOSTIC_MEANINGS
+    cols: dict[str, dict[str, int]] = {}
+    for m in res["models"]:
+        for arm in results.arm_order(m["diagnostics"]):
+            tag = " (agent)" if m["reference_agent"] else ""
+            cols[f"{m['model']}{tag} {arm}"] = m["diagnostics"][arm]
+    seen = {d for c in cols.values() for d in c}
+    labels = [d for d in meanings if d in seen] + sorted(seen - set(meanings))
+    rows = [{"diagnostic": d, **{name: int(c.get(d, 0)) for name, c in cols.items()}} for d in labels]
+    return pd.DataFrame(rows)
+
+
+def _diagnostic_meanings(labels: Sequence[str]) -> pd.DataFrame:
+    meanings = dictionary.DIAGNOSTIC_MEANINGS
+    return pd.DataFrame([{"diagnostic": d, "meaning": meanings.get(d, "-")} for d in labels])
+
+
+def _answerable() -> dict[str, bool]:
+    from layerlab.faults.scenario import load_scenarios
+
+    return {n: s.spec.answerable for n, s in load_scenarios().items()}
+
+
+def _provenance_block(p: dict[str, Any]) -> str:
+    m = p["manifest"]
+    items: list[tuple[str, Any]] = [("path", p["path"]), ("archive sha256", p["sha256"])]
+    if m is None:
+        items.append(("manifest", "none (a bare archive file: completeness and settings unknown)"))
+        return page.kv_table(items)
+    for k in (
+        "run_id",
+        "kind",
+        "complete",
+        "records",
+        "expected_records",
+        "layerlab_version",
+        "corpus",
+        "prompt_version",
+        "retriever",
+        "replicates",
+        "share_replies",
+        "response_format",
+        "seed",
+        "n_tasks",
+    ):
+        if k in m:
+            items.append((k, m[k]))
+    for k in ("models", "scenarios", "mitigations", "conditions", "arms", "tasks"):
+        if k in m:
+            items.append((k, ", ".join(map(str, m[k]))))
+    prov = archive.provenance_of(m)
+    if prov:
+        items.append(("provenance", ", ".join(f"{a}={b}" for a, b in sorted(prov.items()))))
+    for k in ("settings", "calls", "controls"):
+        if k in m and m[k] is not None:
+            items.append((k, ", ".join(f"{a}={b}" for a, b in sorted(m[k].items()))))
+    if m.get("sources"):
+        items.append(("merged from", ", ".join(s["run_id"] for s in m["sources"])))
+    out = page.kv_table(items)
+    if m.get("local_models"):
+        out += page.details(
+            "local models: GGUF file hashes, runtime and server settings",
+            f"<pre>{page.esc(json.dumps(m['local_models'], indent=2, sort_keys=True))}</pre>",
+            open_=True,
+        )
+    return out
+
+
+def _glossary() -> str:
+    parts = []
+    for title, where, schema, cols, _ in dictionary.ARCHIVES:
+        rows = [
+            {
+                "column": f.name,
+                "type": str(f.type),
+                "meaning": cols[f.name].meaning.replace("**", ""),
+                "values": cols[f.name].vocab().replace("`", "").replace("**", "") or "-",
+            }
+            for f in schema
+        ]
+        parts.append(page.details(f"{title} — {where.replace('`', '')}", page.table(pd.DataFrame(rows))))
+    return "\n".join(parts)
+
+
+def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
+    """The report as one HTML string (see the module docstring)."""
+    from layerlab.reporting import figures
+
+    inp = classify(paths_)
+    if not inp.record_paths and not inp.study_paths:
+        raise ReportError("no archives given")
+    res: dict[str, Any] | None = None
+    df = None
+    if inp.record_paths:
+        recs = archive.load_records(inp.record_paths)
+        if not recs:
+            raise ReportError("the record archives hold no records")
+        df = pd.DataFrame([r.__dict__ for r in recs])
+        res = results.summarize(df)
+    answerable = _answerable()
+    body: list[str] = [
+        f"<h1>{page.esc(title)}</h1>",
+        page.para(
+            f"Generated by layerlab {__version__} from {len(inp.provenance)} archive(s). "
+            "Rates are shares of records with a 95% interval; "
+            "S = E ∧ R ∧ G ∧ V (strict success), safe resolution = S on answerable scenarios and "
+            "a structured non-answer on unsafe ones, GF = grounded ∧ ¬S (grounded: the answer is "
+            "stated in a document delivered to the reader, cited or not).",
+            "lead",
+        ),
+        page.toc(SECTIONS),
+    ]
+    models = [m for m in (res or {"models": []})["models"] if not m["reference_agent"]]
+    agents = [m for m in (res or {"models": []})["models"] if m["reference_agent"]]
+    overview = [
+        ("records", len(df) if df is not None else 0),
+        ("models", ", ".join(f"{m['provider']}/{m['model']}" for m in models) or "none"),
+        (
+            "reference agents (baselines)",
+            ", ".join(f"{m['provider']}/{m['model']}" for m in agents) or "none",
+        ),
+        ("scenarios", ", ".join(stats.scenario_order(df)) if df is not None else "-"),
+        ("arms", ", ".join(results.arm_order(df[results.ARM].unique())) if df is not None else "-"),
+        ("study archives", len(inp.study_paths)),
+        ("interval", results.INTERVAL),
+    ]
+    body.append(page.section("overview", "Overview", page.kv_table(overview)))
+    if res is not None and models:
+        body.append(
+            page.section(
+                "models",
+                "Results by model",
+                page.table(results.table(res, reference=False), nowrap=True),
+                page.para(
+                    "Malformed replies and provider errors are failures (never counted as safe "
+                    "refusals); their shares say how much of a model's score is lost before scoring.",
+                    "muted",
+                ),
+            )
+        )
+    else:
+        body.append(
+            page.section(
+                "models",
+                "Results by model",
+                page.para(
+                    "No model records in these archives: only reference agents (below). Give a "
+                    "run folder of a model, e.g. data/archives/local_models/<model>/.",
+                    "muted",
+                ),
+            )
+        )
+    base = (
+        page.table(results.table(res, reference=True), nowrap=True)
+        if res is not None and agents
+        else page.para("No reference-agent records in these archives.", "muted")
+    )
+    body.append(
+        page.section(
+            "baselines",
+            "Reference agents (deterministic baselines, not models)",
+            f'<div class="baseline">{page.para(BASELINE_NOTE)}{base}</div>',
+        )
+    )
+    scen_parts = []
+    for m in models + agents:
+        label = f"{m['provider']}/{m['model']}" + (
+            " — reference agent (baseline)" if m["reference_agent"] else ""
+        )
+        scen_parts.append(f"<h3>{page.esc(label)}</h3>")
+        scen_parts.append(
+            page.para(
+                f"{m['records']} records, {m['tasks']} tasks, {m['replicates']} replicate(s) per cell.",
+                "muted",
+            )
+        )
+        scen_parts.append(page.table(_scenario_table(m, answerable), nowrap=True))
+    body.append(
+        page.section(
+            "scenarios",
+            "By model and scenario",
+            *(scen_parts or [page.para("No record archives given.", "muted")]),
+        )
+    )
+    body.append(
+        page.section(
+            "diagnostics",
+            "Diagnostics",
+            page.para(
+                "Records per diagnostic label (the first layer that failed) for each model and arm; "
+                "reference agents are marked (agent).",
+                "muted",
+            ),
+            page.table(_diagnostic_table(res), nowrap=True) if res is not None else "",
+            page.details(
+                "what each diagnostic label means",
+                page.table(_diagnostic_meanings(list(_diagnostic_table(res)["diagnostic"]))),
+            )
+            if res is not None
+            else "",
+        )
+    )
+    figs = []
+    for ref, what in ((False, "models"), (True, "reference agents (baselines, not models)")):
+        long = _long_rates(res, ref) if res is not None else pd.DataFrame()
+        if long.empty:
+            continue
+        fig = figures.rates_by_scenario(
+            long, f"Strict success S by scenario and arm — {what}; 95% Wilson intervals clustered by task"
+        )
+        figs.append(
+            page.figure(
+                fig,
+                f"Strict success by scenario, one panel per {what.split(' (')[0][:-1]}; points are "
+                "arms, bars 95% intervals; n records per point in each panel title.",
+                f"success by scenario for {what}",
+            )
+        )
+    body.append(
+        page.section(
+            "figures", "Figures", *(figs or [page.para("No record archives given.", "muted")])
+        )
+    )
+    if inp.study_paths:
+        from layerlab.harness import study
+
+        rows = [r for p in inp.study_paths for r in archive.read_study(p)]
+        body.append(
+            page.section(
+                "study",
+                "Focused study",
+                page.para(
+                    f"{len(rows)} cells (task × condition × arm) of "
+                    + ", ".join(sorted({f"{r['provider']}/{r['model']}" for r in rows}))
+                    + ".",
+                    "muted",
+                ),
+                page.table(study.table7(rows)),
+                page.table(study.table7_by_condition(rows)),
+            )
+        )
+    else:
+        body.append(
+            page.section("study", "Focused study", page.para("No study archive given.", "muted"))
+        )
+    prov = [
+        page.details(
+            f"{p['path']} — {p['manifest']['run_id'] if p['manifest'] else 'archive file'}",
+            _provenance_block(p),
+            open_=True,
+        )
+        for p in inp.provenance
+    ]
+    body.append(page.section("provenance", "Provenance", *prov))
+    body.append(page.section("glossary", "Glossary", _glossary()))
+    return page.document(title, "\n".join(body))
+
+
+def write(paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench report") -> Path:
+    """Build the report and write it atomically to ``out``."""
+    from layerlab._io import atomic_write_text
+
+    html = build(paths_, title)
+    atomic_write_text(Path(out), html)
+    return Path(out)

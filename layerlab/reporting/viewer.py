@@ -1,0 +1,226 @@
+"""``layerlab view``: a self-contained HTML viewer of per-sample logs and archives.
+
+Choose the run, model, scenario and mitigation arm; filter by outcome and diagnostic; each record
+shows its verdict first (outcome, S = E ∧ R ∧ G ∧ V, the diagnostic, then one reason per label) and
+its path below, collapsed: the question, the evidence the reader received, the contract's decision
+and the raw reply. From a sample log (``run live --sample-log``) every field is there; from an
+archive only the labels are (archives hold no replies), with each task's public question taken from
+the corpus. A page built from a sample log holds replies and expected answers: it is private, and
+says so at its top.
+
+The page is one file: the records travel as JSON inside it and a small inline script renders them
+(no CDN, no network). The same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from layerlab.archive import archive, samplelog
+from layerlab.reporting import page
+
+MAX_SHOWN = 200  # records rendered at once (the count of all matches is always shown)
+
+SCRIPT = r"""
+const DATA = JSON.parse(document.getElementById('records').textContent);
+const $ = (id) => document.getElementById(id);
+const FIELDS = ['run_id', 'model', 'scenario', 'mitigation', 'outcome', 'diagnostic'];
+const LABELS = [['S', 'success'], ['E', 'exact_match'], ['R', 'retrieval_ok'], ['G', 'citation_ok'], ['V', 'schema_ok']];
+function esc(s) { return String(s).replace(/[&<>"']/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c])); }
+function unitOf(r) { return r.provider + '/' + r.model; }
+function values(f) {
+  const seen = new Set(DATA.map(r => f === 'model' ? unitOf(r) : String(r[f])));
+  return Array.from(seen).sort();
+}
+function fill() {
+  for (const f of FIELDS) {
+    const sel = $('f-' + f);
+    const opts = values(f);
+    sel.innerHTML = '<option value="">all (' + opts.length + ')</option>' +
+      opts.map(v => '<option>' + esc(v) + '</option>').join('');
+    sel.addEventListener('change', render);
+  }
+}
+function chip(name, v) { return '<span class="badge ' + (v ? 'ok' : 'bad') + '">' + name + ' ' + (v ? '✓' : '✗') + '</span>'; }
+function card(r) {
+  const v = r.verdict || {};
+  const chips = LABELS.map(([n, k]) => chip(n, v[k])).join(' ');
+  const head = '<span class="badge outcome ' + esc(r.outcome) + '">' + esc(r.outcome) + '</span> ' + chips +
+    ' <span class="badge">' + esc(r.diagnostic) + '</span> <code>' + esc(r.task_id) + '</code> ' +
+    (r.replicate ? '<span class="muted">rep ' + r.replicate + '</span> ' : '') +
+    '<span class="muted">' + esc(unitOf(r)) + ' · ' + esc(r.scenario) + ' · ' + esc(r.mitigation) + '</span>' +
+    (r.question ? '<div class="q">' + esc(r.question) + '</div>' : '');
+  let verdict = '<div class="verdict"><h4>Verdict</h4><ul>';
+  if (r.reasons) { for (const k of ['S', 'E', 'R', 'G', 'V', 'grounded', 'answer']) if (r.reasons[k] !== undefined) verdict += '<li><b>' + k + '</b> ' + esc(r.reasons[k]) + '</li>'; }
+  verdict += '<li>grounded ' + esc(v.grounded) + ' · grounded (cited) ' + esc(v.grounded_cited) + ' · GF ' + esc(v.grounded_false_positive) +
+    ' · contained ' + esc(v.contained) + ' · token F1 ' + esc(v.token_f1) + ' · safe resolution ' +
+    esc(v.safe_resolution) + ' · answered ' + esc(v.answered) + ' · abstained ' + esc(v.abstained) + '</li></ul>';
+  if (r.parsed) verdict += '<p><b>reply</b>: ' + esc(r.parsed.status) + (r.parsed.answer !== null ? ' — answer <code>' + esc(r.parsed.answer) + '</code>' : '') +
+    ' citations ' + esc((r.parsed.citations || []).join(', ') || 'none') + (r.parsed.reason ? ' — reason: ' + esc(r.parsed.reason) : '') + '</p>';
+  if (r.expected !== undefined) verdict += '<p><b>expected</b>: <code>' + esc(r.expected) + '</code></p>';
+  verdict += '</div>';
+  let path = '<details class="path"><summary>Path: stage ' + esc(r.stage) + (r.contract ? ', contract ' + esc(r.contract.outcome) : '') + '</summary>';
+  path += '<p>policy <code>' + esc(r.policy_id) + '</code>' + (r.domain ? ' · domain ' + esc(r.domain) : '') + ' · run <code>' + esc(r.run_id) + '</code>' +
+    (r.tool_status ? ' · tool status ' + esc(r.tool_status) : '') + '</p>';
+  if (r.contract) {
+    if (r.contract.edits.length) path += '<p>repair edits: ' + r.contract.edits.map(esc).join('; ') + '</p>';
+    if (r.contract.problems.length) path += '<p>contract problems: ' + r.contract.problems.map(esc).join('; ') + '</p>';
+  }
+  if (r.mitigation_actions && r.mitigation_actions.length) path += '<p>mitigation: ' + r.mitigation_actions.map(esc).join('; ') + '</p>';
+  if (r.evidence && r.evidence.length) {
+    path += '<table><thead><tr><th>rank</th><th>doc</th><th>domain</th><th>status</th><th>year</th><th>v</th><th>session</th><th>truncated</th></tr></thead><tbody>' +
+      r.evidence.map(e => '<tr><td>' + e.rank + '</td><td><code>' + esc(e.doc_id) + '</code></td><td>' + esc(e.domain) + '</td><td>' + esc(e.status) +
+        '</td><td>' + e.effective_year + '</td><td>' + e.version + '</td><td>' + esc(e.session_id) + '</td><td>' + (e.truncated ? 'yes' : '') + '</td></tr>').join('') +
+      '</tbody></table>';
+  } else if (r.evidence) { path += '<p class="muted">no evidence reached the reader</p>'; }
+  if (r.reply !== undefined && r.reply !== null) path += '<details><summary>raw reply</summary><pre>' + esc(r.reply) + '</pre></details>';
+  if (r.reply === undefined) path += '<p class="muted">archive record: no reply or evidence is kept (run with --sample-log to see them)</p>';
+  path += '</details>';
+  return '<details class="rec"><summary>' + head + '</summary>' + verdict + path + '</details>';
+}
+function fromHash() {
+  // filters travel in the address (#scenario=wrong_session&outcome=grounded_wrong): a view can be linked
+  const h = new URLSearchParams(location.hash.slice(1));
+  for (const f of FIELDS) if (h.has(f)) $('f-' + f).value = h.get(f);
+}
+function toHash(want) {
+  const h = new URLSearchParams();
+  for (const f of FIELDS) if (want[f]) h.set(f, want[f]);
+  history.replaceState(null, '', h.toString() ? '#' + h.toString() : location.pathname);
+}
+function render() {
+  const want = {};
+  for (const f of FIELDS) want[f] = $('f-' + f).value;
+  toHash(want);
+  const hits = DATA.filter(r => FIELDS.every(f => !want[f] || (f === 'model' ? unitOf(r) : String(r[f])) === want[f]));
+  const counts = {};
+  for (const r of hits) counts[r.outcome] = (counts[r.outcome] || 0) + 1;
+  $('count').textContent = hits.length + ' of ' + DATA.length + ' records' + (hits.length > MAX ? ' (showing the first ' + MAX + ')' : '') +
+    ' — ' + Object.keys(counts).sort().map(k => k + ' ' + counts[k]).join(', ');
+  $('list').innerHTML = hits.slice(0, MAX).map(card).join('');
+  const first = $('list').querySelector('details.rec');
+  if (first) first.open = true;
+}
+const MAX = %MAX%;
+fill();
+fromHash();
+render();
+"""  # noqa: E501  (inline JavaScript: the page must be one file)
+
+EXTRA_CSS = """
+.filters { display: flex; flex-wrap: wrap; gap: 10px 16px; background: var(--soft); padding: 10px;
+  border: 1px solid var(--line); border-radius: 6px; position: sticky; top: 0; z-index: 1; }
+.filters label { font-size: 12px; color: var(--muted); display: flex; flex-direction: column; }
+.filters select { font-size: 13px; min-width: 140px; }
+#count { margin: 10px 0; color: var(--muted); }
+details.rec { border: 1px solid var(--line); border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
+details.rec > summary { line-height: 1.9; }
+.q { margin: 2px 0 0 18px; } .verdict { margin: 6px 0 0 18px; } .verdict h4 { margin: 6px 0 2px; }
+details.path { margin: 6px 0 4px 18px; }
+.badge.outcome.success, .badge.outcome.safe_non_answer { color: var(--ok); border-color: var(--ok); }
+.badge.outcome.grounded_wrong, .badge.outcome.wrong, .badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
+.private { background: #fdecea; border: 1px solid var(--bad); padding: 8px 12px; border-radius: 6px; }
+"""
+
+
+class ViewError(ValueError):
+    """An input the viewer cannot read (message names the path and the problem)."""
+
+
+def _from_archive(path: Path) -> list[dict[str, Any]]:
+    from layerlab.corpus import build as corpus_mod
+
+    try:
+        archive.check_path(path)
+        recs = archive.read_records(path / archive.ARCHIVE if path.is_dir() else path)
+    except archive.ArchiveError as exc:
+        raise ViewError(str(exc)) from None
+    try:
+        questions = {t.task_id: t.question for t in corpus_mod.load().tasks}
+    except Exception:  # the corpus is optional here: labels alone still make a view
+        questions = {}
+    rows = []
+    for r in recs:
+        d = dict(r.__dict__)
+        rows.append(
+            {
+                **{
+                    k: d[k]
+                    for k in (*archive.KEYS, "run_id", "domain", "policy_id", "answerable", "stage", "diagnostic")
+                },
+                "question": questions.get(r.task_id, ""),
+                "outcome": samplelog.outcome(d),
+                "verdict": {k: d[k] for k in (*archive.LABELS, *archive.SCORES)},
+            }
+        )
+    return rows
+
+
+def load(paths_: Sequence[Path]) -> tuple[list[dict[str, Any]], bool]:
+    """Rows from sample logs and/or archives, and whether any came from a (private) sample log."""
+    rows: list[dict[str, Any]] = []
+    private = False
+    for p in map(Path, paths_):
+        if not p.exists():
+            raise ViewError(f"{p}: does not exist (expected a sample log, run folder or archive)")
+        if p.is_file() and p.suffix in (".jsonl", ".json", ".log"):
+            try:
+                rows += samplelog.read(p)
+            except samplelog.SampleLogError as exc:
+                raise ViewError(str(exc)) from None
+            private = True
+        else:
+            rows += _from_archive(p)
+    if not rows:
+        raise ViewError("no records in the given inputs")
+    rows.sort(key=lambda r: tuple(r[k] for k in archive.KEYS))
+    return rows, private
+
+
+def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench records") -> str:
+    """The viewer page as one HTML string."""
+    rows, private = load(paths_)
+    data = json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    data = data.replace("</", "<\\/")  # nothing in the data can close the script element
+    filters = "".join(
+        f'<label>{label}<select id="f-{f}"></select></label>'
+        for f, label in (
+            ("run_id", "run"),
+            ("model", "model"),
+            ("scenario", "scenario"),
+            ("mitigation", "mitigation"),
+            ("outcome", "outcome"),
+            ("diagnostic", "diagnostic"),
+        )
+    )
+    warning = (
+        '<p class="private"><b>Private.</b> Built from a per-sample log: it shows model replies '
+        "and expected answers. Do not publish it; share archives and reports instead.</p>"
+        if private
+        else '<p class="muted">Built from archives: labels only (archives keep no replies, '
+        "answers or document ids). Questions are the corpus's public tasks.</p>"
+    )
+    body = (
+        f"<h1>{page.esc(title)}</h1>\n{warning}\n"
+        f'<div class="filters">{filters}</div>\n<div id="count"></div>\n<div id="list"></div>\n'
+        f'<script type="application/json" id="records">{data}</script>'
+    )
+    return page.document(
+        title, body, script=SCRIPT.replace("%MAX%", str(MAX_SHOWN)), extra_css=EXTRA_CSS
+    )
+
+
+def write(paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records") -> Path:
+    """Build the viewer and write it atomically to ``out`` (owner-only if it is private)."""
+    import os
+
+    from layerlab._io import atomic_write_text
+
+    html = build(paths_, title)
+    atomic_write_text(Path(out), html)
+    if 'class="private"' in html:
+        os.chmod(out, 0o600)
+    return Path(out)

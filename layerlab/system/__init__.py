@@ -1,0 +1,2 @@
+"""The system under test: the retriever (`retrieval`), the search tool and its contract modes
+(`contract`), readers (`reader`) and the live reader's prompt and reply contract (`prompt`)."""
