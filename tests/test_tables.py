@@ -59,7 +59,7 @@ def test_label_is_what_the_exporter_writes(tmp_path) -> None:
 def test_entry_inputs_fit_its_builder(table: tables.Table) -> None:
     assert set(table.inputs) <= set(tables.INPUTS)
     inspect.signature(table.builder).bind(*table.inputs)  # the builder takes them positionally
-    dynamic = {"table10", "table10_cells"}  # built from the matrix alone
+    dynamic = {"table10", "table10_cells"}  # the builder writes the whole caption
     assert (table.caption is None) == (table.id in dynamic)
 
 

@@ -5,10 +5,10 @@ and its LaTeX label ``tab:<id>``), its builder, the inputs the builder takes (:d
 says which archive or data each one is read from), whether it sits in the paper's appendix, and
 whether ``layerlab recompute`` rebuilds it from archives alone. Its caption comes from
 :data:`~layerlab.reporting.tables.captions.CAPTIONS`, completed by the builder from the data
-(``attrs['caption']``); Table 10's is built from its matrix alone. The paper number follows from
-the order: Tables 1, 2, ... in the body, A1, A2, ... in the appendix (``paper/main.tex`` inputs the
-tables in this order; ``tests/test_tables.py`` checks it). Notebooks write a table with
-:func:`publish`, naming the entry.
+(``attrs['caption']``); Table 10's builder writes its whole caption, from the matrix and its
+records. The paper number follows from the order: Tables 1, 2, ... in the body, A1, A2, ... in the
+appendix (``paper/main.tex`` inputs the tables in this order; ``tests/test_tables.py`` checks it).
+Notebooks write a table with :func:`publish`, naming the entry.
 """
 
 from __future__ import annotations
