@@ -554,8 +554,9 @@ def study_langchain(
     except ImportError as exc:
         raise _fail(str(exc)) from None
     from layerlab.archive.archive import read_study
+    from layerlab.reporting import tables
 
     report.print_frame(
-        study.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
+        tables.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
     )
     typer.echo(f"wrote {out / 'study.parquet'} and {out / 'manifest.json'}")
