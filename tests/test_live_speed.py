@@ -22,9 +22,10 @@ from layerlab.corpus.spec import spec_hash
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.harness import live
+from layerlab.harness.live import calls
 from layerlab.harness.prepare import prepare
 from layerlab.harness.step import gate
-from layerlab.models.llm import bookkeeping_needed, import_litellm
+from layerlab.models.llm import ProviderSettings, bookkeeping_needed, import_litellm
 from layerlab.system import prompt
 
 SCEN_HASH = spec_hash(paths.SCENARIO_SPEC)
@@ -109,7 +110,7 @@ def test_a_setup_error_in_a_worker_stops_the_run_with_one_line(
             models=("openai/gone",),
             scenarios=("clean",),
             task_ids=tuple(t.task_id for t in corpus.tasks[:8]),
-            settings=live.ProviderSettings(timeout_s=5, backoff_s=0.01, api_bases=(srv.base,)),
+            settings=ProviderSettings(timeout_s=5, backoff_s=0.01, api_bases=(srv.base,)),
         )
         with pytest.raises(live.LiveRunError, match="not found.*--resume"):
             live.run_live(
@@ -273,15 +274,15 @@ def test_the_loop_runs_litellm_dispatch_inline_only_for_marked_calls() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         assert await loop.run_in_executor(None, work) == 7  # unmarked: a thread, as asyncio's
-        token = live._INLINE_DISPATCH.set(True)
+        token = calls._INLINE_DISPATCH.set(True)
         try:
             assert await loop.run_in_executor(None, work) == 7
             with pytest.raises(ValueError, match="from completion"):
                 await loop.run_in_executor(None, boom)
         finally:
-            live._INLINE_DISPATCH.reset(token)
+            calls._INLINE_DISPATCH.reset(token)
 
-    live._arun(main())
+    calls.arun(main())
     assert seen[0] != threading.get_ident() and seen[1] == threading.get_ident()
 
 
@@ -309,7 +310,7 @@ def test_litellm_dispatch_of_a_live_run_stays_on_the_loop_thread(
         cache_dir=tmp_path / "c1", workers=1,
     )  # fmt: skip
     assert where and all(where), where
-    monkeypatch.setattr(live, "INLINE_DISPATCH_PROVIDERS", frozenset())
+    monkeypatch.setattr(calls, "INLINE_DISPATCH_PROVIDERS", frozenset())
     where.clear()
     threaded = live.run_live(
         corpus, key, scen, cfg, tmp_path / "b", scenario_hash=SCEN_HASH,
