@@ -74,6 +74,26 @@ def test_worker_processes_write_the_same_archive_as_one_process(
     assert runs[2].manifest["calls"]["this_invocation"]["answered_calls"] == b.calls
 
 
+def test_the_run_context_pickles(tmp_path: Path, corpus, key, scen) -> None:
+    """Worker processes get the run context whole: it pickles, the reply cache as its folder and
+    the replies the preflight asked for (their records count as calls, not cache hits)."""
+    import pickle
+
+    from layerlab.harness.live.engine import RunContext
+
+    cfg = _cfg(corpus, tasks=2)
+    cache = live.ResponseCache(tmp_path / "c")
+    cache.put("k", "reply")
+    cache.preflighted.add("k")
+    cache.close()
+    prepared = {n: prepare(corpus, scen[n]) for n in cfg.scenarios}
+    ctx = RunContext(corpus, key, cfg, prepared, cache, "live-x", 4, want_samples=False)
+    back = pickle.loads(pickle.dumps(ctx))
+    assert (back.config, back.run_id, back.concurrency) == (cfg, "live-x", 4)
+    assert back.cache.folder == cache.folder and back.cache.preflighted == {"k"}
+    assert back.cache.get("k") == "reply"
+
+
 def test_the_budget_is_shared_by_the_worker_processes(tmp_path: Path, corpus, key, scen) -> None:
     cfg = _cfg(corpus)
     res = live.run_live(
