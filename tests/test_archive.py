@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from layerlab.archive.archive import (
+from layerlab.archive import (
     SCHEMA_VERSION,
     ArchiveError,
     Record,
@@ -162,7 +162,7 @@ def as_v3(table: pa.Table) -> pa.Table:
 def as_migrated(records: list[Record]) -> list[Record]:
     """What a migration from schema 3 can know of ``records``: the labels the old ones
     determine, the rest null (not recorded)."""
-    from layerlab.archive.archive import v4_labels
+    from layerlab.archive import v4_labels
 
     out = []
     for r in records:
@@ -217,7 +217,7 @@ def test_placeholders_and_inconsistent_derived_columns_are_refused(tmp_path: Pat
 
 def _v2_run_folder(folder: Path, records: list[Record]) -> dict[str, object]:
     from layerlab._io import sha256_file
-    from layerlab.archive.archive import write_manifest
+    from layerlab.archive import write_manifest
 
     folder.mkdir()
     pq.write_table(as_v2(to_table(records)), folder / "records.parquet", compression="zstd", write_statistics=False)
@@ -240,7 +240,7 @@ def test_a_migrated_v2_run_equals_a_fresh_write_and_keeps_its_provenance(
 ) -> None:
     import json
 
-    from layerlab.archive.archive import check_path, migrate, read_manifest
+    from layerlab.archive import check_path, migrate, read_manifest
 
     before = _v2_run_folder(tmp_path / "run", small_run)
     # a v2 archive still reads (upgraded in memory) before it is migrated
@@ -267,7 +267,7 @@ def test_a_migrated_v2_run_equals_a_fresh_write_and_keeps_its_provenance(
 def test_migration_refuses_a_scenario_spec_that_contradicts_the_labels(
     tmp_path: Path, small_run: list[Record]
 ) -> None:
-    from layerlab.archive.archive import migrate
+    from layerlab.archive import migrate
 
     _v2_run_folder(tmp_path / "run", small_run)
     spec = (Path(__file__).parent.parent / "data" / "specs" / "scenarios.yaml").read_text()
@@ -308,7 +308,7 @@ def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> No
     import shutil
 
     from layerlab.analysis import results
-    from layerlab.archive.archive import check_path, migrate, read_manifest
+    from layerlab.archive import check_path, migrate, read_manifest
 
     run = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "schema3_smollm2", tmp_path / "smol"))
     old = pq.read_table(run / "records.parquet").to_pylist()
@@ -355,7 +355,7 @@ def test_the_committed_study_archive_migrates_to_version_3(tmp_path: Path) -> No
     writes version 3)."""
     import shutil
 
-    from layerlab.archive.archive import STUDY_SCHEMA_VERSION, migrate, read_study
+    from layerlab.archive import STUDY_SCHEMA_VERSION, migrate, read_study
 
     run = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "study_v2", tmp_path / "study"))
     old = {(r["scenario"], r["mitigation"], r["task_id"]): r for r in pq.read_table(run / "study.parquet").to_pylist()}
@@ -388,7 +388,7 @@ def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, sm
     import json
 
     from layerlab.analysis import results
-    from layerlab.archive.archive import write_run
+    from layerlab.archive import write_run
 
     write_run(tmp_path / "run", small_run, {"run_id": "deterministic", "kind": "deterministic", "complete": True})
     res = results.write_results(tmp_path / "run")

@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from layerlab import paths
-from layerlab.archive import archive
+from layerlab import archive, paths
 from layerlab.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from layerlab import paths
-from layerlab.archive import archive
+from layerlab import archive, paths
 from layerlab.corpus import build as corpus_mod
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab.archive.archive import ALLOWLIST, read_table
+from layerlab.archive import ALLOWLIST, read_table
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
 from layerlab.faults.scenario import load_scenarios

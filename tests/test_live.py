@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import paths
-from layerlab.archive import archive
-from layerlab.archive.archive import read_records
+from layerlab import archive, paths
+from layerlab.archive import read_records
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
 from layerlab.corpus.spec import spec_hash
@@ -635,8 +634,8 @@ def test_a_progress_line_from_archive_schema_2_is_upgraded_on_resume() -> None:
     import hashlib
     import json as json_
 
+    from layerlab import archive
     from layerlab._io import canonical_json
-    from layerlab.archive import archive
 
     rec = archive.Record(
         schema_version=archive.SCHEMA_VERSION, run_id="live-0123456789abcdef", provider="p",
@@ -683,7 +682,7 @@ def test_a_run_resumed_from_a_schema_3_progress_log_carries_the_new_fields(
 ) -> None:
     """Lines written before archive schema 4 are upgraded on resume (the labels they determine;
     null = not recorded for the rest); the cells asked after the resume are scored in full."""
-    from layerlab.archive.archive import v4_labels
+    from layerlab.archive import v4_labels
 
     cfg = _cfg("flaky", server.base)
     res = _run(corpus, key, scen, cfg, tmp_path / "b", budget=10, concurrency=4)

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from layerlab import paths
+from layerlab import archive, paths
 from layerlab.analysis import results
-from layerlab.archive import archive
-from layerlab.archive.archive import read_records
+from layerlab.archive import read_records
 from layerlab.corpus.spec import spec_hash
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab.archive import archive
+from layerlab import archive
 from layerlab.cli import app
 from layerlab.models import local as models
 

@@ -10,9 +10,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import paths
+from layerlab import archive, paths
 from layerlab.analysis import specificity
-from layerlab.archive import archive
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
 from layerlab.corpus.spec import SpecError, spec_hash

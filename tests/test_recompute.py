@@ -9,10 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from layerlab import paths
+from layerlab import archive, paths
 from layerlab.analysis import stats
-from layerlab.archive import archive
-from layerlab.archive.archive import SCHEMA_VERSION
+from layerlab.archive import SCHEMA_VERSION
 from layerlab.cli import app
 
 runner = CliRunner()

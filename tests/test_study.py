@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import paths
-from layerlab.archive import archive
+from layerlab import archive, paths
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
 from layerlab.faults.scenario import load_scenarios

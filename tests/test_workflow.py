@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import paths
+from layerlab import archive, paths
 from layerlab.analysis import results, stats
-from layerlab.archive import archive, samplelog
+from layerlab.archive import samplelog
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
 from layerlab.harness.runconfig import stratified_tasks

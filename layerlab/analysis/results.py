@@ -25,10 +25,10 @@ from typing import Any
 
 import pandas as pd
 
+from layerlab import archive
 from layerlab._io import atomic_write_text
 from layerlab.analysis import stats
 from layerlab.analysis.stats import REFERENCE_PROVIDERS, is_reference  # noqa: F401  (re-exported)
-from layerlab.archive import archive
 
 RESULTS = "results.json"
 # 3: GF under the delivered-document definition, GF_cited, answer measures, not-recorded counts;

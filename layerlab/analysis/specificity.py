@@ -22,9 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from layerlab import __version__, paths
+from layerlab import __version__, archive, paths
 from layerlab.analysis import stats
-from layerlab.archive import archive
 from layerlab.faults.scenario import Scenario, load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.mitigations.mitigation import MitigationSet, load_mitigations, targets

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from layerlab.archive.archive import load_records
+from layerlab.archive import load_records
 from layerlab.mitigations.mitigation import contract_pair
 
 # --- the one constant block: arm column, arms, outcome, target, unit key, small-sample rule -----
@@ -94,7 +94,7 @@ def records_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
 def run_settings(folders: Sequence[Path]) -> dict[str, dict[str, Any]]:
     """Per run id, what a caption of real-model numbers must name: decoding (temperature),
     reply schema, tasks and replicates, from the runs' manifests (archives without one: none)."""
-    from layerlab.archive import archive as archive_mod
+    from layerlab import archive as archive_mod
 
     out: dict[str, dict[str, Any]] = {}
     for f in folders:

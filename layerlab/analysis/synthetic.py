@@ -31,7 +31,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from layerlab.analysis import stats
-from layerlab.archive.archive import SCHEMA_VERSION
+from layerlab.archive import SCHEMA_VERSION
 
 DEFAULT_EFFECTS: Mapping[str, float] = {
     "clean": 0.0,

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from layerlab.archive.archive import KEYS, LABELS, SCORES, Record
+from layerlab.archive.schema import KEYS, LABELS, SCORES, Record
 from layerlab.corpus.build import AnswerKeyEntry, Task
 from layerlab.system.reader import ReaderOutput
 

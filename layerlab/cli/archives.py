@@ -32,7 +32,7 @@ def archive_check(
     Exit 1 if any is invalid, else 3 if any is partial (an unfinished run; a bare archive file,
     whose completeness no manifest states, is listed as such but is not partial).
     """
-    from layerlab.archive.archive import ArchiveError, check_path
+    from layerlab.archive import ArchiveError, check_path
 
     bad = partial = 0
     for p in paths_:
@@ -75,7 +75,7 @@ def archive_migrate(
     Added columns are derived from the archive's own columns and the specs; a run folder's
     manifest keeps its provenance and records the migration. Current archives are left as they are.
     """
-    from layerlab.archive.archive import ArchiveError, migrate
+    from layerlab.archive import ArchiveError, migrate
 
     bad = 0
     for p in paths_:
@@ -107,7 +107,7 @@ def archive_merge(
     ),
 ) -> None:
     """Combine runs through their manifests (a run given twice counts once)."""
-    from layerlab.archive.archive import ArchiveError, merge
+    from layerlab.archive import ArchiveError, merge
 
     _check_out(out)
     try:

@@ -59,7 +59,7 @@ def recompute_cmd(
     import json
 
     from layerlab.analysis import stats
-    from layerlab.archive.archive import ArchiveError
+    from layerlab.archive import ArchiveError
     from layerlab.reporting.recompute import recompute
 
     _check_out(out)

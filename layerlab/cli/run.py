@@ -55,7 +55,7 @@ def run_deterministic(
     import json
 
     from layerlab._io import atomic_write_text
-    from layerlab.archive.archive import write_records
+    from layerlab.archive import write_records
     from layerlab.harness import deterministic as harness
     from layerlab.reporting import terminal as report
 
@@ -548,7 +548,7 @@ def study_langchain(
         m = study.run_to(out, model=model, seed=seed)
     except ImportError as exc:
         raise _fail(str(exc)) from None
-    from layerlab.archive.archive import read_study
+    from layerlab.archive import read_study
     from layerlab.reporting import tables
 
     report.print_frame(

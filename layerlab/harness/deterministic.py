@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from layerlab.archive.archive import Record
+from layerlab.archive import Record
 from layerlab.corpus.build import AnswerKey, Corpus
 from layerlab.faults.scenario import Scenario
 from layerlab.harness.prepare import RankingCache, input_hash, prepare

@@ -291,9 +291,9 @@ def execute(
     results.json). The configuration is stored as ``out/run.yaml``. The budget is shared: each
     run gets what the runs before it left.
     """
+    from layerlab import archive
     from layerlab._io import atomic_write_text
     from layerlab.analysis import results
-    from layerlab.archive import archive
     from layerlab.harness import live
 
     groups = plan(spec, list(scenarios), corpus.tasks)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from layerlab.archive.archive import SCHEMA_VERSION, Record
+from layerlab.archive import SCHEMA_VERSION, Record
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.harness.prepare import PreparedScenario, session_for
 from layerlab.mitigations import mitigation

@@ -43,8 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from layerlab import __version__
-from layerlab.archive import archive
+from layerlab import __version__, archive
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.faults.scenario import Scenario
 from layerlab.harness import deterministic as harness

@@ -1,7 +1,7 @@
 """The data dictionary of the archives, generated from their schemas so that it cannot drift.
 
-One entry per column of the record archive (:data:`layerlab.archive.archive.SCHEMA`) and of the focused
-study's archive (:data:`layerlab.archive.archive.STUDY_SCHEMA`): its meaning, its Arrow type (from the
+One entry per column of the record archive (:data:`layerlab.archive.SCHEMA`) and of the focused
+study's archive (:data:`layerlab.archive.STUDY_SCHEMA`): its meaning, its Arrow type (from the
 schema itself) and its vocabulary. Vocabularies come from their owners where one exists — the
 scenario DSL, the contract modes, the scorer's diagnostic labels, the contract's outcomes — and the
 meaning of every diagnostic label and stage value is written here once. :func:`render` gives the
@@ -19,7 +19,7 @@ from typing import get_args
 
 import pyarrow as pa
 
-from layerlab.archive import archive
+from layerlab import archive
 
 # The arm column of the record archive (schema v2).
 ARM = "mitigation"

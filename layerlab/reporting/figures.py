@@ -97,7 +97,7 @@ Records: TypeAlias = pd.DataFrame | Iterable[Any]
 
 def _frame(data: Records) -> pd.DataFrame:
     """Records as one frame: a records frame, several (models and a baseline block, say) or
-    archive :class:`~layerlab.archive.archive.Record` values."""
+    archive :class:`~layerlab.archive.Record` values."""
     if isinstance(data, pd.DataFrame):
         return data
     items: list[Any] = list(data)

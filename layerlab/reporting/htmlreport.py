@@ -20,10 +20,9 @@ from typing import Any
 
 import pandas as pd
 
-from layerlab import __version__
+from layerlab import __version__, archive
 from layerlab._io import sha256_file
 from layerlab.analysis import results, stats
-from layerlab.archive import archive
 from layerlab.reporting import dictionary, page
 
 SECTIONS = (

@@ -34,7 +34,7 @@ def recompute(
     untouched, and so do an unfinished run or archives of mixed provenance unless allowed —
     then every table's caption carries the stamp (``PARTIAL``, ``MIXED PROVENANCE``).
     """
-    from layerlab.archive.archive import vet
+    from layerlab.archive import vet
 
     stamps = vet([Path(a) for a in archives], allow_mixed=allow_mixed, allow_partial=allow_partial)
     stamp = "".join(f"[{s}] " for s in stamps)

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from layerlab.archive import archive, samplelog
+from layerlab import archive
+from layerlab.archive import samplelog
 from layerlab.reporting import page
 
 MAX_SHOWN = 200  # records rendered at once (the count of all matches is always shown)

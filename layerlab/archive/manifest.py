@@ -1,0 +1,208 @@
+"""The run manifest: what a run folder's ``manifest.json`` may say, typed, with one owner.
+
+:class:`Manifest` lists every key a manifest may hold, its JSON type and its meaning; the
+allowlist (:data:`MANIFEST_KEYS`) and the data dictionary's manifest entries derive from it. A
+key absent from a manifest is :data:`UNSET` (not written), which differs from a JSON null
+(``seed`` of a run without one). :meth:`Manifest.from_dict` validates today's dict (unknown
+keys, wrong types: the error names the field); :meth:`Manifest.to_dict` gives it back unchanged,
+so a manifest written from the typed object has the same bytes as one written from the dict.
+A manifest carries its own checksum (``manifest_sha256``): one edited after it was written is
+refused on read.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from layerlab.archive.schema import ArchiveError
+
+MANIFEST = "manifest.json"
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset.UNSET  # the key is absent from the manifest
+Unset = Literal[_Unset.UNSET]
+
+
+def _key(meaning: str) -> Any:
+    """A manifest key that may be absent, with its meaning (for the data dictionary)."""
+    return field(default=UNSET, metadata={"doc": meaning})
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A run folder's manifest: only ``run_id`` is always present; every other key is written
+    by the kinds of run it applies to (live, deterministic, langchain_study, merged)."""
+
+    run_id: str = field(
+        metadata={"doc": "the run: a hash of everything that determines its records"}
+    )
+    kind: str | Unset = _key("what wrote the folder: live, deterministic, langchain_study, merged")
+    layerlab_version: str | Unset = _key("the layerlab version that wrote the run")
+    corpus: str | Unset = _key("the corpus name")
+    spec_hashes: dict[str, str] | Unset = _key(
+        "hashes of the corpus, scenario and mitigation specs (older runs: see provenance)"
+    )
+    provenance: dict[str, str] | Unset = _key(
+        "what the numbers depend on besides the model: hashes of the corpus spec, built corpus, "
+        "scenario and mitigation specs, prompt template and task set"
+    )
+    models: list[str] | Unset = _key("the models (provider/model) that answered")
+    scenarios: list[str] | Unset = _key("the fault scenarios run")
+    modes: list[str] | Unset = _key("the contract modes run (manifests before mitigations)")
+    mitigations: list[str] | Unset = _key("the mitigation arms run")
+    prompt_version: str | Unset = _key("the prompt template's version")
+    replicates: int | Unset = _key("independent repetitions of every cell")
+    share_replies: bool | Unset = _key("whether arms whose prompts coincide share one reply")
+    sampling: dict[str, Any] | Unset = _key("how replies were decoded (temperature, top_p, ...)")
+    response_format: str | Unset = _key("the structured-output mode asked of the provider")
+    reply_schema: str | Unset = _key("the reply schema's version, when a response format is set")
+    seeds: str | Unset = _key("how per-record seeds are derived and sent")
+    local_models: dict[str, Any] | Unset = _key("provenance of the local models served")
+    n_tasks: int | Unset = _key("tasks per cell")
+    retriever: str | Unset = _key("the registered retriever")
+    settings: dict[str, Any] | Unset = _key(
+        "run settings (timeouts, retries, endpoints as local or remote only)"
+    )
+    expected_records: int | Unset = _key("records a complete run holds")
+    records: int | Unset = _key("records in the archive")
+    complete: bool | Unset = _key("whether the run finished every record")
+    calls: dict[str, Any] | Unset = _key("provider calls made, per model")
+    errors: dict[str, Any] | Unset = _key("provider errors, per model")
+    files: dict[str, str] | Unset = _key("SHA-256 of each archive file of the folder")
+    sources: list[dict[str, Any]] | Unset = _key("the runs a merged folder combines")
+    note: str | Unset = _key("a remark on the run (e.g. merged with mixed provenance)")
+    arms: list[str] | Unset = _key("the study's arms (study manifests before version 2)")
+    conditions: list[str] | Unset = _key("the study's scenarios (study manifests before version 2)")
+    tasks: list[str] | Unset = _key("the study's tasks")
+    seed: int | None | Unset = _key("the run's seed (null: none given)")
+    controls: dict[str, list[str]] | Unset = _key("the study's controls per arm")
+    migrations: list[dict[str, Any]] | Unset = _key(
+        "each `archive migrate` of the folder: versions, previous checksum, what changed"
+    )
+    archive_schema_version: int | Unset = _key("schema version of the folder's archive")
+    manifest_sha256: str | Unset = _key("SHA-256 of the manifest's canonical JSON, itself left out")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = MANIFEST) -> Manifest:
+        """A manifest from its dict; :class:`ArchiveError` names a key outside the allowlist, a
+        missing ``run_id`` or a field of the wrong type (``source`` prefixes the message)."""
+        _check_keys(data, source)
+        if "run_id" not in data:
+            raise ArchiveError(f"{source}: not a layerlab manifest (no run_id)")
+        for name, value in data.items():
+            if not _conforms(value, _HINTS[name]):
+                want = str(_TYPES[name]).removesuffix(" | Unset")
+                raise ArchiveError(
+                    f"{source}: manifest field {name!r} holds {_shown(value)}; expected {want}"
+                )
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's keys and values as given (absent keys left out)."""
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not UNSET}
+
+    def to_json(self) -> str:
+        """The bytes of ``manifest.json``: indented JSON with sorted keys."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+_HINTS = get_type_hints(Manifest)
+_TYPES = {f.name: f.type for f in fields(Manifest)}
+MANIFEST_KEYS = frozenset(_TYPES)
+
+
+def _check_keys(data: Mapping[str, Any], source: str) -> None:
+    extra = set(data) - MANIFEST_KEYS
+    if extra:
+        raise ArchiveError(f"{source}: keys outside the manifest allowlist: {sorted(extra)}")
+
+
+def _conforms(value: Any, tp: Any) -> bool:
+    """Whether a JSON value has type ``tp`` (str, int, bool, Any, None, unions, Literal, list[X],
+    dict[str, X]); ``bool`` is not an ``int`` here."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return True
+    if origin in (Union, types.UnionType):
+        return any(_conforms(value, a) for a in get_args(tp))
+    if origin is Literal:
+        return value in get_args(tp)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, get_args(tp)[0]) for v in value)
+    if origin is dict:
+        kt, vt = get_args(tp)
+        return isinstance(value, dict) and all(
+            _conforms(k, kt) and _conforms(v, vt) for k, v in value.items()
+        )
+    if tp is type(None):
+        return value is None
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=repr)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def as_manifest(manifest: Manifest | Mapping[str, Any], source: str = MANIFEST) -> Manifest:
+    """``manifest`` as a :class:`Manifest` (a mapping is validated by :meth:`Manifest.from_dict`)."""
+    return manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest, source)
+
+
+def manifest_checksum(manifest: Mapping[str, Any]) -> str:
+    """SHA-256 over the manifest's canonical JSON, its own checksum field left out."""
+    from layerlab._io import canonical_json, sha256_bytes
+
+    return sha256_bytes(
+        canonical_json({k: v for k, v in manifest.items() if k != "manifest_sha256"}).encode()
+    )
+
+
+def write_manifest(folder: Path, manifest: Manifest | Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the manifest (a mapping goes through :meth:`Manifest.from_dict`), add its
+    checksum and write it atomically; return it as written."""
+    from layerlab._io import atomic_write_text
+
+    folder = Path(folder)
+    m = as_manifest(manifest, str(folder / MANIFEST))
+    m = replace(m, manifest_sha256=manifest_checksum(m.to_dict()))
+    atomic_write_text(folder / MANIFEST, m.to_json())
+    return m.to_dict()
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """Read a run folder's manifest; a manifest edited after it was written is refused, and so
+    is one whose fields do not have the manifest's types."""
+    p = Path(folder) / MANIFEST
+    if not p.exists():
+        raise ArchiveError(f"{p}: missing (not a layerlab run folder)")
+    try:
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArchiveError(f"{p}: not valid JSON ({exc})") from exc
+    except OSError as exc:
+        raise ArchiveError(f"{p}: cannot be read ({exc.strerror})") from exc
+    if not isinstance(m, dict) or "run_id" not in m:
+        raise ArchiveError(f"{p}: not a layerlab manifest (no run_id)")
+    _check_keys(m, str(p))
+    if "manifest_sha256" in m and m["manifest_sha256"] != manifest_checksum(m):
+        raise ArchiveError(
+            f"{p}: manifest checksum does not match its content (edited after it was written)"
+        )
+    Manifest.from_dict(m, str(p))
+    return m

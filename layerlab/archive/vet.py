@@ -1,0 +1,180 @@
+"""Vetting archives before they are used (``layerlab archive check``, and every command that
+feeds tables): a run folder's manifest, checksums, record counts and runs; partial runs and mixed
+provenance refused unless asked for, and then stamped; records loaded from checked sources."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from layerlab.archive.io import ARCHIVE, PROGRESS, STUDY_ARCHIVE, read_records, read_table
+from layerlab.archive.manifest import MANIFEST, read_manifest
+from layerlab.archive.provenance import MIXED, combine_provenance, provenance_of
+from layerlab.archive.schema import (
+    KEYS,
+    STUDY_KEYS,
+    STUDY_SCHEMA,
+    STUDY_SCHEMA_VERSION,
+    ArchiveError,
+    Record,
+    sort_key,
+)
+
+
+def check_path(path: Path) -> dict[str, Any]:
+    """Validate an archive file or a run folder; return a short report or raise ArchiveError.
+
+    The report's ``partial`` is true for a run folder whose run did not finish (a valid archive
+    of fewer records than the run expects) and for a bare archive file (no manifest says it is
+    complete)."""
+    from layerlab._io import sha256_file
+
+    path = Path(path)
+    if not path.exists():
+        raise ArchiveError(f"{path}: does not exist")
+    if path.is_file():
+        table = read_table(path)
+        return {
+            "path": str(path),
+            "records": table.num_rows,
+            "runs": sorted(set(table.column("run_id").to_pylist())),
+            "complete": None,
+            "partial": True,
+            "provenance": {},
+        }
+    m = read_manifest(path)
+    if "manifest_sha256" not in m:
+        raise ArchiveError(
+            f"{path / MANIFEST}: has no manifest_sha256 (written by an older layerlab, or the "
+            "checksum was removed); rerun it, or use its records.parquet as a bare archive file "
+            "(recompute --allow-partial)"
+        )
+    study = m.get("kind") == "langchain_study"
+    arch = path / (STUDY_ARCHIVE if study else ARCHIVE)
+    if not arch.exists():
+        hint = (
+            " (an interrupted run: continue it with --resume)" if (path / PROGRESS).exists() else ""
+        )
+        raise ArchiveError(f"{arch}: missing{hint}")
+    want = m.get("files", {}).get(arch.name)
+    got = sha256_file(arch)
+    if want != got:
+        raise ArchiveError(
+            f"{arch}: checksum {got[:12]}… differs from manifest {str(want)[:12]}… (modified or truncated)"
+        )
+    table = (
+        read_table(arch, STUDY_SCHEMA, STUDY_KEYS, STUDY_SCHEMA_VERSION)
+        if study
+        else read_table(arch)
+    )
+    if table.num_rows != m.get("records"):
+        raise ArchiveError(f"{arch}: {table.num_rows} records, manifest says {m.get('records')}")
+    run_ids = set(table.column("run_id").to_pylist())
+    allowed = {m["run_id"], *[s["run_id"] for s in m.get("sources", [])]}
+    if run_ids - allowed:
+        raise ArchiveError(
+            f"{arch}: records from runs {sorted(run_ids - allowed)} not named by the manifest"
+        )
+    expected = m.get("expected_records")
+    complete = m.get("complete") is True and (expected is None or expected == table.num_rows)
+    return {
+        "path": str(path),
+        "run_id": m["run_id"],
+        "records": table.num_rows,
+        "expected_records": expected,
+        "complete": m.get("complete"),
+        "partial": not complete,
+        "provenance": provenance_of(m),
+        "models": list(m.get("models", [])),
+    }
+
+
+# Provenance fields that may differ between real models and reference agents (not within either).
+BLOCK_FIELDS = ("tasks",)
+
+
+def _reference_only(report: dict[str, Any]) -> bool | None:
+    """Whether a checked archive holds only reference agents (None: its manifest names no models)."""
+    from layerlab.analysis.stats import is_reference
+
+    models = report.get("models") or []
+    if not models:
+        return None
+    return all(is_reference(str(m).split("/", 1)[0]) for m in models)
+
+
+def vet(
+    paths_: Sequence[Path], allow_mixed: bool = False, allow_partial: bool = False
+) -> list[str]:
+    """Check archives before they feed tables: refuse partial ones unless ``allow_partial`` and
+    mixed provenance unless ``allow_mixed``. Return the stamps the outputs must then carry."""
+    reports = [check_path(Path(p)) for p in paths_]
+    stamps: list[str] = []
+    partial = [r for r in reports if r["partial"]]
+    if partial:
+        r = partial[0]
+        what = (
+            f"a partial run ({r['records']} of {r['expected_records'] or '?'} records)"
+            if "run_id" in r
+            else "a bare archive file (no manifest says the run is complete)"
+        )
+        if not allow_partial:
+            raise ArchiveError(
+                f"{r['path']}: {what}; finish it with --resume or pass --allow-partial "
+                "(the tables are then stamped PARTIAL)"
+            )
+        stamps.append(
+            "PARTIAL: "
+            + "; ".join(f"{Path(r['path']).name} {r['records']} records" for r in partial)
+        )
+    # Real models and reference agents are analysed apart (never pooled), so their task sets may
+    # differ; everything else they are scored on must match, and so must tasks within a kind.
+    prov = combine_provenance(
+        [
+            (r["path"], {k: v for k, v in r["provenance"].items() if k not in BLOCK_FIELDS})
+            for r in reports
+        ],
+        allow_mixed,
+    )
+    for kind in (True, False, None):
+        same = [r for r in reports if _reference_only(r) is kind]
+        if not same:
+            continue
+        block = combine_provenance(
+            [
+                (r["path"], {f: r["provenance"].get(f, "unknown") for f in BLOCK_FIELDS})
+                for r in same
+            ],
+            allow_mixed,
+        )
+        for f in BLOCK_FIELDS:
+            if block[f] == MIXED:
+                prov[f] = MIXED
+    mixed = [f for f, v in prov.items() if v == MIXED]
+    if mixed:
+        stamps.append("MIXED PROVENANCE: " + ", ".join(mixed) + " differ")
+    return stamps
+
+
+def load_records(paths_: Sequence[Path]) -> list[Record]:
+    """Records from archive files or run folders, each checked; a run given twice counts once."""
+    seen_runs: set[str] = set()
+    out: list[Record] = []
+    for p in paths_:
+        p = Path(p)
+        check_path(p)
+        arch = p / ARCHIVE if p.is_dir() else p
+        recs = read_records(arch)
+        runs = {r.run_id for r in recs}
+        if runs <= seen_runs:
+            continue
+        out.extend(r for r in recs if r.run_id not in seen_runs)
+        seen_runs |= runs
+    keys = [sort_key(r) for r in out]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ArchiveError(
+            f"record {dict(zip(KEYS, dup, strict=True))} appears in more than one run"
+        )
+    return out
