@@ -220,19 +220,19 @@ def run_archive(
         reader=READERS.lookup(reader)(),
         run_id=run_id,
     )
-    manifest = {
-        "run_id": run_id,
-        "kind": "deterministic",
-        "layerlab_version": __version__,
-        "corpus": c.name,
-        "spec_hashes": {k: ident[k] for k in ("corpus", "scenarios", "mitigations")},
-        "models": [f"deterministic/{reader}"],
-        "scenarios": list(scen),
-        "mitigations": names,
-        "n_tasks": len(c.tasks),
-        "expected_records": len(names) * len(scen) * len(c.tasks),
-        "complete": True,
-    }
+    manifest = archive.Manifest(
+        run_id=run_id,
+        kind="deterministic",
+        layerlab_version=__version__,
+        corpus=c.name,
+        spec_hashes={k: ident[k] for k in ("corpus", "scenarios", "mitigations")},
+        models=[f"deterministic/{reader}"],
+        scenarios=list(scen),
+        mitigations=names,
+        n_tasks=len(c.tasks),
+        expected_records=len(names) * len(scen) * len(c.tasks),
+        complete=True,
+    )
     return archive.write_run(Path(out), recs, manifest)
 
 

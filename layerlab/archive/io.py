@@ -118,7 +118,7 @@ def write_run(
     folder: Path, records: Sequence[Record], manifest: Manifest | Mapping[str, Any]
 ) -> dict[str, Any]:
     """Write ``records.parquet`` then ``manifest.json`` (with the archive's checksum) atomically;
-    the manifest is validated first (a mapping through :meth:`Manifest.from_dict`)."""
+    the manifest (typed, or a mapping) is validated first."""
     from layerlab._io import sha256_file
 
     folder = Path(folder)

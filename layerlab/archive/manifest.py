@@ -160,8 +160,9 @@ def _shown(value: Any) -> str:
 
 
 def as_manifest(manifest: Manifest | Mapping[str, Any], source: str = MANIFEST) -> Manifest:
-    """``manifest`` as a :class:`Manifest` (a mapping is validated by :meth:`Manifest.from_dict`)."""
-    return manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest, source)
+    """``manifest`` validated (:meth:`Manifest.from_dict`), whether typed or a mapping."""
+    data = manifest.to_dict() if isinstance(manifest, Manifest) else manifest
+    return Manifest.from_dict(data, source)
 
 
 def manifest_checksum(manifest: Mapping[str, Any]) -> str:
@@ -174,8 +175,8 @@ def manifest_checksum(manifest: Mapping[str, Any]) -> str:
 
 
 def write_manifest(folder: Path, manifest: Manifest | Mapping[str, Any]) -> dict[str, Any]:
-    """Validate the manifest (a mapping goes through :meth:`Manifest.from_dict`), add its
-    checksum and write it atomically; return it as written."""
+    """Validate the manifest (typed, or a mapping), add its checksum and write it atomically;
+    return it as written."""
     from layerlab._io import atomic_write_text
 
     folder = Path(folder)

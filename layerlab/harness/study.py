@@ -317,28 +317,28 @@ def run_to(
     rows = run_study(c, key, scen, model, seed, run_id)
     out = Path(out)
     archive.write_study(out / archive.STUDY_ARCHIVE, rows)
-    manifest = {
-        "run_id": run_id,
-        "kind": "langchain_study",
-        "layerlab_version": __version__,
-        "corpus": c.name,
-        "provenance": archive.provenance_for(c, scen_hash, {r["task_id"] for r in rows}),
-        "spec_hashes": {
+    manifest = archive.Manifest(
+        run_id=run_id,
+        kind="langchain_study",
+        layerlab_version=__version__,
+        corpus=c.name,
+        provenance=archive.provenance_for(c, scen_hash, {r["task_id"] for r in rows}),
+        spec_hashes={
             "corpus": c.spec_hash,
             "scenarios": ident["scenarios"],
             "mitigations": ident["mitigations"],
         },
-        "models": [model],
-        "mitigations": list(ARMS),
-        "scenarios": list(scen),
-        "tasks": sorted({r["task_id"] for r in rows}),
-        "seed": seed,
-        "controls": {a: list(spec.arm(a).kinds) for a in ARMS},
-        "records": len(rows),
-        "complete": True,
-        "archive_schema_version": archive.STUDY_SCHEMA_VERSION,
-        "files": {archive.STUDY_ARCHIVE: sha256_file(out / archive.STUDY_ARCHIVE)},
-    }
+        models=[model],
+        mitigations=list(ARMS),
+        scenarios=list(scen),
+        tasks=sorted({r["task_id"] for r in rows}),
+        seed=seed,
+        controls={a: list(spec.arm(a).kinds) for a in ARMS},
+        records=len(rows),
+        complete=True,
+        archive_schema_version=archive.STUDY_SCHEMA_VERSION,
+        files={archive.STUDY_ARCHIVE: sha256_file(out / archive.STUDY_ARCHIVE)},
+    )
     return archive.write_manifest(out, manifest)
 
 

@@ -1,7 +1,8 @@
 """The data dictionary of the archives, generated from their schemas so that it cannot drift.
 
 One entry per column of the record archive (:data:`layerlab.archive.SCHEMA`) and of the focused
-study's archive (:data:`layerlab.archive.STUDY_SCHEMA`): its meaning, its Arrow type (from the
+study's archive (:data:`layerlab.archive.STUDY_SCHEMA`), and per key of a run manifest
+(:class:`layerlab.archive.Manifest`, which owns their meanings): its meaning, its Arrow type (from the
 schema itself) and its vocabulary. Vocabularies come from their owners where one exists — the
 scenario DSL, the contract modes, the scorer's diagnostic labels, the contract's outcomes — and the
 meaning of every diagnostic label and stage value is written here once. :func:`render` gives the
@@ -14,7 +15,7 @@ metadata, for writers that want self-describing files.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import get_args
 
 import pyarrow as pa
@@ -313,6 +314,16 @@ ARCHIVES: tuple[tuple[str, str, pa.Schema, Mapping[str, Column], tuple[str, ...]
 )
 
 
+def manifest_entries() -> dict[str, Column]:
+    """One entry per key a run manifest may hold, its meaning from its owner
+    (:class:`layerlab.archive.Manifest`) and its JSON type as the vocabulary. Not part of
+    :func:`render`'s Markdown yet: adding it there changes the committed file."""
+    return {
+        f.name: Column(f.metadata.get("doc", ""), f"`{str(f.type).removesuffix(' | Unset')}`")
+        for f in fields(archive.Manifest)
+    }
+
+
 def missing_entries() -> list[str]:
     """Columns, diagnostics or stages without an entry (and entries for absent columns)."""
     from layerlab.scoring.score import DIAGNOSTICS
@@ -324,6 +335,7 @@ def missing_entries() -> list[str]:
     problems += [f"diagnostic {d!r} has no meaning" for d in DIAGNOSTICS if d not in DIAGNOSTIC_MEANINGS]
     problems += [f"diagnostic meaning {d!r} names no label" for d in DIAGNOSTIC_MEANINGS if d not in DIAGNOSTICS]
     problems += [f"stage {s!r} has no meaning" for s in stage_values() if s not in STAGE_MEANINGS]
+    problems += [f"manifest key {k!r} has no meaning" for k, c in manifest_entries().items() if not c.meaning]
     return problems
 
 

@@ -59,7 +59,11 @@ DIAGNOSTICS = (
 
 @dataclass(frozen=True)
 class Labels:
-    """Binary labels and the diagnosis of one record."""
+    """Binary labels and the diagnosis of one record.
+
+    The label fields are listed here once: the archive's :class:`layerlab.archive.Record` takes
+    them in this order (its Parquet label columns, ``LABELS`` and ``SCORES`` follow), so a new
+    label is added here and nowhere else in the record schema."""
 
     success: bool
     exact_match: bool
