@@ -203,14 +203,12 @@ def run_archive(
     c, key = corpus_mod.load(), corpus_mod.load_answer_key()
     scen = load_scenarios()
     mpath = Path(mitigations_path or paths.MITIGATION_SPEC)
-    ident = {
-        "v": __version__,
+    hashes = {
         "corpus": c.spec_hash,
         "scenarios": spec_hash(paths.SCENARIO_SPEC),
         "mitigations": spec_hash(mpath),
-        "arms": names,
-        "reader": reader,
     }
+    ident = {"v": __version__, **hashes, "arms": names, "reader": reader}
     run_id = "mitig-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     recs = harness.run_deterministic(
         c,
@@ -225,7 +223,7 @@ def run_archive(
         kind="deterministic",
         layerlab_version=__version__,
         corpus=c.name,
-        spec_hashes={k: ident[k] for k in ("corpus", "scenarios", "mitigations")},
+        spec_hashes=hashes,
         models=[f"deterministic/{reader}"],
         scenarios=list(scen),
         mitigations=names,

@@ -305,14 +305,12 @@ def run_to(
     scen = load_scenarios(scenarios_path)
     scen_hash = spec_hash(Path(scenarios_path or paths.SCENARIO_SPEC))
     spec = load_mitigations()
-    ident = {
-        "v": __version__,
-        "model": model,
-        "seed": seed,
-        "mitigations": spec_hash(paths.MITIGATION_SPEC),
+    hashes = {
         "corpus": c.spec_hash,
         "scenarios": scen_hash,
+        "mitigations": spec_hash(paths.MITIGATION_SPEC),
     }
+    ident = {"v": __version__, "model": model, "seed": seed, **hashes}
     run_id = "study-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     rows = run_study(c, key, scen, model, seed, run_id)
     out = Path(out)
@@ -323,11 +321,7 @@ def run_to(
         layerlab_version=__version__,
         corpus=c.name,
         provenance=archive.provenance_for(c, scen_hash, {r["task_id"] for r in rows}),
-        spec_hashes={
-            "corpus": c.spec_hash,
-            "scenarios": ident["scenarios"],
-            "mitigations": ident["mitigations"],
-        },
+        spec_hashes=hashes,
         models=[model],
         mitigations=list(ARMS),
         scenarios=list(scen),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,16 +28,25 @@ SCHEMA = "layerlab.search/v1"
 TOOL_NAME = "search_policies"
 
 
-class SearchResult(BaseModel):
-    """One search hit: the evidence a reader may use, with its operational metadata."""
+@dataclass(frozen=True)
+class Hit:
+    """What a search result is: its rank, document, title and text."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    rank: int = Field(ge=1)
+    rank: Annotated[int, Field(ge=1)]
     doc_id: str
     title: str
     text: str
-    score: float
+
+
+@dataclass(frozen=True)
+class _Scored:
+    score: float  # the retriever's score: in the tool's payload, never shown to the reader
+
+
+@dataclass(frozen=True)
+class HitMetadata:
+    """A search result's operational metadata (what the fault scenarios corrupt)."""
+
     domain: str
     status: str
     effective_year: int
@@ -47,6 +56,15 @@ class SearchResult(BaseModel):
     tenant: str
     session_id: str | None
     truncated: bool = False
+
+
+class SearchResult(BaseModel, HitMetadata, _Scored, Hit, frozen=True):
+    """One search hit: the evidence a reader may use, with its operational metadata. Its fields
+    are :class:`Hit`'s, the score, then :class:`HitMetadata`'s (the reader's
+    :class:`~layerlab.system.reader.Evidence` is the same without the score). Frozen by the
+    class keyword, which type checkers read."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ToolError(BaseModel):

@@ -14,32 +14,19 @@ benchmark's layers are there to expose.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal, Protocol
 
 from layerlab.corpus.build import Task
 from layerlab.corpus.extract import extract
 from layerlab.registry import Registry
-from layerlab.system.contract import SearchPayload
+from layerlab.system.contract import Hit, HitMetadata, SearchPayload
 
 
 @dataclass(frozen=True)
-class Evidence:
-    """One delivered search result, as the reader sees it."""
-
-    rank: int
-    doc_id: str
-    title: str
-    text: str
-    domain: str
-    status: str
-    effective_year: int
-    version: int
-    owner: str
-    access_scope: str
-    tenant: str
-    session_id: str | None
-    truncated: bool
+class Evidence(HitMetadata, Hit):
+    """One delivered search result, as the reader sees it: a
+    :class:`~layerlab.system.contract.SearchResult`'s fields without the retriever's score."""
 
 
 @dataclass(frozen=True)
@@ -67,22 +54,7 @@ class ReaderOutput:
 def reader_input(task: Task, payload: SearchPayload) -> ReaderInput:
     """The reader's view of a task and an accepted tool payload (public fields only)."""
     evidence = tuple(
-        Evidence(
-            rank=r.rank,
-            doc_id=r.doc_id,
-            title=r.title,
-            text=r.text,
-            domain=r.domain,
-            status=r.status,
-            effective_year=r.effective_year,
-            version=r.version,
-            owner=r.owner,
-            access_scope=r.access_scope,
-            tenant=r.tenant,
-            session_id=r.session_id,
-            truncated=r.truncated,
-        )
-        for r in payload.results
+        Evidence(**{f: getattr(r, f) for f in _EVIDENCE_FIELDS}) for r in payload.results
     )
     return ReaderInput(
         question=task.question,
@@ -92,6 +64,9 @@ def reader_input(task: Task, payload: SearchPayload) -> ReaderInput:
         tool_error=payload.error.message if payload.error else None,
         evidence=evidence,
     )
+
+
+_EVIDENCE_FIELDS = tuple(f.name for f in fields(Evidence))
 
 
 class Reader(Protocol):
