@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from layerlab.archive import archive
+from layerlab import archive
 
 if TYPE_CHECKING:
     from layerlab.harness.live import LiveResult

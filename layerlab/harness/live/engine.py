@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerlab._io import canonical_json
-from layerlab.archive import samplelog
-from layerlab.archive.archive import Record
+from layerlab.archive import Record, samplelog
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.harness.live import calls
 from layerlab.harness.live.budget import Budget, Counters

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from layerlab import archive
 from layerlab._io import atomic_write_text, canonical_json
-from layerlab.archive import archive
-from layerlab.archive.archive import Record
+from layerlab.archive import Record
 from layerlab.harness.live.budget import Counters
 
 _FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Record)}

@@ -13,10 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from layerlab import __version__
+from layerlab import __version__, archive
 from layerlab._io import canonical_json
-from layerlab.archive import archive
-from layerlab.archive.archive import Record
+from layerlab.archive import Record
 from layerlab.corpus.build import Corpus
 from layerlab.harness.live.budget import Counters
 from layerlab.harness.live.settings import LiveConfig, sampling
@@ -27,7 +26,7 @@ from layerlab.system import prompt
 @dataclass(frozen=True)
 class Outcome:
     """What the manifest says about how far a run got. ``records`` only before the archive is
-    written (:func:`layerlab.archive.archive.write_run` counts the records it writes)."""
+    written (:func:`layerlab.archive.write_run` counts the records it writes)."""
 
     complete: bool = False
     records: int | None = None

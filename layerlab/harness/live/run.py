@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from layerlab import archive
 from layerlab.analysis import results
-from layerlab.archive import archive
-from layerlab.archive.archive import Record
+from layerlab.archive import Record
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.faults.scenario import Scenario
 from layerlab.harness.live import calls, provenance

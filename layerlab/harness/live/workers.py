@@ -15,7 +15,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from layerlab.archive.archive import Record
+from layerlab.archive import Record
 from layerlab.harness.live.budget import Budget, Counters, SharedBudget, sum_counters
 from layerlab.harness.live.calls import arun
 from layerlab.harness.live.engine import Cell, Engine, RunContext, routes_for
