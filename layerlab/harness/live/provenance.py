@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from layerlab import __version__, archive
@@ -56,7 +56,7 @@ def manifest(
     scenario_hash: str,
     n_tasks: int,
     outcome: Outcome | None = None,
-) -> dict[str, Any]:
+) -> archive.Manifest:
     """The run's manifest: what determines it (``outcome=None``: the plan a resume is checked
     against), and with an ``outcome`` how far it got."""
     settings = {
@@ -65,37 +65,35 @@ def manifest(
         "endpoints": [endpoint_label(b) for b in config.settings.api_bases],
     }
     task_ids = config.task_ids if config.task_ids is not None else [t.task_id for t in corpus.tasks]
-    plan: dict[str, Any] = {
-        "run_id": run_id_for(config, corpus, scenario_hash),
-        "kind": "live",
-        "layerlab_version": __version__,
-        "corpus": corpus.name,
-        "provenance": archive.provenance_for(corpus, scenario_hash, task_ids),
-        "models": list(config.models),
-        "scenarios": list(config.scenarios),
-        "mitigations": list(config.mitigations),
-        "n_tasks": n_tasks,
-        "retriever": config.retriever,
-        "settings": settings,
-        "prompt_version": prompt.PROMPT_VERSION,
-        "replicates": config.replicates,
-        "share_replies": config.share_replies,
-        "sampling": sampling(config),
-        "response_format": config.response_format,
-        **(
-            {"reply_schema": prompt.REPLY_SCHEMA_VERSION}
-            if config.response_format != "none"
-            else {}
+    plan = archive.Manifest(
+        run_id=run_id_for(config, corpus, scenario_hash),
+        kind="live",
+        layerlab_version=__version__,
+        corpus=corpus.name,
+        provenance=archive.provenance_for(corpus, scenario_hash, task_ids),
+        models=list(config.models),
+        scenarios=list(config.scenarios),
+        mitigations=list(config.mitigations),
+        n_tasks=n_tasks,
+        retriever=config.retriever,
+        settings=settings,
+        prompt_version=prompt.PROMPT_VERSION,
+        replicates=config.replicates,
+        share_replies=config.share_replies,
+        sampling=sampling(config),
+        response_format=config.response_format,
+        reply_schema=(
+            prompt.REPLY_SCHEMA_VERSION if config.response_format != "none" else archive.UNSET
         ),
-        "seed": config.seed,
-        "seeds": "per record, derived from (seed, model, scenario, mode, task, replicate); "
+        seed=config.seed,
+        seeds="per record, derived from (seed, model, scenario, mode, task, replicate); "
         "sent to local models always (seed 0 unless given), to other providers only when given",
-        "expected_records": len(config.models)
+        expected_records=len(config.models)
         * len(config.scenarios)
         * len(config.mitigations)
         * n_tasks
         * config.replicates,
-    }
+    )
     if outcome is None:
         return plan
     done: dict[str, Any] = {"complete": outcome.complete}
@@ -104,7 +102,7 @@ def manifest(
             done[name] = getattr(outcome, name)
     if outcome.local_models:
         done["local_models"] = dict(outcome.local_models)
-    return {**plan, **done}
+    return replace(plan, **done)
 
 
 def calls_summary(counters: Counters, before: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def run_live(
     run.check(out, config.settings.api_bases)
     config.check(corpus, scenarios)
     n_tasks = len(config.task_ids) if config.task_ids is not None else len(corpus.tasks)
-    plan = provenance.manifest(config, corpus, scenario_hash, n_tasks)
+    plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
     old = _resumed(out, plan, resume)
     plog = out / archive.PROGRESS
     answerable = {n: s.spec.answerable for n, s in scenarios.items()}  # lines from schema 2
