@@ -101,7 +101,7 @@ def _det_note(d: dict[str, Any]) -> str:
 def bench_mitigation_matrix(repeat: int) -> dict[str, Any]:
     """The mitigation matrix (baseline + every matrix arm, ``layerlab mitigation run``'s
     records) through the same path; goal: the deterministic goal's rate (4,320 records/s)."""
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     spec = load_mitigations()
     names = [spec.baseline, *[a for a in spec.matrix_arms if a != spec.baseline]]

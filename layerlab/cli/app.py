@@ -160,7 +160,7 @@ def _load_scenarios(path: Path) -> dict[str, Scenario]:
 
 
 def _load_mitigations(path: Path) -> Any:
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     try:
         return load_mitigations(path)

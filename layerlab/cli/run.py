@@ -287,7 +287,7 @@ def run_live(
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     for m in config.mitigations:
         try:
@@ -401,7 +401,7 @@ def _run_config(
     """``run live --config run.yaml``: validate, run every model group, merge, print results."""
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live, runconfig
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     for name in _CONFIG_OWNS:
         source = ctx.get_parameter_source(name)

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from layerlab import __version__
+from layerlab import __version__, mitigations
 from layerlab._io import atomic_write_text, canonical_json
 from layerlab.analysis import results
 from layerlab.archive import archive, samplelog
@@ -54,7 +54,6 @@ from layerlab.faults.scenario import Scenario
 from layerlab.harness import deterministic as harness
 from layerlab.harness.prepare import PreparedScenario, prepare
 from layerlab.harness.step import Reading, RecordContext, RecordStep, gate
-from layerlab.mitigations import mitigation
 from layerlab.models import local as models_mod
 from layerlab.models.llm import ProviderSettings, import_litellm, retry_after_of
 from layerlab.system import prompt, retrieval
@@ -1105,7 +1104,7 @@ class _Engine:
         self.routes, self.run_id, self.want_samples = routes, run_id, want_samples
         self.litellm = import_litellm()
         # the arms once, not a spec lookup per record
-        self.arms = {m: mitigation.arm(m) for m in config.mitigations}
+        self.arms = {m: mitigations.arm(m) for m in config.mitigations}
         self.stopped = False
         self.inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
 
