@@ -135,7 +135,7 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/mypy
 
 bench: $(LOCAL_STAMP) ## Benchmarks: every goal of issue 15 (and the bootstrap's) measured, with pass/fail and the load average.
-	$(BIN)/python -m layerlab.bench
+	$(BIN)/python -m tests.bench
 
 coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).
 	$(BIN)/python -m layerlab.analysis.coverage --full --write
