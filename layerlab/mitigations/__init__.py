@@ -3,11 +3,13 @@
 The public face (``from layerlab import mitigations``): the base (:mod:`.base`: :class:`Call`,
 :class:`Act`, :class:`Mitigation`, the stages and the registry of kinds, :data:`KINDS` /
 :func:`register`), the built-in kinds (:mod:`.builtin`) and the arms of the mitigations YAML
-(:mod:`.arms`: :class:`Arm`, :class:`MitigationSet`, :func:`load_mitigations`).
+(:mod:`.arms`: :class:`Arm`, :class:`MitigationSet`, :func:`load_mitigations`, and
+:data:`ARM_FILES`, where a plug-in registers its arms).
 """
 
 from layerlab.mitigations import builtin  # noqa: F401  (registers the built-in kinds)
 from layerlab.mitigations.arms import (
+    ARM_FILES,
     Arm,
     MitigationSet,
     arm,
@@ -31,6 +33,7 @@ from layerlab.mitigations.base import (
 )
 
 __all__ = [
+    "ARM_FILES",
     "KINDS",
     "MAX_ATTEMPTS",
     "PASS",

@@ -2,6 +2,11 @@
 models), validated against the registered kinds and built into :class:`Arm` values
 (:class:`MitigationSet`, :func:`load_mitigations`).
 
+An installed plug-in (:mod:`layerlab.registry`) adds arms with an arms file registered in
+:data:`ARM_FILES`: the spec's ``mitigations`` and ``stacks`` (no ``baseline``), appended to every
+spec :func:`load_mitigations` loads, in plug-in name order; its entries are matrix rows (Table 10)
+unless marked ``matrix: false``.
+
 An entry is a named kind with parameters, a stack a named list of entries. The strict contract is
 the baseline arm (no mitigation); schema repair is a contract entry; every other entry runs on top
 of the baseline's contract. A retry calls the (faulted) tool again with the next attempt number;
@@ -22,6 +27,7 @@ from layerlab import paths
 from layerlab.corpus.spec import load_yaml_as
 from layerlab.mitigations.base import KINDS, STAGES, Mitigation, Stage
 from layerlab.mitigations.builtin import ContractCheck, EmptyContext
+from layerlab.registry import Registry
 from layerlab.system.contract import ContractMode
 
 
@@ -48,6 +54,17 @@ class MitigationFile(_Strict):
     baseline: str
     mitigations: list[EntrySpec] = Field(min_length=1)
     stacks: list[StackSpec] = Field(default_factory=list)
+
+
+class ArmsFile(_Strict):
+    """A plug-in's arms: entries and stacks appended to a mitigations spec's."""
+
+    mitigations: list[EntrySpec] = Field(default_factory=list)
+    stacks: list[StackSpec] = Field(default_factory=list)
+
+
+ARM_FILES: Registry[Path] = Registry("mitigation arms file")
+"""Plug-ins' arms files (YAML as :class:`ArmsFile`) by plug-in name."""
 
 
 @dataclass(frozen=True)
@@ -215,20 +232,45 @@ def _build(f: MitigationFile, source: str) -> MitigationSet:
     return MitigationSet(f.baseline, arms, source)
 
 
-_CACHE: dict[Path, tuple[float, MitigationSet]] = {}
+def _appended(f: MitigationFile, added: ArmsFile) -> MitigationFile:
+    return f.model_copy(
+        update={
+            "mitigations": [*f.mitigations, *added.mitigations],
+            "stacks": [*f.stacks, *added.stacks],
+        }
+    )
+
+
+def _check_added(f: MitigationFile, added: ArmsFile) -> list[tuple[tuple[Any, ...], str]]:
+    """The problems of ``added`` appended to the (valid) spec ``f``, located in ``added``."""
+    start = {"mitigations": len(f.mitigations), "stacks": len(f.stacks)}
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for loc, msg in _check(_appended(f, added)):
+        if len(loc) > 1 and loc[1] >= start[loc[0]]:
+            problems.append(((loc[0], loc[1] - start[loc[0]], *loc[2:]), msg))
+        else:  # a name of the spec's own, now taken by the plug-in
+            problems.append(((), f"{loc[0]}[{loc[1]}] of the spec: {msg}"))
+    return problems
+
+
+_CACHE: dict[tuple[Path, ...], tuple[tuple[float, ...], MitigationSet]] = {}
 
 
 def load_mitigations(path: Path | str | None = None) -> MitigationSet:
-    """Load and validate ``mitigations.yaml`` (default: the committed spec); :class:`SpecError`
-    lists every problem as ``file:line: field: expectation``."""
-    p = Path(path or paths.MITIGATION_SPEC)
-    mtime = p.stat().st_mtime if p.exists() else -1.0
-    hit = _CACHE.get(p)
-    if hit is not None and hit[0] == mtime:
+    """Load and validate ``mitigations.yaml`` (default: the committed spec) and the installed
+    plug-ins' arms files (:data:`ARM_FILES`); :class:`SpecError` lists every problem as
+    ``file:line: field: expectation``."""
+    files = (Path(path or paths.MITIGATION_SPEC), *(Path(ARM_FILES[n]) for n in sorted(ARM_FILES)))
+    mtimes = tuple(p.stat().st_mtime if p.exists() else -1.0 for p in files)
+    hit = _CACHE.get(files)
+    if hit is not None and hit[0] == mtimes:
         return hit[1]
-    spec = load_yaml_as(p, MitigationFile, check=_check)
-    out = _build(spec, str(p))
-    _CACHE[p] = (mtime, out)
+    spec = load_yaml_as(files[0], MitigationFile, check=_check)
+    for p in files[1:]:
+        added = load_yaml_as(p, ArmsFile, check=lambda a, f=spec: _check_added(f, a))
+        spec = _appended(spec, added)
+    out = _build(spec, " + ".join(map(str, files)))
+    _CACHE[files] = (mtimes, out)
     return out
 
 
