@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +268,7 @@ def load_mitigations(path: Path | str | None = None) -> MitigationSet:
         return hit[1]
     spec = load_yaml_as(files[0], MitigationFile, check=_check)
     for p in files[1:]:
-        added = load_yaml_as(p, ArmsFile, check=lambda a, f=spec: _check_added(f, a))
+        added = load_yaml_as(p, ArmsFile, check=partial(_check_added, spec))
         spec = _appended(spec, added)
     out = _build(spec, " + ".join(map(str, files)))
     _CACHE[files] = (mtimes, out)
