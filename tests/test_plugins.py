@@ -86,9 +86,7 @@ def _broken_site(tmp_path: Path) -> Path:
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.2\n")
     (dist / "entry_points.txt").write_text("[layerlab]\nguards = broken_layerlab_plugin\n")
-    (site / "broken_layerlab_plugin.py").write_text(
-        'raise ImportError("needs a newer layerlab")\n'
-    )
+    (site / "broken_layerlab_plugin.py").write_text('raise ImportError("needs a newer layerlab")\n')
     return site
 
 
