@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 from layerlab import paths
 from layerlab.analysis import stats
 from layerlab.cli import app
-from layerlab.reporting import explore
+from layerlab.reporting import explore, tables
 
 runner = CliRunner()
 
@@ -71,7 +71,7 @@ def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:
     (_, drift_task, _, _) = cases[0]
     assert not d.loc[("schema_drift", "strict", drift_task), "success"]
     assert d.loc[("schema_drift", "repair", drift_task), "success"]
-    t6 = explore.table6(cases)
+    t6 = tables.table6(cases)
     by_case = t6.set_index("case")
     assert by_case.loc["repaired schema drift (strict)", "answer"] == "Unknown"
     assert by_case.loc["repaired schema drift (repair)", "S"]
@@ -87,7 +87,7 @@ def test_table6_from_archive_labels_says_what_each_unit_did() -> None:
 
     df = stats.records_frame()
     cases = explore.representative_cases(df, model="extractive")
-    t = explore.table6_archive(df, cases)
+    t = tables.table6_archive(df, cases)
     assert len(t) == 2 * len(cases)  # one row per unit (extractive, cautious) and case
     assert set(t["unit"]) == {"layerlab/extractive", "layerlab/cautious"}
     denied = t[t["scenario"] == "permission_denied"]

@@ -24,6 +24,7 @@ from layerlab.corpus.spec import spec_hash
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.harness import live
+from layerlab.harness.live import engine, provenance
 from layerlab.models.llm import ProviderSettings
 from layerlab.system import prompt
 
@@ -716,13 +717,13 @@ def test_a_new_reply_schema_is_a_new_run_and_asks_again(corpus, monkeypatch) -> 
     plain = live.LiveConfig(models=("layerlab/extractive",), scenarios=("clean",))
     shaped = dataclasses.replace(plain, response_format="json_schema")
     ids = {c: live.run_id_for(c, corpus, SCEN_HASH) for c in (plain, shaped)}
-    keys = {c: live._reply_key(c, "m", "h" * 64, ("clean", "strict", "t", 0)) for c in (plain, shaped)}
+    keys = {c: engine.reply_key(c, "m", "h" * 64, ("clean", "strict", "t", 0)) for c in (plain, shaped)}
     monkeypatch.setattr(prompt, "REPLY_SCHEMA_VERSION", "layerlab.reply-schema/test")
     assert live.run_id_for(plain, corpus, SCEN_HASH) == ids[plain]
-    assert live._reply_key(plain, "m", "h" * 64, ("clean", "strict", "t", 0)) == keys[plain]
+    assert engine.reply_key(plain, "m", "h" * 64, ("clean", "strict", "t", 0)) == keys[plain]
     assert live.run_id_for(shaped, corpus, SCEN_HASH) != ids[shaped]
-    assert live._reply_key(shaped, "m", "h" * 64, ("clean", "strict", "t", 0)) != keys[shaped]
-    assert "reply_schema" not in live._manifest(plain, corpus, SCEN_HASH, 1)
+    assert engine.reply_key(shaped, "m", "h" * 64, ("clean", "strict", "t", 0)) != keys[shaped]
+    assert "reply_schema" not in provenance.manifest(plain, corpus, SCEN_HASH, 1)
 
 
 def test_resuming_a_run_of_an_older_reply_schema_says_so(tmp_path, corpus, key, scen, monkeypatch) -> None:

@@ -22,9 +22,10 @@ from layerlab.corpus.spec import spec_hash
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.harness import live
+from layerlab.harness.live import calls
 from layerlab.harness.prepare import prepare
 from layerlab.harness.step import gate
-from layerlab.models.llm import bookkeeping_needed, import_litellm
+from layerlab.models.llm import ProviderSettings, bookkeeping_needed, import_litellm
 from layerlab.system import prompt
 
 SCEN_HASH = spec_hash(paths.SCENARIO_SPEC)
@@ -73,6 +74,26 @@ def test_worker_processes_write_the_same_archive_as_one_process(
     assert runs[2].manifest["calls"]["this_invocation"]["answered_calls"] == b.calls
 
 
+def test_the_run_context_pickles(tmp_path: Path, corpus, key, scen) -> None:
+    """Worker processes get the run context whole: it pickles, the reply cache as its folder and
+    the replies the preflight asked for (their records count as calls, not cache hits)."""
+    import pickle
+
+    from layerlab.harness.live.engine import RunContext
+
+    cfg = _cfg(corpus, tasks=2)
+    cache = live.ResponseCache(tmp_path / "c")
+    cache.put("k", "reply")
+    cache.preflighted.add("k")
+    cache.close()
+    prepared = {n: prepare(corpus, scen[n]) for n in cfg.scenarios}
+    ctx = RunContext(corpus, key, cfg, prepared, cache, "live-x", 4, want_samples=False)
+    back = pickle.loads(pickle.dumps(ctx))
+    assert (back.config, back.run_id, back.concurrency) == (cfg, "live-x", 4)
+    assert back.cache.folder == cache.folder and back.cache.preflighted == {"k"}
+    assert back.cache.get("k") == "reply"
+
+
 def test_the_budget_is_shared_by_the_worker_processes(tmp_path: Path, corpus, key, scen) -> None:
     cfg = _cfg(corpus)
     res = live.run_live(
@@ -109,7 +130,7 @@ def test_a_setup_error_in_a_worker_stops_the_run_with_one_line(
             models=("openai/gone",),
             scenarios=("clean",),
             task_ids=tuple(t.task_id for t in corpus.tasks[:8]),
-            settings=live.ProviderSettings(timeout_s=5, backoff_s=0.01, api_bases=(srv.base,)),
+            settings=ProviderSettings(timeout_s=5, backoff_s=0.01, api_bases=(srv.base,)),
         )
         with pytest.raises(live.LiveRunError, match="not found.*--resume"):
             live.run_live(
@@ -273,15 +294,15 @@ def test_the_loop_runs_litellm_dispatch_inline_only_for_marked_calls() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         assert await loop.run_in_executor(None, work) == 7  # unmarked: a thread, as asyncio's
-        token = live._INLINE_DISPATCH.set(True)
+        token = calls._INLINE_DISPATCH.set(True)
         try:
             assert await loop.run_in_executor(None, work) == 7
             with pytest.raises(ValueError, match="from completion"):
                 await loop.run_in_executor(None, boom)
         finally:
-            live._INLINE_DISPATCH.reset(token)
+            calls._INLINE_DISPATCH.reset(token)
 
-    live._arun(main())
+    calls.arun(main())
     assert seen[0] != threading.get_ident() and seen[1] == threading.get_ident()
 
 
@@ -309,7 +330,7 @@ def test_litellm_dispatch_of_a_live_run_stays_on_the_loop_thread(
         cache_dir=tmp_path / "c1", workers=1,
     )  # fmt: skip
     assert where and all(where), where
-    monkeypatch.setattr(live, "INLINE_DISPATCH_PROVIDERS", frozenset())
+    monkeypatch.setattr(calls, "INLINE_DISPATCH_PROVIDERS", frozenset())
     where.clear()
     threaded = live.run_live(
         corpus, key, scen, cfg, tmp_path / "b", scenario_hash=SCEN_HASH,

@@ -54,8 +54,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 _TABLE10 = """
 import json, sys
 from layerlab.analysis import specificity
-mx = specificity.matrix(specificity.matrix_frame([sys.argv[1]]), n_boot=200)
-row = specificity.table10(mx).set_index("mitigation").loc["toy_guard"]
+from layerlab.reporting import tables
+df = specificity.matrix_frame([sys.argv[1]])
+mx = specificity.matrix(df, n_boot=200)
+row = tables.table10(mx, df).set_index("mitigation").loc["toy_guard"]
 print("ROW " + json.dumps({k: str(v) for k, v in row.items()}))
 """
 

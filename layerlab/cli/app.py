@@ -116,35 +116,25 @@ def _spec_fail(exc: SpecError, what: str) -> typer.Exit:
     return _fail(f"{len(exc.problems)} {what}")
 
 
-spec_app = typer.Typer(no_args_is_help=True, help="Validate specification DSL files.")
-app.add_typer(spec_app, name="spec")
+def _group(name: str, help: str) -> typer.Typer:
+    """A command group, registered on :data:`app` (``--help`` lists groups in this order)."""
+    group = typer.Typer(no_args_is_help=True, help=help)
+    app.add_typer(group, name=name)
+    return group
 
-corpus_app = typer.Typer(no_args_is_help=True, help="Build the corpus from its specs.")
-app.add_typer(corpus_app, name="corpus")
 
-audit_app = typer.Typer(no_args_is_help=True, help="Audits that need no model.")
-app.add_typer(audit_app, name="audit")
-
-run_app = typer.Typer(no_args_is_help=True, help="Run the benchmark harnesses.")
-app.add_typer(run_app, name="run")
-
-scenario_app = typer.Typer(no_args_is_help=True, help="The fault-scenario DSL.")
-app.add_typer(scenario_app, name="scenario")
-
-mitigation_app = typer.Typer(no_args_is_help=True, help="Mitigations and the specificity matrix.")
-app.add_typer(mitigation_app, name="mitigation")
-
-archive_app = typer.Typer(no_args_is_help=True, help="Check, migrate and merge record archives.")
-app.add_typer(archive_app, name="archive")
-
-study_app = typer.Typer(no_args_is_help=True, help="Focused studies.")
-app.add_typer(study_app, name="study")
-
-models_app = typer.Typer(
-    no_args_is_help=True,
-    help="Local open-weight models (data/specs/models.yaml): list, fetch into the user cache, serve.",
+spec_app = _group("spec", "Validate specification DSL files.")
+corpus_app = _group("corpus", "Build the corpus from its specs.")
+audit_app = _group("audit", "Audits that need no model.")
+run_app = _group("run", "Run the benchmark harnesses.")
+scenario_app = _group("scenario", "The fault-scenario DSL.")
+mitigation_app = _group("mitigation", "Mitigations and the specificity matrix.")
+archive_app = _group("archive", "Check, migrate and merge record archives.")
+study_app = _group("study", "Focused studies.")
+models_app = _group(
+    "models",
+    "Local open-weight models (data/specs/models.yaml): list, fetch into the user cache, serve.",
 )
-app.add_typer(models_app, name="models")
 
 
 def _load_corpus(folder: Path) -> tuple[Corpus, AnswerKey]:

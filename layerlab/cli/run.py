@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ from layerlab import paths
 from layerlab.corpus.spec import SpecError
 
 if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
-    pass
+    from layerlab.harness.live import RunSettings
 
 
 from layerlab.cli.app import (
@@ -235,32 +236,28 @@ def run_live(
     from layerlab.models.llm import ProviderSettings
 
     if config_path is not None:
-        if retry_errors and not resume:
-            raise _fail("--retry-errors: only with --resume (it re-asks a run's error cells)")
-        _run_config(
-            ctx,
-            config_path,
-            out,
-            resume,
-            retry_errors,
-            cache_dir,
-            corpus_dir,
-            scenarios_path,
-            progress,
+        given = live.RunSettings(
+            resume=resume,
+            retry_errors=retry_errors,
+            cache_dir=cache_dir,
+            local_servers=os.cpu_count() or 1,
         )
+        _check_run(given, out)
+        _run_config(ctx, config_path, out, given, corpus_dir, scenarios_path, progress)
         return
     if not model:
         raise _fail("-m/--model: give at least one model (or a run configuration with --config)")
-    _check_out(out)
-    if budget is not None and budget < 0:
-        raise _fail(f"--budget: expected a number of calls >= 0, got {budget}")
-    if not 0.0 <= max_error_rate <= 1.0:
-        raise _fail(f"--max-error-rate: expected a share between 0 and 1, got {max_error_rate}")
-    if retry_errors and not resume:
-        raise _fail("--retry-errors: only with --resume (it re-asks a run's error cells)")
-    for b in api_base or ():
-        if live.api_base_problem(b):
-            raise _fail(f"--api-base: {live.api_base_problem(b)}")
+    run = live.RunSettings(
+        budget=budget,
+        concurrency=concurrency,
+        resume=resume,
+        retry_errors=retry_errors,
+        cache_dir=cache_dir,
+        local_servers=local_servers or (os.cpu_count() or 1),
+        max_error_rate=max_error_rate,
+        seed=retry_seed,
+    )
+    _check_run(run, out, api_base or ())
     task_ids = _task_ids(tasks) if tasks is not None else None
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
@@ -294,7 +291,6 @@ def run_live(
             load_mitigations().arm(m)
         except KeyError as exc:
             raise _fail(f"--mitigation: {exc.args[0]}") from None
-    cache = cache_dir or live.default_cache_dir()
     if limit is not None:
         from layerlab.harness.runconfig import stratified_tasks
 
@@ -310,17 +306,10 @@ def run_live(
             config,
             out,
             scenario_hash=spec_hash(scenarios_path),
-            budget=budget,
-            concurrency=concurrency,
-            resume=resume,
-            retry_errors=retry_errors,
-            cache_dir=cache,
             progress=bar.update if bar else None,
-            local_servers=local_servers or (os.cpu_count() or 1),
             say=lambda m: typer.echo(m, err=True),
-            max_error_rate=max_error_rate,
-            seed=retry_seed,
             samples=log,
+            **run.kwargs(),
         )
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
@@ -336,7 +325,7 @@ def run_live(
         )
     typer.echo(result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
-    typer.echo(f"reply cache: {cache} (private: holds model replies, never archived)")
+    typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
     if result.over_error_rate:
         typer.echo(
             f"error: provider-error rate above --max-error-rate {max_error_rate:g} for "
@@ -347,6 +336,16 @@ def run_live(
         raise typer.Exit(EXIT_ERROR_RATE)
     if not result.complete:
         raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def _check_run(run: RunSettings, out: Path, api_bases: Sequence[str] = ()) -> None:
+    """The run settings' one validation (:meth:`RunSettings.check`), as a one-line error."""
+    from layerlab.harness import live
+
+    try:
+        run.check(out, api_bases)
+    except live.LiveRunError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _task_ids(tasks: str) -> tuple[str, ...]:
@@ -391,14 +390,13 @@ def _run_config(
     ctx: typer.Context,
     config_path: Path,
     out: Path,
-    resume: bool,
-    retry_errors: bool,
-    cache_dir: Path | None,
+    run: RunSettings,
     corpus_dir: Path,
     scenarios_path: Path,
     progress: bool,
 ) -> None:
-    """``run live --config run.yaml``: validate, run every model group, merge, print results."""
+    """``run live --config run.yaml``: validate, run every model group, merge, print results.
+    ``run`` holds what the flags set (resume, retry errors, cache folder)."""
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live, runconfig
     from layerlab.mitigations import load_mitigations
@@ -428,13 +426,10 @@ def _run_config(
             c,
             key,
             scen,
+            run,
             scenario_hash=spec_hash(scenarios_path),
-            resume=resume,
-            retry_errors=retry_errors,
-            cache_dir=cache_dir,
             progress=_progress_hook if progress else None,
             samples=log,
-            default_local_servers=os.cpu_count() or 1,
             say=lambda m: typer.echo(m, err=True),
         )
     except (live.LiveRunError, ValueError) as exc:
@@ -554,8 +549,9 @@ def study_langchain(
     except ImportError as exc:
         raise _fail(str(exc)) from None
     from layerlab.archive.archive import read_study
+    from layerlab.reporting import tables
 
     report.print_frame(
-        study.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
+        tables.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
     )
     typer.echo(f"wrote {out / 'study.parquet'} and {out / 'manifest.json'}")

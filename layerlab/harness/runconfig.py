@@ -36,6 +36,7 @@ Keys never go in the file: they come from the environment only.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -48,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.corpus.spec import load_yaml_as
-from layerlab.harness.live import DEFAULT_MAX_ERROR_RATE
+from layerlab.harness.live.settings import DEFAULT_MAX_ERROR_RATE, RunSettings
 from layerlab.models.llm import ProviderSettings
 
 LIMIT_SEED = 0  # default seed of the --limit selection
@@ -140,6 +141,16 @@ class RunConfigSpec(BaseModel):
     max_error_rate: float = Field(DEFAULT_MAX_ERROR_RATE, ge=0, le=1)  # share of provider errors
     retry_seed: int = 0  # seed of the retry jitter
     sample_log: str | None = Field(default=None, min_length=1)  # private log, outside the run
+
+    def run(self, given: RunSettings) -> RunSettings:
+        """The run settings: those the configuration sets, the others as ``given``."""
+        return dataclasses.replace(
+            given,
+            budget=self.budget,
+            concurrency=self.concurrency,
+            max_error_rate=self.max_error_rate,
+            seed=self.retry_seed,
+        )
 
     def sample_log_path(self, config_file: Path) -> Path | None:
         """The sample log's path: ``~`` expanded, a relative path taken from the config's folder."""
@@ -263,19 +274,18 @@ def execute(
     corpus: Corpus,
     key: AnswerKey,
     scenarios: Mapping[str, Any],
+    run: RunSettings,
     *,
     scenario_hash: str,
-    resume: bool = False,
-    retry_errors: bool = False,
-    cache_dir: Path | None = None,
     progress: Callable[[], Any] | None = None,
     samples: Any = None,
-    default_local_servers: int = 1,
     say: Callable[[str], None] = lambda _m: None,
 ) -> tuple[bool, str, tuple[str, ...]]:
     """Run a configuration into ``out``; return (complete, message, models whose provider-error
     share exceeded ``max_error_rate``).
 
+    ``run`` holds the settings the command gives (resume, retry_errors, cache_dir and the
+    default ``local_servers``); the configuration sets the others (:meth:`RunConfigSpec.run`).
     Models that share their settings run together; models with their own endpoints or settings
     run into ``out/runs/NN-<model>/`` and are merged into ``out`` (archive, manifest,
     results.json). The configuration is stored as ``out/run.yaml``. The budget is shared: each
@@ -287,12 +297,16 @@ def execute(
     from layerlab.harness import live
 
     groups = plan(spec, list(scenarios), corpus.tasks)
-    left = spec.budget
+    run = spec.run(run)
+    left = run.budget
     messages: list[str] = []
     complete, over = True, list[str]()
     for g in groups:
         folder = out / g.folder if g.folder else out
         bar = progress() if progress else None  # one progress bar per run
+        mine = dataclasses.replace(
+            run, budget=left, local_servers=g.local_servers or run.local_servers
+        )
         try:
             r = live.run_live(
                 corpus,
@@ -301,17 +315,10 @@ def execute(
                 g.config,
                 folder,
                 scenario_hash=scenario_hash,
-                budget=left,
-                concurrency=spec.concurrency,
-                resume=resume,
-                retry_errors=retry_errors,
-                cache_dir=cache_dir,
                 progress=bar.update if bar else None,
-                local_servers=g.local_servers or default_local_servers,
                 say=say,
                 samples=samples,
-                max_error_rate=spec.max_error_rate,
-                seed=spec.retry_seed,
+                **mine.kwargs(),
             )
         finally:
             if bar:

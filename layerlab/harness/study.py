@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from layerlab import __version__
 from layerlab.archive import archive
@@ -342,55 +341,6 @@ def run_to(
         "files": {archive.STUDY_ARCHIVE: sha256_file(out / archive.STUDY_ARCHIVE)},
     }
     return archive.write_manifest(out, manifest)
-
-
-def table7(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """Table 7: per arm, strict success on answerable cells and safe resolution on unsafe ones."""
-    df = pd.DataFrame(list(rows))
-    out = []
-    for arm in ARMS:
-        a = df[df["mitigation"] == arm]
-        ans, uns, clean = a[a["answerable"]], a[~a["answerable"]], a[a["scenario"] == "clean"]
-        wrong_controls = int((ans["control"] == "refuse").sum())
-        out.append(
-            {
-                "arm": arm,
-                "cells": len(a),
-                "strict success, answerable": f"{int(ans['success'].sum())}/{len(ans)}",
-                "safe resolution, unsafe": f"{int(uns['safe_resolution'].sum())}/{len(uns)}",
-                "clean strict success": float(clean["success"].mean())
-                if len(clean)
-                else float("nan"),
-                "unsafe cells answered": f"{int(uns['answered'].sum())}/{len(uns)}",
-                "grounded but failing, unsafe": f"{int(uns['grounded_false_positive'].sum())}/{len(uns)}",
-                "controls firing on answerable cells": wrong_controls,
-            }
-        )
-    return pd.DataFrame(out)
-
-
-def table7_by_condition(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """Per condition and arm: strict success, safe resolution and which control fired."""
-    df = pd.DataFrame(list(rows))
-    order = list(dict.fromkeys(df["scenario"]))
-    out = []
-    for cond in order:
-        row: dict[str, Any] = {
-            "condition": cond,
-            "answerable": bool(df[df["scenario"] == cond]["answerable"].iloc[0]),
-        }
-        for arm in ARMS:
-            a = df[(df["scenario"] == cond) & (df["mitigation"] == arm)]
-            row[f"{arm} S"] = f"{int(a['success'].sum())}/{len(a)}"
-            row[f"{arm} safe"] = f"{int(a['safe_resolution'].sum())}/{len(a)}"
-        c = df[(df["scenario"] == cond) & (df["mitigation"] == "controls")]
-        fired = {
-            (str(k), layer if isinstance(layer, str) else "-")  # null: no layer applies
-            for k, layer in zip(c["control"], c["control_layer"], strict=True)
-        }
-        row["controls fired"] = ", ".join(f"{k} ({layer})" for k, layer in sorted(fired))
-        out.append(row)
-    return pd.DataFrame(out)
 
 
 def run_study_default(

@@ -4,7 +4,7 @@
 and its 95% interval in one cell, effects and gains in signed percentage points, p-values as
 bounds (``< 1e-10``), counts with thousands separators, yes/no for booleans, and the table's label
 columns as its index instead of pandas' 0, 1, 2, ... The values written to ``paper/tables`` are
-untouched: :func:`layerlab.reporting.export.publish` writes the library's frame, a notebook shows
+untouched: :func:`layerlab.reporting.tables.publish` writes the library's frame, a notebook shows
 ``display.table(frame)``.
 
 :func:`unit_kind` is the one wording of what a unit is: a real model, or a reference agent (a

@@ -73,6 +73,8 @@ _TEX_ESCAPE = {
     "“": "``",
     "”": "''",
 }
+
+
 def _breaks_after(s: str, i: int) -> bool:
     """Whether a wrapped cell may break after ``s[i]``: after ``_`` and ``/`` (ids such as
     ``tfidf_domain_validity``, ``layerlab/extractive``) and a ``+`` joining words
@@ -287,6 +289,11 @@ def to_latex(df: pd.DataFrame, caption: str, label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def label(name: str) -> str:
+    """The LaTeX label of the table written as ``name`` (``\\ref{tab:name}``)."""
+    return f"tab:{name}"
+
+
 def write_table(
     df: pd.DataFrame, name: str, caption: str, out_dir: Path = paths.TABLES
 ) -> list[Path]:
@@ -297,24 +304,12 @@ def write_table(
     for suffix, text in (
         ("csv", csv),
         ("md", f"**{caption}**\n\n" + to_markdown(df)),
-        ("tex", to_latex(df, caption, f"tab:{name}")),
+        ("tex", to_latex(df, caption, label(name))),
     ):
         p = out_dir / f"{name}.{suffix}"
         atomic_write_text(p, text)
         written.append(p)
     return written
-
-
-def publish(df: pd.DataFrame, name: str, caption: str | None = None) -> pd.DataFrame:
-    """Write a paper table (CSV, Markdown, LaTeX) to ``paper/tables`` and return it for display.
-
-    The caption is ``caption``, else the one the table's builder attached (``df.attrs["caption"]``:
-    the design and units behind its intervals), else :data:`layerlab.reporting.tables.CAPTIONS`.
-    """
-    from layerlab.reporting.tables import CAPTIONS
-
-    write_table(df, name, caption or df.attrs.get("caption") or CAPTIONS[name], paths.TABLES)
-    return df
 
 
 def write_reproduction(comparison: pd.DataFrame, path: Path | None = None) -> str:

@@ -358,7 +358,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
         )
     )
     if inp.study_paths:
-        from layerlab.harness import study
+        from layerlab.reporting import tables
 
         rows = [r for p in inp.study_paths for r in archive.read_study(p)]
         body.append(
@@ -371,8 +371,8 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
                     + ".",
                     "muted",
                 ),
-                page.table(study.table7(rows)),
-                page.table(study.table7_by_condition(rows)),
+                page.table(tables.table7(rows)),
+                page.table(tables.table7_by_condition(rows)),
             )
         )
     else:

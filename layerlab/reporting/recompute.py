@@ -1,6 +1,8 @@
-"""Recompute the archive-based paper tables (4, 5, 5 on safe resolution, 8, 9), the specificity margin, the
-statsmodels cross-checks, the side-by-side with the paper's stated figures and the mitigation
-specificity matrix (Table 10) — from archives alone, with no provider calls.
+"""Recompute the archive-based paper tables — the registry's entries marked ``recompute``
+(:data:`layerlab.reporting.tables.RECOMPUTED`: Tables 4, 5, 5 on safe resolution, 8, 9, the
+specificity margin, the statsmodels cross-checks, the answer quality, the side-by-side with the
+paper's stated figures and, given mitigation archives, the specificity matrix, Table 10) — from
+archives alone, with no provider calls.
 """
 
 from __future__ import annotations
@@ -11,19 +13,7 @@ from typing import Any
 
 from layerlab import paths
 from layerlab.analysis import stats
-from layerlab.reporting.export import write_table
-from layerlab.reporting.tables import (
-    CAPTIONS,
-    crosscheck_table,
-    margin_table,
-    paper_comparison,
-    safe_effects_table,
-    table4,
-    table5,
-    table8,
-    table9,
-    table_answer_quality,
-)
+from layerlab.reporting.tables import RECOMPUTED, REGISTRY
 
 
 def recompute(
@@ -51,11 +41,13 @@ def recompute(
     df = stats.records_frame(archives)
     analysis = stats.analyse(df, n_boot=n_boot, seed=seed, policy_level=policy_level, design=design)
     safe = stats.analyse(
-        df, n_boot=n_boot, seed=seed, policy_level=policy_level, design=design,
+        df,
+        n_boot=n_boot,
+        seed=seed,
+        policy_level=policy_level,
+        design=design,
         outcome="safe_resolution",
     )
-    t4, t5 = table4(df), table5(analysis)
-    cross = crosscheck_table(analysis)
     audit_result = None
     if with_audit:
         from layerlab.corpus import build as corpus_mod
@@ -64,34 +56,31 @@ def recompute(
 
         c, key = corpus_mod.load(paths.CORPUS_DIR), corpus_mod.load_answer_key(paths.CORPUS_DIR)
         audit_result = audit.audit(c, key, audit.conditions_from(c, load_scenarios()))
-    comp = paper_comparison(analysis, audit_result)
-    captions = dict(CAPTIONS)
-    extra: dict[str, Any] = {}
+    inputs: dict[str, Any] = {
+        "records": df,
+        "analysis": analysis,
+        "safe_analysis": safe,
+        "audit": audit_result,
+    }
     mx = None
     if matrix_archives:
         from layerlab.analysis import specificity
 
         mdf = specificity.matrix_frame(matrix_archives)
         mx = specificity.matrix(mdf, n_boot=n_boot, seed=seed, policy_level=policy_level)
-        captions.update(specificity.captions(mx, mdf))
-        extra = {"table10": specificity.table10(mx), "table10_cells": specificity.table10_cells(mx)}
-    tables = {
-        "table4": t4,
-        "table5": t5,
-        "table5_crosscheck": cross,
-        "specificity_margin": margin_table(analysis),
-        "table5_safe": safe_effects_table(safe),
-        "table8": table8(df),
-        "table9": table9(df),
-        "answer_quality": table_answer_quality(df),
-        "paper_comparison": comp,
-        **extra,
+        inputs.update(matrix=mx, matrix_records=mdf)
+    built = {  # every recomputed table whose inputs are at hand (Table 10: mitigation archives)
+        t.id: t.build(*(inputs[i] for i in t.inputs))
+        for t in RECOMPUTED
+        if set(t.inputs) <= set(inputs)
     }
-    for name, frame in tables.items():
-        caption = frame.attrs.get("caption") or captions[name]
+    for name, frame in built.items():
+        table = REGISTRY[name]
+        caption = table.caption_of(frame)
         if stamps:  # the stamp travels in every format: caption (md, tex) and a column (csv)
             frame = frame.assign(stamp=" ".join(stamps))
-        write_table(frame, name, stamp + caption, Path(out))
+        table.write(frame, Path(out), stamp + caption)
+    t4 = built["table4"]
     return {
         "records": len(df),
         "stamps": stamps,
@@ -100,7 +89,7 @@ def recompute(
         "seed": seed,
         "policy_level": policy_level,
         "blocks": {b: _headline(a, t4[t4["block"] == b]) for b, a in analysis.items()},
-        "written": sorted(f"{n}.{x}" for n in tables for x in ("csv", "md", "tex")),
+        "written": sorted(f"{REGISTRY[n].stem}.{x}" for n in built for x in ("csv", "md", "tex")),
         "specificity_matrix": None
         if mx is None
         else {r["mitigation"]: r["verdict"] for _, r in mx.summary.iterrows()},
@@ -118,7 +107,9 @@ def _headline(a: stats.Block, t4: Any) -> dict[str, Any]:
         "design_label": stats.DESIGN_LABELS[eff.design],
         "note": eff.note,
         "success": {
-            r["scenario"]: {m: round(float(r[m]), 4) for m in (stats.BASELINE, stats.TREATMENT) if m in r}
+            r["scenario"]: {
+                m: round(float(r[m]), 4) for m in (stats.BASELINE, stats.TREATMENT) if m in r
+            }
             for _, r in t4.iterrows()
         },
         "schema_drift_gain": {

@@ -1,0 +1,98 @@
+"""The call budget (a hard cap on provider calls, shared by worker processes) and the counters of
+a run: records, calls, cache hits, retries, failures, latencies and tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+
+@dataclass
+class Counters:
+    """What a run did so far; a worker process keeps its own and sends snapshots to the writer."""
+
+    records: int = 0
+    calls: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    failures: int = 0
+    skipped_done: int = 0
+    # successful calls of this invocation: seconds from request sent to reply (queue time not
+    # included) and the token counts the server reported; summarised in the manifest only
+    latencies: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def usage(self) -> dict[str, Any]:
+        """Latency quantiles and token totals of this invocation's answered calls."""
+        if not self.latencies:
+            return {"answered_calls": 0}
+        q = pd.Series(self.latencies).quantile([0.5, 0.9])
+        n = len(self.latencies)
+        return {
+            "answered_calls": n,
+            "latency_s_median": round(float(q[0.5]), 3),
+            "latency_s_p90": round(float(q[0.9]), 3),
+            "prompt_tokens_mean": round(self.prompt_tokens / n, 1),
+            "completion_tokens_mean": round(self.completion_tokens / n, 1),
+        }
+
+
+class Budget:
+    """Hard cap on provider calls; ``None`` means unlimited."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.used = 0
+
+    def take(self) -> bool:
+        if self.limit is not None and self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+    @property
+    def spent(self) -> bool:
+        return self.limit is not None and self.used >= self.limit
+
+
+class SharedBudget(Budget):
+    """A :class:`Budget` whose count lives in shared memory, for worker processes."""
+
+    def __init__(self, limit: int | None, used: Any):
+        super().__init__(limit)
+        self._used = used  # multiprocessing.Value("q")
+
+    def take(self) -> bool:
+        with self._used.get_lock():
+            if self.limit is not None and self._used.value >= self.limit:
+                return False
+            self._used.value += 1
+            return True
+
+    @property
+    def spent(self) -> bool:
+        return self.limit is not None and self._used.value >= self.limit
+
+    @property
+    def taken(self) -> int:
+        """Calls taken by every process so far."""
+        return int(self._used.value)
+
+
+def sum_counters(into: Counters, parts: Sequence[Counters], latencies: bool = False) -> None:
+    """Set ``into``'s call counts (and with ``latencies`` its latency list) to those of ``parts``."""
+    for name in (
+        "calls",
+        "cache_hits",
+        "retries",
+        "failures",
+        "prompt_tokens",
+        "completion_tokens",
+    ):
+        setattr(into, name, sum(getattr(p, name) for p in parts))
+    if latencies:
+        into.latencies = [x for p in parts for x in p.latencies]

@@ -1,0 +1,194 @@
+"""One provider call: retries of 429s, 5xx and timeouts with seeded, jittered exponential backoff
+honouring ``Retry-After``, setup errors (bad key, unknown model, 404) raised as one line, and the
+event loop that runs litellm's request building inline (:class:`_Loop`, :func:`arun`)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from layerlab.harness.live.budget import Budget, Counters
+from layerlab.harness.live.settings import LiveRunError
+from layerlab.models.llm import ProviderSettings, retry_after_of
+from layerlab.models.routing import Route, redact, split_model
+from layerlab.system import prompt
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+FATAL_STATUS = frozenset({401, 403, 404})
+
+
+def _status_of(exc: BaseException) -> int | None:
+    code = getattr(exc, "status_code", None)
+    return int(code) if isinstance(code, int) else None
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return True
+    name = type(exc).__name__
+    if name in {
+        "Timeout",
+        "APIConnectionError",
+        "RateLimitError",
+        "InternalServerError",
+        "ServiceUnavailableError",
+        "BadGatewayError",
+    }:
+        return True
+    code = _status_of(exc)
+    return code in RETRYABLE_STATUS if code is not None else False
+
+
+def setup_problem(exc: BaseException) -> str | None:
+    """Why ``exc`` says the run is set up wrong (no retry can help), or None for errors that
+    may be transient. A missing key is one even where litellm reports it as a 500."""
+    code = _status_of(exc)
+    name = type(exc).__name__
+    text = str(exc)
+    if code in (401, 403) or name in {"AuthenticationError", "PermissionDeniedError"}:
+        return "authentication failed: check that the provider's API key is set in the environment"
+    if "missing credentials" in text.lower() or "api_key client option must be set" in text:
+        return (
+            "no API key: set the provider's key in the environment (a local OpenAI-compatible "
+            "server needs a placeholder, e.g. OPENAI_API_KEY=sk-local)"
+        )
+    if "credentials encoded in URL" in text:
+        return (
+            "--api-base carries credentials (user:password@) that clash with the API key "
+            "header; drop them from the URL and pass the key through the environment"
+        )
+    if code == 404 or name == "NotFoundError":
+        return "not found (404): check the model name and --api-base"
+    if "LLM Provider NOT provided" in text:
+        return "unknown provider: write the model as provider/name, e.g. openai/gpt-4o-mini"
+    if name == "BadRequestError" and "model" in text.lower():
+        return "the server refused the request (400) naming the model: check the model name"
+    return None
+
+
+def _describe_error(exc: BaseException, api_base: str | None) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    code = _status_of(exc)
+    what = f"{type(exc).__name__}" + (f", status {code}" if code is not None else "")
+    return redact(f"{what}: {first[:160]}", api_base)
+
+
+INLINE_DISPATCH_PROVIDERS = frozenset({"openai", "layerlab"})
+"""litellm providers whose ``completion()``, called by ``acompletion``, only builds the request
+coroutine (no I/O). litellm hands that call to the event loop's default executor: a thread
+hand-off per call, after which the call waits behind every other ready task. For these providers
+the live harness's loop (:class:`_Loop`) runs it at once on the loop thread: +9% calls/s
+without latency, +0.05 of the ideal wall time at 200 ms. Other providers (some fetch credentials
+there) keep the thread."""
+
+_INLINE_DISPATCH: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "layerlab_inline_dispatch", default=False
+)
+
+
+class _Loop(asyncio.SelectorEventLoop):
+    """The live harness's event loop: ``run_in_executor(None, f)`` from a call marked by
+    :data:`_INLINE_DISPATCH` runs ``f`` at once and returns a finished future."""
+
+    def run_in_executor(  # type: ignore[override]
+        self, executor: Any, func: Callable[..., Any], *args: Any
+    ) -> Any:
+        if executor is not None or not _INLINE_DISPATCH.get():
+            return super().run_in_executor(executor, func, *args)
+        fut = self.create_future()
+        try:
+            fut.set_result(func(*args))
+        except Exception as exc:  # delivered to the awaiting caller, as from a thread
+            fut.set_exception(exc)
+        return fut
+
+
+def arun(coro: Any) -> Any:
+    """``asyncio.run`` on a :class:`_Loop`."""
+    with asyncio.Runner(loop_factory=_Loop) as runner:
+        return runner.run(coro)
+
+
+async def call(
+    litellm: Any,
+    route: Route,
+    msgs: list[dict[str, str]],
+    seed: int | None,
+    settings: ProviderSettings,
+    budget: Budget,
+    counters: Counters,
+    rng: random.Random | None = None,
+    last_error: list[str] | None = None,
+    affinity: str | None = None,
+) -> tuple[str | None, str | None]:
+    """(reply text, None) or (None, failure label) or (None, None) when the budget ran out.
+
+    A setup error (bad key, unknown model, 404) raises :class:`LiveRunError`: it is no data.
+    ``last_error`` (if given) receives a redacted description of the last failure.
+    ``affinity`` is the prompt hash when the caller has it (see :meth:`Route.endpoint`).
+    """
+    rng = rng or random.Random(0)
+    request = route.request(msgs, seed)
+    if affinity is None and len(route.endpoints) > 1:
+        affinity = prompt.prompt_hash(msgs)
+    for attempt in range(1, settings.attempts + 1):
+        if not budget.take():
+            return None, None
+        counters.calls += 1
+        base: str | None = None
+        try:
+            async with route.endpoint(affinity if attempt == 1 else None) as ep:
+                base = ep.api_base
+                kwargs: dict[str, Any] = dict(
+                    model=route.model,
+                    timeout=settings.timeout_s,
+                    num_retries=0,
+                    max_retries=0,
+                    **settings.request_params(),
+                    **request,
+                )
+                if ep.api_base:
+                    kwargs["api_base"] = ep.api_base
+                t0 = time.perf_counter()
+                inline = _INLINE_DISPATCH.set(
+                    split_model(route.model)[0] in INLINE_DISPATCH_PROVIDERS
+                )
+                try:
+                    resp = await asyncio.wait_for(
+                        litellm.acompletion(**kwargs), timeout=settings.timeout_s + 5
+                    )
+                finally:
+                    _INLINE_DISPATCH.reset(inline)
+                counters.latencies.append(time.perf_counter() - t0)
+            usage = getattr(resp, "usage", None)
+            counters.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+            counters.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
+            return str(resp.choices[0].message.content or ""), None
+        except Exception as exc:  # provider errors are data here, not crashes
+            problem = setup_problem(exc)
+            if problem is not None:
+                raise LiveRunError(
+                    f"{route.model}: {problem} ({_describe_error(exc, base)})"
+                ) from None
+            if last_error is not None:
+                last_error[:] = [_describe_error(exc, base)]
+            if not _retryable(exc) or attempt == settings.attempts:
+                break
+            counters.retries += 1
+            await asyncio.sleep(settings.delay(attempt, rng, retry_after_of(exc)))
+    return None, "provider_error"
+
+
+def run_coroutine(coro: Any) -> Any:
+    """``asyncio.run`` that also works where a loop is already running (Jupyter, papermill)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return arun(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(arun, coro).result()

@@ -1,0 +1,289 @@
+"""The live engine: turns matrix cells into records.
+
+For each cell :class:`Engine` runs the one record step (:class:`~layerlab.harness.step.RecordStep`:
+gate, read, after-reader, evaluate) with a model as the reader: the reply comes from the reply
+cache, else from the provider (:func:`~layerlab.harness.live.calls.call`, through the model's
+:class:`~layerlab.models.routing.Route`), identical prompts in flight are asked once when replies
+are shared. :func:`todo_cells` lists what a run (or resume) still has to make, in a seeded arm
+order; :func:`run_in_process` runs them on one event loop. Everything a run reads is one
+:class:`RunContext`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from layerlab import mitigations
+from layerlab._io import canonical_json
+from layerlab.archive import samplelog
+from layerlab.archive.archive import Record
+from layerlab.corpus.build import AnswerKey, Corpus, Task
+from layerlab.harness.live import calls
+from layerlab.harness.live.budget import Budget, Counters
+from layerlab.harness.live.progress import RecordWriter, progress_line
+from layerlab.harness.live.settings import LiveConfig
+from layerlab.harness.prepare import PreparedScenario
+from layerlab.harness.step import Reading, RecordContext, RecordStep
+from layerlab.models.cache import ResponseCache
+from layerlab.models.llm import import_litellm
+from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
+from layerlab.system import prompt
+
+
+def routes_for(
+    config: LiveConfig, concurrency: int, local: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Route]:
+    """A :class:`Route` per model. ``local`` maps a ``local/NAME`` model to its servers' URLs."""
+    from layerlab.models import local as models_mod
+
+    local = local or {}
+    routes: dict[str, Route] = {}
+    for m in config.models:
+        if m in local:
+            spec = models_mod.lookup(m)
+            routes[m] = Route(
+                model=f"openai/{spec.name}",
+                endpoints=[Endpoint(b, asyncio.Semaphore(1)) for b in local[m]],
+                extra={"api_key": models_mod.PLACEHOLDER_KEY},
+                merge_system=spec.system_prompt == "merge",
+                response_format=response_format_for(config.response_format, local=True),
+                seed_base=config.seed if config.seed is not None else 0,
+            )
+        else:
+            bases: Sequence[str | None] = config.settings.api_bases or (None,)
+            routes[m] = Route(
+                model=m,
+                endpoints=[Endpoint(b, asyncio.Semaphore(concurrency)) for b in bases],
+                response_format=response_format_for(config.response_format, local=False),
+                seed_base=config.seed,
+            )
+    return routes
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every part of a run reads and none changes, passed whole to the engine and to each
+    worker process (it pickles: the reply cache travels as its folder and preflight replies)."""
+
+    corpus: Corpus
+    key: AnswerKey
+    config: LiveConfig
+    prepared: Mapping[str, PreparedScenario]
+    cache: ResponseCache
+    run_id: str
+    concurrency: int  # concurrent requests of the run (a worker process gets its share)
+    want_samples: bool  # whether records come with their sample-log entries
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One record to make: model, scenario, arm, task and replicate."""
+
+    model: str
+    scenario: str
+    mode: str
+    task: Task
+    replicate: int = 0
+
+
+def ident_of(cell: Cell) -> tuple[str, str, str, str, int]:
+    """(model, scenario, arm, task id, replicate): what a record's seed is derived from."""
+    return (cell.model, cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
+
+
+def reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any]) -> str:
+    """The cache key of one record's reply (shared by identical prompts with ``share_replies``)."""
+    params = {
+        **config.settings.request_params(),
+        "response_format": config.response_format,
+        "seed": config.seed,
+    }
+    if config.response_format != "none":  # a new reply schema asks again
+        params["reply_schema"] = prompt.REPLY_SCHEMA_VERSION
+    return ResponseCache.key(model, params, phash, () if config.share_replies else tuple(ident))
+
+
+class Engine:
+    """Turns cells into records: gate, ask (cache, then the provider), parse, score.
+
+    One per event loop (the run's process, or each worker process). ``emit`` receives each record
+    with its progress-log line, already serialised, and the sample-log entry (or None).
+    """
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        budget: Budget,
+        counters: Counters,
+        rng: random.Random,
+        routes: Mapping[str, Route],
+    ):
+        self.corpus, self.key, self.config, self.prepared = (
+            ctx.corpus, ctx.key, ctx.config, ctx.prepared
+        )  # fmt: skip
+        self.cache, self.run_id, self.want_samples = ctx.cache, ctx.run_id, ctx.want_samples
+        self.budget, self.counters, self.rng, self.routes = budget, counters, rng, routes
+        self.litellm = import_litellm()
+        # the arms once, not a spec lookup per record
+        self.arms = {m: mitigations.arm(m) for m in ctx.config.mitigations}
+        self.stopped = False
+        self.inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
+
+    async def ask(
+        self, cell: Cell, msgs: list[dict[str, str]], phash: str
+    ) -> tuple[str | None, str | None, bool]:
+        """(reply, failure, from_cache); (None, None, _) when the budget stopped the run."""
+        route = self.routes[cell.model]
+        ident = (cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
+        ckey = reply_key(self.config, cell.model, phash, ident)
+        reply = self.cache.get(ckey)
+        if reply is not None:
+            return reply, None, ckey not in self.cache.preflighted
+        if ckey in self.inflight:  # only with share_replies: the same prompt is being asked
+            reply, failure = await self.inflight[ckey]
+            return reply, failure, False
+        if self.stopped:
+            return None, None, False
+        fut: asyncio.Future[tuple[str | None, str | None]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.inflight[ckey] = fut
+        reply, failure = None, None
+        try:
+            seed = (
+                None if route.seed_base is None else record_seed(route.seed_base, *ident_of(cell))
+            )
+            reply, failure = await calls.call(
+                self.litellm, route, msgs, seed, self.config.settings, self.budget,
+                self.counters, self.rng, affinity=phash,
+            )  # fmt: skip
+            if reply is not None:
+                self.cache.put(ckey, reply)
+        finally:
+            fut.set_result((reply, failure)) if not fut.done() else None
+            del self.inflight[ckey]
+        if reply is None and failure is None:
+            self.stopped = True  # budget spent: leave this cell for --resume
+        return reply, failure, False
+
+    async def record(self, cell: Cell) -> tuple[Record, dict[str, Any] | None] | None:
+        """The cell's record and sample entry, or None when the budget stopped the run."""
+        provider, name = split_model(cell.model)
+        step = RecordStep(cell.task, self.prepared[cell.scenario], self.arms[cell.mode])
+        context = RecordContext(self.corpus, self.key, provider, name, self.run_id)
+        reply, reading = None, None
+        if step.inp is not None:
+            msgs = prompt.messages(step.inp)
+            phash = prompt.prompt_hash(msgs)
+            reply, failure, cached = await self.ask(cell, msgs, phash)
+            if reply is None and failure is None:
+                return None
+            if cached:
+                self.counters.cache_hits += 1
+            out = None
+            if reply is not None:
+                try:
+                    out = prompt.parse_reply(reply)
+                except prompt.MalformedReply:
+                    failure = "malformed_reply"
+            if failure:
+                self.counters.failures += 1
+            reading = Reading(out, phash, failure)
+        done = step.finish(context, reading, replicate=cell.replicate)
+        if not self.want_samples:
+            return done.record, None
+        answer = self.key[cell.task.task_id]
+        return done.record, samplelog.entry(
+            done.record, cell.task, answer, done.gate, reply, done.out
+        )
+
+    async def drain(
+        self,
+        cells: Sequence[Cell],
+        concurrency: int,
+        emit: Callable[[Record, str, dict[str, Any] | None], None],
+    ) -> None:
+        """Process ``cells`` with ``concurrency`` tasks, emitting each record as it is scored."""
+        todo = iter(cells)
+
+        async def worker() -> None:
+            for cell in todo:  # a shared iterator: each cell is taken once
+                done = await self.record(cell)
+                if done is None:
+                    continue
+                rec, sample = done
+                emit(rec, progress_line(rec), sample)
+
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
+
+
+def todo_cells(
+    corpus: Corpus, config: LiveConfig, done: Mapping[tuple[Any, ...], Record], counters: Counters
+) -> tuple[list[Cell], int]:
+    """The cells still to compute and the matrix size; counts those done.
+
+    Cells come in matrix order (model, scenario, task), but the arms and replicates of one
+    task come in a seeded random order (:func:`arm_order`): a server that reuses the previous
+    prompt's prefix evaluates a repeated prompt differently (llama.cpp re-reads only its last
+    token), so a fixed order would give one arm that position every time and make the arms'
+    draws not exchangeable."""
+    wanted = None if config.task_ids is None else set(config.task_ids)
+    tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
+    split = {m: split_model(m) for m in config.models}
+    total = 0
+    todo = []
+    for m in config.models:
+        provider, name = split[m]
+        for s in config.scenarios:
+            for t in tasks:
+                for mode, r in arm_order(config, m, s, t.task_id):
+                    total += 1
+                    if (provider, name, s, mode, t.task_id, r) in done:
+                        counters.skipped_done += 1
+                    else:
+                        todo.append(Cell(m, s, mode, t, r))
+    counters.records = counters.skipped_done
+    return todo, total
+
+
+def arm_order(config: LiveConfig, model: str, scenario: str, task_id: str) -> list[tuple[str, int]]:
+    """The (arm, replicate) pairs of one task in the order they are asked: a permutation
+    seeded by (run seed, model, scenario, task), so each arm is as often first as second."""
+    pairs = [(mode, r) for mode in config.mitigations for r in range(config.replicates)]
+    if len(pairs) > 1:
+        ident = canonical_json(["arm-order", config.seed or 0, model, scenario, task_id])
+        random.Random(hashlib.sha256(ident.encode()).digest()).shuffle(pairs)
+    return pairs
+
+
+async def run_in_process(
+    ctx: RunContext,
+    cells: Sequence[Cell],
+    writer: RecordWriter,
+    budget: Budget,
+    rng: random.Random,
+    local: Mapping[str, Sequence[str]],
+) -> bool:
+    """The run in this process: one event loop, ``ctx.concurrency`` tasks; ``writer`` gets each
+    record as it is scored (and is closed at the end). ``local`` maps a ``local/NAME`` model to
+    its servers. Returns False when the budget stopped the run."""
+    engine = Engine(
+        ctx, budget, writer.counters, rng, routes_for(ctx.config, ctx.concurrency, local)
+    )
+
+    def emit(rec: Record, line: str, sample: dict[str, Any] | None) -> None:
+        writer.add(rec, line, sample)
+        writer.tick()
+
+    try:
+        await engine.drain(cells, ctx.concurrency, emit)
+    finally:
+        ctx.cache.close()
+        writer.log.close()
+        writer.tick(final=True)
+    return not engine.stopped

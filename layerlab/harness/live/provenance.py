@@ -1,0 +1,136 @@
+"""A live run's identity and record of itself: the run id (a hash of everything that determines
+the records) and the manifest, assembled in one place (:func:`manifest`).
+
+The manifest carries the provenance hashes, the sampling settings and, once the run has
+stopped, whether it is complete, the cumulative call counts and the errors per model; it names
+an endpoint only as local or remote (never credentials or a host name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from layerlab import __version__
+from layerlab._io import canonical_json
+from layerlab.archive import archive
+from layerlab.archive.archive import Record
+from layerlab.corpus.build import Corpus
+from layerlab.harness.live.budget import Counters
+from layerlab.harness.live.settings import LiveConfig, sampling
+from layerlab.models.routing import endpoint_label, split_model
+from layerlab.system import prompt
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the manifest says about how far a run got. ``records`` only before the archive is
+    written (:func:`layerlab.archive.archive.write_run` counts the records it writes)."""
+
+    complete: bool = False
+    records: int | None = None
+    calls: Mapping[str, Any] | None = None
+    errors: Mapping[str, Mapping[str, int]] | None = None
+    local_models: Mapping[str, Any] = field(default_factory=dict)
+
+
+def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
+    """``live-`` and a hash of everything that determines the records: merged archives never
+    count a run twice, and a resume with other settings is refused."""
+    ident = {
+        "v": __version__,
+        "corpus": corpus.spec_hash,
+        "scenarios_spec": scenario_hash,
+        "config": {**asdict(config), "settings": config.settings.as_dict()},
+        "prompt": prompt.PROMPT_VERSION,
+    }
+    if config.response_format != "none":
+        ident["reply_schema"] = prompt.REPLY_SCHEMA_VERSION
+    return "live-" + hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:16]
+
+
+def manifest(
+    config: LiveConfig,
+    corpus: Corpus,
+    scenario_hash: str,
+    n_tasks: int,
+    outcome: Outcome | None = None,
+) -> dict[str, Any]:
+    """The run's manifest: what determines it (``outcome=None``: the plan a resume is checked
+    against), and with an ``outcome`` how far it got."""
+    settings = {
+        **config.settings.as_dict(),
+        # where the model was served, only as local or remote: never a host, user or key
+        "endpoints": [endpoint_label(b) for b in config.settings.api_bases],
+    }
+    task_ids = config.task_ids if config.task_ids is not None else [t.task_id for t in corpus.tasks]
+    plan: dict[str, Any] = {
+        "run_id": run_id_for(config, corpus, scenario_hash),
+        "kind": "live",
+        "layerlab_version": __version__,
+        "corpus": corpus.name,
+        "provenance": archive.provenance_for(corpus, scenario_hash, task_ids),
+        "models": list(config.models),
+        "scenarios": list(config.scenarios),
+        "mitigations": list(config.mitigations),
+        "n_tasks": n_tasks,
+        "retriever": config.retriever,
+        "settings": settings,
+        "prompt_version": prompt.PROMPT_VERSION,
+        "replicates": config.replicates,
+        "share_replies": config.share_replies,
+        "sampling": sampling(config),
+        "response_format": config.response_format,
+        **(
+            {"reply_schema": prompt.REPLY_SCHEMA_VERSION}
+            if config.response_format != "none"
+            else {}
+        ),
+        "seed": config.seed,
+        "seeds": "per record, derived from (seed, model, scenario, mode, task, replicate); "
+        "sent to local models always (seed 0 unless given), to other providers only when given",
+        "expected_records": len(config.models)
+        * len(config.scenarios)
+        * len(config.mitigations)
+        * n_tasks
+        * config.replicates,
+    }
+    if outcome is None:
+        return plan
+    done: dict[str, Any] = {"complete": outcome.complete}
+    for name in ("records", "calls", "errors"):
+        if getattr(outcome, name) is not None:
+            done[name] = getattr(outcome, name)
+    if outcome.local_models:
+        done["local_models"] = dict(outcome.local_models)
+    return {**plan, **done}
+
+
+def calls_summary(counters: Counters, before: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Provider calls over every invocation of the run (``before``: the previous manifest's
+    counts), and this invocation's latencies and tokens."""
+    made = (before or {}).get("calls") or {}
+    return {
+        "made": counters.calls + int(made.get("made", 0)),
+        "cache_hits": counters.cache_hits + int(made.get("cache_hits", 0)),
+        "retries": counters.retries + int(made.get("retries", 0)),
+        "failures": counters.failures + int(made.get("failures", 0)),
+        "this_invocation": counters.usage(),
+    }
+
+
+def error_summary(records: Sequence[Record], models: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Per model: records that asked it (``called``), and how many ended in ``provider_error``
+    or ``malformed_reply``."""
+    out: dict[str, dict[str, int]] = {}
+    for m in models:
+        provider, name = split_model(m)
+        mine = [r for r in records if (r.provider, r.model) == (provider, name) and r.prompt_hash]
+        out[m] = {
+            "called": len(mine),
+            "provider_error": sum(r.diagnostic == "provider_error" for r in mine),
+            "malformed_reply": sum(r.diagnostic == "malformed_reply" for r in mine),
+        }
+    return out

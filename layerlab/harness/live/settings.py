@@ -1,0 +1,177 @@
+"""What a live run is and how it is carried out, and the one validation of both.
+
+:class:`LiveConfig` holds everything that determines the records (its hash is the run id);
+:class:`RunSettings` how they are made (budget, concurrency, resume, cache, error threshold),
+which changes no record. :meth:`RunSettings.check` and :meth:`LiveConfig.check` are the only
+checks of a run's settings: the CLI (``run live``), the YAML run configuration and the Python API
+(:func:`~layerlab.harness.live.run.run_live`) all call them, and all report the same
+:class:`LiveRunError` messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from layerlab.corpus.build import Corpus
+from layerlab.faults.scenario import Scenario
+from layerlab.harness import deterministic as harness
+from layerlab.models import local as models_mod
+from layerlab.models.cache import default_cache_dir
+from layerlab.models.llm import ProviderSettings
+from layerlab.models.routing import api_base_problem, split_model
+from layerlab.system import retrieval
+
+DEFAULT_MAX_ERROR_RATE = 0.2
+"""Share of a model's provider calls that may end in ``provider_error`` before the run is
+flagged: above it the archive is still written (it is data) but the run counts as failed."""
+
+
+class LiveRunError(RuntimeError):
+    """A run that cannot go on (bad settings, fatal provider error, resume mismatch)."""
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """Everything that determines a live run's records (budget and concurrency do not)."""
+
+    models: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    mitigations: tuple[str, ...] = harness.MODES
+    task_ids: tuple[str, ...] | None = None
+    settings: ProviderSettings = field(default_factory=ProviderSettings)
+    retriever: str = retrieval.REPORTED.name
+    # Each cell is an independent draw: one call per record, ``replicates`` records per cell.
+    replicates: int = 1
+    # Share one reply between records whose prompts are identical: it forces every difference
+    # between arms on an unchanged prompt to zero. ``None`` (the default) shares exactly when
+    # decoding is greedy (temperature 0), where a reply is a function of its prompt: a server's
+    # floating-point noise (prompt-prefix reuse, batch shapes) is then not read as an effect.
+    share_replies: bool | None = None
+    # "json_schema": ask the server to constrain decoding to the reply contract (REPLY_SCHEMA).
+    response_format: Literal["none", "json_schema"] = "none"
+    # Base of the per-record seeds sent to servers that honour one (local models always get
+    # one, base 0 unless given; other providers only when it is given).
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicates < 1:
+            raise ValueError("replicates must be >= 1")
+        settings = self.settings
+        if (
+            settings.temperature is None
+            and self.models
+            and all(map(models_mod.is_local, self.models))
+        ):
+            # local models decode greedily unless a run says otherwise (llama.cpp's server
+            # would otherwise sample at its own default of 0.8)
+            settings = dataclasses.replace(settings, temperature=0.0)
+            object.__setattr__(self, "settings", settings)
+        if self.share_replies is None:
+            object.__setattr__(self, "share_replies", settings.temperature == 0)
+        if self.response_format not in ("none", "json_schema"):
+            raise ValueError("response_format must be 'none' or 'json_schema'")
+
+    def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
+        """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
+        from layerlab.models import agents
+
+        unknown = [s for s in self.scenarios if s not in scenarios]
+        if unknown:
+            raise LiveRunError(
+                f"--scenario: unknown scenario(s) {unknown}; known: {sorted(scenarios)}"
+            )
+        if self.task_ids is not None:
+            if not self.task_ids:
+                raise LiveRunError("--tasks: no task ids given (expected ids like hr-01-q1)")
+            known = {t.task_id for t in corpus.tasks}
+            bad_ids = [t for t in self.task_ids if t not in known]
+            if bad_ids:
+                raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
+        for m in self.models:
+            if split_model(m)[0] == agents.PROVIDER:
+                try:
+                    agents.check_name(m)
+                except ValueError as exc:
+                    raise LiveRunError(f"--model: {exc}") from None
+
+
+def sampling(config: LiveConfig) -> dict[str, Any]:
+    """How replies were decoded, for the manifest and every caption of real-model numbers."""
+    s = config.settings
+    return {
+        "decoding": s.decoding,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "max_tokens": s.max_tokens,
+        "seed": config.seed,
+        "replicates": config.replicates,
+        "share_replies": config.share_replies,
+    }
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a live run is carried out; none of it changes a record (nor the run id).
+
+    The fields are :func:`~layerlab.harness.live.run.run_live`'s keyword arguments of the same
+    names (:meth:`kwargs`).
+    """
+
+    budget: int | None = None  # hard cap on provider calls, retries included
+    concurrency: int = 8
+    resume: bool = False
+    retry_errors: bool = False  # with resume: ask the provider_error cells again
+    cache_dir: Path | None = None  # default: default_cache_dir()
+    local_servers: int = 1  # llama.cpp servers per local/ model
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
+    seed: int = 0  # seed of the retry jitter
+    preflight: bool = True
+    workers: int | None = None  # default: worker_processes()
+
+    @property
+    def cache_folder(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+
+    def kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def check(self, out: Path, api_bases: Sequence[str] = ()) -> None:
+        """Refuse settings a run cannot go on with, before anything is loaded or written: an
+        output folder that cannot be written, a negative budget, an error rate outside [0, 1],
+        ``retry_errors`` without ``resume``, a bad endpoint URL, a cache inside the run folder."""
+        from layerlab._io import writable_folder_problem
+
+        problem = writable_folder_problem(out)
+        if problem:
+            raise LiveRunError(f"--out {out}: {problem}")
+        if self.budget is not None and self.budget < 0:
+            raise LiveRunError(f"--budget: expected a number of calls >= 0, got {self.budget}")
+        if not 0.0 <= self.max_error_rate <= 1.0:
+            raise LiveRunError(
+                f"--max-error-rate: expected a share between 0 and 1, got {self.max_error_rate}"
+            )
+        if self.retry_errors and not self.resume:
+            raise LiveRunError(
+                "--retry-errors: only with --resume (it re-asks a run's error cells)"
+            )
+        for base in api_bases:
+            bad = api_base_problem(base)
+            if bad:
+                raise LiveRunError(f"--api-base: {bad}")
+        if _inside(self.cache_folder, Path(out)):
+            raise LiveRunError(
+                f"--cache-dir {self.cache_folder}: inside the run folder; the cache holds model "
+                "replies and must stay outside what is shared"
+            )
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True

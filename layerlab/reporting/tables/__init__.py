@@ -1,0 +1,74 @@
+"""Paper tables: one builder per table, by family, and the registry that says for each generated
+table its caption, builder, inputs, file stem and place in the paper (:mod:`.registry`).
+
+Families: the benchmark's design and model-free runs (:mod:`.benchmark`: Tables 1-3), rates over
+archive records (:mod:`.rates`: Tables 4, 8, 9), paired effects (:mod:`.effects`: Table 5 and its
+companions), representative cases (:mod:`.cases`: Table 6), the LangChain study (:mod:`.study`:
+Table 7), the specificity matrix (:mod:`.specificity`: Table 10), interval trust
+(:mod:`.variability`) and the paper's figures beside ours (:mod:`.comparison`); captions and the
+caption sentences built from the data live in :mod:`.captions`.
+
+A notebook writes a table by naming its registry entry: ``tables.publish("table4", df)``.
+"""
+
+from layerlab.reporting.tables.benchmark import audit_notes, diagnostics, table1, table2, table3
+from layerlab.reporting.tables.cases import table6, table6_archive
+from layerlab.reporting.tables.comparison import paper_comparison
+from layerlab.reporting.tables.effects import (
+    crosscheck_table,
+    design_comparison,
+    margin_table,
+    safe_effects_table,
+    table5,
+)
+from layerlab.reporting.tables.rates import (
+    safe_resolution_by_unit,
+    table4,
+    table4_by_unit,
+    table8,
+    table9,
+    table_answer_quality,
+)
+from layerlab.reporting.tables.registry import INPUTS, RECOMPUTED, REGISTRY, TABLES, Table, publish
+from layerlab.reporting.tables.specificity import table10, table10_cells
+from layerlab.reporting.tables.study import table7, table7_by_condition
+from layerlab.reporting.tables.variability import (
+    coverage_table,
+    exchangeability_table,
+    replicates_table,
+)
+
+__all__ = [
+    "INPUTS",
+    "RECOMPUTED",
+    "REGISTRY",
+    "TABLES",
+    "Table",
+    "audit_notes",
+    "coverage_table",
+    "crosscheck_table",
+    "design_comparison",
+    "diagnostics",
+    "exchangeability_table",
+    "margin_table",
+    "paper_comparison",
+    "publish",
+    "replicates_table",
+    "safe_effects_table",
+    "safe_resolution_by_unit",
+    "table1",
+    "table10",
+    "table10_cells",
+    "table2",
+    "table3",
+    "table4",
+    "table4_by_unit",
+    "table5",
+    "table6",
+    "table6_archive",
+    "table7",
+    "table7_by_condition",
+    "table8",
+    "table9",
+    "table_answer_quality",
+]

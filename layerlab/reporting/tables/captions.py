@@ -1,0 +1,152 @@
+"""Captions: the static text of every generated table's caption (one owner, keyed by the table's
+registry id) and the caption sentences built from the data that complete them — the units a table
+counts, what its intervals assume, reader-side failures — with the failure-share columns they
+describe and the stacking of per-block tables under one caption."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from layerlab.analysis import stats
+
+CAPTIONS = {
+    "table1": "Fault scenarios, targeted reliability layers and expected safe behaviour.",
+    "table2": "Deterministic enterprise_v2 results: strict success S and groundedness false "
+    "positives GF by scenario and contract mode.",
+    "table3": "Required-document recall and current-version preference under deterministic "
+    "retriever ablations (240 tasks per cell). The explicit task-domain filter is a "
+    "sensitivity condition, not the reported retriever.",
+    "table4": "Success by scenario and contract mode: rate and cluster-aware 95% interval.",
+    "table5": "Groundedness false positives (grounded but not strictly successful, cluster-aware 95% "
+    "intervals) and paired repair-minus-strict success differences with bootstrap 95% intervals "
+    "(percentage points). Identical prompts: pairs whose strict and repair prompts are "
+    "byte-identical; where all pairs are, a difference comes from the model's draws, not the arm.",
+    "table5_crosscheck": "statsmodels cross-checks of the paired effects: exact McNemar on the paired "
+    "outcomes and a GEE linear-probability model (risk difference), and whether each agrees with the "
+    "bootstrap about the effect being distinguishable from zero.",
+    "specificity_margin": "Specificity margin: target-layer (schema drift) gain minus the largest absolute "
+    "off-target change (percentage points).",
+    "table5_safe": "Paired repair-minus-strict differences in safe resolution (strict success on "
+    "answerable scenarios, a structured non-answer on unsafe ones; percentage points, bootstrap 95% "
+    "intervals), and the specificity margin on that outcome: does repair change safe behaviour "
+    "off its target layer? Identical prompts: pairs whose strict and repair prompts are "
+    "byte-identical (a difference there comes from the model's draws, not the arm).",
+    "table8": "Largest strict-to-repair success gains by model and scenario.",
+    "table9": "Provider-level averages over all scenarios (context, not a capability ranking).",
+    "coverage": "Coverage of the package's 95% intervals on synthetic archives with known truth.",
+    "paper_comparison": "The paper's stated figures beside ours.",
+    "table6": "Representative task-level outcomes, chosen by rule from the archive. Unknown denotes no usable "
+    "answer under the benchmark contract.",
+    "table7": "Focused LangChain study: strict success on answerable conditions and safe resolution (structured "
+    "non-answers) on unsafe ones, per arm.",
+    "table7_by_condition": "Focused LangChain study by condition: strict success, safe resolution and the "
+    "LayerRAG control that fired.",
+    "safe_resolution_models": "Safe resolution by model and scenario: strict success on answerable "
+    "scenarios, a structured non-answer on unsafe ones (malformed replies and provider errors are "
+    "failures, never refusals), baseline contract arm.",
+    "table6_models": "Table 6's representative cases for real models, from archive labels: what the "
+    "model did and how it was scored (archives keep no answer text).",
+    "replicates_models": "Within-task variability of a real model under sampled decoding: each task "
+    "asked R times per arm. Tasks that flip: share of tasks whose draws disagree; ICC: share of "
+    "the outcome's variance between tasks; design effect 1 + (R - 1) ICC. Intervals clustered by "
+    "task over all replicates, over replicate 0 alone (a one-draw archive), and Wilson over the "
+    "records as if independent (too narrow when draws of a task agree).",
+    "exchangeability_models": "Strict and repair arms where their prompts are byte-identical: pairs "
+    "(task, replicate) that disagree, by direction, with the exact two-sided sign test. Under "
+    "exchangeable draws each direction is equally likely; arms are asked in a seeded random order.",
+    "answer_quality": "Supplementary: answer quality of the answered records by scenario and arm, "
+    "beside strict exact match E (which S uses, unchanged): containment (the normalised expected "
+    "answer appears in the normalised answer as whole tokens, RGB-style), right value with extra "
+    "words (contained but not E), and mean SQuAD token F1. Lenient measures read a verbose model "
+    "fairly; they are not success.",
+}
+
+
+FAILURES = {"malformed": "malformed_reply", "provider error": "provider_error"}
+
+
+def failure_rates(sub: pd.DataFrame) -> dict[str, float]:
+    """Share of records that are malformed replies / provider errors (failures, not refusals)."""
+    n = len(sub)
+    return {k: float((sub["diagnostic"] == v).sum() / n) if n else 0.0 for k, v in FAILURES.items()}
+
+
+def failure_note(df: pd.DataFrame) -> str:
+    """The caption sentence on reader-side failures, from what the archive holds."""
+    units = df["provider"] + "/" + df["model"]
+    per = []
+    for u in sorted(set(units)):
+        sub = df[units == u]
+        per.append(
+            f"{u} {int((sub['diagnostic'] == FAILURES['malformed']).sum())}"
+            f"/{int((sub['diagnostic'] == FAILURES['provider error']).sum())}"
+        )
+    return (
+        " Malformed replies and provider errors are failures on every scenario, never refusals; "
+        f"their shares are reported as columns. Malformed/provider-error records by unit: "
+        f"{', '.join(per)} (of {len(df)} records)."
+    )
+
+
+def rate_design(r: pd.DataFrame, what: str = "Intervals") -> str:
+    """What a set of cluster-aware rate intervals assumes, for a caption."""
+    designs = sorted(set(r["design"]))
+    units = int(r["n_units"].max())
+    tasks = int(r["n_tasks"].max())
+    parts = []
+    for d in designs:
+        if d == "crossed":
+            parts.append(
+                f"variance two-way cluster-robust over {units} units and {tasks} tasks (crossed; "
+                f"population of units and tasks), widened by t({units - 1})/z"
+            )
+        elif d == "tasks":
+            parts.append(
+                f"variance clustered by task ({tasks} tasks); {units} unit(s) < {stats.MIN_UNITS}: "
+                "the interval describes these units, not a population of models"
+            )
+    return (
+        f"{what}: Wilson at the design-effect-adjusted sample size, "
+        + "; ".join(parts)
+        + "; records are not treated as independent (a rate of 0 or 1 uses the number of "
+        "independent clusters as its sample size)."
+    )
+
+
+def effects_design(eff: stats.Effects) -> str:
+    return f"Paired effects: {eff.describe()}." + (f" Note: {eff.note}." if eff.note else "")
+
+
+def units_phrase(df: pd.DataFrame) -> str:
+    """``a/x, b/y (N records, T tasks)``: the units of one block, for captions."""
+    units = sorted(set(stats.unit_labels(df)))
+    how = stats.sampling_phrase(df[~df["provider"].map(stats.is_reference)])
+    return f"{', '.join(units)} ({len(df)} records, {df['task_id'].nunique()} tasks" + (
+        f"; {how})" if how else ")"
+    )
+
+
+def units_sentence(df: pd.DataFrame) -> str:
+    return units_phrase(df) + "."
+
+
+def units_note(df: pd.DataFrame) -> str:
+    """A caption sentence naming the units a table counts, by kind, never pooled."""
+    parts = [f"{name}: {units_phrase(sub)}" for name, sub in stats.blocks(df).items()]
+    return " Units, each block computed on its own: " + "; ".join(parts) + "."
+
+
+def stack(parts: Mapping[str, pd.DataFrame], name: str) -> pd.DataFrame:
+    """Per-block tables one under the other with a leading ``block`` column; the caption is the
+    table's own followed by each block's details (``attrs['detail']``)."""
+    frames = []
+    details = []
+    for block, t in parts.items():
+        frames.append(t.assign(block=block)[["block", *t.columns]])
+        if t.attrs.get("detail"):
+            details.append(f"{block[0].upper()}{block[1:]}: {t.attrs['detail'].strip()}")
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out.attrs["caption"] = " ".join([CAPTIONS[name], *details])
+    return out

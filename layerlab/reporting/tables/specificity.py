@@ -1,0 +1,163 @@
+"""Table 10: the mitigation x scenario specificity matrix (:mod:`layerlab.analysis.specificity`) as a
+table per mitigation (``table10``) and as the matrix of cells (``table10_cells``), with their
+captions built from the matrix and the records it was computed from.
+
+Both take one matrix and its records frame (``recompute``: the given archives together), or one
+matrix and one frame per block of units (the notebook: reference agents and real models, each on
+its own records, one block under the other with a leading ``block`` column).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from layerlab.analysis import stats
+
+if TYPE_CHECKING:
+    from layerlab.analysis.specificity import Matrix
+
+
+def table10(
+    matrix: Matrix | Mapping[str, Matrix], records: pd.DataFrame | Mapping[str, pd.DataFrame]
+) -> pd.DataFrame:
+    """Table 10: per mitigation, target gain, largest off-target change, margin and verdict (pp);
+    caption in ``attrs``."""
+    return _table(_summary, "table10", matrix, records)
+
+
+def table10_cells(
+    matrix: Matrix | Mapping[str, Matrix], records: pd.DataFrame | Mapping[str, pd.DataFrame]
+) -> pd.DataFrame:
+    """The matrix itself: rows mitigations, columns scenarios; each cell the effect (pp) with its
+    95% interval, target cells marked with *; caption in ``attrs``."""
+    return _table(_cells, "table10_cells", matrix, records)
+
+
+def _table(
+    build: Callable[[Matrix], pd.DataFrame],
+    name: str,
+    matrix: Matrix | Mapping[str, Matrix],
+    records: pd.DataFrame | Mapping[str, pd.DataFrame],
+) -> pd.DataFrame:
+    if isinstance(matrix, Mapping):
+        assert isinstance(records, Mapping)
+        frames = [build(m).assign(block=b) for b, m in matrix.items()]
+        out = pd.concat(frames, ignore_index=True)
+        out = out[["block", *[c for c in out.columns if c != "block"]]]
+        out.attrs["caption"] = _captions_blocks(matrix, records)[name]
+    else:
+        assert isinstance(records, pd.DataFrame)
+        out = build(matrix)
+        out.attrs["caption"] = _captions(matrix, records)[name]
+    return out
+
+
+def _pp(v: float) -> str:
+    return "-" if v != v else f"{100 * v:+.1f}"
+
+
+def _ci(lo: float, hi: float) -> str:
+    return "-" if lo != lo else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def _summary(m: Matrix) -> pd.DataFrame:
+    s = m.summary
+    return pd.DataFrame(
+        {
+            "mitigation": s["mitigation"],
+            "layer(s)": s["layers"],
+            "stage": s["stage"],
+            "target scenario(s)": s["targets"],
+            "target gain (pp)": [_pp(v) for v in s["target gain"]],
+            "simultaneous 95% interval": [
+                _ci(lo, hi)
+                for lo, hi in zip(s["target gain low"], s["target gain high"], strict=True)
+            ],
+            "largest off-target": s["largest off-target"],
+            "change (pp)": [_pp(v) for v in s["off-target change"]],
+            "margin (pp)": [_pp(v) for v in s["margin"]],
+            "margin 95% interval": [
+                _ci(lo, hi) for lo, hi in zip(s["margin low"], s["margin high"], strict=True)
+            ],
+            "off-target harm": s["off-target harm"],
+            "off-target gain": s["off-target gain"],
+            "verdict": s["verdict"],
+        }
+    )
+
+
+def _cells(m: Matrix) -> pd.DataFrame:
+    c = m.cells
+    order = list(dict.fromkeys(c["scenario"]))
+    rows = []
+    for name, sub in c.groupby("mitigation", sort=False):
+        row: dict[str, Any] = {"mitigation": name}
+        for _, e in sub.set_index("scenario").loc[order].reset_index().iterrows():
+            cell = (
+                "0"
+                if e["exactly_zero"]
+                else f"{_pp(e['estimate'])} {_ci(e['ci_low'], e['ci_high'])}"
+            )
+            row[str(e["scenario"])] = ("*" if e["target"] else "") + cell
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
+    """Captions of ``table10`` and ``table10_cells`` for one matrix."""
+    main = _caption(m, df)
+    return {
+        "table10": main,
+        "table10_cells": "Specificity matrix cells: "
+        + main.split(": ", 1)[1].replace(
+            " Target gain = ", " Per mitigation in Table 10: target gain = "
+        ),
+    }
+
+
+def _caption(m: Matrix, df: pd.DataFrame) -> str:
+    """Table 10's caption, with the verdict rule and what the archive holds."""
+    from layerlab.analysis.specificity import VERDICT_RULE
+
+    units = sorted(set(df["provider"] + "/" + df["model"]))
+    n = int(df["mitigation"].eq(m.baseline).sum())
+    return (
+        f"Mitigation x scenario specificity matrix: paired effect of each mitigation against the "
+        f"{m.baseline} baseline, in percentage points, on the scenario's judged outcome (strict success "
+        f"on answerable scenarios, safe resolution - a structured non-answer - on unsafe ones), with "
+        f"marginal bootstrap 95% intervals per cell (each covers its own effect; together they "
+        f"are not simultaneous); * marks target scenarios (the mitigation's layer). Target gain "
+        f"= the smallest gain over the target scenarios, with its interval from the mitigation's "
+        f"simultaneous 95% band over all its cells. Margin = target gain minus the largest "
+        f"absolute off-target change whose simultaneous band excludes zero, with an interval "
+        f"projected from that band (it covers when off-target effects are zero but noisy). "
+        f"{VERDICT_RULE} Archive: {', '.join(units)}, {n} baseline records."
+        + (f" Note: {m.note}." if m.note else "")
+    )
+
+
+def _captions_blocks(
+    ms: Mapping[str, Matrix], frames: Mapping[str, pd.DataFrame]
+) -> dict[str, str]:
+    """Captions of the per-block tables: the rule once, then what each block's archive holds
+    (for real models also how replies were drawn: temperature, reply schema, replicates)."""
+    out: dict[str, str] = {}
+    per_block = {b: _captions(m, frames[b]) for b, m in ms.items()}
+    for name in ("table10", "table10_cells"):
+        head = next(iter(per_block.values()))[name].partition(" Archive: ")[0]
+        parts = []
+        for b, caps in per_block.items():
+            archive_part, _, note = caps[name].partition(" Archive: ")[2].partition(" Note: ")
+            how = stats.sampling_phrase(frames[b]) if b == stats.BLOCK_MODELS else ""
+            tasks = frames[b]["task_id"].nunique()
+            parts.append(
+                f"{b[0].upper()}{b[1:]}: {archive_part.rstrip('.')}, {tasks} tasks"
+                + (f"; {how}" if how else "")
+                + "."
+                + (f" Note: {note}" if note else "")
+            )
+        out[name] = head + " " + " ".join(parts)
+    return out

@@ -1,0 +1,85 @@
+"""The table registry is the one list of generated tables: ``paper/main.tex`` inputs exactly the
+registered tables, in the registry's order and under its file names; the notebooks write each
+registered table by naming its entry; every entry's inputs and builder agree."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+
+import pytest
+
+from layerlab import paths
+from layerlab.reporting import paper, tables
+
+
+def _main_tex() -> str:
+    text = (paths.PAPER / paper.MAIN).read_text(encoding="utf-8")
+    return re.sub(r"(?<!\\)%.*", "", text)  # comments do not count
+
+
+def _inputs(text: str) -> list[str]:
+    return re.findall(r"\\input\{tables/([^}]+)\.tex\}", text)
+
+
+def test_main_tex_inputs_exactly_the_registered_tables_in_order() -> None:
+    inputs = _inputs(_main_tex())
+    stems = [t.stem for t in tables.TABLES]
+    assert sorted(set(stems) - set(inputs)) == [], "registered tables main.tex does not \\input"
+    assert sorted(set(inputs) - set(stems)) == [], "main.tex inputs tables/... not registered"
+    assert inputs == stems, "main.tex inputs the tables in another order than the registry"
+
+
+def test_appendix_tables_come_after_appendix() -> None:
+    body, _, appendix = _main_tex().partition("\\appendix")
+    assert _inputs(body) == [t.stem for t in tables.TABLES if not t.appendix]
+    assert _inputs(appendix) == [t.stem for t in tables.TABLES if t.appendix]
+
+
+def test_paper_numbers_and_labels() -> None:
+    for i in range(1, 11):
+        t = tables.REGISTRY[f"table{i}"]
+        assert t.number == str(i) and t.label == f"tab:table{i}"
+    assert [t.number for t in tables.TABLES if t.appendix][:2] == ["A1", "A2"]
+    assert len(tables.REGISTRY) == len(tables.TABLES), "an id registered twice"
+
+
+def test_label_is_what_the_exporter_writes(tmp_path) -> None:
+    t = tables.REGISTRY["table1"]
+    from layerlab.faults.scenario import load_scenarios
+
+    frame = t.build(load_scenarios())
+    t.write(frame, tmp_path, t.caption_of(frame))
+    tex = (tmp_path / f"{t.stem}.tex").read_text(encoding="utf-8")
+    assert f"\\label{{{t.label}}}" in tex and t.caption in tex
+
+
+@pytest.mark.parametrize("table", tables.TABLES, ids=lambda t: t.id)
+def test_entry_inputs_fit_its_builder(table: tables.Table) -> None:
+    assert set(table.inputs) <= set(tables.INPUTS)
+    inspect.signature(table.builder).bind(*table.inputs)  # the builder takes them positionally
+    dynamic = {"table10", "table10_cells"}  # the builder writes the whole caption
+    assert (table.caption is None) == (table.id in dynamic)
+
+
+def test_recompute_builds_the_archive_based_entries() -> None:
+    recomputed = {t.id for t in tables.RECOMPUTED}
+    assert {"table4", "table5", "table10", "paper_comparison"} <= recomputed
+    available = {"records", "analysis", "safe_analysis", "audit", "matrix", "matrix_records"}
+    assert all(set(t.inputs) <= available for t in tables.RECOMPUTED)
+
+
+def test_notebooks_publish_every_registered_table_by_name() -> None:
+    published: list[str] = []
+    for nb_path in sorted(paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        for c in nb["cells"]:
+            if c["cell_type"] == "code":
+                published += re.findall(r"tables\.publish\(\"([^\"]+)\"", "".join(c["source"]))
+    assert sorted(published) == sorted(tables.REGISTRY), "a table not published, or twice"
+
+
+def test_unknown_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown inputs"):
+        tables.Table("x", tables.table1, ("corpus_of_nowhere",))
