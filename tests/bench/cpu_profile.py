@@ -47,13 +47,15 @@ def profile_live(scenarios: Sequence[str] | None = None) -> dict[str, Any]:
     import pstats
 
     from layerlab.faults.scenario import load_scenarios
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
 
     scen = tuple(scenarios or load_scenarios())
-    live_run(("layerlab/extractive",), scen[:1], MODES[:1], 8, 1)  # warm-up: imports, caches
+    live_run(
+        ("layerlab/extractive",), scen[:1], contract_arms()[:1], 8, 1
+    )  # warm-up: imports, caches
     prof = cProfile.Profile()
     prof.enable()
-    wall, _cpu, res = live_run(("layerlab/extractive",), scen, MODES, 16, 1)
+    wall, _cpu, res = live_run(("layerlab/extractive",), scen, contract_arms(), 16, 1)
     prof.disable()
     buckets: dict[str, float] = {}
     table: Any = pstats.Stats(prof)

@@ -66,7 +66,7 @@ def bench_local_model(
     c = corpus_mod.load(paths.CORPUS_DIR)
     key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
     scen = load_scenarios()
-    scenarios, arms = ("clean", "conflicting_evidence"), harness.MODES
+    scenarios, arms = ("clean", "conflicting_evidence"), harness.contract_arms()
     task_ids = tuple(t.task_id for t in c.tasks[:tasks])
     loads = [load_1m()]
     with models.serve(spec, n_servers=1) as (server,):

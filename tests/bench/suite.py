@@ -238,13 +238,15 @@ def bench_live_throughput(repeat: int, workers: int | None = None) -> dict[str, 
     one worker process per core)."""
     from layerlab.faults.scenario import load_scenarios
     from layerlab.harness import live
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
 
     scen = tuple(load_scenarios())
-    live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up: litellm import
+    live_run(
+        ("layerlab/extractive",), ("clean",), contract_arms()[:1], 8
+    )  # warm-up: litellm import
     times, cpus, res, loads = [], [], None, [load_1m()]
     for _ in range(repeat):
-        t, cpu, res = live_run(("layerlab/extractive",), scen, MODES, 16, workers)
+        t, cpu, res = live_run(("layerlab/extractive",), scen, contract_arms(), 16, workers)
         times.append(t)
         cpus.append(cpu)
         loads.append(load_1m())
@@ -286,14 +288,14 @@ def bench_live_latency(
     import math
 
     from layerlab.harness import live
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
 
-    live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up
+    live_run(("layerlab/extractive",), ("clean",), contract_arms()[:1], 8)  # warm-up
     times, cpus, res, loads = [], [], None, [load_1m()]
     model = f"layerlab/extractive@{latency_ms}ms"
     scenarios = ("clean", "conflicting_evidence")
     for _ in range(repeat):
-        t, cpu, res = live_run((model,), scenarios, MODES[:1], concurrency, workers)
+        t, cpu, res = live_run((model,), scenarios, contract_arms()[:1], concurrency, workers)
         times.append(t)
         cpus.append(cpu)
         loads.append(load_1m())
@@ -305,7 +307,7 @@ def bench_live_latency(
     eff = round(ideal / med, 3)
     goal = LATENCY_GOALS.get(latency_ms, 0.80)
     used = workers or live.worker_processes(
-        live.LiveConfig((model,), scenarios, MODES[:1]), {}, res.manifest["records"]
+        live.LiveConfig((model,), scenarios, contract_arms()[:1]), {}, res.manifest["records"]
     )
     return {
         "benchmark": f"live harness, agent with {latency_ms} ms latency, concurrency {concurrency}",
