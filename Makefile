@@ -114,7 +114,7 @@ local-archives: $(LOCAL_STAMP) ## Run the real local models (hours; resumable) i
 # (12 arms x 9 scenarios x 40 tasks = 4,320 records; greedy, so an arm whose prompt is unchanged
 # reuses the reply: about 240 calls beyond local-archives'), and sampled replicates (temperature
 # 0.7, 3 replicates, 40 tasks, clean/stale_index/schema_drift/wrong_session: about 840 calls).
-MATRIX_ARMS = $(shell $(BIN)/python -c 'from layerlab.mitigations.mitigation import load_mitigations as l; s = l(); print(" ".join("--mitigation " + a for a in (s.baseline, *s.matrix_arms)))' 2>/dev/null)
+MATRIX_ARMS = $(shell $(BIN)/python -c 'from layerlab.mitigations import load_mitigations as l; s = l(); print(" ".join("--mitigation " + a for a in (s.baseline, *s.matrix_arms)))' 2>/dev/null)
 define local_run
 	@for m in $(LOCAL_MODELS); do \
 	  resume=; [ -e out/$(1)/$$m/manifest.json ] && resume=--resume; \
@@ -135,7 +135,7 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/mypy
 
 bench: $(LOCAL_STAMP) ## Benchmarks: every goal of issue 15 (and the bootstrap's) measured, with pass/fail and the load average.
-	$(BIN)/python -m layerlab.bench
+	$(BIN)/python -m tests.bench
 
 coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).
 	$(BIN)/python -m layerlab.analysis.coverage --full --write

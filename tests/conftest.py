@@ -47,7 +47,7 @@ def every_gate(corpus: corpus_mod.Corpus) -> list[tuple[str, str, corpus_mod.Tas
     """Every cell of the matrix before the reader, under every arm of the committed mitigations
     spec (contract arms, mitigations and stacks): (scenario, arm, task, Gate)."""
     from layerlab.faults.scenario import load_scenarios
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     arms = list(load_mitigations().arms)
     out = []

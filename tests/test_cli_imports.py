@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from layerlab import bench, paths
+from layerlab import paths
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench.suite import CLI_COMMANDS, probe_command  # noqa: E402
 
 _RUN_ALL = """
 import json, sys
@@ -35,7 +39,7 @@ def test_importing_the_cli_does_not_import_litellm() -> None:
 
 
 def test_help_in_a_subprocess_does_not_import_litellm() -> None:
-    wall, rc, heavy = bench.probe_command(["--help"])
+    wall, rc, heavy = probe_command(["--help"])
     assert rc == 0
     assert "litellm" not in heavy and "openai" not in heavy
     assert "pandas" not in heavy and "sklearn" not in heavy  # --help needs neither
@@ -44,7 +48,7 @@ def test_help_in_a_subprocess_does_not_import_litellm() -> None:
 def test_model_free_commands_never_import_litellm(tmp_path) -> None:
     """Every command of the benchmark's model-free list, doing its real work, one after another
     in one interpreter: none imports litellm, and each succeeds."""
-    cmds = [[a.format(tmp=tmp_path) for a in c] for c in bench.CLI_COMMANDS]
+    cmds = [[a.format(tmp=tmp_path) for a in c] for c in CLI_COMMANDS]
     assert any(c[0] == "recompute" for c in cmds) and any(c[0] == "reproduce" for c in cmds)
     proc = _fresh(_RUN_ALL, json.dumps(cmds))
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]

@@ -9,7 +9,7 @@ import pytest
 from layerlab.corpus import build as corpus_mod
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness.prepare import PreparedScenario, prepare
-from layerlab.mitigations.mitigation import contract_mode as get_mode
+from layerlab.mitigations import contract_mode as get_mode
 from layerlab.system.contract import SearchPayload, repair_payload
 
 

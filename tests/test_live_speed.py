@@ -1,6 +1,6 @@
 """The live harness's fast path: worker processes, litellm's trimmed bookkeeping, the reply cache.
 
-The speed itself is measured by ``make bench`` (``layerlab.bench``), never by a timed test; these
+The speed itself is measured by ``make bench`` (``tests/bench``), never by a timed test; these
 tests hold what the fast path must keep: the same records and bytes, one writer, the budget.
 """
 

@@ -20,7 +20,7 @@ from layerlab.harness import deterministic as harness
 from layerlab.harness import live
 from layerlab.harness.prepare import prepare
 from layerlab.harness.step import evaluate, gate
-from layerlab.mitigations.mitigation import (
+from layerlab.mitigations import (
     KINDS,
     MAX_ATTEMPTS,
     Act,

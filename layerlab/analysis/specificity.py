@@ -26,7 +26,7 @@ from layerlab import __version__, archive, paths
 from layerlab.analysis import stats
 from layerlab.faults.scenario import Scenario, load_scenarios
 from layerlab.harness import deterministic as harness
-from layerlab.mitigations.mitigation import MitigationSet, load_mitigations, targets
+from layerlab.mitigations import MitigationSet, load_mitigations, targets
 
 OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
 SPECIFIC, INEFFECTIVE = "specific", "ineffective"

@@ -43,7 +43,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from layerlab.archive import load_records
-from layerlab.mitigations.mitigation import contract_pair
+from layerlab.mitigations import contract_pair
 
 # --- the one constant block: arm column, arms, outcome, target, unit key, small-sample rule -----
 ARM = "mitigation"  # the arm column (archive schema v2)

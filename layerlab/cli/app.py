@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from layerlab.corpus.spec import SpecError
+from layerlab.registry import PluginError
 
 if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
     from layerlab.corpus.build import AnswerKey, Corpus
@@ -88,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         typer.echo(f"error: {where}{exc.strerror or exc}", err=True)
         return 1
+    except PluginError as exc:  # an installed plug-in is broken: not a bug of layerlab's
+        if os.environ.get("LAYERLAB_DEBUG"):
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        return 1
     except Exception as exc:  # the last guard: a bug, reported in one line
         if os.environ.get("LAYERLAB_DEBUG"):
             raise
@@ -150,7 +156,7 @@ def _load_scenarios(path: Path) -> dict[str, Scenario]:
 
 
 def _load_mitigations(path: Path) -> Any:
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     try:
         return load_mitigations(path)

@@ -235,7 +235,7 @@ def mitigation_list(
     kinds: bool = typer.Option(False, "--kinds", help="List the registered kinds instead."),
 ) -> None:
     """The mitigations (entries and stacks) of the spec: layers, stage, actions; or the kinds."""
-    from layerlab.mitigations.mitigation import KINDS
+    from layerlab.mitigations import KINDS
     from layerlab.reporting import terminal as report
 
     if kinds:

@@ -224,7 +224,7 @@ def explore_cmd(
     ),
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
     from layerlab.reporting import explore
 
     try:

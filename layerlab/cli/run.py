@@ -284,7 +284,7 @@ def run_live(
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     for m in config.mitigations:
         try:
@@ -399,7 +399,7 @@ def _run_config(
     ``run`` holds what the flags set (resume, retry errors, cache folder)."""
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live, runconfig
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     for name in _CONFIG_OWNS:
         source = ctx.get_parameter_source(name)

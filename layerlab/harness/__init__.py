@@ -1,2 +1,5 @@
-"""Harnesses: the one record step and the runs built from it — deterministic (no model), live
-(a model through litellm), the focused LangChain study — and run configurations."""
+"""Harnesses: a scenario prepared once per run (`prepare`), the one record step (`step`) and the
+runs built from it — deterministic (`deterministic`, no model), live (`live`, a model through
+litellm), the focused LangChain study (`study`) — and run configurations (`runconfig`)."""
+
+__all__ = ["deterministic", "live", "prepare", "runconfig", "step", "study"]

@@ -14,13 +14,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from layerlab import mitigations
 from layerlab.archive import Record
 from layerlab.corpus.build import AnswerKey, Corpus
 from layerlab.faults.scenario import Scenario
 from layerlab.harness.prepare import RankingCache, input_hash, prepare
 from layerlab.harness.step import Reading, RecordContext, RecordStep, as_arm
-from layerlab.mitigations import mitigation
-from layerlab.mitigations.mitigation import Arm
+from layerlab.mitigations import Arm
 from layerlab.system import retrieval
 from layerlab.system.reader import (
     ExtractiveReader,
@@ -31,7 +31,7 @@ from layerlab.system.reader import (
 
 def contract_arms() -> tuple[str, ...]:
     """The contract arms of the committed mitigations spec, baseline first (Tables 2, 4, 5)."""
-    return mitigation.load_mitigations().contract_arms
+    return mitigations.load_mitigations().contract_arms
 
 
 MODES = contract_arms()
@@ -48,7 +48,7 @@ def run_deterministic(
 ) -> list[Record]:
     """All tasks x scenarios x mitigation arms (default: the contract arms) through the
     extractive reader (or ``reader``). Arms are names in the committed mitigations spec or
-    :class:`~layerlab.mitigations.mitigation.Arm` values (e.g. from another spec file)."""
+    :class:`~layerlab.mitigations.Arm` values (e.g. from another spec file)."""
     reader = reader or ExtractiveReader()
     arms = [as_arm(m) for m in (modes if modes is not None else contract_arms())]
     with _gc_paused():
@@ -117,7 +117,7 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
         if r.scenario not in order:
             order.append(r.scenario)
         cells[(r.scenario, r.mitigation)].append(r)
-    baseline = mitigation.load_mitigations().baseline
+    baseline = mitigations.load_mitigations().baseline
     modes = sorted({r.mitigation for r in records}, key=lambda m: (m != baseline, m))
 
     def table(attr: str) -> dict[str, dict[str, float]]:

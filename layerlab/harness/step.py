@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from layerlab import mitigations
 from layerlab.archive import SCHEMA_VERSION, Record
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.harness.prepare import PreparedScenario, session_for
-from layerlab.mitigations import mitigation
-from layerlab.mitigations.mitigation import MAX_ATTEMPTS, PASS, Act, Arm, Call
+from layerlab.mitigations import MAX_ATTEMPTS, PASS, Act, Arm, Call
 from layerlab.scoring.score import Labels, score
 from layerlab.system import retrieval
 from layerlab.system.contract import ContractResult
@@ -48,7 +48,7 @@ class Gate:
 
 def as_arm(arm: str | Arm) -> Arm:
     """An arm by name in the committed mitigations spec, or the arm itself."""
-    return arm if isinstance(arm, Arm) else mitigation.arm(arm)
+    return arm if isinstance(arm, Arm) else mitigations.arm(arm)
 
 
 def _empty_input(task: Task, session_id: str) -> ReaderInput:

@@ -49,7 +49,7 @@ from layerlab.faults.scenario import Scenario
 from layerlab.harness import deterministic as harness
 from layerlab.harness.prepare import PreparedScenario, prepare
 from layerlab.harness.step import Gate, Reading, RecordContext, RecordStep
-from layerlab.mitigations.mitigation import load_mitigations
+from layerlab.mitigations import load_mitigations
 from layerlab.system import prompt
 from layerlab.system.reader import Evidence, ReaderOutput
 

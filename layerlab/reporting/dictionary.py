@@ -94,7 +94,7 @@ def _scenarios() -> str:
 
 
 def _arms() -> str:
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     spec = load_mitigations()
     parts = []
@@ -115,7 +115,7 @@ def _domains() -> str:
 
 def _study_arms() -> str:
     from layerlab.harness.study import ARMS
-    from layerlab.mitigations.mitigation import load_mitigations
+    from layerlab.mitigations import load_mitigations
 
     spec = load_mitigations()
     return "; ".join(

@@ -23,7 +23,7 @@ from layerlab.corpus.build import AnswerKey, AnswerKeyEntry, Corpus, Task
 from layerlab.faults.scenario import Payload, Scenario
 from layerlab.harness.prepare import PreparedScenario, prepare
 from layerlab.harness.step import Reading, RecordContext, RecordStep
-from layerlab.mitigations.mitigation import contract_pair, load_mitigations
+from layerlab.mitigations import contract_pair, load_mitigations
 from layerlab.scoring.score import Labels
 from layerlab.system import retrieval
 from layerlab.system.contract import ContractResult

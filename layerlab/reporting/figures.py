@@ -27,7 +27,7 @@ import seaborn as sns  # noqa: E402
 
 from layerlab import paths
 from layerlab.analysis import stats  # noqa: E402
-from layerlab.mitigations.mitigation import contract_pair  # noqa: E402
+from layerlab.mitigations import contract_pair  # noqa: E402
 from layerlab.reporting import display
 
 STYLE = {

@@ -1,2 +1,4 @@
 """Evaluator side, the only layer that reads the answer key: the scorer (`score`: S = E ∧ R ∧ G ∧ V,
 safe resolution, a diagnosis) and the retriever and corpus audits (`audit`)."""
+
+__all__ = ["audit", "score"]

@@ -9,7 +9,7 @@ into evidence, never refreshes an index and never touches session ids.
 
 A contract mode is the contract layer's *mitigation*: the named modes (the strict baseline and
 schema repair) are entries of ``data/specs/mitigations.yaml`` of the registered kind
-``contract`` (:class:`layerlab.mitigations.mitigation.ContractCheck`), beside the other layers' mitigations.
+``contract`` (:class:`layerlab.mitigations.ContractCheck`), beside the other layers' mitigations.
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ class ContractResult:
 @dataclass(frozen=True)
 class ContractMode:
     """How a tool payload is checked before the reader sees it (built from a ``contract`` entry
-    of the mitigations spec; see :func:`layerlab.mitigations.mitigation.contract_mode`)."""
+    of the mitigations spec; see :func:`layerlab.mitigations.contract_mode`)."""
 
     name: str
     repair: bool

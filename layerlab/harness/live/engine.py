@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from layerlab import mitigations
 from layerlab._io import canonical_json
 from layerlab.archive import Record, samplelog
 from layerlab.corpus.build import AnswerKey, Corpus, Task
@@ -27,7 +28,6 @@ from layerlab.harness.live.progress import RecordWriter, progress_line
 from layerlab.harness.live.settings import LiveConfig
 from layerlab.harness.prepare import PreparedScenario
 from layerlab.harness.step import Reading, RecordContext, RecordStep
-from layerlab.mitigations import mitigation
 from layerlab.models.cache import ResponseCache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
@@ -129,7 +129,7 @@ class Engine:
         self.budget, self.counters, self.rng, self.routes = budget, counters, rng, routes
         self.litellm = import_litellm()
         # the arms once, not a spec lookup per record
-        self.arms = {m: mitigation.arm(m) for m in ctx.config.mitigations}
+        self.arms = {m: mitigations.arm(m) for m in ctx.config.mitigations}
         self.stopped = False
         self.inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
 

@@ -1,0 +1,304 @@
+"""The arms a run compares: the entries and stacks of ``data/specs/mitigations.yaml`` (the YAML
+models), validated against the registered kinds and built into :class:`Arm` values
+(:class:`MitigationSet`, :func:`load_mitigations`).
+
+An installed plug-in (:mod:`layerlab.registry`) adds arms with an arms file registered in
+:data:`ARM_FILES`: the spec's ``mitigations`` and ``stacks`` (no ``baseline``), appended to every
+spec :func:`load_mitigations` loads, in plug-in name order; its entries are matrix rows (Table 10)
+unless marked ``matrix: false``.
+
+An entry is a named kind with parameters, a stack a named list of entries. The strict contract is
+the baseline arm (no mitigation); schema repair is a contract entry; every other entry runs on top
+of the baseline's contract. A retry calls the (faulted) tool again with the next attempt number;
+whether that can recover is a property of the fault, declared in the scenario DSL (``lasts``),
+never of the mitigation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from layerlab import paths
+from layerlab.corpus.spec import load_yaml_as
+from layerlab.mitigations.base import KINDS, STAGES, Mitigation, Stage
+from layerlab.mitigations.builtin import ContractCheck, EmptyContext
+from layerlab.registry import Registry
+from layerlab.system.contract import ContractMode
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class EntrySpec(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    description: str = ""
+    matrix: bool = True  # a row of the specificity matrix
+
+
+class StackSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    members: list[str] = Field(min_length=1)
+    description: str = ""
+    matrix: bool = True
+
+
+class MitigationFile(_Strict):
+    baseline: str
+    mitigations: list[EntrySpec] = Field(min_length=1)
+    stacks: list[StackSpec] = Field(default_factory=list)
+
+
+class ArmsFile(_Strict):
+    """A plug-in's arms: entries and stacks appended to a mitigations spec's."""
+
+    mitigations: list[EntrySpec] = Field(default_factory=list)
+    stacks: list[StackSpec] = Field(default_factory=list)
+
+
+ARM_FILES: Registry[Path] = Registry("mitigation arms file")
+"""Plug-ins' arms files (YAML as :class:`ArmsFile`) by plug-in name."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a run: a contract plus mitigation steps in stage order."""
+
+    name: str
+    contract: ContractMode
+    steps: tuple[Mitigation, ...]
+    layers: tuple[str, ...]
+    stages: tuple[str, ...]
+    actions: tuple[str, ...]
+    kinds: tuple[str, ...]
+    description: str
+    is_stack: bool
+    matrix: bool
+
+    def at(self, *stages: Stage) -> tuple[Mitigation, ...]:
+        return tuple(m for m in self.steps if m.stage in stages)
+
+    def retriever(self, name: str) -> str:
+        for m in self.at("index"):
+            name = m.retriever(name)
+        return name
+
+    @property
+    def empty_context_on_failure(self) -> bool:
+        return any(isinstance(m, EmptyContext) for m in self.steps)
+
+
+@dataclass(frozen=True)
+class MitigationSet:
+    """The arms named by a mitigations file, in file order (entries, then stacks)."""
+
+    baseline: str
+    arms: Mapping[str, Arm]
+    source: str
+
+    def arm(self, name: str) -> Arm:
+        try:
+            return self.arms[name]
+        except KeyError:
+            raise KeyError(
+                f"unknown mitigation {name!r}; known: {sorted(self.arms)} (from {self.source})"
+            ) from None
+
+    @property
+    def contract_arms(self) -> tuple[str, ...]:
+        """Arms that are a contract entry alone (the baseline first)."""
+        names = [n for n, a in self.arms.items() if not a.is_stack and a.kinds == ("contract",)]
+        return tuple(sorted(names, key=lambda n: n != self.baseline))
+
+    @property
+    def matrix_arms(self) -> tuple[str, ...]:
+        return tuple(n for n, a in self.arms.items() if a.matrix and n != self.baseline)
+
+    def frame(self) -> Any:
+        """One row per arm: name, composition, layers, stages, actions, matrix row, description."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "mitigation": n + (" (baseline)" if n == self.baseline else ""),
+                    "kind": ("stack: " + " + ".join(a.kinds)) if a.is_stack else a.kinds[0],
+                    "layers": "+".join(a.layers) or "-",
+                    "stage": "+".join(a.stages),
+                    "actions": "/".join(a.actions),
+                    "matrix": "yes" if a.matrix and n != self.baseline else "no",
+                    "description": a.description,
+                }
+                for n, a in self.arms.items()
+            ]
+        )
+
+
+def _check(f: MitigationFile) -> list[tuple[tuple[Any, ...], str]]:
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    seen: dict[str, str] = {}
+    for i, e in enumerate(f.mitigations):
+        if e.name in seen:
+            problems.append((("mitigations", i, "name"), f"duplicate name {e.name!r}"))
+        seen[e.name] = e.kind
+        cls = KINDS.get(e.kind)
+        if cls is None:
+            problems.append(
+                (
+                    ("mitigations", i, "kind"),
+                    f"unknown mitigation kind {e.kind!r}; expected one of {sorted(KINDS)}",
+                )
+            )
+            continue
+        try:
+            cls.Params.model_validate(e.params)
+        except ValidationError as exc:
+            for err in exc.errors():
+                what = "unknown parameter" if err["type"] == "extra_forbidden" else err["msg"]
+                problems.append(
+                    ((("mitigations", i, "params", *err["loc"])), f"{what} (kind {e.kind!r})")
+                )
+    for i, st in enumerate(f.stacks):
+        if st.name in seen:
+            problems.append((("stacks", i, "name"), f"duplicate name {st.name!r}"))
+        for j, m in enumerate(st.members):
+            if m not in seen or seen[m] == "":
+                problems.append(
+                    (
+                        ("stacks", i, "members", j),
+                        f"unknown mitigation {m!r}; stacks list entries of 'mitigations'",
+                    )
+                )
+        if sum(seen.get(m) == "contract" for m in st.members) > 1:
+            problems.append((("stacks", i, "members"), "at most one contract entry per stack"))
+        seen[st.name] = ""
+    if seen.get(f.baseline) != "contract":
+        problems.append((("baseline",), f"baseline {f.baseline!r} must name a contract entry"))
+    return problems
+
+
+def _build(f: MitigationFile, source: str) -> MitigationSet:
+    entries = {e.name: e for e in f.mitigations}
+
+    def make(e: EntrySpec) -> Mitigation:
+        cls = KINDS[e.kind]
+        return cls(cls.Params.model_validate(e.params), e.name)
+
+    made = {n: make(e) for n, e in entries.items()}
+    base = made[f.baseline]
+    assert isinstance(base, ContractCheck)
+
+    def arm(name: str, members: Sequence[str], description: str, stack: bool, matrix: bool) -> Arm:
+        ms = [made[m] for m in members]
+        contracts = [m for m in ms if isinstance(m, ContractCheck)]
+        contract = contracts[0].mode if contracts else base.mode
+        steps = tuple(
+            sorted(
+                (m for m in ms if not isinstance(m, ContractCheck)),
+                key=lambda m: STAGES.index(m.stage),
+            )
+        )
+        layers = tuple(dict.fromkeys(layer for m in ms for layer in m.layers))
+        return Arm(
+            name=name,
+            contract=contract,
+            steps=steps,
+            layers=layers,
+            stages=tuple(dict.fromkeys(m.stage for m in ms)),
+            actions=tuple(dict.fromkeys(a for m in ms for a in m.actions)),
+            kinds=tuple(m.kind for m in ms),
+            description=description,
+            is_stack=stack,
+            matrix=matrix,
+        )
+
+    arms: dict[str, Arm] = {}
+    for e in f.mitigations:
+        doc = e.description or " ".join(
+            (KINDS[e.kind].__doc__ or "").strip().split("\n\n")[0].split()
+        )
+        arms[e.name] = arm(e.name, [e.name], doc, False, e.matrix)
+    for st in f.stacks:
+        arms[st.name] = arm(
+            st.name, st.members, st.description or " + ".join(st.members), True, st.matrix
+        )
+    return MitigationSet(f.baseline, arms, source)
+
+
+def _appended(f: MitigationFile, added: ArmsFile) -> MitigationFile:
+    return f.model_copy(
+        update={
+            "mitigations": [*f.mitigations, *added.mitigations],
+            "stacks": [*f.stacks, *added.stacks],
+        }
+    )
+
+
+def _check_added(f: MitigationFile, added: ArmsFile) -> list[tuple[tuple[Any, ...], str]]:
+    """The problems of ``added`` appended to the (valid) spec ``f``, located in ``added``."""
+    start = {"mitigations": len(f.mitigations), "stacks": len(f.stacks)}
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for loc, msg in _check(_appended(f, added)):
+        if len(loc) > 1 and loc[1] >= start[loc[0]]:
+            problems.append(((loc[0], loc[1] - start[loc[0]], *loc[2:]), msg))
+        else:  # a name of the spec's own, now taken by the plug-in
+            problems.append(((), f"{loc[0]}[{loc[1]}] of the spec: {msg}"))
+    return problems
+
+
+_CACHE: dict[tuple[Path, ...], tuple[tuple[float, ...], MitigationSet]] = {}
+
+
+def load_mitigations(path: Path | str | None = None) -> MitigationSet:
+    """Load and validate ``mitigations.yaml`` (default: the committed spec) and the installed
+    plug-ins' arms files (:data:`ARM_FILES`); :class:`SpecError` lists every problem as
+    ``file:line: field: expectation``."""
+    files = (Path(path or paths.MITIGATION_SPEC), *(Path(ARM_FILES[n]) for n in sorted(ARM_FILES)))
+    mtimes = tuple(p.stat().st_mtime if p.exists() else -1.0 for p in files)
+    hit = _CACHE.get(files)
+    if hit is not None and hit[0] == mtimes:
+        return hit[1]
+    spec = load_yaml_as(files[0], MitigationFile, check=_check)
+    for p in files[1:]:
+        added = load_yaml_as(p, ArmsFile, check=partial(_check_added, spec))
+        spec = _appended(spec, added)
+    out = _build(spec, " + ".join(map(str, files)))
+    _CACHE[files] = (mtimes, out)
+    return out
+
+
+def arm(name: str, path: Path | str | None = None) -> Arm:
+    """The arm ``name`` of the committed (or given) mitigations file."""
+    return load_mitigations(path).arm(name)
+
+
+def contract_mode(name: str, path: Path | str | None = None) -> ContractMode:
+    """The contract of the contract entry ``name`` (e.g. the baseline); ``KeyError`` otherwise."""
+    a = arm(name, path)
+    if a.is_stack or a.kinds != ("contract",):
+        raise KeyError(
+            f"{name!r} is not a contract entry; contract entries: {load_mitigations(path).contract_arms}"
+        )
+    return a.contract
+
+
+def contract_pair(path: Path | str | None = None) -> tuple[str, str]:
+    """(baseline, schema-repair treatment): the two contract arms the paper's Tables 2, 4, 5, 8
+    and 9 compare, named by the spec rather than by literals in every module."""
+    arms = load_mitigations(path).contract_arms
+    if len(arms) < 2:
+        raise KeyError(f"the mitigations spec needs two contract entries, has {list(arms)}")
+    return arms[0], arms[1]
+
+
+def targets(a: Arm, scenario_layers: Mapping[str, str]) -> tuple[str, ...]:
+    """Scenarios whose layer (``a+b`` for compound ones) the arm targets."""
+    return tuple(s for s, layer in scenario_layers.items() if set(layer.split("+")) & set(a.layers))

@@ -1,0 +1,144 @@
+"""Plug-ins by entry point: an installed package adds a mitigation and gets its Table 10 row with
+no edit inside ``layerlab/``; a broken plug-in is one clear error line, never an import-time
+failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from layerlab import mitigations, paths
+from layerlab.corpus.spec import SpecError
+
+PLUGIN_PKG = Path(__file__).parent / "fixtures" / "plugin_pkg"
+
+
+def _python(code: str, site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` with ``site`` (where plug-ins are installed) on the path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(site), *filter(None, [env.get("PYTHONPATH", "")]), str(paths.ROOT)]
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=paths.ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy plug-in installed by pip into a folder of its own (built from a copy, so that the
+    build leaves nothing in the fixture)."""
+    tmp = tmp_path_factory.mktemp("plugin")
+    src = shutil.copytree(PLUGIN_PKG, tmp / "src")
+    target = tmp / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--no-build-isolation", "--no-index", "--target", str(target), str(src)],
+        check=True, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    return target
+
+
+_TABLE10 = """
+import json, sys
+from layerlab.analysis import specificity
+from layerlab.reporting import tables
+df = specificity.matrix_frame([sys.argv[1]])
+mx = specificity.matrix(df, n_boot=200)
+row = tables.table10(mx, df).set_index("mitigation").loc["toy_guard"]
+print("ROW " + json.dumps({k: str(v) for k, v in row.items()}))
+"""
+
+
+def test_an_installed_plugin_mitigation_gets_its_table10_row(site: Path, tmp_path: Path) -> None:
+    listed = _python("from layerlab.cli import main; main(['mitigation', 'list'])", site)
+    assert listed.returncode == 0, listed.stderr
+    assert "toy_guard" in listed.stdout and "toy_partial_refusal" in listed.stdout
+    run = tmp_path / "run"
+    res = _python(
+        "import sys; from layerlab.cli import main; sys.exit(main(sys.argv[1:]))",
+        site,
+        *("mitigation", "run", "--out", str(run), "--mitigation", "toy_guard"),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "arms: strict, toy_guard" in res.stdout
+    t10 = _python(_TABLE10, site, str(run))
+    assert t10.returncode == 0, t10.stderr
+    row = json.loads(t10.stdout.split("ROW ", 1)[1])
+    assert row["layer(s)"] == "completeness" and row["stage"] == "reader_input"
+    assert row["target scenario(s)"] == "partial_timeout" and row["verdict"] == "specific"
+
+
+def _broken_site(tmp_path: Path) -> Path:
+    """A plug-in whose module fails to import, its dist-info written by hand."""
+    site = tmp_path / "site"
+    dist = site / "broken_plugin-0.2.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.2\n")
+    (dist / "entry_points.txt").write_text("[layerlab]\nguards = broken_layerlab_plugin\n")
+    (site / "broken_layerlab_plugin.py").write_text('raise ImportError("needs a newer layerlab")\n')
+    return site
+
+
+def test_a_broken_plugin_is_one_clear_error_and_never_an_import_failure(tmp_path: Path) -> None:
+    site = _broken_site(tmp_path)
+    imported = _python(
+        "import layerlab, layerlab.mitigations, layerlab.faults.scenario, "
+        "layerlab.system.retrieval, layerlab.system.reader, layerlab.cli; print('ok')",
+        site,
+    )
+    assert imported.returncode == 0 and imported.stdout.strip() == "ok", imported.stderr
+    res = _python("import sys; from layerlab.cli import main; sys.exit(main(sys.argv[1:]))", site,
+                  "scenario", "list")  # fmt: skip
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.splitlines() == [
+        "error: layerlab plug-in guards = 'broken_layerlab_plugin' (distribution broken-plugin "
+        "0.2) failed to load: ImportError: needs a newer layerlab"
+    ]
+    again = _python(
+        textwrap.dedent(
+            """\
+            from layerlab.mitigations import KINDS
+            from layerlab.registry import PluginError
+            for _ in range(2):  # the failure is kept: no run goes on with part of a plug-in
+                try:
+                    KINDS["contract"]
+                except PluginError as exc:
+                    print("PluginError", "broken-plugin 0.2" in str(exc))
+            """
+        ),
+        site,
+    )
+    assert again.stdout.split("\n")[:2] == ["PluginError True"] * 2, again.stderr
+
+
+def test_a_plugin_arms_file_problem_names_its_file_and_line(tmp_path: Path) -> None:
+    arms = tmp_path / "arms.yaml"
+    arms.write_text(
+        "mitigations:\n  - name: freshness_guard\n    kind: contract\n"
+        "  - name: odd\n    kind: no_such_kind\n"
+    )
+    mitigations.ARM_FILES.register(arms, "zz_test")
+    try:
+        with pytest.raises(SpecError) as exc:
+            mitigations.load_mitigations()
+    finally:
+        mitigations.ARM_FILES._items.pop("zz_test")
+    assert [str(p) for p in exc.value.problems] == [
+        f"{arms}:2: mitigations[0].name: duplicate name 'freshness_guard'",
+        f"{arms}:5: mitigations[1].kind: unknown mitigation kind 'no_such_kind'; expected one of "
+        f"{sorted(mitigations.KINDS)}",
+    ]
+    assert "zz_test" not in mitigations.load_mitigations().arms
