@@ -358,13 +358,13 @@ def bench_live_throughput(repeat: int, workers: int | None = None) -> dict[str, 
     one worker process per core)."""
     from layerlab.faults.scenario import load_scenarios
     from layerlab.harness import live
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
 
     scen = tuple(load_scenarios())
-    _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up: litellm import
+    _live_run(("layerlab/extractive",), ("clean",), contract_arms()[:1], 8)  # warm-up: litellm import
     times, cpus, res, loads = [], [], None, [_load()]
     for _ in range(repeat):
-        t, cpu, res = _live_run(("layerlab/extractive",), scen, MODES, 16, workers)
+        t, cpu, res = _live_run(("layerlab/extractive",), scen, contract_arms(), 16, workers)
         times.append(t)
         cpus.append(cpu)
         loads.append(_load())
@@ -406,14 +406,14 @@ def bench_live_latency(
     import math
 
     from layerlab.harness import live
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
 
-    _live_run(("layerlab/extractive",), ("clean",), MODES[:1], 8)  # warm-up
+    _live_run(("layerlab/extractive",), ("clean",), contract_arms()[:1], 8)  # warm-up
     times, cpus, res, loads = [], [], None, [_load()]
     model = f"layerlab/extractive@{latency_ms}ms"
     scenarios = ("clean", "conflicting_evidence")
     for _ in range(repeat):
-        t, cpu, res = _live_run((model,), scenarios, MODES[:1], concurrency, workers)
+        t, cpu, res = _live_run((model,), scenarios, contract_arms()[:1], concurrency, workers)
         times.append(t)
         cpus.append(cpu)
         loads.append(_load())
@@ -425,7 +425,7 @@ def bench_live_latency(
     eff = round(ideal / med, 3)
     goal = LATENCY_GOALS.get(latency_ms, 0.80)
     used = workers or live.worker_processes(
-        live.LiveConfig((model,), scenarios, MODES[:1]), {}, res.manifest["records"]
+        live.LiveConfig((model,), scenarios, contract_arms()[:1]), {}, res.manifest["records"]
     )
     return {
         "benchmark": f"live harness, agent with {latency_ms} ms latency, concurrency {concurrency}",
@@ -597,7 +597,7 @@ def bench_local_model(
     c = corpus_mod.load(paths.CORPUS_DIR)
     key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
     scen = load_scenarios()
-    scenarios, arms = ("clean", "conflicting_evidence"), harness.MODES
+    scenarios, arms = ("clean", "conflicting_evidence"), harness.contract_arms()
     task_ids = tuple(t.task_id for t in c.tasks[:tasks])
     loads = [_load()]
     with models.serve(spec, n_servers=1) as (server,):
@@ -747,13 +747,13 @@ def profile_live(scenarios: Sequence[str] | None = None) -> dict[str, Any]:
     import pstats
 
     from layerlab.faults.scenario import load_scenarios
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
 
     scen = tuple(scenarios or load_scenarios())
-    _live_run(("layerlab/extractive",), scen[:1], MODES[:1], 8, 1)  # warm-up: imports, caches
+    _live_run(("layerlab/extractive",), scen[:1], contract_arms()[:1], 8, 1)  # warm-up: imports, caches
     prof = cProfile.Profile()
     prof.enable()
-    wall, _cpu, res = _live_run(("layerlab/extractive",), scen, MODES, 16, 1)
+    wall, _cpu, res = _live_run(("layerlab/extractive",), scen, contract_arms(), 16, 1)
     prof.disable()
     buckets: dict[str, float] = {}
     table: Any = pstats.Stats(prof)

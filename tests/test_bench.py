@@ -53,7 +53,7 @@ def test_deterministic_entry_has_the_shape_and_counts_every_record(corpus) -> No
     from layerlab.harness import deterministic as harness
 
     r = bench.bench_deterministic(1)
-    n = len(corpus.tasks) * len(load_scenarios()) * len(harness.MODES)
+    n = len(corpus.tasks) * len(load_scenarios()) * len(harness.contract_arms())
     assert r["records"] == n and r["unit"] == "s" and r["goal"] == "<= 1"
     assert isinstance(r["ok"], bool) and r["measured"] == r["median_seconds"] > 0
 

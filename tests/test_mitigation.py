@@ -180,7 +180,7 @@ def test_contract_arms_are_unchanged_by_the_refactor() -> None:
     ref = ref[ref["model"] == "extractive"]
     cols = ["scenario", "mitigation", "task_id", *archive.LABELS, "diagnostic"]
     keys = ["scenario", "mitigation", "task_id"]
-    a = m[m["mitigation"].isin(harness.MODES)][cols].sort_values(keys).reset_index(drop=True)
+    a = m[m["mitigation"].isin(harness.contract_arms())][cols].sort_values(keys).reset_index(drop=True)
     b = ref[cols].sort_values(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
 
