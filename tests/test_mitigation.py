@@ -364,7 +364,7 @@ def _null_flag_rates(sims: int, n_boot: int) -> tuple[float, float]:
     everywhere), the share the verdict does not call ineffective, and the old rule's share."""
     from layerlab.analysis import coverage, stats, synthetic
 
-    setting = next(s for s in coverage.SETTINGS if s.name.startswith("identical prompts, 2 units"))
+    setting = next(s for s in coverage.all_settings() if s.name.startswith("identical prompts, 2 units"))
     assert coverage.is_null(setting) and len(setting.effects) == len(load_scenarios())
     new = old = 0
     for i in range(sims):

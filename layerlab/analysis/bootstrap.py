@@ -269,7 +269,3 @@ def plain_loop_bootstrap(
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[start + r] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
     return out
-
-
-# --- paired effects --------------------------------------------------------------------------
-

@@ -15,37 +15,6 @@ from layerlab.analysis.effects import Effects
 from layerlab.analysis.units import ARM, MIN_UNITS, contract_arms, unit_labels
 
 
-def arm_pairs(
-    df: pd.DataFrame, baseline: str | None = None, treatment: str | None = None, *columns: str
-) -> pd.DataFrame:
-    """The (unit, scenario, task, replicate) pairs that reached the reader in both arms (default:
-    the contract pair), with each arm's ``prompt_hash`` and ``columns`` suffixed ``_a``
-    (baseline) and ``_b``."""
-    baseline, treatment = contract_arms(baseline, treatment)
-    keys = ["provider", "model", "scenario", "task_id", "replicate"]
-    cols = [*keys, "prompt_hash", *columns]
-    a = df.loc[(df[ARM] == baseline) & df["reached_reader"], cols]
-    b = df.loc[(df[ARM] == treatment) & df["reached_reader"], cols]
-    return a.merge(b, on=keys, suffixes=("_a", "_b"))
-
-
-def identical_prompts(
-    df: pd.DataFrame, baseline: str | None = None, treatment: str | None = None
-) -> dict[str, tuple[int, int]]:
-    """Per scenario: (pairs whose baseline and treatment prompts are byte-identical, pairs that
-    reached the reader in both arms). Where every pair is identical, a difference between the
-    arms is the model's draw, not the arm (exactly zero under greedy decoding with shared
-    replies)."""
-    m = arm_pairs(df, baseline, treatment)
-    out = {}
-    for s, sub in m.groupby("scenario", sort=False):
-        same = int((sub["prompt_hash_a"] == sub["prompt_hash_b"]).sum())
-        out[str(s)] = (same, len(sub))
-    return out
-
-
-
-
 def mcnemar_exact_log10(n01: int, n10: int) -> float:
     """log10 of the exact (binomial) two-sided McNemar p-value, summed in log space so it stays
     finite where the p-value itself underflows to 0."""
@@ -184,7 +153,37 @@ def crosschecks(
     return pd.DataFrame(rows)
 
 
-# --- replicates: within-task variability of sampled decoding -------------------------------------
+# --- identical prompts: are the arms exchangeable where nothing differs? --------------------------
+
+
+def arm_pairs(
+    df: pd.DataFrame, baseline: str | None = None, treatment: str | None = None, *columns: str
+) -> pd.DataFrame:
+    """The (unit, scenario, task, replicate) pairs that reached the reader in both arms (default:
+    the contract pair), with each arm's ``prompt_hash`` and ``columns`` suffixed ``_a``
+    (baseline) and ``_b``."""
+    baseline, treatment = contract_arms(baseline, treatment)
+    keys = ["provider", "model", "scenario", "task_id", "replicate"]
+    cols = [*keys, "prompt_hash", *columns]
+    a = df.loc[(df[ARM] == baseline) & df["reached_reader"], cols]
+    b = df.loc[(df[ARM] == treatment) & df["reached_reader"], cols]
+    return a.merge(b, on=keys, suffixes=("_a", "_b"))
+
+
+def identical_prompts(
+    df: pd.DataFrame, baseline: str | None = None, treatment: str | None = None
+) -> dict[str, tuple[int, int]]:
+    """Per scenario: (pairs whose baseline and treatment prompts are byte-identical, pairs that
+    reached the reader in both arms). Where every pair is identical, a difference between the
+    arms is the model's draw, not the arm (exactly zero under greedy decoding with shared
+    replies)."""
+    m = arm_pairs(df, baseline, treatment)
+    out = {}
+    for s, sub in m.groupby("scenario", sort=False):
+        same = int((sub["prompt_hash_a"] == sub["prompt_hash_b"]).sum())
+        out[str(s)] = (same, len(sub))
+    return out
+
 
 def identical_prompt_discordance(
     df: pd.DataFrame,
@@ -202,7 +201,9 @@ def identical_prompt_discordance(
     m = arm_pairs(df, baseline, treatment, outcome)
     m = m[m["prompt_hash_a"] == m["prompt_hash_b"]]
     rows = []
-    for (provider, model, scenario), sub in m.groupby(["provider", "model", "scenario"], sort=False):
+    for (provider, model, scenario), sub in m.groupby(
+        ["provider", "model", "scenario"], sort=False
+    ):
         only_a = int((sub[f"{outcome}_a"] & ~sub[f"{outcome}_b"]).sum())
         only_b = int((~sub[f"{outcome}_a"] & sub[f"{outcome}_b"]).sum())
         n = only_a + only_b

@@ -146,9 +146,7 @@ def arm_effects(
     )
 
 
-def cluster_df(
-    p: Paired, cluster_of_task: NDArray[np.int64]
-) -> NDArray[np.float64]:
+def cluster_df(p: Paired, cluster_of_task: NDArray[np.int64]) -> NDArray[np.float64]:
     """Per scenario, the degrees of freedom of the task-clustered variance of the mean difference,
     matched to its kurtosis: ``2 / (2/(G-1) + (k-3)/G)`` over the G clusters' residual sums
     (k their kurtosis), at most G-1.
@@ -401,9 +399,7 @@ class Block:
 
 def effects_long(analysis: Mapping[str, Block]) -> pd.DataFrame:
     """Every block's reported paired effects, one under the other with a ``block`` column."""
-    return pd.concat(
-        [a.eff.table.assign(block=b) for b, a in analysis.items()], ignore_index=True
-    )
+    return pd.concat([a.eff.table.assign(block=b) for b, a in analysis.items()], ignore_index=True)
 
 
 def analyse(
@@ -427,7 +423,8 @@ def analyse(
         out[name] = Block(name, sub, designs, eff, specificity_margin(eff))
     return out
 
-# --- Tables 8 and 9 --------------------------------------------------------------------------
+
+# --- Table 8 ---------------------------------------------------------------------------------
 
 
 def model_gains(
@@ -458,4 +455,3 @@ def model_gains(
         cut = g["gain"].iloc[top - 1]
         g = g[g["gain"] >= cut - 1e-12]
     return g[cols].reset_index(drop=True)
-

@@ -60,8 +60,6 @@ def wilson(k: float, n: float, alpha: float = ALPHA) -> tuple[float, float]:
     return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
-
-
 def _cluster_var(sums: NDArray[np.float64], counts: NDArray[np.float64], mean: Any) -> Any:
     """Cluster-robust variance of a ratio mean from per-cluster sums and counts (axis 0 = clusters),
     with the G/(G-1) small-sample factor."""
@@ -230,8 +228,7 @@ def rates(
     return pd.DataFrame(rows)
 
 
-# --- paired layout ---------------------------------------------------------------------------
-
+# --- Table 9: provider averages --------------------------------------------------------------
 
 
 def provider_averages(
@@ -268,8 +265,7 @@ def provider_averages(
     return pd.DataFrame(rows)
 
 
-# --- cross-checks ----------------------------------------------------------------------------
-
+# --- replicates: within-task variability of sampled decoding -------------------------------------
 
 
 def replicate_variability(df: pd.DataFrame, outcome: str = OUTCOME) -> pd.DataFrame:
@@ -293,7 +289,9 @@ def replicate_variability(df: pd.DataFrame, outcome: str = OUTCOME) -> pd.DataFr
         total = max(between, 0.0) + within
         icc = max(between, 0.0) / total if total > 0 else float("nan")
         all_r = cluster_rate(sub, outcome, design="tasks")
-        first = cluster_rate(sub[sub["replicate"] == sub["replicate"].min()], outcome, design="tasks")
+        first = cluster_rate(
+            sub[sub["replicate"] == sub["replicate"].min()], outcome, design="tasks"
+        )
         rows.append(
             {
                 "unit": f"{provider}/{model}",
@@ -317,4 +315,3 @@ def replicate_variability(df: pd.DataFrame, outcome: str = OUTCOME) -> pd.DataFr
             }
         )
     return pd.DataFrame(rows)
-
