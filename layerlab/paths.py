@@ -11,6 +11,7 @@ SPECS = DATA / "specs"
 CORPUS_SPEC_DIR = SPECS / "enterprise_v2"
 SCENARIO_SPEC = SPECS / "scenarios.yaml"
 MITIGATION_SPEC = SPECS / "mitigations.yaml"
+ROLE_SPEC = SPECS / "roles.yaml"  # which scenarios each analysis compares
 MODEL_SPEC = SPECS / "models.yaml"
 CORPUS_DIR = DATA / "corpus" / "enterprise_v2"
 ARCHIVES = DATA / "archives"

@@ -66,7 +66,7 @@ def test_bad_input_is_a_clear_error() -> None:
 def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:
     df = stats.records_frame([paths.ARCHIVES / "reference_agents"])
     cases = explore.representative_cases(df)
-    assert [c[0] for c in cases] == [c[0] for c in explore.CASES]
+    assert [c[0] for c in cases] == [c[0] for c in explore.cases()]
     d = df[df["model"] == "extractive"].set_index(["scenario", "mitigation", "task_id"])
     (_, drift_task, _, _) = cases[0]
     assert not d.loc[("schema_drift", "strict", drift_task), "success"]

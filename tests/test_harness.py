@@ -85,7 +85,7 @@ def test_fast_paths_give_the_textbook_values(corpus, key) -> None:
 
     scen = load_scenarios()
     prep = prepare(corpus, scen["partial_timeout"])
-    g = gate(corpus.tasks[0], prep, harness.MODES[0])
+    g = gate(corpus.tasks[0], prep, harness.contract_arms()[0])
     assert g.inp is not None and g.inp.evidence
     want = hashlib.sha256(canonical_json(dataclasses.asdict(g.inp)).encode()).hexdigest()
     assert input_hash(g.inp) == want

@@ -69,7 +69,7 @@ def test_extractive_agent_reproduces_the_deterministic_harness(
         for r in read_records(tmp_path / "run" / "records.parquet")
     }
     det = [r for r in harness.run_deterministic(corpus, key, scen) if r.task_id in set(tasks)]
-    assert len(got) == len(det) == len(tasks) * len(scen) * len(harness.MODES)
+    assert len(got) == len(det) == len(tasks) * len(scen) * len(harness.contract_arms())
     if every == 1:
         assert len(det) == 4320
     for r in det:
@@ -336,7 +336,7 @@ def test_archive_check_and_merge(tmp_path, corpus, key, scen) -> None:
         ],
     )
     assert m.exit_code == 0, m.output
-    assert f"merged 2 run(s), {2 * len(tasks) * len(harness.MODES)} records" in m.output
+    assert f"merged 2 run(s), {2 * len(tasks) * len(harness.contract_arms())} records" in m.output
     assert runner.invoke(app, ["archive", "check", str(tmp_path / "m")]).exit_code == 0
     # a run folder whose archive was truncated, a foreign file, a tampered manifest
     data = (tmp_path / "b" / "records.parquet").read_bytes()

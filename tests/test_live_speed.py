@@ -169,7 +169,7 @@ def test_worker_count_respects_what_a_run_needs(monkeypatch) -> None:
 def _first_messages(corpus, scen) -> list[dict[str, str]]:
     prep = prepare(corpus, scen["clean"])
     for t in corpus.tasks:
-        g = gate(t, prep, harness.MODES[0])
+        g = gate(t, prep, harness.contract_arms()[0])
         if g.inp is not None:
             return prompt.messages(g.inp)
     raise AssertionError("no task reaches the reader")

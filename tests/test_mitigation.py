@@ -179,7 +179,7 @@ def test_contract_arms_are_unchanged_by_the_refactor() -> None:
     ref = ref[ref["model"] == "extractive"]
     cols = ["scenario", "mitigation", "task_id", *archive.LABELS, "diagnostic"]
     keys = ["scenario", "mitigation", "task_id"]
-    a = m[m["mitigation"].isin(harness.MODES)][cols].sort_values(keys).reset_index(drop=True)
+    a = m[m["mitigation"].isin(harness.contract_arms())][cols].sort_values(keys).reset_index(drop=True)
     b = ref[cols].sort_values(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
 
@@ -363,7 +363,7 @@ def _null_flag_rates(sims: int, n_boot: int) -> tuple[float, float]:
     everywhere), the share the verdict does not call ineffective, and the old rule's share."""
     from layerlab.analysis import coverage, stats, synthetic
 
-    setting = next(s for s in coverage.SETTINGS if s.name.startswith("identical prompts, 2 units"))
+    setting = next(s for s in coverage.all_settings() if s.name.startswith("identical prompts, 2 units"))
     assert coverage.is_null(setting) and len(setting.effects) == len(load_scenarios())
     new = old = 0
     for i in range(sims):

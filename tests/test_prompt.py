@@ -16,9 +16,9 @@ def test_every_prompt_of_every_cell_is_free_of_the_answer_key(
     inputs = [(s, m, t, g.inp) for s, m, t, g in every_gate if g.inp is not None]
     # the contract arms reach the reader on 3,120 of 4,320 cells, as in the paper (missing and
     # denied end before the prompt in both arms, schema drift under strict); mitigations add more
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
 
-    assert sum(m in MODES for _, m, _, _ in inputs) == 3120 and len(inputs) > 3120
+    assert sum(m in contract_arms() for _, m, _, _ in inputs) == 3120 and len(inputs) > 3120
     for scenario, mode, t, inp in inputs:
         entry = key[t.task_id]
         msgs = prompt.messages(inp)

@@ -195,3 +195,41 @@ def test_wrong_session_without_foreign_versions_is_a_clear_error(corpus: corpus_
     sent = prepare(corpus, scen["clean"]).sent[t.task_id]
     with pytest.raises(ValueError, match="no other-tenant version"):
         scen["wrong_session"].transport(sent, ToolContext(t.task_id, t.policy_id, "s-1"))
+
+
+# --- scenario roles (data/specs/roles.yaml) ---------------------------------------------------
+
+
+def test_committed_roles_name_the_paper_scenarios() -> None:
+    from layerlab.analysis import stats
+    from layerlab.faults.roles import load_roles
+    from layerlab.scoring import audit
+
+    roles = load_roles()
+    assert roles.contract_target == stats.TARGET == "schema_drift"
+    assert roles.negative_control == "clean"
+    assert roles.audit == ["clean", "conflicting_evidence", "corrupted_metadata"]
+    assert {c.scenario for c in roles.explorer} <= set(NINE)
+    assert list(audit.conditions_from(corpus_mod.load(), load_scenarios())) == roles.audit
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("contract_target: schema_drift", "contract_target: schema_drfit", "contract_target"),
+        ("audit: [clean,", "audit: [clen,", "audit[0]"),
+        ("scenario: stale_index,", "scenario: stale,", "explorer[2].scenario"),
+    ],
+)
+def test_unknown_scenario_in_a_role_is_named(tmp_path: Path, old: str, new: str, field: str) -> None:
+    from layerlab.faults.roles import load_roles
+
+    text = paths.ROLE_SPEC.read_text(encoding="utf-8")
+    assert old in text
+    bad = tmp_path / "roles.yaml"
+    bad.write_text(text.replace(old, new), encoding="utf-8")
+    with pytest.raises(SpecError) as e:
+        load_roles(bad)
+    msg = str(e.value)
+    assert msg.startswith(f"{bad}:") and f": {field}: unknown scenario" in msg, msg
+    assert "expected one of ['clean'" in msg

@@ -292,7 +292,7 @@ def test_reduced_coverage_suite_runs_every_setting_and_interval() -> None:
         "ineffective (no effect anywhere)",
     }
     verdict = table[table["quantity"] == coverage.VERDICT]
-    assert set(verdict["setting"]) == {s.name for s in coverage.SETTINGS if coverage.is_null(s)}
+    assert set(verdict["setting"]) == {s.name for s in coverage.all_settings() if coverage.is_null(s)}
     assert verdict["false flag"].notna().all() and table["false flag"].isna().sum() == len(
         table
     ) - len(verdict)
@@ -363,7 +363,7 @@ def test_tasks_only_intervals_get_a_small_sample_widening() -> None:
     from scipy.stats import norm
     from scipy.stats import t as t_dist
 
-    setting = next(s for s in coverage.SETTINGS if s.name.startswith("2 units x 80 tasks"))
+    setting = next(s for s in coverage.all_settings() if s.name.startswith("2 units x 80 tasks"))
     p = synthetic.simulate(setting, 5, truth_draws=1_000).paired()
     eff = stats.effects_from_paired(p, 2000, seed=0)
     assert eff.design == "tasks" and len(p.tasks) == 80
@@ -381,7 +381,7 @@ def test_tasks_only_intervals_get_a_small_sample_widening() -> None:
     assert ((t["ci_high"] - t["ci_low"]).to_numpy() > (rhi - rlo)).all()
     assert "widened by t(df)/z, df at most 79" in eff.describe()
     # crossed keeps t(U-1)/z over the units; nested stays raw
-    assert np.allclose(stats.small_sample_factor(p, "crossed", False), stats._t_over_z(2, 0.05))
+    assert np.allclose(stats.small_sample_factor(p, "crossed", False), stats.t_over_z(2, 0.05))
     assert np.allclose(stats.small_sample_factor(p, "nested", False), 1.0)
 
 

@@ -1,5 +1,20 @@
-"""Statistics over archives: cluster-aware rates, paired effects and bootstrap intervals (`stats`),
-per-model results (`results`), the specificity matrix (`specificity`), interval coverage
-(`coverage`) on synthetic archives with known truth (`synthetic`)."""
+"""Statistics over archives, by concern: the vocabulary, contract arms and design rule (`units`),
+archives as frames (`provenance`), cluster-aware rates (`rates`), the paired bootstrap
+(`bootstrap`), paired effects and the specificity margin (`effects`), cross-checks
+(`crosschecks`) — one name space in `stats` — and per-model results (`results`), the specificity
+matrix (`specificity`), interval coverage (`coverage`) on synthetic archives with known truth
+(`synthetic`)."""
 
-__all__ = ["coverage", "results", "specificity", "stats", "synthetic"]
+__all__ = [
+    "bootstrap",
+    "coverage",
+    "crosschecks",
+    "effects",
+    "provenance",
+    "rates",
+    "results",
+    "specificity",
+    "stats",
+    "synthetic",
+    "units",
+]

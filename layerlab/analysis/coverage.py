@@ -29,6 +29,7 @@ size.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Sequence
@@ -40,7 +41,11 @@ import numpy as np
 import pandas as pd
 
 from layerlab import paths
-from layerlab.analysis import stats, synthetic
+from layerlab.analysis import synthetic
+from layerlab.analysis.bootstrap import bootstrap
+from layerlab.analysis.effects import Effects, effects_from_paired, specificity_margin
+from layerlab.analysis.rates import rate_interval
+from layerlab.analysis.units import ALPHA, MIN_UNITS, contract_arms
 
 COVERAGE_DIR = paths.DATA / "coverage"
 COVERAGE_CSV = COVERAGE_DIR / "coverage.csv"
@@ -48,19 +53,6 @@ NOMINAL = 0.95
 REQUIRED = 0.93  # every reported interval type must reach this in every setting
 MAX_FALSE_FLAG = 0.07  # Table 10's verdict may call at most this share of null mitigations
 VERDICT = "verdict, null mitigation"  # the quantity of the verdict rows
-
-_BASE = synthetic.Setting()
-# the real archives' design: 2 small models x one question variant of 80 policies, most tasks
-# near the floor and a few much easier (skewed difficulty)
-_SMALL = replace(
-    _BASE,
-    n_units=2,
-    n_policies=80,
-    variants=1,
-    task_dist="skewed",
-    base_rate=0.15,
-    task_sd=0.3,
-)
 
 
 def _null(setting: synthetic.Setting) -> synthetic.Setting:
@@ -77,33 +69,49 @@ def _null(setting: synthetic.Setting) -> synthetic.Setting:
     )
 
 
-SETTINGS: tuple[synthetic.Setting, ...] = (
-    replace(_BASE, name="9 units, moderate heterogeneity"),
-    replace(_BASE, name="9 units, shared task effect", task_sd=0.15, task_effect_sd=0.25),
-    replace(_BASE, name="9 units, strong heterogeneity", unit_sd=0.1, unit_effect_sd=0.15),
-    replace(
-        _BASE,
-        name="9 units, no heterogeneity",
-        unit_sd=0.0,
-        unit_effect_sd=0.0,
-        task_sd=0.0,
-        task_effect_sd=0.0,
-    ),
-    replace(_BASE, name="2 units", n_units=2),
-    replace(_BASE, name="3 units", n_units=3),
-    replace(_BASE, name="27 units", n_units=27),
-    replace(_SMALL, name="2 units x 80 tasks, skewed difficulty"),
-    replace(_null(_SMALL), name="identical prompts, 2 units x 80 tasks x 9 scenarios"),
-    replace(
-        _null(replace(_BASE, n_policies=80, variants=1)),
-        name="identical prompts, 9 units x 80 tasks x 9 scenarios",
-    ),
-)
+@functools.cache
+def all_settings() -> tuple[synthetic.Setting, ...]:
+    """The coverage settings, in table order (built on first use: the null settings span the
+    DSL's scenarios)."""
+    base = synthetic.Setting()
+    # the real archives' design: 2 small models x one question variant of 80 policies, most tasks
+    # near the floor and a few much easier (skewed difficulty)
+    small = replace(
+        base,
+        n_units=2,
+        n_policies=80,
+        variants=1,
+        task_dist="skewed",
+        base_rate=0.15,
+        task_sd=0.3,
+    )
+    return (
+        replace(base, name="9 units, moderate heterogeneity"),
+        replace(base, name="9 units, shared task effect", task_sd=0.15, task_effect_sd=0.25),
+        replace(base, name="9 units, strong heterogeneity", unit_sd=0.1, unit_effect_sd=0.15),
+        replace(
+            base,
+            name="9 units, no heterogeneity",
+            unit_sd=0.0,
+            unit_effect_sd=0.0,
+            task_sd=0.0,
+            task_effect_sd=0.0,
+        ),
+        replace(base, name="2 units", n_units=2),
+        replace(base, name="3 units", n_units=3),
+        replace(base, name="27 units", n_units=27),
+        replace(small, name="2 units x 80 tasks, skewed difficulty"),
+        replace(_null(small), name="identical prompts, 2 units x 80 tasks x 9 scenarios"),
+        replace(
+            _null(replace(base, n_policies=80, variants=1)),
+            name="identical prompts, 9 units x 80 tasks x 9 scenarios",
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class Size:
-    """How big a coverage run is. Settings with fewer than ``stats.MIN_UNITS`` units are cheap
+    """How big a coverage run is. Settings with fewer than ``MIN_UNITS`` units are cheap
     and their tasks-only intervals sit closest to the requirement, so they get ``small_sims``
     simulations (a smaller Monte Carlo error) when it is set; null settings (no effect anywhere,
     where the verdict's false-flag rate is measured) get ``null_sims`` when it is set."""
@@ -117,7 +125,7 @@ class Size:
     def sims_for(self, setting: synthetic.Setting) -> int:
         if self.null_sims is not None and is_null(setting):
             return self.null_sims
-        if self.small_sims is not None and setting.n_units < stats.MIN_UNITS:
+        if self.small_sims is not None and setting.n_units < MIN_UNITS:
             return self.small_sims
         return self.sims
 
@@ -142,7 +150,7 @@ def _percentile(reps: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]
 
 def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[dict[str, Any]]:
     """Every interval type on one simulated archive: rows of (quantity, interval, covered, width)."""
-    alpha = stats.ALPHA
+    alpha = ALPHA
     sample = synthetic.simulate(setting, seed, truth_draws=50_000)
     p = sample.paired()
     scen = list(p.scenarios)
@@ -173,7 +181,7 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
             }
         )
 
-    eff = stats.effects_from_paired(p, n_boot, seed=seed + 1)
+    eff = effects_from_paired(p, n_boot, seed=seed + 1)
     pop = eff.design != "tasks"
     true_eff = sample.true_effect if pop else sample.true_effect_units
     est_name = "population" if pop else "these units"
@@ -201,7 +209,7 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
         )
     if is_null(setting):
         rows += _verdict_rows(eff, setting.target, [scen[i] for i in zero])
-    m = stats.specificity_margin(eff, setting.target, [scen[i] for i in zero])
+    m = specificity_margin(eff, setting.target, [scen[i] for i in zero])
     true_margin = true_eff[ti] - np.abs(true_eff[zero]).max()
     add(
         "specificity margin",
@@ -227,7 +235,7 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
         true_margin,
     )
 
-    nested = stats.bootstrap(p, n_boot, seed + 2, design="nested")
+    nested = bootstrap(p, n_boot, seed + 2, design="nested")
     nlo, nhi = _percentile(nested, alpha)
     add(
         "effect, target",
@@ -251,7 +259,7 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
             sample.true_effect[i],
         )
     if not pop and U >= 2:
-        cr = stats.effects_from_paired(p, n_boot, seed=seed + 3, design="crossed")
+        cr = effects_from_paired(p, n_boot, seed=seed + 3, design="crossed")
         add(
             "effect, target",
             "crossed below min units",
@@ -263,17 +271,18 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
             sample.true_effect[ti],
         )
 
+    baseline, treatment = contract_arms()
     for arm, data, truth_pop, truth_units in (
-        (stats.BASELINE, sample.baseline, sample.true_rate, sample.true_rate_units),
+        (baseline, sample.baseline, sample.true_rate, sample.true_rate_units),
         (
-            stats.TREATMENT,
+            treatment,
             sample.treatment,
             sample.true_rate + sample.true_effect,
             sample.true_rate_units + sample.true_effect_units,
         ),
     ):
         sums = data[:, ti, :].astype(float)
-        r = stats.rate_interval(sums, np.ones_like(sums))
+        r = rate_interval(sums, np.ones_like(sums))
         rpop = r.design != "tasks"
         add(
             f"rate, {arm}",
@@ -299,7 +308,7 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
 
 
 def _verdict_rows(
-    eff: stats.Effects, target: str, off_target: list[str]
+    eff: Effects, target: str, off_target: list[str]
 ) -> list[dict[str, Any]]:
     """Table 10's verdict on a null archive (truth: ineffective), beside the rules it replaced."""
     from layerlab.analysis import specificity
@@ -338,10 +347,12 @@ def _verdict_rows(
 
 
 def run(
-    settings: Sequence[synthetic.Setting] = SETTINGS,
+    settings: Sequence[synthetic.Setting] | None = None,
     size: Size = REDUCED,
 ) -> pd.DataFrame:
-    """The coverage table: setting × quantity × interval → coverage, mean width (pp), checks."""
+    """The coverage table: setting × quantity × interval → coverage, mean width (pp), checks
+    (default: every setting of :func:`all_settings`)."""
+    settings = all_settings() if settings is None else settings
     out = []
     for k, setting in enumerate(settings):
         sims = size.sims_for(setting)
@@ -421,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
         "--full",
         action="store_true",
         help=f"full size ({FULL.sims} simulations per setting, {FULL.small_sims} below "
-        f"{stats.MIN_UNITS} units and {FULL.null_sims} for null settings)",
+        f"{MIN_UNITS} units and {FULL.null_sims} for null settings)",
     )
     ap.add_argument("--write", action="store_true", help=f"write {COVERAGE_CSV}")
     args = ap.parse_args(argv)

@@ -27,16 +27,14 @@ import pandas as pd
 
 from layerlab import archive
 from layerlab._io import atomic_write_text
-from layerlab.analysis import stats
-from layerlab.analysis.stats import REFERENCE_PROVIDERS, is_reference  # noqa: F401  (re-exported)
+from layerlab.analysis.rates import cluster_rate
+from layerlab.analysis.units import ARM, contract_arms, scenario_order
+from layerlab.models.agents import is_reference
 
 RESULTS = "results.json"
 # 3: GF under the delivered-document definition, GF_cited, answer measures, not-recorded counts;
 # 2: intervals clustered by task (1: every record independent)
 RESULTS_VERSION = 3
-# The arm column of the archive (schema v2). One place to switch if it is renamed again.
-ARM = "mitigation"
-BASELINE_ARM = "strict"
 # Headline rates: archive label -> short name used in tables and JSON.
 RATES = {
     "success": "S",
@@ -78,7 +76,7 @@ def rate(sub: pd.DataFrame, label: str) -> dict[str, Any]:
     k = int(sub[label].fillna(False).astype(bool).sum())
     if missing:
         return {"k": k, "n": n, "rate": None, "ci_low": None, "ci_high": None, "not_recorded": missing}
-    r = stats.cluster_rate(sub, label, design="tasks")
+    r = cluster_rate(sub, label, design="tasks")
     return {
         "k": k,
         "n": n,
@@ -89,8 +87,9 @@ def rate(sub: pd.DataFrame, label: str) -> dict[str, Any]:
 
 
 def arm_order(arms: Sequence[str]) -> list[str]:
-    """The baseline arm first, then the others sorted."""
-    return sorted(set(arms), key=lambda a: (a != BASELINE_ARM, a))
+    """The baseline arm (the mitigations spec's contract baseline) first, then the others sorted."""
+    base = contract_arms()[0]
+    return sorted(set(arms), key=lambda a: (a != base, a))
 
 
 def _cell(sub: pd.DataFrame) -> dict[str, Any]:
@@ -147,7 +146,7 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
         raise ValueError("no records to summarise")
     models = []
     df = with_derived(df)
-    scenarios = stats.scenario_order(df)
+    scenarios = scenario_order(df)
     for (provider, model), sub in df.groupby(["provider", "model"], sort=True):
         arms = arm_order(sub[ARM].unique())
         per_arm = {a: _cell(sub[sub[ARM] == a]) for a in arms}

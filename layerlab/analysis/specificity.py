@@ -23,7 +23,10 @@ from typing import Any
 import pandas as pd
 
 from layerlab import __version__, archive, paths
-from layerlab.analysis import stats
+from layerlab.analysis.bootstrap import point_estimates
+from layerlab.analysis.effects import Effects, arm_effects, simultaneous_band, specificity_margin
+from layerlab.analysis.provenance import records_frame
+from layerlab.analysis.units import blocks
 from layerlab.faults.scenario import Scenario, load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.mitigations import MitigationSet, load_mitigations, targets
@@ -77,7 +80,7 @@ def verdict_label(target_low: float, harm: Sequence[str], gain: Sequence[str]) -
 
 
 def judge(
-    eff: stats.Effects,
+    eff: Effects,
     target: Sequence[str],
     off_target: Sequence[str],
     alpha: float | None = None,
@@ -87,7 +90,7 @@ def judge(
     is projected from). Cells whose effect is exactly zero get a band of width zero at 0 and are
     never flagged. With no target the verdict can only be over-broad or ineffective."""
     cells = [*target, *off_target]
-    lo, hi = stats.simultaneous_band(eff, cells, alpha)
+    lo, hi = simultaneous_band(eff, cells, alpha)
     k = len(target)
     band = {s: (float(a), float(b)) for s, a, b in zip(cells, lo, hi, strict=True)}
     harm = tuple(s for s in off_target if band[s][1] < 0)
@@ -123,7 +126,7 @@ def matrix(
         raise ValueError("archives hold no mitigation arm besides the baseline")
     cells, summary, note = [], [], ""
     for name in arms:
-        eff = stats.arm_effects(df, name, spec.baseline, OUTCOME, n_boot, seed, policy_level, alpha)
+        eff = arm_effects(df, name, spec.baseline, OUTCOME, n_boot, seed, policy_level, alpha)
         note = eff.note
         scen = list(eff.paired.scenarios)
         tgt = set(targets(spec.arm(name), layers)) if name in spec.arms else set()
@@ -149,16 +152,16 @@ def matrix(
                     "n_pairs": int(e["n_pairs"]),
                 }
             )
-        # one owner of the margin and its covering interval: stats.specificity_margin (the gain
+        # one owner of the margin and its covering interval: specificity_margin (the gain
         # of several targets is the smallest target gain; a simultaneous bootstrap band); the
         # verdict reads the same band (judge, above)
         if ti and oi:
-            m = stats.specificity_margin(eff, target=tgt_names, off_target=off_names, alpha=alpha)
+            m = specificity_margin(eff, target=tgt_names, off_target=off_names, alpha=alpha)
             gain, margin, m_lo, m_hi = m["target_gain"], m["margin"], m["ci_low"], m["ci_high"]
             off_change = float(m["largest_off_target_change"])
             worst_name = m["largest_off_target"] if abs(off_change) > 0 else "none (all 0)"
         else:
-            est = stats.point_estimates(eff.paired)
+            est = point_estimates(eff.paired)
             gain = float(est[ti].min()) if ti else float("nan")
             margin = m_lo = m_hi = float("nan")
             off_change, worst_name = float("nan"), "none (all 0)"
@@ -236,7 +239,7 @@ def run_archive(
 
 def matrix_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
     """Records of the mitigation archives (default: the committed one) as a DataFrame."""
-    return stats.records_frame(list(archives or [ARCHIVE_DIR]))
+    return records_frame(list(archives or [ARCHIVE_DIR]))
 
 
 # --- blocks: the reference agent's matrix and each real model's, never pooled ------------------
@@ -248,4 +251,4 @@ def block_frames(archives: Sequence[Path | str] | None = None) -> dict[str, pd.D
     local_model_mitigations``)."""
     if archives is None:
         archives = [ARCHIVE_DIR, *paths.archives_in(paths.LOCAL_MODEL_MITIGATIONS)]
-    return stats.blocks(matrix_frame(archives))
+    return blocks(matrix_frame(archives))

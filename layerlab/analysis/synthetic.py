@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from layerlab.analysis import stats
+from layerlab.analysis.bootstrap import Paired
+from layerlab.analysis.units import ARM, contract_arms, contract_target
 from layerlab.archive import SCHEMA_VERSION
 
 DEFAULT_EFFECTS: Mapping[str, float] = {
@@ -56,8 +57,12 @@ class Setting:
     task_sd: float = 0.1
     task_effect_sd: float = 0.05
     zero_effect: Literal["noisy", "exact"] = "noisy"
-    target: str = stats.TARGET
+    target: str = ""  # the scenario the treatment targets ("": the contract target, roles.yaml)
     task_dist: Literal["normal", "skewed"] = "normal"
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            object.__setattr__(self, "target", contract_target())
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ class Sample:
         var = idx % v + 1
         return policies + "-q" + var.astype(str).astype(object), policies, var
 
-    def paired(self) -> stats.Paired:
+    def paired(self) -> Paired:
         """The layout :func:`layerlab.analysis.stats.paired` builds from :meth:`frame`, without pandas."""
         tasks, policies, _ = self.task_ids()
         order = np.argsort(tasks, kind="stable")
@@ -93,25 +98,29 @@ class Sample:
         units = tuple(f"prov{u % 3}/model{u}" for u in range(self.setting.n_units))
         uorder = np.argsort(np.array(units, dtype=object), kind="stable")
         diff = self.treatment.astype(float) - self.baseline.astype(float)
-        return stats.Paired(
+        baseline, treatment = contract_arms()
+        return Paired(
             tuple(units[i] for i in uorder),
             self.scenarios,
             tuple(tasks[order]),
             diff[uorder][:, :, order],
             np.ones(diff.shape, dtype=bool),
             np.array([pol[p] for p in policies[order]], dtype=np.int64),
+            treatment,
+            baseline,
         )
 
-    def frame(self, arm: str = stats.ARM) -> pd.DataFrame:
+    def frame(self, arm: str = ARM) -> pd.DataFrame:
         """The sample as an archive-schema records DataFrame."""
         tasks, policies, var = self.task_ids()
         U, S, T = self.baseline.shape
+        baseline, treatment = contract_arms()
         parts = []
         for u in range(U):
             for si, s in enumerate(self.scenarios):
                 for mode, ok in (
-                    (stats.BASELINE, self.baseline[u, si]),
-                    (stats.TREATMENT, self.treatment[u, si]),
+                    (baseline, self.baseline[u, si]),
+                    (treatment, self.treatment[u, si]),
                 ):
                     parts.append(
                         pd.DataFrame(

@@ -96,7 +96,7 @@ BLOCK_FIELDS = ("tasks",)
 
 def _reference_only(report: dict[str, Any]) -> bool | None:
     """Whether a checked archive holds only reference agents (None: its manifest names no models)."""
-    from layerlab.analysis.stats import is_reference
+    from layerlab.models.agents import is_reference
 
     models = report.get("models") or []
     if not models:

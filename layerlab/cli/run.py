@@ -232,7 +232,7 @@ def run_live(
     """
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
     from layerlab.models.llm import ProviderSettings
 
     if config_path is not None:
@@ -274,7 +274,7 @@ def run_live(
         config = live.LiveConfig(
             models=tuple(model),
             scenarios=tuple(scenario or scen),
-            mitigations=tuple(mode or MODES),
+            mitigations=tuple(mode or contract_arms()),
             task_ids=task_ids,
             settings=settings,
             replicates=replicates,

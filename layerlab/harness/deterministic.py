@@ -34,8 +34,6 @@ def contract_arms() -> tuple[str, ...]:
     return mitigations.load_mitigations().contract_arms
 
 
-MODES = contract_arms()
-
 
 def run_deterministic(
     corpus: Corpus,

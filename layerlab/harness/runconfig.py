@@ -232,7 +232,7 @@ class Group:
 def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task]) -> list[Group]:
     """The live runs a configuration makes: one per distinct set of model settings."""
     from layerlab.harness import live
-    from layerlab.harness.deterministic import MODES
+    from layerlab.harness.deterministic import contract_arms
 
     pool = [t for t in tasks if spec.tasks is None or t.task_id in set(spec.tasks)]
     task_ids: tuple[str, ...] | None = (
@@ -253,7 +253,7 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
         cfg = live.LiveConfig(
             models=tuple(models),
             scenarios=tuple(spec.scenarios or all_scenarios),
-            mitigations=tuple(spec.mitigations or MODES),
+            mitigations=tuple(spec.mitigations or contract_arms()),
             task_ids=task_ids,
             settings=s["settings"],
             replicates=spec.replicates,

@@ -45,6 +45,7 @@ import numpy as np
 
 from layerlab import __version__, archive
 from layerlab.corpus.build import AnswerKey, Corpus, Task
+from layerlab.faults.roles import load_roles
 from layerlab.faults.scenario import Scenario
 from layerlab.harness import deterministic as harness
 from layerlab.harness.prepare import PreparedScenario, prepare
@@ -70,9 +71,11 @@ def _lc() -> Any:
 def select_tasks(
     corpus: Corpus, key: AnswerKey, scenarios: Mapping[str, Scenario], seed: int = 7
 ) -> list[Task]:
-    """One task per domain, drawn with ``seed`` among clean-solvable, non-duplicate tasks."""
+    """One task per domain, drawn with ``seed`` among non-duplicate tasks the baseline solves on
+    the negative control (``data/specs/roles.yaml``: the clean scenario)."""
     baseline = load_mitigations().baseline
-    recs = harness.run_deterministic(corpus, key, {"clean": scenarios["clean"]}, modes=(baseline,))
+    control = load_roles().negative_control
+    recs = harness.run_deterministic(corpus, key, {control: scenarios[control]}, modes=(baseline,))
     solved = {r.task_id for r in recs if r.success}
     counts: dict[str, int] = {}
     for t in corpus.tasks:

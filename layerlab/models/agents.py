@@ -22,11 +22,19 @@ from layerlab.system.prompt import parse_input, render_reply
 from layerlab.system.reader import READERS
 
 PROVIDER = "layerlab"
+# Providers whose "models" are deterministic reference agents, not models: these agents and the
+# deterministic harness.
+REFERENCE_PROVIDERS = frozenset({PROVIDER, "deterministic"})
 _NAME = re.compile(r"^(?P<reader>[a-z_]+)(?:@(?P<ms>\d+)ms)?$")
 AGENTS = {
     "extractive": "deterministic baseline: extractive reader over the prompt's evidence",
     "cautious": "deterministic baseline: abstains on partial, stale or foreign-session evidence",
 }
+
+
+def is_reference(provider: str) -> bool:
+    """Whether a provider's records come from a deterministic reference agent, not a model."""
+    return provider in REFERENCE_PROVIDERS
 
 
 def _split(model: str) -> tuple[str, float]:

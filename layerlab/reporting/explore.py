@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from layerlab.corpus.build import AnswerKey, AnswerKeyEntry, Corpus, Task
+from layerlab.faults.roles import load_roles
 from layerlab.faults.scenario import Payload, Scenario
 from layerlab.harness.prepare import PreparedScenario, prepare
 from layerlab.harness.step import Reading, RecordContext, RecordStep
@@ -254,60 +255,56 @@ def render(t: Trace) -> str:
     return "\n".join(lines)
 
 
-BASE, TREAT = contract_pair()
-CASES = (
-    (f"repaired schema drift ({BASE})", "schema_drift", BASE),
-    (f"repaired schema drift ({TREAT})", "schema_drift", TREAT),
-    ("stale evidence", "stale_index", TREAT),
-    ("access denied", "permission_denied", TREAT),
-    ("partial tool output", "partial_timeout", TREAT),
-    ("wrong session", "wrong_session", TREAT),
-)
+def cases() -> list[tuple[str, str, str, str]]:
+    """Table 6's cases as ``(case, scenario, arm, rule)``, from ``data/specs/roles.yaml`` (each
+    arm is one of the mitigations spec's contract pair)."""
+    arms = dict(zip(("baseline", "treatment"), contract_pair(), strict=True))
+    return [
+        (c.case.format(arm=arms[c.arm]), c.scenario, arms[c.arm], c.rule)
+        for c in load_roles().explorer
+    ]
 
 
 def representative_cases(df: Any, model: str = "extractive") -> list[tuple[str, str, str, str]]:
-    """Pick Table 6's cases from an archive by rule, not by hand.
+    """Pick Table 6's cases (:func:`cases`) from an archive by rule, not by hand.
 
-    Eligible tasks per case (records of ``model``): schema drift — strict fails and repair succeeds;
-    stale and wrong session — grounded but not successful (repair mode); denied — ended at the
-    access layer; partial — reached the reader and failed at completeness. The chosen task is the
-    first task id eligible for every case if there is one, else the first eligible per case.
+    Eligible tasks per case (records of ``model`` on the treatment arm), by the case's rule:
+    ``repaired`` — the baseline fails and the treatment succeeds; ``grounded_false_positive`` —
+    grounded but not successful; ``denied`` — ended at the access layer; ``completeness`` —
+    reached the reader and failed at completeness. The chosen task is the first task id eligible
+    for every case if there is one, else the first eligible per case.
     Returns ``(case, task_id, scenario, mode)`` tuples.
     """
+    base, treat = contract_pair()
     d = df[df["model"] == model]
 
-    def ids(mask: Any) -> list[str]:
-        return sorted(d.loc[mask, "task_id"].unique())
+    def ids(mask: Any) -> set[str]:
+        return set(d.loc[mask, "task_id"].unique())
 
     def cell(s: str, m: str) -> Any:
         return (d["scenario"] == s) & (d["mitigation"] == m)
 
-    drift_ok = set(ids(cell("schema_drift", TREAT) & d["success"])) & set(
-        ids(cell("schema_drift", BASE) & ~d["success"])
-    )
-    eligible = {
-        "schema_drift": drift_ok,
-        "stale_index": set(ids(cell("stale_index", TREAT) & d["grounded_false_positive"])),
-        "permission_denied": set(
-            ids(cell("permission_denied", TREAT) & (d["stage"] == "denied"))
-        ),
-        "partial_timeout": set(
-            ids(
-                cell("partial_timeout", TREAT)
-                & d["reached_reader"]
-                & ~d["success"]
-                & (d["diagnostic"] == "completeness")
-            )
-        ),
-        "wrong_session": set(ids(cell("wrong_session", TREAT) & d["grounded_false_positive"])),
-    }
-    common = set.intersection(*eligible.values())
+    def eligible(scenario: str, rule: str) -> set[str]:
+        on = cell(scenario, treat)
+        if rule == "repaired":
+            return ids(on & d["success"]) & ids(cell(scenario, base) & ~d["success"])
+        if rule == "grounded_false_positive":
+            return ids(on & d["grounded_false_positive"])
+        if rule == "denied":
+            return ids(on & (d["stage"] == "denied"))
+        return ids(
+            on & d["reached_reader"] & ~d["success"] & (d["diagnostic"] == "completeness")
+        )
+
+    chosen = cases()
+    pools = [eligible(scenario, rule) for _, scenario, _, rule in chosen]
+    common = set.intersection(*pools)
     out = []
-    for case, scenario, mode in CASES:
-        pool = sorted(common) or sorted(eligible[scenario])
-        if not pool:
+    for (case, scenario, mode, _), pool in zip(chosen, pools, strict=True):
+        picks = sorted(common) or sorted(pool)
+        if not picks:
             raise ValueError(f"no task in the archive fits the case {case!r}")
-        out.append((case, pool[0], scenario, mode))
+        out.append((case, picks[0], scenario, mode))
     return out
 
 

@@ -37,8 +37,13 @@ STYLE = {
     "svg.hashsalt": "layerlab",
     "pdf.fonttype": 42,
 }
-BASELINE, TREATMENT = contract_pair()
-PALETTE = {BASELINE: "#4c72b0", TREATMENT: "#dd8452"}
+BASELINE_COLOUR, TREATMENT_COLOUR = "#4c72b0", "#dd8452"  # the contract pair's arms
+
+
+def palette() -> dict[str, str]:
+    """The contract pair's colours, keyed by the arms the mitigations spec names."""
+    base, treat = contract_pair()
+    return {base: BASELINE_COLOUR, treat: TREATMENT_COLOUR}
 
 
 def _setup() -> None:
@@ -158,13 +163,14 @@ def rates_by_scenario(long: pd.DataFrame, title: str, label: str = "strict succe
     )
     colours = sns.color_palette("colorblind" if len(arms) <= 10 else "tab20", len(arms))
     step = min(0.18, 0.8 / max(len(arms), 1))  # every arm's point stays within its scenario
+    pal = palette()
     for ax, unit in zip(axes[:, 0], units, strict=True):
         sub = long[long["unit"] == unit]
         for j, arm in enumerate(arms):
             a = sub[sub["arm"] == arm].set_index("scenario").reindex(scenarios)
             x = [i + (j - (len(arms) - 1) / 2) * step for i in range(len(scenarios))]
             err = [a["rate"] - a["ci_low"], a["ci_high"] - a["rate"]]
-            colour = PALETTE.get(arm, colours[j]) if len(arms) <= 2 else colours[j]
+            colour = pal.get(arm, colours[j]) if len(arms) <= 2 else colours[j]
             ax.errorbar(x, a["rate"], yerr=err, fmt="o", ms=4, capsize=2, color=colour, label=arm)
         ax.set_title(
             f"{display.unit_label(unit)}  ({_n_text(sub['n'])} records per point)",
@@ -213,7 +219,7 @@ def paired_effects_by_unit(
         e = eff.table.iloc[::-1].reset_index(drop=True)
         y = list(range(len(e)))
         ax.hlines(y, 100 * e["ci_low"], 100 * e["ci_high"], color="#333333", linewidth=2)
-        ax.plot(100 * e["estimate"], y, "o", color=PALETTE[TREATMENT], ms=5)
+        ax.plot(100 * e["estimate"], y, "o", color=TREATMENT_COLOUR, ms=5)
         ax.axvline(0, color="#999999", linewidth=1, linestyle="--")
         for yi, (_, r) in zip(y, e.iterrows(), strict=True):
             if r["estimate"] != 0:  # the interval in numbers, on the side away from the point

@@ -22,6 +22,7 @@ from layerlab.corpus.build import AnswerKey, Corpus, Document
 from layerlab.corpus.cues import CueMatcher
 from layerlab.corpus.extract import sentences
 from layerlab.corpus.text import states_value, words
+from layerlab.faults.roles import load_roles
 from layerlab.faults.scenario import ForeignSession, Scenario
 from layerlab.system import retrieval
 
@@ -120,13 +121,12 @@ def duplicate_queries(corpus: Corpus, key: AnswerKey) -> list[dict[str, Any]]:
     return out
 
 
-AUDIT_CONDITIONS = ("clean", "conflicting_evidence", "corrupted_metadata")
-
-
 def conditions_from(
-    corpus: Corpus, scenarios: Mapping[str, Scenario], names: Sequence[str] = AUDIT_CONDITIONS
+    corpus: Corpus, scenarios: Mapping[str, Scenario], names: Sequence[str] | None = None
 ) -> dict[str, list[Document]]:
-    """Index views for the audit: each named scenario's index-stage faults applied to the corpus."""
+    """Index views for the audit: each named scenario's index-stage faults applied to the corpus
+    (default: the audit conditions of ``data/specs/roles.yaml``)."""
+    names = load_roles().audit if names is None else names
     out: dict[str, list[Document]] = {}
     for n in names:
         if n not in scenarios:

@@ -40,7 +40,7 @@ class LiveConfig:
 
     models: tuple[str, ...]
     scenarios: tuple[str, ...]
-    mitigations: tuple[str, ...] = harness.MODES
+    mitigations: tuple[str, ...] = field(default_factory=harness.contract_arms)
     task_ids: tuple[str, ...] | None = None
     settings: ProviderSettings = field(default_factory=ProviderSettings)
     retriever: str = retrieval.REPORTED.name

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from layerlab.analysis.stats import BASELINE, TREATMENT
+from layerlab.analysis import stats
 from layerlab.faults.scenario import Scenario
 
 
@@ -36,8 +36,8 @@ def table2(summary: Mapping[str, Any]) -> pd.DataFrame:
         rows.append(
             {
                 "scenario": s,
-                **{f"S {m}": per.get(m, float("nan")) for m in (BASELINE, TREATMENT)},
-                **{f"GF {m}": gf.get(m, float("nan")) for m in (BASELINE, TREATMENT)},
+                **{f"S {m}": per.get(m, float("nan")) for m in (stats.BASELINE, stats.TREATMENT)},
+                **{f"GF {m}": gf.get(m, float("nan")) for m in (stats.BASELINE, stats.TREATMENT)},
             }
         )
     return pd.DataFrame(rows)
@@ -75,8 +75,10 @@ def audit_notes(audit_result: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def diagnostics(summary: Mapping[str, Any], mode: str = BASELINE) -> pd.DataFrame:
-    """Diagnostic-label counts per scenario for one contract mode (which layer failed)."""
+def diagnostics(summary: Mapping[str, Any], mode: str | None = None) -> pd.DataFrame:
+    """Diagnostic-label counts per scenario for one contract mode (default: the baseline; which
+    layer failed)."""
+    mode = stats.BASELINE if mode is None else mode
     rows = []
     for s, per in summary["diagnostics"].items():
         rows.append({"scenario": s, **per.get(mode, {})})

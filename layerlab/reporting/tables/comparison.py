@@ -12,7 +12,6 @@ import yaml
 
 from layerlab import paths
 from layerlab.analysis import stats
-from layerlab.analysis.stats import BASELINE, TREATMENT
 from layerlab.reporting.tables.captions import CAPTIONS, units_note
 from layerlab.reporting.tables.effects import table5_block
 from layerlab.reporting.tables.rates import table4_block
@@ -36,10 +35,10 @@ def _block_figures(a: stats.Block, ref: Mapping[str, Any]) -> dict[str, Any]:
         "records with a prompt hash": int(df["prompt_hash"].notna().sum()),
     }
     for s in ref["table4_success_by_scenario_contract"]:
-        for mode in (BASELINE, TREATMENT):
+        for mode in (stats.BASELINE, stats.TREATMENT):
             out[f"Table 4 {s} {mode}"] = _ours_rate(t4, s, mode)
     ws = t5[t5["scenario"] == "wrong_session"]
-    for mode in (BASELINE, TREATMENT):
+    for mode in (stats.BASELINE, stats.TREATMENT):
         out[f"Table 5 wrong_session GF {mode}"] = (
             float(ws[f"GF {mode}"].iloc[0]) if len(ws) else None
         )
@@ -108,9 +107,9 @@ def paper_comparison(
         "records with a prompt hash": lm["records_with_prompt_hash"],
     }
     for s, v in ref["table4_success_by_scenario_contract"].items():
-        for mode in (BASELINE, TREATMENT):
+        for mode in (stats.BASELINE, stats.TREATMENT):
             paper[f"Table 4 {s} {mode}"] = float(v[mode])
-    for mode in (BASELINE, TREATMENT):
+    for mode in (stats.BASELINE, stats.TREATMENT):
         paper[f"Table 5 wrong_session GF {mode}"] = float(
             t5r["wrong_session_grounded_but_failed"][mode]
         )

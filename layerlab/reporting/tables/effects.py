@@ -11,7 +11,6 @@ from typing import Any
 import pandas as pd
 
 from layerlab.analysis import stats
-from layerlab.analysis.stats import BASELINE, TREATMENT
 from layerlab.reporting.tables.captions import (
     effects_design,
     failure_note,
@@ -51,7 +50,7 @@ def table5_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
         )
         same, pairs = same_prompts.get(s, (0, 0))
         row["identical prompts"] = f"{same}/{pairs}"
-        sub = df[(df["scenario"] == s) & df["mitigation"].isin([BASELINE, TREATMENT])]
+        sub = df[(df["scenario"] == s) & df["mitigation"].isin([stats.BASELINE, stats.TREATMENT])]
         row.update(failure_rates(sub))
         out.append(row)
     t = pd.DataFrame(out)

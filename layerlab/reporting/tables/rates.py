@@ -9,7 +9,6 @@ from typing import Any
 import pandas as pd
 
 from layerlab.analysis import stats
-from layerlab.analysis.stats import BASELINE
 from layerlab.reporting.tables.captions import (
     CAPTIONS,
     failure_note,
@@ -98,8 +97,10 @@ def _table9_block(df: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def safe_resolution_by_unit(df: pd.DataFrame, arm: str = BASELINE) -> pd.DataFrame:
-    """Safe resolution per unit x scenario on one arm, with the reader's failure shares."""
+def safe_resolution_by_unit(df: pd.DataFrame, arm: str | None = None) -> pd.DataFrame:
+    """Safe resolution per unit x scenario on one arm (default: the baseline), with the reader's
+    failure shares."""
+    arm = stats.BASELINE if arm is None else arm
     sub = df[df[stats.ARM] == arm]
     rows = []
     for (provider, model), u in sub.groupby(["provider", "model"], sort=True):

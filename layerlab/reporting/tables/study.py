@@ -7,16 +7,19 @@ from typing import Any
 
 import pandas as pd
 
+from layerlab.faults.roles import load_roles
+
 
 def table7(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Table 7: per arm, strict success on answerable cells and safe resolution on unsafe ones."""
     from layerlab.harness.study import ARMS
 
     df = pd.DataFrame(list(rows))
+    control = load_roles().negative_control  # the clean scenario
     out = []
     for arm in ARMS:
         a = df[df["mitigation"] == arm]
-        ans, uns, clean = a[a["answerable"]], a[~a["answerable"]], a[a["scenario"] == "clean"]
+        ans, uns, clean = a[a["answerable"]], a[~a["answerable"]], a[a["scenario"] == control]
         wrong_controls = int((ans["control"] == "refuse").sum())
         out.append(
             {

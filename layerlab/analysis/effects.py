@@ -1,0 +1,457 @@
+"""Paired effects with calibrated bootstrap intervals, the specificity margin and the
+per-block analysis (Tables 5 and 8).
+
+Calibration. The crossed bootstrap counts the unit × task residual variance about three times and
+a percentile interval over few units is too narrow (a z where a t belongs). Intervals are therefore
+the bootstrap's percentile deviations rescaled to the two-way cluster-robust variance
+(Cameron–Gelbach–Miller: unit + task − cell) and widened by ``t(U-1)/z``. Tasks-only intervals
+get the same treatment over their G task clusters: the task-clustered variance with its G/(G-1)
+factor, widened by ``t(ν)/z`` with ν ≤ G-1 the kurtosis-matched degrees of freedom of that
+variance (the raw percentile interval over 2 units x 80 tasks of skewed difficulty covered 93.8%).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from layerlab.analysis.bootstrap import Paired, bootstrap, paired, point_estimates
+from layerlab.analysis.rates import t_over_z, two_way_variance, z_score
+from layerlab.analysis.units import (
+    ALPHA,
+    ARM,
+    DESIGN_LABELS,
+    ESTIMANDS,
+    MIN_UNITS,
+    N_BOOT,
+    OUTCOME,
+    UNIT_COLUMNS,
+    Design,
+    blocks,
+    contract_arms,
+    contract_target,
+    resolve_design,
+    unit_labels,
+)
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Paired effects per scenario with their bootstrap and what the intervals assume.
+
+    ``replicates`` are raw bootstrap replicates; ``scale`` is the per-scenario factor that maps
+    their deviations from the estimate to the calibrated interval (see :meth:`calibrated`).
+    """
+
+    table: pd.DataFrame
+    replicates: NDArray[np.float64]
+    paired: Paired
+    note: str
+    design: str
+    estimand: str
+    scale: NDArray[np.float64]
+    n_boot: int
+    seed: int
+    policy_level: bool
+    alpha: float
+
+    def calibrated(self) -> NDArray[np.float64]:
+        """Replicates rescaled around the estimate so their spread matches the interval's."""
+        est = point_estimates(self.paired)
+        return est + self.scale * (self.replicates - est)
+
+    def describe(self) -> str:
+        """One sentence for captions: design, units counted and what the interval assumes."""
+        p = self.paired
+        lvl = "policies (all variants together)" if self.policy_level else "tasks"
+        txt = (
+            f"{DESIGN_LABELS[self.design]}; {len(p.units)} unit(s), {len(p.tasks)} tasks, "
+            f"{lvl} resampled, {self.n_boot} resamples (seed {self.seed}); estimand: "
+            f"{ESTIMANDS[self.design]}"
+        )
+        if self.design == "crossed":
+            txt += (
+                "; percentile deviations rescaled to the two-way cluster-robust variance and "
+                f"widened by t({len(p.units) - 1})/z"
+            )
+        elif self.design == "tasks":
+            n_cl = len(np.unique(p.policy)) if self.policy_level else len(p.tasks)
+            txt += (
+                "; percentile deviations rescaled to the task-clustered variance (with its "
+                f"G/(G-1) factor) and widened by t(df)/z, df at most {n_cl - 1} (matched to the "
+                "kurtosis of the task residuals)"
+            )
+        elif self.design == "nested":
+            txt += (
+                "; raw percentile interval without small-sample correction: under-covers with "
+                "task effects shared across units or strong between-unit heterogeneity"
+            )
+        return txt
+
+
+def paired_effects(
+    df: pd.DataFrame,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = ALPHA,
+    design: Design = "auto",
+    outcome: str = OUTCOME,
+    treatment: str | None = None,
+    baseline: str | None = None,
+    arm: str = ARM,
+    scenarios: Sequence[str] | None = None,
+    min_units: int = MIN_UNITS,
+) -> Effects:
+    """Treatment − baseline ``outcome`` per scenario with bootstrap intervals.
+
+    ``design="auto"`` picks crossed when units share tasks and at least ``min_units`` units are
+    present, tasks only with fewer units (labelled in :attr:`Effects.note`).
+    """
+    p = paired(df, outcome, treatment, baseline, arm, scenarios)
+    return effects_from_paired(p, n_boot, seed, policy_level, alpha, design, min_units)
+
+
+def arm_effects(
+    df: pd.DataFrame,
+    treatment: str,
+    baseline: str,
+    outcome: str = OUTCOME,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = ALPHA,
+    design: Design = "auto",
+    arm: str = ARM,
+) -> Effects:
+    """Any treatment arm against its baseline on any binary outcome: :func:`paired_effects` with
+    the arms first (the specificity matrix's call)."""
+    return paired_effects(
+        df,
+        n_boot,
+        seed,
+        policy_level,
+        alpha,
+        design,
+        outcome=outcome,
+        treatment=treatment,
+        baseline=baseline,
+        arm=arm,
+    )
+
+
+def cluster_df(p: Paired, cluster_of_task: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Per scenario, the degrees of freedom of the task-clustered variance of the mean difference,
+    matched to its kurtosis: ``2 / (2/(G-1) + (k-3)/G)`` over the G clusters' residual sums
+    (k their kurtosis), at most G-1.
+
+    With normal residuals this is G-1; when a few clusters carry the variance (rare discordant
+    tasks, skewed difficulty) it falls towards twice their number, as the variance estimate rests
+    on them alone.
+    """
+    y = (p.diff * p.valid).sum(axis=0)  # (S, T)
+    n = p.valid.sum(axis=0).astype(np.float64)
+    n_c = int(cluster_of_task.max()) + 1 if cluster_of_task.size else 0
+    onehot = np.zeros((cluster_of_task.size, n_c))
+    onehot[np.arange(cluster_of_task.size), cluster_of_task] = 1.0
+    cy, cn = y @ onehot, n @ onehot  # (S, C)
+    g = (cn > 0).sum(axis=1).astype(np.float64)
+    mean = cy.sum(axis=1) / np.maximum(cn.sum(axis=1), 1e-300)
+    e2 = np.where(cn > 0, cy - mean[:, None] * cn, 0.0) ** 2
+    s2, s4 = e2.sum(axis=1), (e2**2).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kurt = np.where(s2 > 0, g * s4 / np.where(s2 > 0, s2, 1.0) ** 2, 3.0)
+        inv = 2.0 / np.maximum(g - 1, 1) + (kurt - 3.0) / np.maximum(g, 1)
+        df = np.where(inv > 0, 2.0 / np.where(inv > 0, inv, 1.0), np.inf)
+    return np.asarray(np.clip(df, 1.0, np.maximum(g - 1, 1.0)))
+
+
+def small_sample_factor(
+    p: Paired, design: str, policy_level: bool, alpha: float = ALPHA
+) -> NDArray[np.float64]:
+    """Per scenario, the widening of an effect interval for the few clusters that lead its
+    variance.
+
+    Crossed: t(U-1)/z over the U units. Tasks only: t(df)/z with df the kurtosis-matched degrees
+    of freedom of the task-clustered variance (:func:`cluster_df`, at most G-1 over the G task
+    clusters resampled: tasks, or policies with ``policy_level``), applied beside the G/(G-1)
+    variance factor the bootstrap's plug-in variance lacks. Nested: 1 (raw percentile, labelled
+    as such).
+    """
+    from scipy.stats import t
+
+    S = len(p.scenarios)
+    if design == "crossed":
+        return np.full(S, t_over_z(len(p.units), alpha))
+    if design == "tasks":
+        cot = p.policy if policy_level else np.arange(len(p.tasks), dtype=np.int64)
+        df = cluster_df(p, cot)
+        return np.asarray(t.ppf(1 - alpha / 2, df) / z_score(alpha))
+    return np.ones(S)
+
+
+def effects_from_paired(
+    p: Paired,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = ALPHA,
+    design: Design = "auto",
+    min_units: int = MIN_UNITS,
+) -> Effects:
+    """:func:`paired_effects` on an already built :class:`Paired` layout."""
+    U = len(p.units)
+    d = resolve_design(design, U, p.shares_tasks, min_units)
+    est = point_estimates(p)
+    reps = bootstrap(p, n_boot, seed, policy_level, design=d)
+    scale = np.ones(len(p.scenarios))
+    if (d == "crossed" and U >= 2) or d == "tasks":
+        # crossed: the two-way variance, t(U-1)/z (units lead it). tasks only: the one-way
+        # variance by task cluster with its G/(G-1) factor, t(df <= G-1)/z (the raw percentile
+        # interval over 80 tasks with skewed difficulty covered 93.8%; see layerlab.analysis.coverage)
+        cot = p.policy if policy_level else np.arange(len(p.tasks), dtype=np.int64)
+        target_var = two_way_variance(p.diff, p.valid.astype(np.float64), cot, d)
+        boot_var = np.nanvar(reps, axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(boot_var > 0, target_var / np.where(boot_var > 0, boot_var, 1), 1.0)
+        scale = np.sqrt(ratio) * small_sample_factor(p, d, policy_level, alpha)
+    cal = est + scale * (reps - est)
+    lo, hi = np.nanquantile(cal, [alpha / 2, 1 - alpha / 2], axis=0)
+    lo, hi = np.clip(lo, -1.0, 1.0), np.clip(hi, -1.0, 1.0)  # a difference of rates
+    notes = []
+    if U == 1:
+        notes.append(
+            f"single provider-model unit ({p.units[0]}): intervals reflect task resampling only; "
+            "variation between models is not estimable"
+        )
+    elif d == "tasks":
+        notes.append(
+            f"{U} units (< {min_units}): intervals resample tasks only and describe these units, "
+            "not a population of models"
+        )
+    elif U < min_units:
+        notes.append(f"{U} units (< {min_units}): units treated as a sample of models regardless")
+    rows = []
+    for i, s in enumerate(p.scenarios):
+        zero = bool((p.diff[:, i, :][p.valid[:, i, :]] == 0).all())
+        rows.append(
+            {
+                "scenario": s,
+                "estimate": float(est[i]),
+                "ci_low": float(lo[i]),
+                "ci_high": float(hi[i]),
+                "design": d,
+                "n_units": U,
+                "n_pairs": int(p.valid[:, i, :].sum()),
+                "exactly_zero": zero,
+                "includes_zero": bool(lo[i] <= 0 <= hi[i]),
+            }
+        )
+    return Effects(
+        pd.DataFrame(rows),
+        reps,
+        p,
+        "; ".join(notes),
+        d,
+        ESTIMANDS[d],
+        scale,
+        n_boot,
+        seed,
+        policy_level,
+        alpha,
+    )
+
+
+def effects_by_design(
+    df: pd.DataFrame,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    policy_level: bool = False,
+    alpha: float = ALPHA,
+    outcome: str = OUTCOME,
+    treatment: str | None = None,
+    baseline: str | None = None,
+    arm: str = ARM,
+    scenarios: Sequence[str] | None = None,
+) -> dict[str, Effects]:
+    """The paired effects under every bootstrap design (crossed, nested, tasks), side by side.
+
+    All three share one paired layout and the same seed; which one a table reports is
+    :func:`resolve_design`'s choice (``auto``).
+    """
+    p = paired(df, outcome, treatment, baseline, arm, scenarios)
+    designs: tuple[Design, ...] = ("crossed", "nested", "tasks")
+    return {d: effects_from_paired(p, n_boot, seed, policy_level, alpha, design=d) for d in designs}
+
+
+def pick_design(
+    designs: dict[str, Effects], design: Design = "auto", min_units: int = MIN_UNITS
+) -> Effects:
+    """The design a table reports from :func:`effects_by_design` (``auto``: see
+    :func:`resolve_design`)."""
+    p = next(iter(designs.values())).paired
+    return designs[resolve_design(design, len(p.units), p.shares_tasks, min_units)]
+
+
+# --- the specificity margin ------------------------------------------------------------------
+
+
+def simultaneous_band(
+    eff: Effects, scenarios: Sequence[str], alpha: float | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Simultaneous (max-|t|) bootstrap band over ``scenarios``: all cover together at 1 − alpha.
+
+    Scenarios whose replicates do not vary (exactly-zero effects) get a band of width zero.
+    """
+    alpha = eff.alpha if alpha is None else alpha
+    idx = [list(eff.paired.scenarios).index(s) for s in scenarios]
+    est = point_estimates(eff.paired)[idx]
+    cal = eff.calibrated()[:, idx]
+    sd = np.nanstd(cal, axis=0)
+    live = sd > 0
+    if not live.any():
+        return est.copy(), est.copy()
+    zmax = np.nanmax(np.abs(cal[:, live] - est[live]) / sd[live], axis=1)
+    c = float(np.nanquantile(zmax, 1 - alpha))
+    # a difference of two rates lies in [-1, 1]; clipping the band there loses no coverage
+    return np.clip(est - c * sd, -1.0, 1.0), np.clip(est + c * sd, -1.0, 1.0)
+
+
+def specificity_margin(
+    eff: Effects,
+    target: str | Sequence[str] | None = None,
+    off_target: Sequence[str] | None = None,
+    alpha: float | None = None,
+) -> dict[str, Any]:
+    """Target-layer gain minus the largest absolute off-target change, with a covering interval.
+
+    With several targets the gain is the smallest target gain. The interval projects a
+    simultaneous bootstrap band: [low gain − max |off-target band|, high gain − max distance of an
+    off-target band from 0]. It covers the true margin whenever the band covers every effect, also
+    when off-target effects are exactly zero but noisy (where the percentile interval of
+    ``gain − max|change|`` is biased). ``margin`` counts an off-target change only when its band
+    excludes zero (the plug-in ``margin_plugin`` is biased low by the noise of the maximum).
+    ``largest_off_target`` names every scenario tied for the largest plug-in change.
+    """
+    scen = list(eff.paired.scenarios)
+    target = contract_target() if target is None else target
+    targets = [target] if isinstance(target, str) else list(target)
+    for t in targets:
+        if t not in scen:
+            raise ValueError(f"target scenario {t!r} not in archives ({scen})")
+    off = [s for s in (off_target if off_target is not None else scen) if s not in targets]
+    missing = [s for s in off if s not in scen]
+    if missing:
+        raise ValueError(f"off-target scenarios {missing} not in archives ({scen})")
+    if not off:
+        raise ValueError("no off-target scenarios to compare against")
+    est_all = point_estimates(eff.paired)
+    est = {s: float(est_all[scen.index(s)]) for s in scen}
+    lo, hi = simultaneous_band(eff, [*targets, *off], alpha)
+    k = len(targets)
+    t_lo, t_hi = lo[:k], hi[:k]
+    o_lo, o_hi = lo[k:], hi[k:]
+    gain = min(est[t] for t in targets)
+    abs_off = np.array([abs(est[s]) for s in off])
+    worst = float(abs_off.max())
+    tied = [s for s, a in zip(off, abs_off, strict=True) if math.isclose(a, worst, abs_tol=1e-12)]
+    excludes_zero = (o_lo > 0) | (o_hi < 0)
+    counted = float(np.where(excludes_zero, abs_off, 0.0).max())
+    dist0 = np.where(excludes_zero, np.minimum(np.abs(o_lo), np.abs(o_hi)), 0.0)
+    return {
+        "target": ", ".join(targets),
+        "target_gain": gain,
+        "largest_off_target": ", ".join(tied),
+        "largest_off_target_change": est[tied[0]],
+        "off_target_distinguishable": ", ".join(
+            s for s, e in zip(off, excludes_zero, strict=True) if e
+        )
+        or "-",
+        "margin": gain - counted,
+        "margin_plugin": gain - worst,
+        "ci_low": float(t_lo.min() - np.maximum(np.abs(o_lo), np.abs(o_hi)).max()),
+        "ci_high": float(t_hi.min() - dist0.max()),
+        "design": eff.design,
+        "n_units": len(eff.paired.units),
+    }
+
+
+@dataclass(frozen=True)
+class Block:
+    """One kind of unit's records and their paired-effect analysis (see :func:`analyse`)."""
+
+    name: str
+    df: pd.DataFrame
+    designs: dict[str, Effects]
+    eff: Effects
+    margin: dict[str, Any]
+
+    @property
+    def units(self) -> list[str]:
+        return sorted(set(unit_labels(self.df)))
+
+
+def effects_long(analysis: Mapping[str, Block]) -> pd.DataFrame:
+    """Every block's reported paired effects, one under the other with a ``block`` column."""
+    return pd.concat([a.eff.table.assign(block=b) for b, a in analysis.items()], ignore_index=True)
+
+
+def analyse(
+    df: pd.DataFrame,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    policy_level: bool = False,
+    design: Design = "auto",
+    outcome: str = OUTCOME,
+) -> dict[str, Block]:
+    """Paired effects (every design), the reported design and the specificity margin, computed
+    for each block of :func:`blocks` on its own: real models and reference agents are never
+    pooled. Every block uses the same seed. ``outcome``: the binary column compared (strict
+    success S by default; ``safe_resolution`` asks whether repair changes safe behaviour)."""
+    out = {}
+    for name, sub in blocks(df).items():
+        designs = effects_by_design(
+            sub, n_boot=n_boot, seed=seed, policy_level=policy_level, outcome=outcome
+        )
+        eff = pick_design(designs, design)
+        out[name] = Block(name, sub, designs, eff, specificity_margin(eff))
+    return out
+
+
+# --- Table 8 ---------------------------------------------------------------------------------
+
+
+def model_gains(
+    df: pd.DataFrame,
+    top: int = 10,
+    outcome: str = OUTCOME,
+    treatment: str | None = None,
+    baseline: str | None = None,
+    arm: str = ARM,
+) -> pd.DataFrame:
+    """Table 8: the largest positive treatment − baseline gains by model × scenario.
+
+    Only gains above zero are listed (no padding with zero rows); a tie at the cut-off keeps
+    every tied row, so the table may hold more than ``top`` rows. The arms default to the
+    contract pair.
+    """
+    baseline, treatment = contract_arms(baseline, treatment)
+    g = df.groupby([*UNIT_COLUMNS, "scenario", arm])[outcome].mean().unstack(arm)
+    cols = [*UNIT_COLUMNS, "scenario", baseline, treatment, "gain"]
+    if baseline not in g or treatment not in g:
+        return pd.DataFrame(columns=cols)
+    g = g.dropna(subset=[baseline, treatment]).reset_index()
+    g["gain"] = g[treatment] - g[baseline]
+    g = g[g["gain"] > 1e-12].sort_values(
+        ["gain", *UNIT_COLUMNS, "scenario"], ascending=[False, *[True] * (len(UNIT_COLUMNS) + 1)]
+    )
+    if len(g) > top:
+        cut = g["gain"].iloc[top - 1]
+        g = g[g["gain"] >= cut - 1e-12]
+    return g[cols].reset_index(drop=True)

@@ -1,0 +1,84 @@
+"""Where analysed records come from: checked archives as one DataFrame and, per run, the
+decoding, reply schema, tasks and replicates a caption of real-model numbers must name (from the
+runs' manifests)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from layerlab import archive, paths
+
+
+def records_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
+    """Checked archives (files or run folders) as one DataFrame; a run given twice counts once.
+
+    Default: the committed reference-agent archive.
+    """
+    folders = [Path(a) for a in (archives or [paths.ARCHIVES / "reference_agents"])]
+    recs = archive.load_records(folders)
+    if not recs:
+        raise ValueError("no records in the given archives")
+    df = pd.DataFrame([r.__dict__ for r in recs])
+    df.attrs["runs"] = run_settings(folders)
+    return df
+
+
+def run_settings(folders: Sequence[Path]) -> dict[str, dict[str, Any]]:
+    """Per run id, what a caption of real-model numbers must name: decoding (temperature),
+    reply schema, tasks and replicates, from the runs' manifests (archives without one: none)."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in folders:
+        folder = f if f.is_dir() else f.parent
+        if not (folder / archive.MANIFEST).exists():
+            continue
+        m = archive.read_manifest(folder)
+        settings = m.get("settings") or {}
+        sampling = m.get("sampling") or {
+            "temperature": settings.get("temperature"),
+            "replicates": m.get("replicates", 1),
+        }
+        out[str(m.get("run_id"))] = {
+            "temperature": sampling.get("temperature"),
+            "top_p": sampling.get("top_p"),
+            "replicates": sampling.get("replicates", m.get("replicates", 1)),
+            "reply_schema": (
+                m.get("reply_schema", "layerlab.reply-schema/1")
+                if m.get("response_format", "none") != "none"
+                else None
+            ),
+            "n_tasks": m.get("n_tasks"),
+        }
+    return out
+
+
+def sampling_phrase(df: pd.DataFrame) -> str:
+    """``greedy (temperature 0), reply schema 2, 1 replicate``: how the real-model records of
+    ``df`` were drawn, one phrase per distinct setting (empty without manifests); captions put
+    it beside the block's task count."""
+    runs = df.attrs.get("runs") or {}
+    phrases = []
+    for rid in sorted(set(df["run_id"].astype(str))):
+        r = runs.get(rid)
+        if r is None:
+            continue
+        t = r["temperature"]
+        dec = (
+            "server-default temperature (not sent)"
+            if t is None
+            else ("greedy (temperature 0)" if t == 0 else f"sampled at temperature {t:g}")
+        )
+        if r.get("top_p") is not None:
+            dec += f", top-p {r['top_p']:g}"
+        schema = r["reply_schema"]
+        parts = [dec]
+        if schema:
+            parts.append(f"reply schema {schema.rsplit('/', 1)[-1]}")
+        reps = int(r["replicates"] or 1)
+        parts.append(f"{reps} replicate{'s' if reps != 1 else ''}")
+        if ", ".join(parts) not in phrases:
+            phrases.append(", ".join(parts))
+    return "; ".join(phrases)

@@ -1,0 +1,88 @@
+"""Scenario roles: which scenarios each analysis compares, declared in ``data/specs/roles.yaml``.
+
+The contract treatment's target (the specificity margin of the paired analysis), the fault-free
+negative control, the retriever audit's conditions and the explorer's representative cases
+(Table 6). Every name must be a scenario of the scenario DSL; an unknown one is a
+:class:`SpecError` naming the file, line and field. Roles change no record, so they are not part
+of any archive's provenance (the scenario and mitigation specs' hashes are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from layerlab import paths
+from layerlab.corpus.spec import SpecError, load_yaml_as
+from layerlab.faults.scenario import load_scenarios
+
+# what makes a task eligible for an explorer case, judged on the treatment arm's records
+Rule = Literal["repaired", "grounded_false_positive", "denied", "completeness"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ExplorerCase(_Strict):
+    """One row of Table 6: ``case`` may name the arm as ``{arm}``."""
+
+    case: str = Field(min_length=1)
+    scenario: str
+    arm: Literal["baseline", "treatment"]  # the contract arm shown
+    rule: Rule
+
+
+class Roles(_Strict):
+    """The scenario roles of ``roles.yaml``."""
+
+    contract_target: str
+    negative_control: str
+    audit: list[str] = Field(min_length=1)
+    explorer: list[ExplorerCase] = Field(min_length=1)
+
+    def named(self) -> Iterator[tuple[tuple[Any, ...], str]]:
+        """Every scenario a role names, with its field."""
+        yield ("contract_target",), self.contract_target
+        yield ("negative_control",), self.negative_control
+        for i, name in enumerate(self.audit):
+            yield ("audit", i), name
+        for i, c in enumerate(self.explorer):
+            yield ("explorer", i, "scenario"), c.scenario
+
+
+_CACHE: dict[tuple[Path, Path], tuple[tuple[float, float], Roles]] = {}
+
+
+def _mtime(p: Path) -> float:
+    return p.stat().st_mtime if p.exists() else -1.0
+
+
+def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None = None) -> Roles:
+    """Load and validate ``roles.yaml`` (default: the committed spec) against the scenario DSL
+    (default: the committed ``scenarios.yaml``); :class:`SpecError` lists every problem as
+    ``file:line: field: expectation``."""
+    p = Path(path or paths.ROLE_SPEC)
+    sp = Path(scenarios_path or paths.SCENARIO_SPEC)
+    stamp = (_mtime(p), _mtime(sp))
+    hit = _CACHE.get((p, sp))
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    known = list(load_scenarios(sp))
+
+    def check(roles: Roles) -> list[tuple[tuple[Any, ...], str]]:
+        return [
+            (loc, f"unknown scenario {name!r}; expected one of {known} (from {sp})")
+            for loc, name in roles.named()
+            if name not in known
+        ]
+
+    roles = load_yaml_as(p, Roles, check=check)
+    _CACHE[(p, sp)] = (stamp, roles)
+    return roles
+
+
+__all__ = ["ExplorerCase", "Roles", "SpecError", "load_roles"]
