@@ -295,7 +295,7 @@ def dictionary_cmd(
         typer.echo(p, err=True)
     if problems:
         raise _fail(
-            f"{len(problems)} schema entries without a description (layerlab/dictionary.py)"
+            f"{len(problems)} schema entries without a description (layerlab/reporting/dictionary.py)"
         )
     text = dictionary.render()
     if check:
