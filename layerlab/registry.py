@@ -13,7 +13,7 @@ A plug-in is a distribution that declares, in its ``pyproject.toml``::
 
 Each entry point names a module (no ``:attribute``); importing it registers its items with the
 registries' own decorators and functions (``@mitigations.register``,
-``@scenario.register_operator``, ``retrieval.register(...)``, ``READERS.register(...)``) and, for a mitigation to get arms,
+``@operators.register_operator``, ``retrieval.register(...)``, ``READERS.register(...)``) and, for a mitigation to get arms,
 an arms file (``mitigations.ARM_FILES``; see :mod:`layerlab.mitigations.arms`). Plug-ins are
 loaded once per process, lazily, on the first lookup or iteration of any registry (never when
 ``layerlab`` is imported), in the order of (distribution, entry-point name). A plug-in that fails

@@ -9,7 +9,8 @@ import pytest
 from layerlab import paths
 from layerlab.corpus import build as corpus_mod
 from layerlab.corpus.spec import SpecError
-from layerlab.faults.scenario import OPERATORS, ToolContext, load_scenarios
+from layerlab.faults.operators import OPERATORS, ToolContext
+from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.harness.prepare import prepare
 

@@ -215,7 +215,7 @@ def scenario_list(
 @scenario_app.command("operators")
 def scenario_operators() -> None:
     """List the registered fault operators with their stage, layer and parameters."""
-    from layerlab.faults.scenario import OPERATORS
+    from layerlab.faults.operators import OPERATORS
 
     for name, cls in sorted(OPERATORS.items()):
         params = (

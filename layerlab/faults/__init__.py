@@ -1,3 +1,4 @@
-"""The fault layer: named, seeded fault operators and the scenarios composed from them (`scenario`)."""
+"""The fault layer: named, seeded fault operators (`operators`), the scenarios composed from them
+in the DSL (`scenario`), and which scenarios each analysis compares (`roles`)."""
 
-__all__ = ["scenario"]
+__all__ = ["operators", "roles", "scenario"]

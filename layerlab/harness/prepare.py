@@ -15,7 +15,8 @@ from typing import Any
 
 from layerlab._io import canonical_json
 from layerlab.corpus.build import Corpus, Document, Task
-from layerlab.faults.scenario import Payload, Scenario, ToolContext, stable_int
+from layerlab.faults.operators import Payload, ToolContext, stable_int
+from layerlab.faults.scenario import Scenario
 from layerlab.system import retrieval
 from layerlab.system.contract import ContractMode, ContractResult, search_payload
 from layerlab.system.reader import (

@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from layerlab.faults.scenario import stable_int
+from layerlab.faults.operators import stable_int
 from layerlab.mitigations.base import (
     MAX_ATTEMPTS,
     PASS,

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from layerlab.corpus.build import AnswerKey, AnswerKeyEntry, Corpus, Task
+from layerlab.faults.operators import Payload
 from layerlab.faults.roles import load_roles
-from layerlab.faults.scenario import Payload, Scenario
+from layerlab.faults.scenario import Scenario
 from layerlab.harness.prepare import PreparedScenario, prepare
 from layerlab.harness.step import Reading, RecordContext, RecordStep
 from layerlab.mitigations import contract_pair, load_mitigations

@@ -22,8 +22,9 @@ from layerlab.corpus.build import AnswerKey, Corpus, Document
 from layerlab.corpus.cues import CueMatcher
 from layerlab.corpus.extract import sentences
 from layerlab.corpus.text import states_value, words
+from layerlab.faults.operators import ForeignSession
 from layerlab.faults.roles import load_roles
-from layerlab.faults.scenario import ForeignSession, Scenario
+from layerlab.faults.scenario import Scenario
 from layerlab.system import retrieval
 
 

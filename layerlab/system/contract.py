@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from layerlab.corpus.build import Document
-from layerlab.faults.scenario import Payload
+from layerlab.faults.operators import Payload
 
 SCHEMA = "layerlab.search/v1"
 TOOL_NAME = "search_policies"
