@@ -12,7 +12,6 @@ harness-overhead benchmark.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from typing import Any
@@ -63,6 +62,8 @@ _registered = False
 
 def register() -> None:
     """Register the ``layerlab/`` provider with litellm (idempotent)."""
+    import asyncio  # here, not at import: the analysis imports this module for is_reference
+
     global _registered
     if _registered:
         return
