@@ -318,12 +318,7 @@ def run_live(
             bar.close()
         if log:
             log.close()
-    _print_results(out)
-    if log:
-        typer.echo(
-            f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)"
-        )
-    typer.echo(result.message)
+    _report_run(out, log, result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
     typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
     if result.over_error_rate:
@@ -437,12 +432,7 @@ def _run_config(
     finally:
         if log:
             log.close()
-    _print_results(out)
-    if log:
-        typer.echo(
-            f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)"
-        )
-    typer.echo(message)
+    _report_run(out, log, message)
     typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / runconfig.CONFIG_COPY}")
     if over:
         typer.echo(
@@ -468,6 +458,16 @@ def _open_sample_log(path: Path | None, out: Path) -> Any:
         raise _fail(str(exc)) from None
     except OSError as exc:
         raise _fail(f"--sample-log {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _report_run(out: Path, log: Any, message: str) -> None:
+    """After a live run (flags or --config): its results, the private sample log, its outcome."""
+    _print_results(out)
+    if log:
+        typer.echo(
+            f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)"
+        )
+    typer.echo(message)
 
 
 def _print_results(out: Path) -> None:
