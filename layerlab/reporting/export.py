@@ -104,7 +104,8 @@ TEXT_HEIGHT_PT = 650.0
 # font sizes tried in turn (LaTeX command, size in pt at 11pt base); widths scale with the size
 _SIZES = ((r"\small", 10.0), (r"\footnotesize", 9.0), (r"\scriptsize", 8.0))
 _TABCOLSEP_PT = 4.0
-_TIGHT_TABCOLSEP_PT = 2.0  # the last resort of a wide table on a landscape page
+_TIGHT_TABCOLSEP_PT = 2.0  # the last resorts of a wide table on a landscape page: tight gaps,
+_LAST_SIZE = (r"\tiny", 7.0)  # then the smallest size (cmr6 is wider than cmr10 at 6pt)
 _SAFETY = 1.10  # estimated widths are cmr10 advance widths; smaller sizes are a little wider
 # advance widths of Computer Modern Roman 10pt (cmr10), in pt
 _CMR10 = {
@@ -176,13 +177,13 @@ def layout(
     """
     cols = list(zip(header, *rows, strict=True)) if rows else [(h,) for h in header]
     tries = (
-        (False, width, height, _TABCOLSEP_PT),
-        (True, height, width, _TABCOLSEP_PT),
-        (True, height, width, _TIGHT_TABCOLSEP_PT),
+        (False, width, height, _TABCOLSEP_PT, _SIZES),
+        (True, height, width, _TABCOLSEP_PT, _SIZES),
+        (True, height, width, _TIGHT_TABCOLSEP_PT, (*_SIZES, _LAST_SIZE)),
     )
-    for landscape, w, h, sep in tries:
+    for landscape, w, h, sep, sizes in tries:
         avail = w - 2 * sep * (len(cols) - 1)  # @{} at both ends: no outer padding
-        for cmd, size in _SIZES:
+        for cmd, size in sizes:
             natural = [max(_width(c, size) for c in col) for col in cols]
             if sum(natural) <= avail:
                 tall = _too_tall(header, rows, size, None, h, _lines(notes, size, w))
@@ -194,7 +195,7 @@ def layout(
                 return Layout(cmd, widths, tall, landscape, sep)
     # nothing fits even on a landscape page at the smallest size: wrap as far as tokens allow
     # (the build's overfull-box check then names the table)
-    cmd, size = _SIZES[-1]
+    cmd, size = _LAST_SIZE
     minimum = [max(_width(t, size) for c in col for t in _tokens(c)) for col in cols]
     tall = _too_tall(header, rows, size, tuple(minimum), width, _lines(notes, size, height))
     return Layout(cmd, tuple(minimum), tall, True, _TIGHT_TABCOLSEP_PT)
