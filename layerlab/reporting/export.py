@@ -219,9 +219,15 @@ def _too_tall(
     page."""
     lines = 2 + len(rows) + notes_lines
     if widths is not None:
-        lines = 1 + notes_lines + sum(
-            max(math.ceil(_width(c, size) / max(w, 1.0)) for c, w in zip(r, widths, strict=True))
-            for r in [header, *rows]
+        lines = (
+            1
+            + notes_lines
+            + sum(
+                max(
+                    math.ceil(_width(c, size) / max(w, 1.0)) for c, w in zip(r, widths, strict=True)
+                )
+                for r in [header, *rows]
+            )
         )
     return lines * 1.25 * size + 60.0 > 0.8 * page_height
 
