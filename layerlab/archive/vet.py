@@ -50,7 +50,7 @@ def check_path(path: Path) -> dict[str, Any]:
             "partial": True,
             "provenance": {},
         }
-    if not (path / MANIFEST).exists() and (path / PROGRESS).exists():
+    if not (path / MANIFEST).exists() and _written_to(path):
         return _interrupted(path)
     m = read_manifest(path)
     if "manifest_sha256" not in m:
@@ -60,14 +60,15 @@ def check_path(path: Path) -> dict[str, Any]:
             "(recompute --allow-partial)"
         )
     study = m.get("kind") == "langchain_study"
-    arch = committed_archive(path, m, STUDY_ARCHIVE if study else ARCHIVE)
-    pending = arch.name != (STUDY_ARCHIVE if study else ARCHIVE)
+    name = STUDY_ARCHIVE if study else ARCHIVE
+    arch = committed_archive(path, m, name)
+    pending = arch.name != name
     if not arch.exists():
         hint = (
             " (an interrupted run: continue it with --resume)" if (path / PROGRESS).exists() else ""
         )
         raise ArchiveError(f"{arch}: missing{hint}")
-    want = m.get("files", {}).get(arch.name)
+    want = m.get("files", {}).get(name)
     got = sha256_file(arch)
     if want != got:
         raise ArchiveError(
@@ -109,6 +110,13 @@ def check_path(path: Path) -> dict[str, Any]:
         "provenance": provenance_of(m),
         "models": list(m.get("models", [])),
     }
+
+
+def _written_to(path: Path) -> bool:
+    """Whether a folder without a manifest holds a run's progress log or a killed write's files."""
+    return (path / PROGRESS).exists() or any(
+        p.name.startswith(".") and p.name.endswith((".tmp", ".pending")) for p in path.iterdir()
+    )
 
 
 def _interrupted(path: Path) -> dict[str, Any]:
