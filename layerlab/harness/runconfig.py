@@ -253,6 +253,11 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
     from layerlab.harness.deterministic import contract_arms
 
     pool = [t for t in tasks if spec.tasks is None or t.task_id in set(spec.tasks)]
+    if spec.limit is not None and spec.limit > len(pool):
+        raise ValueError(
+            f"limit: {spec.limit} tasks asked, only {len(pool)} to choose from (expected 1 to "
+            f"{len(pool)}; leave limit out to ask them all)"
+        )
     task_ids: tuple[str, ...] | None = (
         stratified_tasks(pool, spec.limit, spec.limit_seed)
         if spec.limit is not None
