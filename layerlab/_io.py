@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -94,3 +95,29 @@ def writable_folder_problem(path: Path) -> str | None:
     os.close(fd)
     os.unlink(tmp)
     return None
+
+
+# the temporary names atomic_write_bytes gives: ".NAME." + mkstemp's 8 random characters + ".tmp"
+_TMP_NAME = re.compile(r"\.(?P<name>[^/]+)\.[A-Za-z0-9_]{8}\.tmp")
+
+
+def stale_temporaries(folder: Path, before: float) -> list[Path]:
+    """Remove the temporary files :func:`atomic_write_bytes` left in ``folder`` (a writer killed
+    mid-write, SIGKILL or power loss, cannot remove its own) that were last modified before
+    ``before`` (a time.time(): the start of the run that owns the folder, so a file being
+    written now is never touched); return those removed."""
+    gone: list[Path] = []
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return gone
+    for p in entries:
+        if not _TMP_NAME.fullmatch(p.name):
+            continue
+        try:
+            if p.is_file() and p.stat().st_mtime < before:
+                p.unlink()
+                gone.append(p)
+        except OSError:
+            continue
+    return gone

@@ -295,6 +295,11 @@ def run_live(
         from layerlab.harness.runconfig import stratified_tasks
 
         pool = [t for t in c.tasks if task_ids is None or t.task_id in set(task_ids)]
+        if limit > len(pool):
+            raise _fail(
+                f"--limit {limit}: only {len(pool)} tasks to choose from (expected 1 to "
+                f"{len(pool)}; leave --limit out to ask them all)"
+            )
         config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
     log = _open_sample_log(sample_log, out)
     bar = _progress_hook() if progress else None

@@ -79,7 +79,9 @@ def stratified_tasks(tasks: Sequence[Task], n: int, seed: int = LIMIT_SEED) -> t
             vs = sorted(by_domain[d][p], key=lambda t: t.task_id)
             variants[p] = [vs[i] for i in rng.permutation(len(vs))]
         depth = max(len(v) for v in variants.values())
-        queues[d] = [variants[p][r] for r in range(depth) for p in pol_order if r < len(variants[p])]
+        queues[d] = [
+            variants[p][r] for r in range(depth) for p in pol_order if r < len(variants[p])
+        ]
     domains = sorted(queues)
     domain_order = [domains[i] for i in rng.permutation(len(domains))]
     chosen: set[str] = set()
@@ -162,7 +164,10 @@ class RunConfigSpec(BaseModel):
     def settings_for(self, m: ModelEntry) -> dict[str, Any]:
         """A model's effective settings: its own, else ``defaults``, else the paper's."""
         d = ProviderSettings()
-        pick = {k: getattr(m, k) if getattr(m, k) is not None else getattr(self.defaults, k) for k in _Settings.model_fields}
+        pick = {
+            k: getattr(m, k) if getattr(m, k) is not None else getattr(self.defaults, k)
+            for k in _Settings.model_fields
+        }
         return {
             "settings": ProviderSettings(
                 timeout_s=pick["timeout"] if pick["timeout"] is not None else d.timeout_s,
@@ -190,18 +195,31 @@ def _checks(
                 out.append((("models", i, "model"), f"{m.model!r} is listed twice"))
             seen.add(m.model)
             if "/" not in m.model:
-                out.append((("models", i, "model"), "expected provider/model, e.g. openai/gpt-4o-mini"))
+                out.append(
+                    (("models", i, "model"), "expected provider/model, e.g. openai/gpt-4o-mini")
+                )
             if m.model.startswith("local/") and m.api_base:
-                out.append((("models", i, "api_base"), "a local/ model is served by layerlab: no api_base"))
+                out.append(
+                    (("models", i, "api_base"), "a local/ model is served by layerlab: no api_base")
+                )
             for j, b in enumerate(m.api_base):
                 if not b.startswith(("http://", "https://")):
-                    out.append((("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}"))
+                    out.append(
+                        (("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}")
+                    )
         for i, s in enumerate(c.scenarios or ()):
             if s not in scenarios:
-                out.append((("scenarios", i), f"unknown scenario {s!r}; known: {', '.join(scenarios)}"))
+                out.append(
+                    (("scenarios", i), f"unknown scenario {s!r}; known: {', '.join(scenarios)}")
+                )
         for i, a in enumerate(c.mitigations or ()):
             if a not in mitigations:
-                out.append((("mitigations", i), f"unknown mitigation {a!r}; known: {', '.join(mitigations)}"))
+                out.append(
+                    (
+                        ("mitigations", i),
+                        f"unknown mitigation {a!r}; known: {', '.join(mitigations)}",
+                    )
+                )
         known = set(task_ids)
         for i, t in enumerate(c.tasks or ()):
             if t not in known:
@@ -235,6 +253,11 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
     from layerlab.harness.deterministic import contract_arms
 
     pool = [t for t in tasks if spec.tasks is None or t.task_id in set(spec.tasks)]
+    if spec.limit is not None and spec.limit > len(pool):
+        raise ValueError(
+            f"limit: {spec.limit} tasks asked, only {len(pool)} to choose from (expected 1 to "
+            f"{len(pool)}; leave limit out to ask them all)"
+        )
     task_ids: tuple[str, ...] | None = (
         stratified_tasks(pool, spec.limit, spec.limit_seed)
         if spec.limit is not None
@@ -298,9 +321,63 @@ def execute(
 
     groups = plan(spec, list(scenarios), corpus.tasks)
     run = spec.run(run)
-    left = run.budget
     messages: list[str] = []
-    complete, over = True, list[str]()
+    over: list[str] = []
+    finished: list[Group] = []
+    try:
+        _run_groups(groups, out, corpus, key, scenarios, run, scenario_hash, progress, samples,
+                    say, messages, finished, over)  # fmt: skip
+    except live.LiveRunError:
+        _stopped(groups, finished, out, "a run failed")
+        raise
+    complete = len(finished) == len(groups)
+    atomic_write_text(out / CONFIG_COPY, config_text)
+    if len(groups) > 1 and complete:
+        archive.merge([out / g.folder for g in groups], out)
+        results.write_results(out)
+    elif len(groups) > 1:
+        _stopped(groups, finished, out, "a run did not finish")
+    return complete, "\n".join(messages), tuple(over)
+
+
+def _stopped(groups: Sequence[Group], finished: Sequence[Group], out: Path, why: str) -> None:
+    """A configuration of several runs that stopped early: the runs made so far (finished or
+    partial) are merged into ``out`` under a manifest that says which models finished."""
+    from layerlab import archive
+
+    if len(groups) < 2:
+        return
+    made = [out / g.folder for g in groups if (out / g.folder / archive.MANIFEST).exists()]
+    if not made:
+        return
+    done = [m for g in finished for m in g.models]
+    rest = [m for g in groups if g not in finished for m in g.models]
+    note = (
+        f"stopped early ({why}): finished {', '.join(done) or 'none'}; "
+        f"not finished {', '.join(rest)}; continue with --resume"
+    )
+    archive.merge(made, out, note=note, complete=False)
+
+
+def _run_groups(
+    groups: Sequence[Group],
+    out: Path,
+    corpus: Corpus,
+    key: AnswerKey,
+    scenarios: Mapping[str, Any],
+    run: RunSettings,
+    scenario_hash: str,
+    progress: Callable[[], Any] | None,
+    samples: Any,
+    say: Callable[[str], None],
+    messages: list[str],
+    finished: list[Group],
+    over: list[str],
+) -> None:
+    """Run the groups in turn, sharing the budget; stop after the first incomplete one."""
+    from layerlab.harness import live
+
+    left = run.budget
     for g in groups:
         folder = out / g.folder if g.folder else out
         bar = progress() if progress else None  # one progress bar per run
@@ -326,12 +403,7 @@ def execute(
         if left is not None:
             left = max(0, left - r.counters.calls)
         messages.append(f"{', '.join(g.models)}: {r.message}")
-        complete = complete and r.complete
         over += r.over_error_rate
         if not r.complete:
             break
-    atomic_write_text(out / CONFIG_COPY, config_text)
-    if len(groups) > 1 and complete:
-        archive.merge([out / g.folder for g in groups], out)
-        results.write_results(out)
-    return complete, "\n".join(messages), tuple(over)
+        finished.append(g)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,7 @@ def run_live(
     from layerlab.models import agents
 
     out = Path(out)
+    began = time.time()
     run = RunSettings(
         budget=budget, concurrency=concurrency, resume=resume, retry_errors=retry_errors,
         cache_dir=cache_dir, local_servers=local_servers, max_error_rate=max_error_rate,
@@ -158,10 +160,12 @@ def run_live(
         prepare_all()
         # from here on the run folder is written
         out.mkdir(parents=True, exist_ok=True)
-        started = provenance.Outcome(complete=False, records=0)
-        archive.write_manifest(
-            out, provenance.manifest(config, corpus, scenario_hash, n_tasks, started)
-        )
+        _tidy(out, began)
+        if old is None:  # a new run starts as a valid empty archive; a resumed one keeps its own
+            started = provenance.Outcome(complete=False, records=0)
+            archive.write_run(
+                out, [], provenance.manifest(config, corpus, scenario_hash, n_tasks, started)
+            )
         trim_torn_tail(plog)
         if report.dropped:
             rewrite_progress(plog, done)
@@ -197,6 +201,7 @@ def run_live(
     )
     if records:
         results.write_results(out, records, final)  # per-model rates, next to the archive
+    _tidy(out, began)
     notes = [report.describe()] if report.dropped else []
     if fatal is not None:
         raise LiveRunError(
@@ -251,6 +256,15 @@ def _resumed(out: Path, plan: Mapping[str, Any], resume: bool) -> dict[str, Any]
             f"(would be {plan['run_id']}); resume with the original models, filters and settings"
         )
     return old
+
+
+def _tidy(out: Path, began: float) -> None:
+    """Finish an interrupted archive write and remove the temporary files a killed writer of
+    this folder left (none written since this run ``began`` is touched)."""
+    from layerlab._io import stale_temporaries
+
+    archive.finish_write(out)
+    stale_temporaries(out, began)
 
 
 def _error_line(errors: Mapping[str, Mapping[str, int]]) -> str:

@@ -162,11 +162,35 @@ class RunSettings:
             bad = api_base_problem(base)
             if bad:
                 raise LiveRunError(f"--api-base: {bad}")
+        workers_from_env()
         if _inside(self.cache_folder, Path(out)):
             raise LiveRunError(
                 f"--cache-dir {self.cache_folder}: inside the run folder; the cache holds model "
                 "replies and must stay outside what is shared"
             )
+
+
+MAX_WORKERS = 256
+
+
+def workers_from_env() -> int | None:
+    """``LAYERLAB_WORKERS``: worker processes of a live run (1: none, in process), or None when
+    unset (one per core); anything but a whole number from 1 to :data:`MAX_WORKERS` is refused."""
+    import os
+
+    env = os.environ.get("LAYERLAB_WORKERS")
+    if env is None or not env.strip():
+        return None
+    try:
+        n = int(env.strip())
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_WORKERS:
+        raise LiveRunError(
+            f"LAYERLAB_WORKERS={env!r}: expected a whole number of worker processes from 1 "
+            f"(none: the run stays in this process) to {MAX_WORKERS}, or unset (one per core)"
+        )
+    return n
 
 
 def _inside(child: Path, parent: Path) -> bool:
