@@ -40,7 +40,8 @@ def recompute_cmd(
     matrix: list[Path] = typer.Option(
         None,
         "--matrix",
-        help="Mitigation archive(s) for Table 10 (repeatable; default data/archives/mitigations).",
+        help="Mitigation archive(s) for Table 10 (repeatable; default: ARCHIVE... when they hold "
+        "mitigation arms, else data/archives/mitigations).",
     ),
     no_matrix: bool = typer.Option(False, "--no-matrix", help="Skip Table 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the headline figures as JSON."),
@@ -74,7 +75,7 @@ def recompute_cmd(
             n_boot=n_boot,
             seed=seed,
             policy_level=policy_level,
-            matrix_archives=None if no_matrix else (matrix or [paths.ARCHIVES / "mitigations"]),
+            matrix_archives=None if no_matrix else (matrix or _default_matrix(archives)),
             allow_partial=allow_partial,
             allow_mixed=allow_mixed,
             design=design,  # type: ignore[arg-type]
@@ -98,6 +99,18 @@ def recompute_cmd(
             "provider_error (counted as failures); see each run's manifest errors",
             err=True,
         )
+
+
+def _default_matrix(archives: list[Path]) -> list[Path]:
+    """Table 10's archives when ``--matrix`` is not given: the given archives themselves when
+    they hold a mitigation arm beyond the contract pair (a user's ``run live --mitigation ...``),
+    else the committed deterministic matrix."""
+    from layerlab.analysis import stats
+
+    arms = set(stats.records_frame(archives)[stats.ARM])
+    if arms - set(stats.contract_arms()):
+        return list(archives)
+    return [paths.ARCHIVES / "mitigations"]
 
 
 @app.command("compare")
