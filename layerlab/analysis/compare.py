@@ -104,9 +104,9 @@ class Report:
         }
 
 
-def load(path: Path | str) -> Source:
+def load(path: Path | str, label: str | None = None) -> Source:
     """A run folder or archive file, checked on its own (so two runs of the same cells can sit
-    side by side, which pooling refuses)."""
+    side by side, which pooling refuses); ``label`` names it in the output (default: the path)."""
     p = Path(path)
     try:
         info = archive.check_path(p)
@@ -115,7 +115,8 @@ def load(path: Path | str) -> Source:
         raise CompareError(str(exc)) from None
     if not recs:
         raise CompareError(f"{p}: holds no records")
-    return Source(str(path), pd.DataFrame([r.__dict__ for r in recs]), bool(info.get("partial")))
+    df = pd.DataFrame([r.__dict__ for r in recs])
+    return Source(label or str(path), df, bool(info.get("partial")))
 
 
 def default_sources(run: Source) -> list[Path]:
@@ -274,7 +275,10 @@ def compare(
     focus = load(run)
     if outcome not in focus.df.columns:
         raise CompareError(f"--outcome: {outcome!r} is not an archive label")
-    sources = [load(o) for o in (others or default_sources(focus))]
+    if others:
+        sources = [load(o) for o in others]
+    else:  # the committed archives, named by their place in the repository
+        sources = [load(p, str(p.relative_to(paths.ROOT))) for p in default_sources(focus)]
     notes = [f"{s.label}: PARTIAL (an unfinished run)" for s in (focus, *sources) if s.partial]
     comps = []
     for u in focus.units():

@@ -65,7 +65,8 @@ def _trim_bookkeeping(litellm: Any) -> None:
     a standard logging payload for callbacks that are not there. layerlab registers no callback
     and prices calls itself (``harness.live.calls.price``), asking once about a model it cannot
     price. The guard is checked on every call, so a user who registers a callback or sets
-    ``litellm.max_budget`` gets litellm's full path back. Idempotent; if a litellm upgrade renames a hook, that hook is left alone.
+    ``litellm.max_budget`` gets litellm's full path back. Idempotent; if a litellm upgrade renames
+    a hook, that hook is left alone.
     """
     import importlib
 
