@@ -493,6 +493,8 @@ def _print_results(out: Path) -> None:
         df = results.table(res, reference=ref)
         if not df.empty:
             report.print_wide(df, f"{title}: rate [95% interval]")
+    if res.get("usage"):  # cost and time over every invocation of the run
+        report.print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
     for line in results.error_summary(res):
         typer.echo(f"errors: {line}")
     typer.echo(f"results: {p} (interval: {res['interval']})")

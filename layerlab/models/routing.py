@@ -108,6 +108,7 @@ class Route:
     merge_system: bool = False
     response_format: dict[str, Any] | None = None
     seed_base: int | None = None
+    name: str = ""  # the ``-m`` model it serves (its calls' usage is counted under it)
 
     def request(self, msgs: list[dict[str, str]], seed: int | None) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(self.extra)

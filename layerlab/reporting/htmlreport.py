@@ -378,6 +378,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
         body.append(
             page.section("study", "Focused study", page.para("No study archive given.", "muted"))
         )
+    body.append(usage_section(inp.provenance))  # empty without usage in any manifest
     prov = [
         page.details(
             f"{p['path']} — {p['manifest']['run_id'] if p['manifest'] else 'archive file'}",
@@ -389,6 +390,27 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
     body.append(page.section("provenance", "Provenance", *prov))
     body.append(page.section("glossary", "Glossary", _glossary()))
     return page.document(title, "\n".join(body))
+
+
+def usage_section(provenance: Sequence[dict[str, Any]]) -> str:
+    """ "Cost and time": per run and model, answered calls, mean latency, tokens, cost (litellm's
+    price where known) and compute time (local servers' CPU-seconds, else call wall time),
+    summed over every invocation of the run, from the manifests; "" when none records usage."""
+    parts = []
+    for p in provenance:
+        usage = results.usage_summary(p["manifest"]) if p["manifest"] else {}
+        if usage:
+            parts.append(f"<h3>{page.esc(p['manifest'].get('run_id', p['path']))}</h3>")
+            parts.append(page.table(results.usage_table(usage), nowrap=True))
+    if not parts:
+        return ""
+    note = page.para(
+        "Over every invocation of each run (a resume adds to the totals). Cost: "
+        f"{results.COST_BASIS}, '-' where no price is known (local models, reference agents). "
+        f"Compute: {results.COMPUTE_CPU} where measured, else {results.COMPUTE_WALL}.",
+        "muted",
+    )
+    return page.section("usage", "Cost and time", note, *parts)
 
 
 def write(paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench report") -> Path:

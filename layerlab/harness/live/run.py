@@ -186,13 +186,14 @@ def run_live(
         local_prov = {
             m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
         }
+        server_cpu = {m: models_mod.cpu_seconds(servers) for m, servers in local.items()}
     # what the log now holds: the usable lines read at the start and those written since
     records = list({**done, **written}.values())
     complete = finished and len(records) == plan["expected_records"]
     errors = provenance.error_summary(records, config.models)
     outcome = provenance.Outcome(
         complete=complete,
-        calls=provenance.calls_summary(counters, old),
+        calls=provenance.calls_summary(counters, old, server_cpu),
         errors=errors,
         local_models=local_prov,
     )
