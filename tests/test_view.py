@@ -102,3 +102,53 @@ def test_paging_hashchange_back_and_empty_state_in_chromium(page_html: str, tmp_
         )
     )
     assert f"{len(clean)} of {len(rows)} records" in _count(_dom(f"file://{moved}"))
+
+
+# --- the notebook explorer ---------------------------------------------------------------------
+
+
+def test_explorer_pages_through_every_match_and_exports_a_static_copy() -> None:
+    from layerlab.reporting import explore
+
+    rows = explore.load_rows(QWEN)
+    ui = explore.browser([QWEN], shown=12)
+    source, grid, pager, view = ui.children
+    prev, where, nxt, clear = pager.children
+    pages = -(-len(rows) // 12)
+    assert where.value == f"page 1 of {pages}" and prev.disabled and not nxt.disabled
+    first = view.value
+    nxt.click()
+    assert (
+        where.value == f"page 2 of {pages}"
+        and f"{len(rows)} record(s) (showing 13–24)" in view.value
+    )
+    shown = re.findall(r"<code>([^<]+)</code>", view.value)
+    assert shown[0] == rows[12]["task_id"] and view.value.count('<details class="rec"') == 12
+    prev.click()
+    assert view.value == first
+    # a page exported without widget state (nbconvert, GitHub) shows the current page as HTML
+    bundle = ui._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "live kernel" in bundle["text/html"] and first in bundle["text/html"]
+    # an empty selection says which filter excludes everything, and clearing restores the records
+    by = {b.description: b for b in grid.children}
+    by["scenario"].value = "stale_index"
+    by["outcome"].value = "safe_non_answer"
+    if not explore.select(rows, scenario="stale_index", outcome="safe_non_answer"):
+        n = len(explore.select(rows, scenario="stale_index"))
+        assert "0 of 1440 records" in view.value and "together" in view.value
+        assert f"clearing outcome shows {n}" in view.value
+    clear.click()
+    assert all(b.value == "" for b in grid.children) and view.value == first
+
+
+def test_empty_state_names_the_filter_no_record_has() -> None:
+    from layerlab.reporting import explore
+
+    rows = explore.load_rows(QWEN)
+    html = explore.empty_state(rows, {"scenario": "bogus", "outcome": "success"})
+    assert "0 of 1440 records" in html and "no record has scenario = bogus" in html
+    n = len(explore.select(rows, outcome="success"))
+    assert f"clearing scenario shows {n}" in html
+    # the committed notebook's static view keeps its exact output (nbval compares it)
+    assert "(showing the first 3)" in explore.records_html(rows, 3)

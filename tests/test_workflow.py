@@ -464,7 +464,7 @@ def test_notebook_explorer_reads_an_archive_and_filters_with_widgets(
 
     out, log = small_run
     ui = explore.browser([out, log])
-    source, grid, view = ui.children
+    source, grid, _pager, view = ui.children
     boxes = grid.children
     by = {b.description: b for b in boxes}
     assert set(by) == {"run", "model", "scenario", "mitigation", "outcome", "diagnostic"}
