@@ -146,11 +146,13 @@ def _stderr(message: str) -> None:
     sys.stderr.write(message + "\n")
 
 
-def _tighten(path: Path, want: int, what: str, say: Any) -> None:
-    st = os.stat(path)
-    if not stat.S_IMODE(st.st_mode) & 0o077:
+def _tighten(path: Path, what: str, say: Any) -> None:
+    """Take group and other permissions off ``path`` (its owner's are kept: a read-only cache
+    stays read-only), saying so in one line."""
+    old = stat.S_IMODE(os.stat(path).st_mode)
+    if not old & 0o077:
         return
-    old = stat.S_IMODE(st.st_mode)
+    want = old & ~0o077
     try:
         os.chmod(path, want)
     except OSError as exc:
@@ -183,7 +185,7 @@ def private_dir(
             continue
         os.chmod(p, PRIVATE_DIR)  # whatever the umask
     if path.is_dir() and tighten and path not in missing:
-        _tighten(path, PRIVATE_DIR, what, say)
+        _tighten(path, what, say)
     return path
 
 
@@ -200,7 +202,7 @@ def private_file(
     except FileExistsError:
         with contextlib.suppress(FileNotFoundError):
             if path.is_file():
-                _tighten(path, PRIVATE_FILE, what, say)
+                _tighten(path, what, say)
         return path
     os.close(fd)
     return path

@@ -211,6 +211,19 @@ def test_a_loose_reply_cache_is_tightened_with_a_message(tmp_path: Path, capsys)
     assert _mode(folder) == 0o700 and _mode(folder / CACHE_DB) == 0o600
 
 
+def test_tightening_keeps_the_owners_permissions(tmp_path: Path) -> None:
+    said: list[str] = []
+    ro = tmp_path / "read-only"
+    ro.mkdir(mode=0o755)
+    os.chmod(ro, 0o555)
+    _io.private_dir(ro, say=said.append)
+    assert _mode(ro) == 0o500  # still read-only: only group and other lose their access
+    assert said == [f"{ro}: was readable by others (mode 0555); now 0500 (it holds model replies)"]
+    os.chmod(ro, 0o700)
+    _io.private_dir(ro / "a" / "b", say=said.append)  # made: 0700 at every level, no message
+    assert _mode(ro / "a") == _mode(ro / "a" / "b") == 0o700 and len(said) == 1
+
+
 def test_sample_log_is_owner_only_in_folders_it_makes_owner_only(env: Path) -> None:
     log = env / "new" / "deeper" / "s.jsonl"
     before = _mode(env)
