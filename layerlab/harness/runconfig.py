@@ -306,8 +306,8 @@ def execute(
     Models that share their settings run together; models with their own endpoints or settings
     run into ``out/runs/NN-<model>/`` and are merged into ``out`` (archive, manifest,
     results.json). The configuration is stored as ``out/run.yaml`` (:func:`stored_config`:
-    every endpoint recorded as ``local`` or ``remote``, as the manifest does). The budget is shared: each
-    run gets what the runs before it left.
+    every endpoint recorded as ``local`` or ``remote``, as the manifest does). The budget is
+    shared: each run gets what the runs before it left.
     """
     from layerlab import archive
     from layerlab._io import atomic_write_text
