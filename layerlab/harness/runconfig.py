@@ -8,7 +8,8 @@ same tasks (and the run id, which covers the task set, lets ``--resume`` find th
 
 A run configuration (``run live --config run.yaml``) names the models, each with its own
 endpoints and settings, the scenarios, mitigations, tasks, budget and replicates; it is validated
-by the spec loader (``file:line: field: what was expected``) and stored with the run. Example::
+by the spec loader (``file:line: field: what was expected``; an endpoint carrying credentials is
+refused) and stored with the run, every URL in it recorded as ``local`` or ``remote``. Example::
 
     models:
       - model: hosted_vllm/meta-llama/Llama-3.1-8B-Instruct
@@ -51,6 +52,7 @@ from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.corpus.spec import load_yaml_as
 from layerlab.harness.live.settings import DEFAULT_MAX_ERROR_RATE, RunSettings
 from layerlab.models.llm import ProviderSettings
+from layerlab.models.routing import api_base_problem, credentials_in, redact_urls
 
 LIMIT_SEED = 0  # default seed of the --limit selection
 
@@ -96,7 +98,7 @@ def stratified_tasks(tasks: Sequence[Task], n: int, seed: int = LIMIT_SEED) -> t
 
 # --- the YAML run configuration (``run live --config run.yaml``) ------------------------------
 
-CONFIG_COPY = "run.yaml"  # the configuration as given, stored in the run folder
+CONFIG_COPY = "run.yaml"  # the configuration, its endpoints redacted, stored in the run folder
 SUBRUNS = "runs"  # where models with their own settings run before their archives are merged
 
 
@@ -203,10 +205,10 @@ def _checks(
                     (("models", i, "api_base"), "a local/ model is served by layerlab: no api_base")
                 )
             for j, b in enumerate(m.api_base):
-                if not b.startswith(("http://", "https://")):
-                    out.append(
-                        (("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}")
-                    )
+                if credentials_in(b):  # never echoed: the message names what, not the value
+                    out.append((("models", i, "api_base", j), api_base_problem(b) or ""))
+                elif not b.startswith(("http://", "https://")):
+                    out.append((("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}"))
         for i, s in enumerate(c.scenarios or ()):
             if s not in scenarios:
                 out.append(
@@ -235,6 +237,19 @@ def load_run_config(
     """Load and validate a run configuration; :class:`~layerlab.corpus.spec.SpecError` lists every
     problem as ``file:line: field: what was expected``."""
     return load_yaml_as(Path(path), RunConfigSpec, _checks(scenarios, mitigations, task_ids))
+
+
+def stored_config(text: str) -> str:
+    """The run configuration as the run folder keeps it: as given, except that every URL in it
+    (endpoints, and any in a comment) is replaced by ``local`` or ``remote``: a shareable folder
+    holds no host, port or credentials (credentials are refused before, :func:`load_run_config`)."""
+    return redact_urls(text)
+
+
+def endpoints(spec: RunConfigSpec) -> tuple[list[str], list[str]]:
+    """(every endpoint, every model) of a configuration: what :meth:`RunSettings.check` checks
+    before anything is written."""
+    return [b for m in spec.models for b in m.api_base], [m.model for m in spec.models]
 
 
 @dataclass(frozen=True)
@@ -311,8 +326,9 @@ def execute(
     default ``local_servers``); the configuration sets the others (:meth:`RunConfigSpec.run`).
     Models that share their settings run together; models with their own endpoints or settings
     run into ``out/runs/NN-<model>/`` and are merged into ``out`` (archive, manifest,
-    results.json). The configuration is stored as ``out/run.yaml``. The budget is shared: each
-    run gets what the runs before it left.
+    results.json). The configuration is stored as ``out/run.yaml`` (:func:`stored_config`:
+    every endpoint recorded as ``local`` or ``remote``, as the manifest does). The budget is
+    shared: each run gets what the runs before it left.
     """
     from layerlab import archive
     from layerlab._io import atomic_write_text
@@ -331,7 +347,7 @@ def execute(
         _stopped(groups, finished, out, "a run failed")
         raise
     complete = len(finished) == len(groups)
-    atomic_write_text(out / CONFIG_COPY, config_text)
+    atomic_write_text(out / CONFIG_COPY, stored_config(config_text))
     if len(groups) > 1 and complete:
         archive.merge([out / g.folder for g in groups], out)
         results.write_results(out)

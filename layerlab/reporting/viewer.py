@@ -283,12 +283,9 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench records") -> str:
 
 def write(paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records") -> Path:
     """Build the viewer and write it atomically to ``out`` (owner-only if it is private)."""
-    import os
-
-    from layerlab._io import atomic_write_text
+    from layerlab._io import PRIVATE_FILE, atomic_write_text
 
     html = build(paths_, title)
-    atomic_write_text(Path(out), html)
-    if 'class="private"' in html:
-        os.chmod(out, 0o600)
+    private = 'class="private"' in html  # never readable by others, not even for a moment
+    atomic_write_text(Path(out), html, mode=PRIVATE_FILE if private else None)
     return Path(out)

@@ -115,7 +115,7 @@ def run_live(
         cache_dir=cache_dir, local_servers=local_servers, max_error_rate=max_error_rate,
         seed=seed, preflight=preflight, workers=workers,
     )  # fmt: skip
-    run.check(out, config.settings.api_bases)
+    run.check(out, config.settings.api_bases, config.models)
     config.check(corpus, scenarios)
     n_tasks = len(config.task_ids) if config.task_ids is not None else len(corpus.tasks)
     plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()

@@ -22,7 +22,7 @@ from layerlab.harness import deterministic as harness
 from layerlab.models import local as models_mod
 from layerlab.models.cache import default_cache_dir
 from layerlab.models.llm import ProviderSettings
-from layerlab.models.routing import api_base_problem, split_model
+from layerlab.models.routing import api_base_problem, environment_endpoint_problem, split_model
 from layerlab.system import retrieval
 
 DEFAULT_MAX_ERROR_RATE = 0.2
@@ -139,10 +139,12 @@ class RunSettings:
     def kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def check(self, out: Path, api_bases: Sequence[str] = ()) -> None:
+    def check(self, out: Path, api_bases: Sequence[str] = (), models: Sequence[str] = ()) -> None:
         """Refuse settings a run cannot go on with, before anything is loaded or written: an
         output folder that cannot be written, a negative budget, an error rate outside [0, 1],
-        ``retry_errors`` without ``resume``, a bad endpoint URL, a cache inside the run folder."""
+        ``retry_errors`` without ``resume``, a bad endpoint URL or one carrying credentials
+        (given, or in an endpoint variable of a provider among ``models``: whether replies are
+        cached or not), a cache inside the run folder."""
         from layerlab._io import writable_folder_problem
 
         problem = writable_folder_problem(out)
@@ -163,6 +165,9 @@ class RunSettings:
             if bad:
                 raise LiveRunError(f"--api-base: {bad}")
         workers_from_env()
+        bad = environment_endpoint_problem(models)
+        if bad:
+            raise LiveRunError(bad)
         if _inside(self.cache_folder, Path(out)):
             raise LiveRunError(
                 f"--cache-dir {self.cache_folder}: inside the run folder; the cache holds model "
