@@ -45,6 +45,7 @@ from layerlab.harness.live.settings import (
     DEFAULT_MAX_ERROR_RATE,
     LiveConfig,
     LiveRunError,
+    RunInterrupted,
     RunSettings,
 )
 from layerlab.harness.live.workers import run_workers, worker_processes
@@ -123,6 +124,8 @@ def run_live(
     done, report = read_progress(
         plog, plan["run_id"], drop_errors=retry_errors, answerable=answerable
     )
+    if old is not None or done:
+        say(f"resuming {plan['run_id']}: {len(done)} of {plan['expected_records']} records done")
     counters = Counters()
     b = Budget(budget)
     rng = random.Random(seed)
@@ -133,6 +136,7 @@ def run_live(
         m for m in config.models if sum(k[:2] == split_model(m) for k in done) < per_model
     ]
     fatal: LiveRunError | None = None
+    interrupted = False
     prepared: dict[str, PreparedScenario] = {}
 
     def prepare_all() -> None:
@@ -179,6 +183,8 @@ def run_live(
                 finished = calls.run_coroutine(run_in_process(ctx, todo, writer, b, rng, bases))
         except LiveRunError as exc:
             fatal, finished = exc, False
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: save what was scored, then say so
+            interrupted, finished = True, False
         local_prov = {
             m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
         }
@@ -198,6 +204,8 @@ def run_live(
     if records:
         results.write_results(out, records, final)  # per-model rates, next to the archive
     notes = [report.describe()] if report.dropped else []
+    if interrupted:
+        raise RunInterrupted(out, plan["run_id"], len(records), plan["expected_records"])
     if fatal is not None:
         raise LiveRunError(
             f"{fatal}; {len(records)} records kept as a partial archive: fix the cause and "

@@ -34,6 +34,16 @@ class LiveRunError(RuntimeError):
     """A run that cannot go on (bad settings, fatal provider error, resume mismatch)."""
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (or SIGTERM, which the CLI turns into one) after its records so
+    far were saved: the progress log, and the run folder as a partial archive (``--resume``
+    continues it)."""
+
+    def __init__(self, out: Path, run_id: str, records: int, expected: int):
+        super().__init__(f"{records} of {expected} records saved in {out}")
+        self.out, self.run_id, self.records, self.expected = out, run_id, records, expected
+
+
 @dataclass(frozen=True)
 class LiveConfig:
     """Everything that determines a live run's records (budget and concurrency do not)."""
