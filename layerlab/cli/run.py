@@ -494,32 +494,38 @@ def _print_results(out: Path) -> None:
 
 
 class _Bar:
+    """The live run's progress bar; its ETA comes from a smoothed rate that counts cache hits
+    apart (:class:`~layerlab.harness.live.progress.Eta`)."""
+
     def __init__(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        from layerlab.harness.live.progress import Eta
 
         self.p = Progress(
             TextColumn("records"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.description}"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[eta]}"),
             transient=False,
         )
         self.task: Any = None
+        self.eta = Eta()
 
-    def update(self, counters: object, total: int) -> None:
+    def update(self, counters: Any, total: int) -> None:
+        import time
+
+        from layerlab.harness.live.progress import format_eta
+
         if self.task is None:
             self.p.start()
-            self.task = self.p.add_task("", total=total)
+            self.task = self.p.add_task("", total=total, eta=format_eta(None))
         c = counters
-        desc = f"calls {c.calls}  cache hits {c.cache_hits}  retries {c.retries}  failures {c.failures}"  # type: ignore[attr-defined]
-        self.p.update(self.task, completed=c.records, description=desc)  # type: ignore[attr-defined]
+        self.eta.update(time.monotonic(), c.records, c.cache_hits)
+        desc = f"calls {c.calls}  cache hits {c.cache_hits}  retries {c.retries}  failures {c.failures}"
+        eta = format_eta(self.eta.remaining(c.records, total))
+        self.p.update(self.task, completed=c.records, description=desc, eta=eta)
 
     def close(self) -> None:
         if self.task is not None:
