@@ -29,6 +29,9 @@ app = typer.Typer(
 )
 EXIT_INCOMPLETE = 3
 EXIT_ERROR_RATE = 4
+SHORT_FLAGS = {"-m": "--model"}
+"""Every short flag of the command line and the one long flag it stands for, in every command
+(a mitigation is always ``--mitigation``); ``tests/test_flags.py`` holds the CLI to it."""
 EXIT_SIGINT = 128 + signal.SIGINT  # 130: a shell reads it as "stopped by Ctrl-C"
 EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 
@@ -88,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except click.UsageError as exc:
         msg = " ".join(exc.format_message().split())
+        for short, long in SHORT_FLAGS.items():
+            if msg.startswith(f"No such option: {short}") and msg[len(short) + 16 :][:1] in "( ":
+                msg += f" ({short} is {long} wherever a command has one; a mitigation is --mitigation)"
         cmd = exc.ctx.command_path if exc.ctx is not None else "layerlab"
         typer.echo(f"error: {cmd}: {msg} (see --help)", err=True)
         return 2

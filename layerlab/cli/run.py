@@ -43,7 +43,6 @@ def run_deterministic(
     mitigation: list[str] = typer.Option(
         None,
         "--mitigation",
-        "-m",
         help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
         "default the contract arms.",
     ),
@@ -84,7 +83,7 @@ def run_deterministic(
 def mitigation_run(
     out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
     mitigation: list[str] = typer.Option(
-        None, "--mitigation", "-m", help="Arm (repeatable); default every matrix arm."
+        None, "--mitigation", help="Arm (repeatable); default every matrix arm."
     ),
     reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
     spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
@@ -92,7 +91,13 @@ def mitigation_run(
     """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
     from layerlab.analysis import specificity
 
+    from layerlab.system.reader import READERS
+
     spec = _load_mitigations(spec_path)
+    try:
+        READERS.lookup(reader)
+    except KeyError as exc:
+        raise _fail(f"--reader: {exc.args[0]}") from None
     try:
         for m in mitigation or []:
             spec.arm(m)
@@ -540,7 +545,10 @@ def _progress_hook() -> _Bar:
 def study_langchain(
     out: Path = typer.Option(..., help="Output folder (study.parquet, manifest.json)."),
     model: str = typer.Option(
-        "layerlab/extractive", help="litellm model string (offline: a local reference agent)."
+        "layerlab/extractive",
+        "--model",
+        "-m",
+        help="litellm model string (offline: a local reference agent).",
     ),
     seed: int = typer.Option(7, help="Seed of the task-selection rule."),
 ) -> None:

@@ -51,6 +51,7 @@ from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.corpus.spec import load_yaml_as
 from layerlab.harness.live.settings import DEFAULT_MAX_ERROR_RATE, RunSettings
 from layerlab.models.llm import ProviderSettings
+from layerlab.registry import did_you_mean
 
 LIMIT_SEED = 0  # default seed of the --limit selection
 
@@ -198,10 +199,10 @@ def _checks(
                     out.append((("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}"))
         for i, s in enumerate(c.scenarios or ()):
             if s not in scenarios:
-                out.append((("scenarios", i), f"unknown scenario {s!r}; known: {', '.join(scenarios)}"))
+                out.append((("scenarios", i), f"unknown scenario {s!r}{did_you_mean(s, scenarios)}; known: {', '.join(scenarios)}"))
         for i, a in enumerate(c.mitigations or ()):
             if a not in mitigations:
-                out.append((("mitigations", i), f"unknown mitigation {a!r}; known: {', '.join(mitigations)}"))
+                out.append((("mitigations", i), f"unknown mitigation {a!r}{did_you_mean(a, mitigations)}; known: {', '.join(mitigations)}"))
         known = set(task_ids)
         for i, t in enumerate(c.tasks or ()):
             if t not in known:

@@ -308,8 +308,7 @@ class Eta:
     while only cache hits arrived is charged to the next records that needed a call), and
     ``cached`` an exponentially weighted share of cache hits among records (half-life four
     times as long). Time left is ``left x (1 - cached) x seconds``. Records done before a
-    resume are not progress of this
-    invocation: the first :meth:`update` sets the baseline.
+    resume are not progress of this invocation: the first :meth:`update` sets the baseline.
     """
 
     def __init__(self, half_life: float = 100.0, warmup: int = 5):
