@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(exc.format_message().split())
         for short, long in SHORT_FLAGS.items():
             if msg.startswith(f"No such option: {short}") and msg[len(short) + 16 :][:1] in "( ":
-                msg += f" ({short} is {long} wherever a command has one; a mitigation is --mitigation)"
+                msg += (
+                    f" ({short} is {long} wherever a command has one; a mitigation is --mitigation)"
+                )
         cmd = exc.ctx.command_path if exc.ctx is not None else "layerlab"
         typer.echo(f"error: {cmd}: {msg} (see --help)", err=True)
         return 2

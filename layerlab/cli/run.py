@@ -90,7 +90,6 @@ def mitigation_run(
 ) -> None:
     """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
     from layerlab.analysis import specificity
-
     from layerlab.system.reader import READERS
 
     spec = _load_mitigations(spec_path)

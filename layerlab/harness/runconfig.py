@@ -199,10 +199,12 @@ def _checks(
                     out.append((("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}"))
         for i, s in enumerate(c.scenarios or ()):
             if s not in scenarios:
-                out.append((("scenarios", i), f"unknown scenario {s!r}{did_you_mean(s, scenarios)}; known: {', '.join(scenarios)}"))
+                hint = did_you_mean(s, scenarios)
+                out.append((("scenarios", i), f"unknown scenario {s!r}{hint}; known: {', '.join(scenarios)}"))
         for i, a in enumerate(c.mitigations or ()):
             if a not in mitigations:
-                out.append((("mitigations", i), f"unknown mitigation {a!r}{did_you_mean(a, mitigations)}; known: {', '.join(mitigations)}"))
+                hint = did_you_mean(a, mitigations)
+                out.append((("mitigations", i), f"unknown mitigation {a!r}{hint}; known: {', '.join(mitigations)}"))
         known = set(task_ids)
         for i, t in enumerate(c.tasks or ()):
             if t not in known:

@@ -152,6 +152,7 @@ def run_live(
             first = _first_cell(corpus, scenarios, config, tasks, prepared)
             if first is not None:
                 routes = routes_for(config, concurrency, bases)
+                _reachable(pending, routes, set(local))
                 # the other scenarios are prepared while the preflight call is out
                 calls.run_coroutine(
                     _preflight(
@@ -267,6 +268,25 @@ def _error_line(errors: Mapping[str, Mapping[str, int]]) -> str:
         rate = e["provider_error"] / e["called"] if e["called"] else 0.0
         parts.append(f"{m} {e['provider_error']}/{e['called']} ({rate:.1%})")
     return "provider errors: " + ", ".join(parts)
+
+
+def _reachable(models: Sequence[str], routes: Mapping[str, Route], started: set[str]) -> None:
+    """Refuse a run whose ``--api-base`` accepts no connection (servers this run started are
+    up), in seconds and in so many words, before the preflight would retry a dead endpoint."""
+    seen: set[str] = set()
+    for model in models:
+        if model in started:
+            continue
+        for ep in routes[model].endpoints:
+            if not ep.api_base or ep.api_base in seen:
+                continue
+            seen.add(ep.api_base)
+            why = calls.unreachable(ep.api_base)
+            if why is not None:
+                raise LiveRunError(
+                    f"{model}: nothing answers at the {endpoint_label(ep.api_base)} --api-base "
+                    f"({why}): start the server or correct --api-base; nothing written"
+                )
 
 
 def _first_cell(

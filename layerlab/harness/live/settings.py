@@ -89,7 +89,6 @@ class LiveConfig:
 
     def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
         """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
-        from layerlab.models import agents
 
         unknown = [s for s in self.scenarios if s not in scenarios]
         if unknown:
