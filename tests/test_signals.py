@@ -86,9 +86,12 @@ def test_signal_saves_says_how_to_resume_and_the_resume_completes(
 
 def test_other_commands_say_they_stopped_and_the_command_to_run_again() -> None:
     line = interrupted_line(["mitigation", "run", "--out", "a b"], KeyboardInterrupt(), True)
-    assert line.startswith("interrupted (SIGTERM): mitigation run stopped before it finished")
+    assert line.startswith("interrupted (SIGTERM): mitigation run stopped before it finished; ")
+    assert "no records saved (it writes its archive when done" in line
     assert line.endswith("run it again: layerlab mitigation run --out 'a b'")
-    assert "Ctrl-C" in interrupted_line(["reproduce"], None, False)
+    line = interrupted_line(["reproduce", "--jobs", "2"], None, False)
+    assert line.startswith("interrupted (Ctrl-C): reproduce stopped before it finished; ")
+    assert "the notebooks that finished have written" in line
 
 
 def test_exit_codes_are_the_shells_and_the_readme_says_so() -> None:
@@ -97,3 +100,24 @@ def test_exit_codes_are_the_shells_and_the_readme_says_so() -> None:
     assert (EXIT_SIGINT, EXIT_SIGTERM) == (130, 143)
     readme = (paths.ROOT / "README.md").read_text(encoding="utf-8")
     assert "130 interrupted (Ctrl-C), 143 (SIGTERM)" in readme
+
+
+def test_sigterm_during_a_command_gives_the_line_and_143_in_process(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    from layerlab.analysis import specificity
+    from layerlab.cli import main
+
+    def killed(*_a, **_k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler interrupts this
+        raise AssertionError("SIGTERM did not interrupt the command")
+
+    monkeypatch.setattr(specificity, "run_archive", killed)
+    before = signal.getsignal(signal.SIGTERM)
+    rc = main(["mitigation", "run", "--out", str(tmp_path / "m")])
+    err = capsys.readouterr().err
+    assert rc == EXIT_SIGTERM
+    assert err.startswith("interrupted (SIGTERM): mitigation run stopped before it finished; ")
+    assert "Traceback" not in err and not (tmp_path / "m").exists()
+    assert signal.getsignal(signal.SIGTERM) == before  # main leaves the handler as it found it

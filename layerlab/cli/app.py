@@ -167,10 +167,19 @@ def interrupted_line(args: list[str], exc: BaseException | None, term: bool) -> 
             f"resume with: {again}"
         )
     what = " ".join(a for a in args[:2] if not a.startswith("-")) or "layerlab"
+    kept = _KEPT.get(what, "what it completed is kept, nothing half-written")
     return (
-        f"interrupted ({how}): {what} stopped before it finished; what it completed is kept, "
-        f"nothing half-written; run it again: {command}"
+        f"interrupted ({how}): {what} stopped before it finished; {kept}; run it again: {command}"
     )
+
+
+_WRITES_AT_END = "no records saved (it writes its archive when done, so nothing is half-written)"
+_KEPT = {  # what an interrupted long command leaves behind
+    "run deterministic": _WRITES_AT_END,
+    "mitigation run": _WRITES_AT_END,
+    "study langchain": _WRITES_AT_END,
+    "reproduce": "the notebooks that finished have written their tables and figures",
+}
 
 
 def _spec_fail(exc: SpecError, what: str) -> typer.Exit:
