@@ -38,14 +38,16 @@ def _start(args: list[str], workers: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group, as a terminal gives a command
     )
 
 
 @pytest.mark.parametrize(
     "sig, code, how, workers",
     [
-        (signal.SIGINT, EXIT_SIGINT, "Ctrl-C", "2"),  # forked workers: they stay quiet
-        (signal.SIGTERM, EXIT_SIGTERM, "SIGTERM", "1"),  # in process
+        # Ctrl-C in a terminal reaches the whole group: the forked workers too (they stay quiet)
+        (signal.SIGINT, EXIT_SIGINT, "Ctrl-C", "2"),
+        (signal.SIGTERM, EXIT_SIGTERM, "SIGTERM", "1"),  # `kill PID` of a run in process
     ],
 )
 def test_signal_saves_says_how_to_resume_and_the_resume_completes(
@@ -58,7 +60,10 @@ def test_signal_saves_says_how_to_resume_and_the_resume_completes(
     deadline = time.time() + 90
     while time.time() < deadline and (not log.exists() or log.read_bytes().count(b"\n") < 3):
         time.sleep(0.05)
-    p.send_signal(sig)
+    if sig == signal.SIGINT:
+        os.killpg(p.pid, sig)
+    else:
+        p.send_signal(sig)
     stdout, stderr = p.communicate(timeout=120)
     assert p.returncode == code, stderr
     assert "Traceback" not in stderr and "Traceback" not in stdout
