@@ -23,7 +23,7 @@ that lookup and every later one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
 from types import ModuleType
 from typing import Generic, Literal, TypeVar
@@ -36,6 +36,17 @@ GROUP = "layerlab"
 
 class PluginError(RuntimeError):
     """An installed plug-in failed to load; the message names its distribution and entry point."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the known name closest to a misspelt ``name`` (difflib,
+    case ignored), or ``""`` when none is close: what every "unknown NAME" message appends."""
+    import difflib
+
+    known = list(known)
+    lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.6)
+    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
 
 
 _state: Literal["new", "loading", "loaded"] | PluginError = "new"
@@ -106,7 +117,9 @@ class Registry(Mapping[str, T], Generic[T]):
         try:
             return items[name]
         except KeyError:
-            raise KeyError(f"unknown {self.kind} {name!r}; known: {sorted(items)}") from None
+            raise KeyError(
+                f"unknown {self.kind} {name!r}{did_you_mean(name, items)}; known: {sorted(items)}"
+            ) from None
 
     def __getitem__(self, name: str) -> T:
         return self._all()[name]

@@ -2,12 +2,16 @@
 
 Exit codes: 0 done; 1 an error (one line on stderr naming the file or flag and what was
 expected; nothing written); 2 a usage error; 3 an incomplete run or a partial archive;
-4 a run whose provider-error rate exceeded --max-error-rate (its archive is written).
+4 a run whose provider-error rate exceeded --max-error-rate (its archive is written);
+130 interrupted by Ctrl-C, 143 by SIGTERM (128 + the signal, as shells expect; one line says
+what was saved and the command that resumes).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +29,11 @@ app = typer.Typer(
 )
 EXIT_INCOMPLETE = 3
 EXIT_ERROR_RATE = 4
+SHORT_FLAGS = {"-m": "--model"}
+"""Every short flag of the command line and the one long flag it stands for, in every command
+(a mitigation is always ``--mitigation``); ``tests/test_flags.py`` holds the CLI to it."""
+EXIT_SIGINT = 128 + signal.SIGINT  # 130: a shell reads it as "stopped by Ctrl-C"
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 
 
 def _version(value: bool) -> None:
@@ -67,22 +76,36 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover
         from click import exceptions as click  # type: ignore[no-redef]
 
+    args = list(sys.argv[1:] if argv is None else argv)
+    term: list[bool] = []
+    old_term = _on_sigterm(term)
     try:
-        rv = app(args=argv, prog_name="layerlab", standalone_mode=False)
+        # typer's own main turns Ctrl-C into a silent exit 130: invoke the command directly
+        cmd = typer.main.get_command(app)
+        with cmd.make_context("layerlab", args) as ctx:
+            rv = cmd.invoke(ctx)
+    except typer.Exit as exc:
+        return exc.exit_code
     except click.NoArgsIsHelpError as exc:
         typer.echo(exc.format_message())
         return 2
     except click.UsageError as exc:
         msg = " ".join(exc.format_message().split())
+        for short, long in SHORT_FLAGS.items():
+            if msg.startswith(f"No such option: {short}") and msg[len(short) + 16 :][:1] in "( ":
+                msg += (
+                    f" ({short} is {long} wherever a command has one; a mitigation is --mitigation)"
+                )
         cmd = exc.ctx.command_path if exc.ctx is not None else "layerlab"
         typer.echo(f"error: {cmd}: {msg} (see --help)", err=True)
         return 2
     except click.ClickException as exc:
         typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
         return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("error: interrupted", err=True)
-        return 130
+    except (typer.Abort, KeyboardInterrupt) as exc:  # click turns Ctrl-C into Abort
+        cause = exc.__cause__ if isinstance(exc, typer.Abort) else exc
+        typer.echo(interrupted_line(args, cause, bool(term)), err=True)
+        return EXIT_SIGTERM if term else EXIT_SIGINT
     except OSError as exc:
         if os.environ.get("LAYERLAB_DEBUG"):
             raise
@@ -104,7 +127,59 @@ def main(argv: list[str] | None = None) -> int:
             err=True,
         )
         return 1
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
     return rv if isinstance(rv, int) else 0
+
+
+def _on_sigterm(term: list[bool]) -> Any:
+    """Deliver SIGTERM as Ctrl-C is delivered (a long command then saves what it has and says
+    so), noting it in ``term``; the previous handler, or None outside the main thread."""
+
+    def handler(signum: int, frame: Any) -> None:
+        term.append(True)
+        on_int = signal.getsignal(signal.SIGINT)
+        if callable(on_int):  # Python's (raises KeyboardInterrupt) or asyncio's (cancels)
+            on_int(signal.SIGINT, frame)
+            return
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (an embedding caller): leave signals alone
+        return None
+
+
+def interrupted_line(args: list[str], exc: BaseException | None, term: bool) -> str:
+    """The one line printed when a command is interrupted: which signal, what was saved, and
+    the exact command that continues (``run live``: the same flags plus ``--resume``)."""
+    import shlex
+
+    how = "SIGTERM" if term else "Ctrl-C"
+    command = "layerlab " + shlex.join(args)
+    saved = getattr(exc, "records", None)
+    if saved is not None:  # a live run (harness.live.RunInterrupted) saved its records
+        again = command if "--resume" in args else command + " --resume"
+        return (
+            f"interrupted ({how}): run {exc.run_id} stopped with {saved} of "  # type: ignore[union-attr]
+            f"{exc.expected} records saved in {exc.out} (a partial archive); "  # type: ignore[union-attr]
+            f"resume with: {again}"
+        )
+    what = " ".join(a for a in args[:2] if not a.startswith("-")) or "layerlab"
+    kept = _KEPT.get(what, "what it completed is kept, nothing half-written")
+    return (
+        f"interrupted ({how}): {what} stopped before it finished; {kept}; run it again: {command}"
+    )
+
+
+_WRITES_AT_END = "no records saved (it writes its archive when done, so nothing is half-written)"
+_KEPT = {  # what an interrupted long command leaves behind
+    "run deterministic": _WRITES_AT_END,
+    "mitigation run": _WRITES_AT_END,
+    "study langchain": _WRITES_AT_END,
+    "reproduce": "the notebooks that finished have written their tables and figures",
+}
 
 
 def _spec_fail(exc: SpecError, what: str) -> typer.Exit:

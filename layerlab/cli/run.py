@@ -43,7 +43,6 @@ def run_deterministic(
     mitigation: list[str] = typer.Option(
         None,
         "--mitigation",
-        "-m",
         help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
         "default the contract arms.",
     ),
@@ -84,15 +83,20 @@ def run_deterministic(
 def mitigation_run(
     out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
     mitigation: list[str] = typer.Option(
-        None, "--mitigation", "-m", help="Arm (repeatable); default every matrix arm."
+        None, "--mitigation", help="Arm (repeatable); default every matrix arm."
     ),
     reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
     spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
 ) -> None:
     """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
     from layerlab.analysis import specificity
+    from layerlab.system.reader import READERS
 
     spec = _load_mitigations(spec_path)
+    try:
+        READERS.lookup(reader)
+    except KeyError as exc:
+        raise _fail(f"--reader: {exc.args[0]}") from None
     try:
         for m in mitigation or []:
             spec.arm(m)
@@ -504,32 +508,38 @@ def _print_results(out: Path) -> None:
 
 
 class _Bar:
+    """The live run's progress bar; its ETA comes from a smoothed rate that counts cache hits
+    apart (:class:`~layerlab.harness.live.progress.Eta`)."""
+
     def __init__(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        from layerlab.harness.live.progress import Eta
 
         self.p = Progress(
             TextColumn("records"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.description}"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[eta]}"),
             transient=False,
         )
         self.task: Any = None
+        self.eta = Eta()
 
-    def update(self, counters: object, total: int) -> None:
+    def update(self, counters: Any, total: int) -> None:
+        import time
+
+        from layerlab.harness.live.progress import format_eta
+
         if self.task is None:
             self.p.start()
-            self.task = self.p.add_task("", total=total)
+            self.task = self.p.add_task("", total=total, eta=format_eta(None))
         c = counters
-        desc = f"calls {c.calls}  cache hits {c.cache_hits}  retries {c.retries}  failures {c.failures}"  # type: ignore[attr-defined]
-        self.p.update(self.task, completed=c.records, description=desc)  # type: ignore[attr-defined]
+        self.eta.update(time.monotonic(), c.records, c.cache_hits)
+        desc = f"calls {c.calls}  cache hits {c.cache_hits}  retries {c.retries}  failures {c.failures}"
+        eta = format_eta(self.eta.remaining(c.records, total))
+        self.p.update(self.task, completed=c.records, description=desc, eta=eta)
 
     def close(self) -> None:
         if self.task is not None:
@@ -544,7 +554,10 @@ def _progress_hook() -> _Bar:
 def study_langchain(
     out: Path = typer.Option(..., help="Output folder (study.parquet, manifest.json)."),
     model: str = typer.Option(
-        "layerlab/extractive", help="litellm model string (offline: a local reference agent)."
+        "layerlab/extractive",
+        "--model",
+        "-m",
+        help="litellm model string (offline: a local reference agent).",
     ),
     seed: int = typer.Option(7, help="Seed of the task-selection rule."),
 ) -> None:

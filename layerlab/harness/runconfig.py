@@ -53,6 +53,7 @@ from layerlab.corpus.spec import load_yaml_as
 from layerlab.harness.live.settings import DEFAULT_MAX_ERROR_RATE, RunSettings
 from layerlab.models.llm import ProviderSettings
 from layerlab.models.routing import api_base_problem, credentials_in, redact_urls
+from layerlab.registry import did_you_mean
 
 LIMIT_SEED = 0  # default seed of the --limit selection
 
@@ -208,18 +209,25 @@ def _checks(
                 if credentials_in(b):  # never echoed: the message names what, not the value
                     out.append((("models", i, "api_base", j), api_base_problem(b) or ""))
                 elif not b.startswith(("http://", "https://")):
-                    out.append((("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}"))
+                    out.append(
+                        (("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}")
+                    )
         for i, s in enumerate(c.scenarios or ()):
             if s not in scenarios:
+                hint = did_you_mean(s, scenarios)
                 out.append(
-                    (("scenarios", i), f"unknown scenario {s!r}; known: {', '.join(scenarios)}")
+                    (
+                        ("scenarios", i),
+                        f"unknown scenario {s!r}{hint}; known: {', '.join(scenarios)}",
+                    )
                 )
         for i, a in enumerate(c.mitigations or ()):
             if a not in mitigations:
+                hint = did_you_mean(a, mitigations)
                 out.append(
                     (
                         ("mitigations", i),
-                        f"unknown mitigation {a!r}; known: {', '.join(mitigations)}",
+                        f"unknown mitigation {a!r}{hint}; known: {', '.join(mitigations)}",
                     )
                 )
         known = set(task_ids)

@@ -28,7 +28,7 @@ from layerlab import paths
 from layerlab.corpus.spec import load_yaml_as
 from layerlab.mitigations.base import KINDS, STAGES, Mitigation, Stage
 from layerlab.mitigations.builtin import ContractCheck, EmptyContext
-from layerlab.registry import Registry
+from layerlab.registry import Registry, did_you_mean
 from layerlab.system.contract import ContractMode
 
 
@@ -109,7 +109,8 @@ class MitigationSet:
             return self.arms[name]
         except KeyError:
             raise KeyError(
-                f"unknown mitigation {name!r}; known: {sorted(self.arms)} (from {self.source})"
+                f"unknown mitigation {name!r}{did_you_mean(name, self.arms)}; "
+                f"known: {sorted(self.arms)} (from {self.source})"
             ) from None
 
     @property

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from layerlab.models.llm import import_litellm
+from layerlab.registry import did_you_mean
 from layerlab.system.prompt import parse_input, render_reply
 from layerlab.system.reader import READERS
 
@@ -41,7 +42,8 @@ def _split(model: str) -> tuple[str, float]:
     m = _NAME.match(name)
     if not m or m.group("reader") not in AGENTS:
         raise ValueError(
-            f"unknown reference agent {model!r}; known: {sorted(AGENTS)} (optionally @<ms>ms)"
+            f"unknown reference agent {model!r}{did_you_mean(model, [f'{PROVIDER}/{a}' for a in AGENTS])}; "
+            f"known: {sorted(AGENTS)} (optionally @<ms>ms)"
         )
     return m.group("reader"), int(m.group("ms") or 0) / 1000.0
 

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from layerlab import paths
 from layerlab._io import sha256_file
 from layerlab.corpus.spec import SpecError, SpecProblem, load_yaml_as
+from layerlab.registry import did_you_mean
 
 PREFIX = "local/"
 PLACEHOLDER_KEY = "sk-local-no-key"  # llama.cpp's server ignores it; OpenAI clients need one
@@ -116,7 +117,8 @@ def lookup(model: str, registry: dict[str, ModelSpec] | None = None) -> ModelSpe
     name = model.removeprefix(PREFIX)
     if name not in registry:
         raise ModelError(
-            f"unknown local model {name!r}; registered in {paths.MODEL_SPEC.name}: "
+            f"unknown local model {name!r}{did_you_mean(name, registry)}; "
+            f"registered in {paths.MODEL_SPEC.name}: "
             f"{sorted(registry)}"
         )
     return registry[name]

@@ -183,7 +183,12 @@ def run(
         else:
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 futures = [pool.submit(execute, i, nb) for i, nb in enumerate(nbs)]
-                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                try:
+                    done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                except KeyboardInterrupt:  # Ctrl-C or SIGTERM: start no further notebook
+                    for f in futures:
+                        f.cancel()
+                    raise
                 failed = [f for f in done if f.exception() is not None]
                 if failed:
                     for f in futures:

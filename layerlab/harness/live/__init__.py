@@ -38,6 +38,7 @@ from layerlab.harness.live.settings import (
     DEFAULT_MAX_ERROR_RATE,
     LiveConfig,
     LiveRunError,
+    RunInterrupted,
     RunSettings,
 )
 from layerlab.harness.live.workers import worker_processes
@@ -53,6 +54,7 @@ __all__ = [
     "LiveResult",
     "LiveRunError",
     "ResponseCache",
+    "RunInterrupted",
     "RunSettings",
     "api_base_problem",
     "arm_order",

@@ -224,3 +224,34 @@ def run_coroutine(coro: Any) -> Any:
         return arun(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(arun, coro).result()
+
+
+CONNECT_TIMEOUT_S = 3.0
+"""How long :func:`unreachable` waits for a server to accept a connection."""
+
+
+def unreachable(api_base: str, timeout: float = CONNECT_TIMEOUT_S) -> str | None:
+    """Why nothing accepts a connection at ``api_base`` (within ``timeout`` seconds), or None
+    when something does, or when a proxy stands between (the proxy is what we would reach).
+
+    A run asks this of every ``--api-base`` before its preflight call: a dead endpoint is then
+    reported as such within seconds, not after the call's retries as a server error (litellm
+    says "status 500" for a refused connection), nor as a missing key."""
+    import socket
+    import urllib.parse
+    import urllib.request
+
+    u = urllib.parse.urlsplit(api_base)
+    host = u.hostname or ""
+    if urllib.request.getproxies().get(u.scheme) and not urllib.request.proxy_bypass(host):
+        return None
+    try:
+        port = u.port or (443 if u.scheme == "https" else 80)
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except ValueError:
+        return "the port is not a number in 1-65535"
+    except OSError as exc:
+        return (exc.strerror or type(exc).__name__).lower()

@@ -297,3 +297,63 @@ class RecordWriter:
         self.counters.records += 1
         if self.samples is not None and sample is not None:
             self.samples(sample)
+
+
+class Eta:
+    """Time left in a run from a smoothed rate, for the progress bar.
+
+    A record served from the reply cache costs next to nothing and they come in bursts, so they
+    are counted apart: ``seconds`` is an exponentially weighted mean of the seconds per record
+    *not* from the cache (weighted by records, half-life :attr:`half_life` records; time spent
+    while only cache hits arrived is charged to the next records that needed a call), and
+    ``cached`` an exponentially weighted share of cache hits among records (half-life four
+    times as long). Time left is ``left x (1 - cached) x seconds``. Records done before a
+    resume are not progress of this invocation: the first :meth:`update` sets the baseline.
+    """
+
+    def __init__(self, half_life: float = 100.0, warmup: int = 5):
+        self.half_life, self.warmup = half_life, warmup
+        self.seconds: float | None = None
+        self.cached = 0.0
+        self.called = 0  # records that needed a call, seen so far
+        self._last: tuple[float, int, int] | None = None  # (time, records, cache hits)
+
+    def _decay(self, n: float) -> float:
+        return float(0.5 ** (n / self.half_life))
+
+    def update(self, now: float, records: int, cache_hits: int) -> None:
+        """Take the counters at time ``now`` (seconds, monotonic)."""
+        if self._last is None:
+            self._last = (now, records, cache_hits)
+            return
+        t0, r0, h0 = self._last
+        new, hits = records - r0, min(cache_hits - h0, records - r0)
+        if new <= 0:
+            return  # nothing finished: the time waits for the next records
+        called = new - hits
+        k = self._decay(new / 4)  # the share moves slower: one burst is not the rest of the run
+        self.cached = k * self.cached + (1 - k) * (hits / new)
+        if called <= 0:  # a burst of cache hits: its time goes to the next called records
+            self._last = (t0, records, cache_hits)
+            return
+        per = (now - t0) / called
+        k = self._decay(called)
+        self.seconds = per if self.seconds is None else k * self.seconds + (1 - k) * per
+        self.called += called
+        self._last = (now, records, cache_hits)
+
+    def remaining(self, records: int, total: int) -> float | None:
+        """Seconds left to finish ``total`` records, or None while there is too little to go on."""
+        if self.seconds is None or self.called < self.warmup:
+            return None
+        return max(0, total - records) * (1.0 - self.cached) * self.seconds
+
+
+def format_eta(seconds: float | None) -> str:
+    """``ETA 1:02:03`` / ``ETA 4:05`` / ``ETA --`` (no estimate yet)."""
+    if seconds is None:
+        return "ETA --"
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"ETA {h}:{m:02d}:{s:02d}" if h else f"ETA {m}:{s:02d}"

@@ -46,6 +46,7 @@ from layerlab.harness.live.settings import (
     DEFAULT_MAX_ERROR_RATE,
     LiveConfig,
     LiveRunError,
+    RunInterrupted,
     RunSettings,
 )
 from layerlab.harness.live.workers import run_workers, worker_processes
@@ -125,6 +126,8 @@ def run_live(
     done, report = read_progress(
         plog, plan["run_id"], drop_errors=retry_errors, answerable=answerable
     )
+    if old is not None or done:
+        say(f"resuming {plan['run_id']}: {len(done)} of {plan['expected_records']} records done")
     counters = Counters()
     b = Budget(budget)
     rng = random.Random(seed)
@@ -135,6 +138,7 @@ def run_live(
         m for m in config.models if sum(k[:2] == split_model(m) for k in done) < per_model
     ]
     fatal: LiveRunError | None = None
+    interrupted = False
     prepared: dict[str, PreparedScenario] = {}
 
     def prepare_all() -> None:
@@ -150,6 +154,7 @@ def run_live(
             first = _first_cell(corpus, scenarios, config, tasks, prepared)
             if first is not None:
                 routes = routes_for(config, concurrency, bases)
+                _reachable(pending, routes, set(local))
                 # the other scenarios are prepared while the preflight call is out
                 calls.run_coroutine(
                     _preflight(
@@ -183,6 +188,8 @@ def run_live(
                 finished = calls.run_coroutine(run_in_process(ctx, todo, writer, b, rng, bases))
         except LiveRunError as exc:
             fatal, finished = exc, False
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: save what was scored, then say so
+            interrupted, finished = True, False
         local_prov = {
             m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
         }
@@ -204,6 +211,8 @@ def run_live(
         results.write_results(out, records, final)  # per-model rates, next to the archive
     _tidy(out, began)
     notes = [report.describe()] if report.dropped else []
+    if interrupted:
+        raise RunInterrupted(out, plan["run_id"], len(records), plan["expected_records"])
     if fatal is not None:
         raise LiveRunError(
             f"{fatal}; {len(records)} records kept as a partial archive: fix the cause and "
@@ -274,6 +283,25 @@ def _error_line(errors: Mapping[str, Mapping[str, int]]) -> str:
         rate = e["provider_error"] / e["called"] if e["called"] else 0.0
         parts.append(f"{m} {e['provider_error']}/{e['called']} ({rate:.1%})")
     return "provider errors: " + ", ".join(parts)
+
+
+def _reachable(models: Sequence[str], routes: Mapping[str, Route], started: set[str]) -> None:
+    """Refuse a run whose ``--api-base`` accepts no connection (servers this run started are
+    up), in seconds and in so many words, before the preflight would retry a dead endpoint."""
+    seen: set[str] = set()
+    for model in models:
+        if model in started:
+            continue
+        for ep in routes[model].endpoints:
+            if not ep.api_base or ep.api_base in seen:
+                continue
+            seen.add(ep.api_base)
+            why = calls.unreachable(ep.api_base)
+            if why is not None:
+                raise LiveRunError(
+                    f"{model}: nothing answers at the {endpoint_label(ep.api_base)} --api-base "
+                    f"({why}): start the server or correct --api-base; nothing written"
+                )
 
 
 def _first_cell(

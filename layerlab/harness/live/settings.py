@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from layerlab.corpus.build import Corpus
+from layerlab.corpus.spec import SpecError
 from layerlab.faults.scenario import Scenario
 from layerlab.harness import deterministic as harness
 from layerlab.models import local as models_mod
 from layerlab.models.cache import default_cache_dir
 from layerlab.models.llm import ProviderSettings
 from layerlab.models.routing import api_base_problem, environment_endpoint_problem, split_model
+from layerlab.registry import did_you_mean
 from layerlab.system import retrieval
 
 DEFAULT_MAX_ERROR_RATE = 0.2
@@ -32,6 +34,16 @@ flagged: above it the archive is still written (it is data) but the run counts a
 
 class LiveRunError(RuntimeError):
     """A run that cannot go on (bad settings, fatal provider error, resume mismatch)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (or SIGTERM, which the CLI turns into one) after its records so
+    far were saved: the progress log, and the run folder as a partial archive (``--resume``
+    continues it)."""
+
+    def __init__(self, out: Path, run_id: str, records: int, expected: int):
+        super().__init__(f"{records} of {expected} records saved in {out}")
+        self.out, self.run_id, self.records, self.expected = out, run_id, records, expected
 
 
 @dataclass(frozen=True)
@@ -77,12 +89,12 @@ class LiveConfig:
 
     def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
         """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
-        from layerlab.models import agents
 
         unknown = [s for s in self.scenarios if s not in scenarios]
         if unknown:
             raise LiveRunError(
-                f"--scenario: unknown scenario(s) {unknown}; known: {sorted(scenarios)}"
+                f"--scenario: unknown scenario(s) {unknown}{did_you_mean(unknown[0], scenarios)}; "
+                f"known: {sorted(scenarios)}"
             )
         if self.task_ids is not None:
             if not self.task_ids:
@@ -92,11 +104,61 @@ class LiveConfig:
             if bad_ids:
                 raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
         for m in self.models:
-            if split_model(m)[0] == agents.PROVIDER:
-                try:
-                    agents.check_name(m)
-                except ValueError as exc:
-                    raise LiveRunError(f"--model: {exc}") from None
+            check_model_name(m)
+
+
+def check_model_name(model: str) -> None:
+    """Refuse a ``-m`` model string that no call could reach, with a suggestion that fits what
+    was typed: a bare name (a registered local model, a reference agent), a misspelt provider,
+    an unknown local model or reference agent. Other names are the provider's to judge (the
+    preflight asks)."""
+    from layerlab.models import agents
+
+    provider, _ = split_model(model)
+    if "/" not in model:
+        known = [f"{models_mod.PREFIX}{n}" for n in _local_names()]
+        known += [f"{agents.PROVIDER}/{a}" for a in agents.AGENTS]
+        hint = did_you_mean(model, known) or " (write provider/name, e.g. openai/gpt-4o-mini)"
+        raise LiveRunError(f"--model: {model!r} names no provider{hint}")
+    if provider == agents.PROVIDER:
+        try:
+            agents.check_name(model)
+        except ValueError as exc:
+            raise LiveRunError(f"--model: {exc}") from None
+    elif models_mod.is_local(model):
+        try:
+            models_mod.lookup(model)
+        except (models_mod.ModelError, SpecError) as exc:
+            raise LiveRunError(f"--model: {exc}") from None
+    else:
+        providers = _providers()
+        if providers and provider not in providers:
+            raise LiveRunError(
+                f"--model: unknown provider {provider!r} in {model!r}"
+                f"{did_you_mean(provider, providers)}; write provider/name, e.g. openai/gpt-4o-mini"
+            )
+
+
+def _local_names() -> list[str]:
+    try:
+        return list(models_mod.load_registry())
+    except SpecError:
+        return []
+
+
+def _providers() -> set[str]:
+    """The providers litellm knows (with custom ones registered so far), plus ``local`` and
+    ``layerlab``; empty when litellm is not importable (the preflight then reports it)."""
+    from layerlab.models import agents
+    from layerlab.models.llm import import_litellm
+
+    try:
+        litellm = import_litellm()
+    except ImportError:
+        return set()
+    known = {getattr(p, "value", p) for p in litellm.provider_list}
+    known |= {p.get("provider") for p in litellm.custom_provider_map}
+    return {str(p) for p in known if p} | {agents.PROVIDER, models_mod.PREFIX.rstrip("/")}
 
 
 def sampling(config: LiveConfig) -> dict[str, Any]:

@@ -142,6 +142,7 @@ def _worker_main(
 ) -> None:
     """A worker process: its share of the cells, records sent to the writer as they come."""
     _die_with_parent()
+    _quiet_signals()
     counters = Counters()
     engine = Engine(
         ctx, budget, counters, random.Random(seed), routes_for(ctx.config, ctx.concurrency)
@@ -181,6 +182,15 @@ def _worker_main(
         conn.send(("done", counters, engine.stopped))
     finally:
         conn.close()
+
+
+def _quiet_signals() -> None:
+    """Leave Ctrl-C to the writer (it saves the records and stops the workers); a SIGTERM ends
+    a worker at once. Either way a worker prints nothing: no traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, inherited by fork
 
 
 def _die_with_parent() -> None:

@@ -1,0 +1,105 @@
+"""Flags and messages: a short flag means one thing in every command; a misspelt name gets a
+suggestion that fits what was typed."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import pytest
+import typer
+
+from layerlab.cli import app, main
+from layerlab.cli.app import SHORT_FLAGS
+from layerlab.registry import did_you_mean
+
+
+def _commands(cmd, path=("layerlab",)):
+    yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def _short_flags() -> dict[str, set[tuple[str, str]]]:
+    """short flag -> {(command, the long flag it stands for)} over every command."""
+    seen: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for path, cmd in _commands(typer.main.get_command(app)):
+        for p in cmd.params:
+            names = [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]
+            shorts = [n for n in names if re.fullmatch(r"-[A-Za-z0-9]", n)]
+            longs = [n for n in names if n.startswith("--")]
+            for s in shorts:
+                seen[s].add((" ".join(path), longs[0] if longs else "(none)"))
+    return seen
+
+
+def test_every_short_flag_means_one_thing_in_every_command() -> None:
+    seen = _short_flags()
+    meanings = {s: {long for _, long in uses} for s, uses in seen.items()}
+    assert all(len(m) == 1 for m in meanings.values()), meanings
+    # and it is the documented one, used where a command takes that option
+    assert {s: m.pop() for s, m in meanings.items()} == SHORT_FLAGS
+    commands = {c for uses in seen.values() for c, _ in uses}
+    assert {"layerlab run live", "layerlab study langchain"} <= commands
+
+
+@pytest.mark.parametrize("command", [["run", "deterministic"], ["mitigation", "run"]])
+def test_minus_m_is_not_a_mitigation_and_says_what_to_use(capsys, tmp_path, command) -> None:
+    rc = main([*command, "--out", str(tmp_path / "x"), "-m", "strict"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "No such option: -m (-m is --model" in err and "a mitigation is --mitigation" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_did_you_mean() -> None:
+    assert (
+        did_you_mean("wrong_sesion", ["clean", "wrong_session"])
+        == " (did you mean 'wrong_session'?)"
+    )
+    assert did_you_mean("STRICT", ["strict", "repair"]) == " (did you mean 'strict'?)"
+    assert did_you_mean("zzz", ["strict", "repair"]) == ""
+
+
+ONE = ["--tasks", "hr-01-q1", "--scenario", "clean", "--no-progress"]
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        # a registered local model typed without its provider: local/, not a hosted example
+        (["-m", "smollm2-135m"], "--model: 'smollm2-135m' names no provider (did you mean 'local/smollm2-135m'?)"),
+        (["-m", "extractive"], "names no provider (did you mean 'layerlab/extractive'?)"),
+        (["-m", "gpt-4o-mini"], "names no provider (write provider/name, e.g. openai/gpt-4o-mini)"),
+        (["-m", "local/smolm2-135m"], "unknown local model 'smolm2-135m' (did you mean 'smollm2-135m'?)"),
+        (["-m", "opnai/gpt-4o-mini"], "unknown provider 'opnai' in 'opnai/gpt-4o-mini' (did you mean 'openai'?)"),
+        (["-m", "layerlab/extractve"], "unknown reference agent 'layerlab/extractve' (did you mean 'layerlab/extractive'?)"),
+        (["-m", "layerlab/extractive", "--scenario", "wrong_sesion"], "(did you mean 'wrong_session'?)"),
+        (["-m", "layerlab/extractive", "--mitigation", "stict"], "unknown mitigation 'stict' (did you mean 'strict'?)"),
+    ],
+)  # fmt: skip
+def test_live_run_names_get_suggestions_that_fit(capsys, tmp_path, args, line) -> None:
+    out = tmp_path / "run"
+    rc = main(["run", "live", *args, "--out", str(out), *ONE])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 1 and len(err) == 1 and line in err[0], err
+    assert "openai/gpt-4o-mini" not in err[0] or "gpt-4o-mini" in " ".join(args)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["run", "deterministic", "--retriever", "tfidf_domain_valdity"], "--retriever: unknown retriever 'tfidf_domain_valdity' (did you mean 'tfidf_domain_validity'?)"),
+        (["mitigation", "run", "--reader", "extractve"], "--reader: unknown reader 'extractve' (did you mean 'extractive'?)"),
+        (["rn"], "No such command 'rn'. Did you mean 'run'?"),
+        (["run", "liv"], "No such command 'liv'. Did you mean 'live'?"),
+    ],
+)  # fmt: skip
+def test_other_names_and_subcommands_get_suggestions(capsys, tmp_path, args, line) -> None:
+    out = tmp_path / "x"
+    extra = ["--out", str(out)] if len(args) > 2 else []
+    rc = main([*args, *extra])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc in (1, 2) and len(err) == 1 and line in err[0], err
+    assert not out.exists()
