@@ -287,11 +287,14 @@ def _error_line(errors: Mapping[str, Mapping[str, int]]) -> str:
 
 def _reachable(models: Sequence[str], routes: Mapping[str, Route], started: set[str]) -> None:
     """Refuse a run whose ``--api-base`` accepts no connection (servers this run started are
-    up), in seconds and in so many words, before the preflight would retry a dead endpoint."""
+    up; reference agents call none), in seconds and in so many words, before the preflight would
+    retry a dead endpoint."""
+    from layerlab.models import agents
+
     seen: set[str] = set()
     for model in models:
-        if model in started:
-            continue
+        if model in started or split_model(model)[0] == agents.PROVIDER:
+            continue  # a reference agent answers in-process: it never calls its endpoint
         for ep in routes[model].endpoints:
             if not ep.api_base or ep.api_base in seen:
                 continue
