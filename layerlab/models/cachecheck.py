@@ -78,8 +78,8 @@ def _is_locked(exc: Exception) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
-def _is_readonly(exc: Exception) -> bool:
-    return "readonly" in str(exc) or "read-only" in str(exc)
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
 
 
 def _quick_check(con: sqlite3.Connection, seconds: float | None) -> str:
@@ -90,7 +90,8 @@ def _quick_check(con: sqlite3.Connection, seconds: float | None) -> str:
         con.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
     try:
         rows = con.execute("PRAGMA quick_check(1)" if seconds else "PRAGMA integrity_check(1)")
-        first = str(rows.fetchone()[0])
+        lines = str(rows.fetchone()[0]).splitlines()  # a problem: "*** in database main ***"
+        first = next((x for x in lines if not x.startswith("***")), "damaged")  # then what
     except sqlite3.OperationalError as exc:
         if "interrupted" in str(exc):
             return "ok"
@@ -120,7 +121,7 @@ def diagnose(folder: Path, check_s: float | None = CHECK_S) -> Health:
             break
     if not db.exists():
         probe = next(p for p in (folder, *folder.parents) if p.exists())
-        if not os.access(probe, os.W_OK | os.X_OK):
+        if not _writable(probe):
             return Health("uncreatable", f"{probe} is not writable")
         return Health("missing")
     if db.is_dir():
@@ -141,7 +142,7 @@ def diagnose(folder: Path, check_s: float | None = CHECK_S) -> Health:
         try:
             first = _quick_check(con, check_s)
             if first != "ok":
-                return Health("corrupt", first.splitlines()[0])
+                return Health("corrupt", first)
             problem = _schema_problem(con)
             if problem:
                 return Health("corrupt", problem)
@@ -166,10 +167,11 @@ def _format(con: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _write_probe(db: Path, wait: float = PROBE_WAIT_S) -> Health:
-    """Whether a write goes through: the format row is written (and rolled back when present)."""
+def _write_probe(db: Path, wait: float | None = None) -> Health:
+    """Whether a write goes through (within ``wait``, default :data:`PROBE_WAIT_S`): the
+    format row is written."""
     try:
-        con = _connect_uri(db, "rw", wait)
+        con = _connect_uri(db, "rw", PROBE_WAIT_S if wait is None else wait)
     except sqlite3.Error as exc:
         return Health("readonly", str(exc))
     try:
@@ -181,11 +183,11 @@ def _write_probe(db: Path, wait: float = PROBE_WAIT_S) -> Health:
             con.execute("ROLLBACK")
             raise
         con.execute("COMMIT")
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.OperationalError as exc:  # not damage (checked before): cannot write here
         if _is_locked(exc):
             return Health("locked", "held by another process (reads still work)")
-        if _is_readonly(exc):
-            return Health("readonly", str(exc))
+        return Health("readonly", str(exc))
+    except sqlite3.DatabaseError as exc:
         return Health("corrupt", str(exc))
     finally:
         con.close()
@@ -234,7 +236,11 @@ def open_cache(
         )
         return ResponseCache(folder)
     if h.state == "locked":
-        then = "serving its cached replies only" if h.readable else "stopping"
+        then = (
+            "serving its cached replies only (this run's new replies are not kept)"
+            if h.readable
+            else "stopping"
+        )
         say(f"warning: {where}: locked by another process; waiting up to {wait:g} s, then {then}")
         h = _wait_for_lock(db, wait, h)
         if h.state == "locked" and not h.readable:
@@ -296,6 +302,7 @@ def salvage_rows(db: Path) -> Iterator[tuple[str, str]]:
     prefix, so a damaged page loses the keys of its range, not the rest of the table."""
     try:
         con = _connect_uri(db, "ro", PROBE_WAIT_S)
+        con.execute("PRAGMA writable_schema=ON")  # reads a schema that points past a truncation
     except sqlite3.Error:
         return
     try:
