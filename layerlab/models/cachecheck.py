@@ -82,6 +82,14 @@ def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
+def _unwritable(db: Path) -> str:
+    """Which of the database's files (or its folder) cannot be written, if one of them."""
+    for f in (db.parent, db, *(Path(f"{db}{side}") for side in _SIDE)):
+        if f.exists() and not os.access(f, os.W_OK):
+            return f"{f.name if f != db.parent else 'its folder'} is not writable"
+    return ""
+
+
 def _quick_check(con: sqlite3.Connection, seconds: float | None) -> str:
     """``ok``, or the first problem ``PRAGMA quick_check`` reports (within ``seconds``:
     interrupted, the check counts as passed so far)."""
@@ -134,30 +142,42 @@ def diagnose(folder: Path, check_s: float | None = CHECK_S) -> Health:
         return Health("corrupt", "file is not a database (its header is damaged)")
     if not header:
         return Health("ok")  # an empty file: SQLite makes it a database on first write
+    h = _check_content(db, "ro", check_s)
+    if h.state == "unreadable" and "unable to open" in h.detail:
+        # a WAL database in a folder where its -shm file cannot be made: readable as immutable
+        h = _check_content(db, "immutable", check_s)
+        if h.state == "ok":
+            return Health("readonly", "its folder cannot be written")
+    if h.state != "ok":
+        return h
+    return _write_probe(db)
+
+
+def _check_content(db: Path, mode: str, check_s: float | None) -> Health:
+    """Integrity (within ``check_s``), schema and format of a database, read with ``mode``."""
     try:
-        con = _connect_uri(db, "ro", PROBE_WAIT_S)
+        con = _connect_uri(db, mode, PROBE_WAIT_S)
     except sqlite3.Error as exc:
         return Health("unreadable", str(exc), readable=False)
     try:
-        try:
-            first = _quick_check(con, check_s)
-            if first != "ok":
-                return Health("corrupt", first)
-            problem = _schema_problem(con)
-            if problem:
-                return Health("corrupt", problem)
-            fmt = _format(con)
-        except sqlite3.DatabaseError as exc:
-            if _is_locked(exc):
-                return Health("locked", "held by another process (reads wait too)", False)
-            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
-                return Health("unreadable", str(exc), readable=False)
-            return Health("corrupt", str(exc))
+        first = _quick_check(con, check_s)
+        if first != "ok":
+            return Health("corrupt", first)
+        problem = _schema_problem(con)
+        if problem:
+            return Health("corrupt", problem)
+        fmt = _format(con)
+    except sqlite3.DatabaseError as exc:
+        if _is_locked(exc):
+            return Health("locked", "held by another process (reads wait too)", False)
+        if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+            return Health("unreadable", str(exc), readable=False)
+        return Health("corrupt", str(exc))
     finally:
         con.close()
     if fmt not in (None, CACHE_FORMAT):
         return Health("readonly", f"written in format {fmt}, which this layerlab does not write")
-    return _write_probe(db)
+    return Health("ok")
 
 
 def _format(con: sqlite3.Connection) -> str | None:
@@ -186,7 +206,7 @@ def _write_probe(db: Path, wait: float | None = None) -> Health:
     except sqlite3.OperationalError as exc:  # not damage (checked before): cannot write here
         if _is_locked(exc):
             return Health("locked", "held by another process (reads still work)")
-        return Health("readonly", str(exc))
+        return Health("readonly", _unwritable(db) or str(exc))
     except sqlite3.DatabaseError as exc:
         return Health("corrupt", str(exc))
     finally:
