@@ -117,9 +117,9 @@ def _schema_problem(con: sqlite3.Connection) -> str:
 
 
 def diagnose(folder: Path, check_s: float | None = CHECK_S) -> Health:
-    """The cache folder's health, touching nothing (no database is created; a missing one is
-    ``missing``, or ``uncreatable`` where its folder cannot be made). ``check_s=None`` runs the
-    full integrity check."""
+    """The cache folder's health. Nothing is created (a missing database is ``missing``, or
+    ``uncreatable`` where its folder cannot be made); the test write rewrites the format row.
+    ``check_s=None`` runs the full integrity check."""
     folder = Path(folder)
     db = folder / CACHE_DB
     for p in (folder, *folder.parents):
@@ -244,10 +244,11 @@ def open_cache(
     if h.state == "corrupt":
         try:
             aside, saved = set_aside_and_salvage(folder)
-        except OSError as exc:
+        except (OSError, sqlite3.Error) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
             say(
-                f"warning: {where}: corrupt ({h.detail}) and cannot be set aside "
-                f"({exc.strerror or exc}); running uncached: this run's replies are not kept"
+                f"warning: {where}: corrupt ({h.detail}) and cannot be set aside ({why}); "
+                "running uncached: this run's replies are not kept"
             )
             return ResponseCache(folder, mode="off")
         say(
@@ -270,6 +271,8 @@ def open_cache(
             )
         if h.state == "locked":
             return ResponseCache(folder, mode="ro")
+        if h.state != "ok":  # released, and found otherwise wrong: act on that
+            return open_cache(folder, say, flag, lock_wait_s)
     if h.state == "readonly":
         say(
             f"warning: {where}: read-only ({h.detail}); serving its cached replies only: "
