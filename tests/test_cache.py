@@ -165,12 +165,39 @@ def test_salvage_keeps_the_readable_replies_of_a_damaged_cache(tmp_path) -> None
     with open(db, "r+b") as fh:
         fh.seek(db.stat().st_size // 2 // 4096 * 4096)
         fh.write(random.Random(7).randbytes(4096))
+    db.chmod(0o600)
     rep = cachecheck.repair(folder)
     assert rep["repaired"] and rep["state"] == "corrupt" and rep["aside"].exists()
+    assert db.stat().st_mode & 0o777 == 0o600  # as private as the damaged one
     assert 0.9 * len(keys) < rep["saved"] < len(keys)
     fresh = ResponseCache(folder)
     assert sum(fresh.get(k) == f"reply {k}" for k in keys) == rep["saved"]
     assert cachecheck.diagnose(folder, check_s=None).state == "ok"
+
+
+def test_salvage_reads_rows_sqlite_cannot_reach(tmp_path) -> None:
+    """A destroyed header (no schema, no page size) or root page still leaves the rows of the
+    other pages, long replies (overflow pages) included."""
+    folder = tmp_path / "c"
+    cache = cachecheck.open_cache(folder, lambda m: pytest.fail(m))
+    want = {ResponseCache.key("m", {}, str(i)): f"é{i} " + "x" * (i * 37) for i in range(300)}
+    for k, v in want.items():
+        cache.put(k, v)
+    cache.close()
+    db = folder / CACHE_DB
+    with open(db, "r+b") as fh:
+        fh.write(b"\0" * 100)  # the file header
+    rep = cachecheck.repair(folder)
+    assert rep["saved"] == len(want)
+    fresh = ResponseCache(folder)
+    assert all(fresh.get(k) == v for k, v in want.items())
+    with open(db, "r+b") as fh:  # the rebuilt cache's root page
+        fh.seek(4096)
+        fh.write(random.Random(5).randbytes(4096))
+    rep = cachecheck.repair(folder)
+    assert len(want) - 10 < rep["saved"] < len(want)
+    fresh = ResponseCache(folder)
+    assert sum(fresh.get(k) == v for k, v in want.items()) == rep["saved"]
 
 
 # -- read-only: used for hits only; cannot be created: run uncached; cannot be read: refused

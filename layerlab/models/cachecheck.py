@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -321,8 +322,8 @@ def set_aside(folder: Path) -> Path:
 
 
 def salvage_rows(db: Path) -> Iterator[tuple[str, str]]:
-    """Every readable (key, reply) of a damaged database: one range scan per 3-hex-digit key
-    prefix, so a damaged page loses the keys of its range, not the rest of the table."""
+    """Every (key, reply) SQLite can read from a damaged database: one range scan per
+    3-hex-digit key prefix, so a damaged page loses the keys of its range, not the rest."""
     try:
         con = _connect_uri(db, "ro", PROBE_WAIT_S)
         con.execute("PRAGMA writable_schema=ON")  # reads a schema that points past a truncation
@@ -346,6 +347,71 @@ def salvage_rows(db: Path) -> Iterator[tuple[str, str]]:
         con.close()
 
 
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    """SQLite's big-endian varint at ``buf[i]``: (value, next offset)."""
+    v = 0
+    for k in range(9):
+        b = buf[i + k]
+        if k == 8:
+            return (v << 8) | b, i + 9
+        v = (v << 7) | (b & 0x7F)
+        if b < 0x80:
+            return v, i + k + 1
+    raise IndexError  # pragma: no cover
+
+
+def raw_rows(db: Path) -> Iterator[tuple[str, str]]:
+    """(key, reply) cells read straight from the file's index pages (a WITHOUT ROWID table keeps
+    rows in its leaf and interior pages), following overflow chains: what a destroyed root or
+    interior page, a damaged schema or a truncation leaves out of reach of SQLite's reads."""
+    data = db.read_bytes()
+    size = int.from_bytes(data[16:18], "big") if data[:16] == _HEADER else 0
+    size = 65536 if size == 1 else size
+    page = size if size >= 512 and size & (size - 1) == 0 else 4096
+    usable = page - (data[20] if data[:16] == _HEADER else 0)
+    most, least = (usable - 12) * 64 // 255 - 23, (usable - 12) * 32 // 255 - 23
+    for start in range(0, len(data) - page + 1, page):
+        base = start + (100 if start == 0 else 0)
+        if data[base] not in (0x0A, 0x02):  # an index leaf or interior page
+            continue
+        head, skip = (8, 0) if data[base] == 0x0A else (12, 4)  # interior: child page numbers
+        for c in range(int.from_bytes(data[base + 3 : base + 5], "big")):
+            try:
+                ptr = base + head + 2 * c
+                at = start + skip + int.from_bytes(data[ptr : ptr + 2], "big")
+                n, at = _varint(data, at)
+                k = least + (n - least) % (usable - 4)
+                local = n if n <= most else (k if k <= most else least)
+                payload, nxt = data[at : at + local], at + local
+                if local < n:  # the rest is in a chain of overflow pages
+                    ovf, rest = int.from_bytes(data[nxt : nxt + 4], "big"), [payload]
+                    while ovf and sum(map(len, rest)) < n:
+                        o = (ovf - 1) * page
+                        rest.append(data[o + 4 : o + usable])
+                        ovf = int.from_bytes(data[o : o + 4], "big")
+                    payload = b"".join(rest)[:n]
+                row = _record(payload)
+            except (IndexError, ValueError):
+                continue
+            if row is not None:
+                yield row
+
+
+def _record(payload: bytes) -> tuple[str, str] | None:
+    """A (key, reply) record of two text columns, or None."""
+    hsize, i = _varint(payload, 0)
+    t1, i = _varint(payload, i)
+    t2, i = _varint(payload, i)
+    if i != hsize or t1 != 13 + 2 * 64 or t2 < 13 or t2 % 2 == 0:
+        return None
+    n2 = (t2 - 13) // 2
+    key = payload[hsize : hsize + 64].decode("ascii")
+    body = payload[hsize + 64 : hsize + 64 + n2]
+    if len(body) != n2 or not all(ch in "0123456789abcdef" for ch in key):
+        return None
+    return key, body.decode("utf-8")
+
+
 def _no_table(con: sqlite3.Connection) -> bool:
     try:
         return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'replies'").fetchone() is None
@@ -367,12 +433,14 @@ def set_aside_and_salvage(folder: Path) -> tuple[Path, int]:
             con.executescript(ResponseCache.SCHEMA)
             con.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (CACHE_FORMAT,))
             con.execute("BEGIN")
-            for row in salvage_rows(db):
-                con.execute("INSERT OR REPLACE INTO replies VALUES (?, ?)", row)
-                saved += 1
+            con.executemany("INSERT OR REPLACE INTO replies VALUES (?, ?)", salvage_rows(db))
+            # what SQLite could not reach; a row it did read wins over a stale copy in a page
+            con.executemany("INSERT OR IGNORE INTO replies VALUES (?, ?)", raw_rows(db))
             con.execute("COMMIT")
+            saved = int(con.execute("SELECT count(*) FROM replies").fetchone()[0])
         finally:
             con.close()
+        shutil.copymode(db, tmp)  # the rebuilt cache is as private as the damaged one was
         aside = set_aside(folder)
         os.replace(tmp, db)
     except BaseException:
