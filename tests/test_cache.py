@@ -335,7 +335,7 @@ def test_a_lock_released_during_the_wait_leaves_the_cache_in_use(
 # -- misplaced: --cache-dir a regular file
 
 
-def test_cache_dir_a_regular_file_is_refused_in_one_line(tmp_path) -> None:
+def test_cache_dir_a_regular_file_is_refused_in_one_line(tmp_path, monkeypatch) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("mine\n")
     out = tmp_path / "run"
@@ -352,6 +352,15 @@ def test_cache_dir_a_regular_file_is_refused_in_one_line(tmp_path) -> None:
             "for the reply cache (nothing written)"
         ]
         assert not out.exists() and notes.read_text() == "mine\n"
+    # set by the environment: the message names the variable
+    monkeypatch.setenv("LAYERLAB_CACHE_DIR", str(notes))
+    res = runner.invoke(
+        app,
+        ["run", "live", "-m", "layerlab/extractive", "--tasks", TASKS[0], "--out", str(out),
+         "--no-progress"],
+    )  # fmt: skip
+    assert res.exit_code == 1 and res.output.startswith(f"error: $LAYERLAB_CACHE_DIR {notes}: ")
+    assert not out.exists()
 
 
 # -- the manifest's hits and misses add up over resumes

@@ -19,6 +19,12 @@ def _folder(cache_dir: Path | None) -> Path:
     return Path(cache_dir) if cache_dir is not None else default_cache_dir()
 
 
+def _flag(cache_dir: Path | None) -> str:
+    from layerlab.models.cachecheck import flag_for
+
+    return flag_for(cache_dir)
+
+
 def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
@@ -37,7 +43,7 @@ def cache_check(
     rep = inspect(folder)
     state = rep["state"]
     if state == "misplaced":
-        raise _fail(f"--cache-dir {folder}: {rep['detail']}; expected a reply cache folder")
+        raise _fail(f"{_flag(cache_dir)} {folder}: {rep['detail']}; expected a reply cache folder")
     if state == "missing" and not rep["legacy_entries"]:
         typer.echo(f"ok   no reply cache at {folder} (a run creates it)")
         return
@@ -71,7 +77,9 @@ def cache_repair(
 
     folder = _folder(cache_dir)
     if folder.exists() and not folder.is_dir():
-        raise _fail(f"--cache-dir {folder}: a file, not a folder; expected a reply cache folder")
+        raise _fail(
+            f"{_flag(cache_dir)} {folder}: a file, not a folder; expected a reply cache folder"
+        )
     try:
         rep = repair(folder)
     except CacheError as exc:
@@ -98,7 +106,7 @@ def cache_clear(
     folder = _folder(cache_dir)
     rep = inspect(folder)
     if rep["state"] == "misplaced":
-        raise _fail(f"--cache-dir {folder}: {rep['detail']}; expected a reply cache folder")
+        raise _fail(f"{_flag(cache_dir)} {folder}: {rep['detail']}; expected a reply cache folder")
     held = (rep["entries"] or 0) + rep["legacy_entries"]
     if rep["state"] == "missing" and not rep["legacy_entries"] and not rep["set_aside"]:
         typer.echo(f"ok   no reply cache at {folder}; nothing to delete")

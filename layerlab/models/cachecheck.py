@@ -215,6 +215,13 @@ def _write_probe(db: Path, wait: float | None = None) -> Health:
     return Health("ok")
 
 
+def flag_for(cache_dir: Path | None) -> str:
+    """What set the cache folder, for messages: the flag, the variable, or the default."""
+    if cache_dir is not None:
+        return "--cache-dir"
+    return "$LAYERLAB_CACHE_DIR" if os.environ.get("LAYERLAB_CACHE_DIR") else "the default cache"
+
+
 def open_cache(
     folder: Path,
     say: Callable[[str], None],

@@ -53,7 +53,7 @@ from layerlab.harness.prepare import PreparedScenario, prepare
 from layerlab.harness.step import gate
 from layerlab.models import local as models_mod
 from layerlab.models.cache import ResponseCache
-from layerlab.models.cachecheck import CacheError, open_cache
+from layerlab.models.cachecheck import CacheError, flag_for, open_cache
 from layerlab.models.llm import ProviderSettings, import_litellm
 from layerlab.models.routing import Route, endpoint_label, record_seed, split_model
 from layerlab.system import prompt
@@ -129,7 +129,7 @@ def run_live(
     b = Budget(budget)
     rng = random.Random(seed)
     try:  # a damaged, locked or misplaced cache is said in one line, before any call
-        cache = open_cache(run.cache_folder, say)
+        cache = open_cache(run.cache_folder, say, flag_for(cache_dir))
     except CacheError as exc:
         raise LiveRunError(f"{exc} (nothing written)") from None
     agents.register()
