@@ -71,8 +71,11 @@ def cache_check(
 def cache_repair(
     cache_dir: Path = typer.Option(None, "--cache-dir", help=_DIR_HELP),
 ) -> None:
-    """Salvage a damaged cache's readable entries into a fresh cache; the damaged database is
-    kept beside it as replies.sqlite3.corrupt-<UTC time>. A healthy cache is left as it is."""
+    """Salvage a damaged cache's readable entries into a fresh cache.
+
+    The damaged database is kept beside it as replies.sqlite3.corrupt-<UTC time>; a healthy
+    cache is left as it is.
+    """
     from layerlab.models.cachecheck import CacheError, repair
 
     folder = _folder(cache_dir)
@@ -99,8 +102,11 @@ def cache_clear(
     cache_dir: Path = typer.Option(None, "--cache-dir", help=_DIR_HELP),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
-    """Delete the cache (its database, older-layout entries and damaged copies set aside): the
-    next run asks every call again."""
+    """Delete the cache after confirmation (--yes: without asking).
+
+    Deletes its database, older-layout entries and damaged copies set aside: the next run asks
+    every call again.
+    """
     from layerlab.models.cachecheck import CacheError, clear, inspect
 
     folder = _folder(cache_dir)
