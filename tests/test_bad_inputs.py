@@ -424,3 +424,39 @@ def test_a_mostly_failed_run_exits_non_zero_and_recompute_says_so(capsys, tmp_pa
     assert main(["recompute", str(out), "--n-boot", "100", "--out", str(tables)]) == 0
     _, err = capsys.readouterr()
     assert f"{errors['provider_error']} of {m['records']} records are provider_error" in err
+
+
+# --- issue 25: run-setting values that used to be taken silently -------------------------------
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "0", "99999", "1.5"])
+def test_a_bad_layerlab_workers_is_one_line_and_writes_nothing(
+    capsys, tmp_path, monkeypatch, value
+) -> None:
+    monkeypatch.setenv("LAYERLAB_WORKERS", value)
+    out = tmp_path / "w"
+    line = _fails(
+        capsys, ["run", "live", "-m", "layerlab/extractive", *ONE, "--out", str(out)],
+        "LAYERLAB_WORKERS", untouched=(out,), code=1,
+    )  # fmt: skip
+    assert "expected a whole number" in line and repr(value) in line
+
+
+@pytest.mark.parametrize("limit", ["3", "100000"])
+def test_a_limit_above_the_tasks_there_are_is_refused(capsys, tmp_path, limit) -> None:
+    out = tmp_path / "l"
+    line = _fails(
+        capsys,
+        ["run", "live", "-m", "layerlab/extractive", *ONE, "--limit", limit, "--out", str(out)],
+        f"--limit {limit}", untouched=(out,), code=1,
+    )  # fmt: skip
+    assert "only 2 tasks to choose from" in line
+
+
+def test_a_limit_above_the_tasks_in_a_run_config_is_refused(capsys, tmp_path) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("models:\n  - model: layerlab/extractive\nlimit: 100000\n")
+    out = tmp_path / "c"
+    line = _fails(capsys, ["run", "live", "--config", str(cfg), "--out", str(out)], "limit: 100000",
+                  untouched=(out,), code=1)  # fmt: skip
+    assert "to choose from" in line

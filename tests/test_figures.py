@@ -75,6 +75,16 @@ def test_forest_has_one_panel_per_unit_with_task_pairs(with_model: pd.DataFrame)
     # the schema-drift effect is written out with its interval, so a narrow interval is readable
     texts = [t.get_text() for t in fig.axes[1].texts]
     assert any(re.fullmatch(r"\+\d+\.\d \[\+\d+\.\d, \+\d+\.\d\]", t) for t in texts)
+    # legible at page width: at most two panels a row, so three units take two rows
+    cols = {round(ax.get_position().x0, 3) for ax in fig.axes}
+    rows = {round(ax.get_position().y0, 3) for ax in fig.axes}
+    assert len(cols) == 2 and len(rows) == 2
+    # each label sits beside its own interval (anchored at the interval's end, a few points off)
+    for ax in fig.axes:
+        for t in ax.texts:
+            x, _ = t.xy
+            lo, hi = (float(v) for v in re.findall(r"[+-]\d+\.\d", t.get_text())[1:])
+            assert min(abs(x - lo), abs(x - hi)) < 0.06 and abs(t.get_position()[0]) <= 4
     plt.close(fig)
 
 

@@ -262,9 +262,9 @@ def test_sigkill_then_resume_gives_the_uninterrupted_archive(tmp_path) -> None:
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    assert not (tmp_path / "k" / "records.parquet").exists()
+    # a killed run is a valid partial archive (empty: the records are in the progress log)
     check = runner.invoke(app, ["archive", "check", str(tmp_path / "k")])
-    assert check.exit_code == 1 and "--resume" in check.output
+    assert check.exit_code == 3 and "PARTIAL" in check.output and "--resume" in check.output
     r = _cli(*args, "--out", str(tmp_path / "k"), "--resume", env=env)
     assert r.wait() == 0, r.stderr.read()
     u = runner.invoke(app, [*args, "--out", str(tmp_path / "u")])  # in-process: no 3rd start-up
@@ -358,17 +358,21 @@ def test_credentials_and_host_never_reach_the_run_folder(tmp_path, server) -> No
     port = server.base.split(":")[2].split("/")[0]
     base = f"http://user:secret@127.0.0.1:{port}/v1"
     out = tmp_path / "p"
-    args = ["--api-base", base, "--out", str(out), "--tasks", "hr-01-q1,hr-01-q2", "--no-progress"]
-    # an OpenAI-compatible client cannot send URL credentials beside its key: a setup error
-    bad = runner.invoke(app, ["run", "live", "-m", "openai/good", *args])
-    assert bad.exit_code == 1 and "clash with the API key" in bad.output
-    assert "secret" not in bad.output, bad.output
-    assert not out.exists() and server.requests == 0  # refused by the client itself
-    # a reference agent ignores the endpoint, so the run is made: redaction is what is tested
+    args = ["--out", str(out), "--tasks", "hr-01-q1,hr-01-q2", "--no-progress"]
+    # credentials in an endpoint are a setup error before anything is written, for any model
+    # (a reference agent ignores the endpoint; an OpenAI-compatible client could not send them)
+    for model in ("openai/good", "layerlab/extractive"):
+        bad = runner.invoke(app, ["run", "live", "-m", model, "--api-base", base, *args])
+        assert bad.exit_code == 1 and "--api-base: the URL carries credentials" in bad.output
+        assert "secret" not in bad.output, bad.output
+        assert not out.exists() and server.requests == 0
+    # the host and port of an allowed endpoint do not reach the run folder either
+    plain_base = f"http://127.0.0.1:{port}/v1"
     res = runner.invoke(
         app,
-        ["run", "live", "-m", "layerlab/extractive", *args, "--cache-dir", str(tmp_path / "c")],
-    )
+        ["run", "live", "-m", "layerlab/extractive", "--api-base", plain_base, *args,
+         "--cache-dir", str(tmp_path / "c")],
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
     for f in out.rglob("*"):
         data = f.read_bytes()

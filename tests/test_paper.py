@@ -23,7 +23,9 @@ def _inputs() -> list[str]:
 
 
 def test_main_tex_inputs_every_generated_table_once() -> None:
-    generated = sorted(p.stem for p in (paths.COMMITTED_ARTIFACTS / "paper" / "tables").glob("*.tex"))
+    generated = sorted(
+        p.stem for p in (paths.COMMITTED_ARTIFACTS / "paper" / "tables").glob("*.tex")
+    )
     inputs = _inputs()
     assert sorted(set(generated) - set(inputs)) == [], "paper/tables/*.tex not \\input by main.tex"
     assert sorted(set(inputs) - set(generated)) == [], "main.tex inputs a table no notebook writes"
@@ -46,8 +48,25 @@ def test_paper_builds_without_overfull_tables(tmp_path) -> None:
     numbers = dict(re.findall(r"\\newlabel\{tab:(table\d+)\}\{\{([^}]*)\}", aux))
     assert {f"table{i}": str(i) for i in range(1, 11)}.items() <= numbers.items()
     # every supplementary table is numbered A1, A2, ... (none takes a paper number)
-    assert all(v.startswith("A") or re.fullmatch(r"table\d+", k) or k.endswith("_models")
-               for k, v in numbers.items())
+    assert all(
+        v.startswith("A") or re.fullmatch(r"table\d+", k) or k.endswith("_models")
+        for k, v in numbers.items()
+    )
+    # every table has the registry's number (A1, A2, ... in the registry's order), and its link
+    # anchor is its own: no two tables share a destination, so a link to A2 lands on A2
+    from layerlab.reporting.tables import TABLES
+
+    labels = dict(re.findall(r"\\newlabel\{tab:([^}]+)\}\{\{([^}]*)\}", aux))
+    assert {t.id: labels.get(t.id) for t in TABLES} == {t.id: t.number for t in TABLES}
+    anchors = [
+        m.group(1)
+        for line in aux.splitlines()
+        if line.startswith("\\newlabel{tab:")
+        and (m := re.search(r"\{(table\.[^{}]+)\}\{\}\}$", line))
+    ]
+    assert len(anchors) == len(TABLES) and len(set(anchors)) == len(anchors)
+    log = (tmp_path / "build" / "main.log").read_text(encoding="utf-8", errors="replace")
+    assert "destination with the same identifier" not in log
 
 
 @pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see the README")
@@ -78,9 +97,12 @@ def test_tex_error_is_one_line_naming_the_file(tmp_path) -> None:
     if not TEX:
         pytest.skip("needs TeX")
     (tmp_path / "main.tex").write_text(
-        "\\documentclass{article}\\begin{document}\\undefinedmacro\\end{document}\n", encoding="utf-8"
+        "\\documentclass{article}\\begin{document}\\undefinedmacro\\end{document}\n",
+        encoding="utf-8",
     )
-    with pytest.raises(paper.PaperError, match=r"main.tex: TeX stopped: ! Undefined control sequence"):
+    with pytest.raises(
+        paper.PaperError, match=r"main.tex: TeX stopped: ! Undefined control sequence"
+    ):
         paper.build(tmp_path / "main.tex", tmp_path / "build", tmp_path / "out.pdf")
 
 
@@ -102,6 +124,19 @@ def test_log_parser_names_the_innermost_input_file() -> None:
         "tables/b.tex: LaTeX Warning: Float too large for page by 20.0pt on input line 3.",
         "main.tex: Overfull \\hbox (3.0pt too wide) in paragraph at lines 40--41",
     ]
+
+
+def test_a_duplicate_destination_is_a_problem() -> None:
+    """Two tables with one link anchor (Table 1 and Table A1 both ``table.1``): a link lands on
+    the wrong table, so the build names it instead of leaving it in the log."""
+    log = (
+        "(./main.tex (./tables/coverage.tex\n"
+        "pdfTeX warning (ext4): destination with the same identifier (name{table.1}) has\n"
+        " been already used, duplicate ignored\n"
+        "))\n"
+    )
+    found = [str(p) for p in paper.problems(log)]
+    assert len(found) == 1 and found[0].startswith("tables/coverage.tex: pdfTeX warning (ext4)")
 
 
 # --- the exporter: fitting by construction (no TeX needed) -------------------------------------
@@ -131,7 +166,9 @@ def test_a_wide_table_wraps_to_the_text_width() -> None:
 
 
 def test_ids_may_break_after_underscores_slashes_and_plus_joins() -> None:
-    df = pd.DataFrame({"x": ["tfidf_domain_validity layerlab/extractive freshness+metadata +97.5"] * 3})
+    df = pd.DataFrame(
+        {"x": ["tfidf_domain_validity layerlab/extractive freshness+metadata +97.5"] * 3}
+    )
     lay = export.layout(["x"], [[c] for c in df["x"]], width=60.0)
     assert lay.widths is not None
     tex = export.to_latex(df.assign(**{f"c{i}": "word " * 40 for i in range(6)}), "c", "tab:b")
@@ -162,7 +199,9 @@ def test_generated_latex_compiles_at_every_layout(tmp_path) -> None:
     with no overfull box."""
     frames = {
         "natural": pd.DataFrame({"a": ["x_y"], "b": [1.5]}),
-        "wrapped": pd.DataFrame({f"h{i}": ["tfidf_domain_validity and more words " * 3] for i in range(6)}),
+        "wrapped": pd.DataFrame(
+            {f"h{i}": ["tfidf_domain_validity and more words " * 3] for i in range(6)}
+        ),
         "long": pd.DataFrame({"s": [f"row {i}" for i in range(90)], "v": [0.25] * 90}),
         "landscape": pd.DataFrame({f"numeric column {i}": [123.456] for i in range(14)}),
     }

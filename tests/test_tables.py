@@ -83,3 +83,22 @@ def test_notebooks_publish_every_registered_table_by_name() -> None:
 def test_unknown_input_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown inputs"):
         tables.Table("x", tables.table1, ("corpus_of_nowhere",))
+
+
+def test_the_tables_face_names_each_builder_once_and_lazily() -> None:
+    import subprocess
+    import sys
+
+    from layerlab.reporting import tables
+
+    assert sorted(tables.__all__) == sorted(tables._OWNER)
+    from importlib import import_module
+
+    for name, family in tables._OWNER.items():
+        assert getattr(tables, name) is getattr(import_module(f"{tables.__name__}.{family}"), name)
+    code = (
+        "import sys; from layerlab.reporting.tables.benchmark import table1; "
+        "print(sorted(m for m in sys.modules if m.startswith('layerlab.reporting.tables.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "layerlab.reporting.tables.specificity" not in out.stdout  # Table 1 alone

@@ -214,7 +214,70 @@ def for_run(
         "records": int(m.get("records", 0)),
         "expected_records": m.get("expected_records"),
         **res,
+        "usage": usage_summary(m),
     }
+
+
+COST_BASIS = "litellm's price table (US dollars)"
+COMPUTE_CPU = "server CPU-seconds (the local servers' processes, start to stop)"
+COMPUTE_WALL = "call wall time (seconds from request sent to reply, summed)"
+
+
+def usage_summary(manifest: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per model, what its calls took over every invocation of the run (the manifest's
+    ``calls.usage``): answered calls, mean latency, tokens, cost and compute time, each labelled.
+
+    ``cost_usd`` is null where litellm knows no price (local servers, reference agents);
+    ``compute_s`` is the local servers' CPU-seconds where measured, otherwise the summed call
+    wall time, and ``compute`` says which. Manifests written before usage was recorded: ``{}``.
+    """
+    usage = ((manifest.get("calls") or {}).get("usage")) or {}
+    out: dict[str, dict[str, Any]] = {}
+    for model, u in sorted(usage.items()):
+        n = int(u.get("calls") or 0)
+        cpu = u.get("server_cpu_s")
+        lat = float(u.get("latency_s") or 0.0)
+        priced = int(u.get("priced_calls") or 0)
+        out[model] = {
+            "answered_calls": n,
+            "latency_s_mean": round(lat / n, 3) if n else None,
+            "latency_s_total": round(lat, 3),
+            "prompt_tokens": int(u.get("prompt_tokens") or 0),
+            "completion_tokens": int(u.get("completion_tokens") or 0),
+            "cost_usd": u.get("cost_usd") if priced else None,
+            "priced_calls": priced,
+            "cost": COST_BASIS if priced else "no price known (local model or reference agent)",
+            "compute_s": round(float(cpu), 2) if cpu is not None else round(lat, 2),
+            "compute": COMPUTE_CPU if cpu is not None else COMPUTE_WALL,
+        }
+    return out
+
+
+def usage_table(usage: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per model of :func:`usage_summary` (or ``results.json``'s ``usage``), formatted:
+    calls, mean latency, tokens in/out, cost (``-`` where no price is known), compute time and
+    what it measures."""
+    rows = []
+    for model, u in usage.items():
+        cost = u.get("cost_usd")
+        rows.append(
+            {
+                "model": model,
+                "calls": u["answered_calls"],
+                "latency (mean s)": "-"
+                if u.get("latency_s_mean") is None
+                else f"{u['latency_s_mean']:.2f}",
+                "tokens in/out": f"{u['prompt_tokens']}/{u['completion_tokens']}",
+                "cost (USD)": "-"
+                if cost is None
+                else f"{cost:.4f} ({u['priced_calls']} priced calls)",
+                "compute (s)": f"{u['compute_s']:.1f}",
+                "compute measures": "server CPU"
+                if u["compute"] == COMPUTE_CPU
+                else "call wall time",
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def write_results(

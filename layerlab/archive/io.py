@@ -114,20 +114,77 @@ def read_study(path: Path) -> list[dict[str, Any]]:
     ).to_pylist()
 
 
+def staged(folder: Path, name: str = ARCHIVE) -> Path:
+    """Where :func:`write_run` stages a folder's next archive before its manifest commits it."""
+    return Path(folder) / f".{name}.pending"
+
+
 def write_run(
     folder: Path, records: Sequence[Record], manifest: Manifest | Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Write ``records.parquet`` then ``manifest.json`` (with the archive's checksum) atomically;
-    the manifest (typed, or a mapping) is validated first."""
-    from layerlab._io import sha256_file
+    """Write a run folder's archive and manifest so that the folder is valid at every moment.
+
+    The new archive is staged beside the old one (``.records.parquet.pending``), then the new
+    manifest (naming the staged archive's checksum) replaces the old one atomically: that is the
+    commit. The staged file is renamed over ``records.parquet`` last. A process killed before the
+    commit leaves the previous archive and manifest as they were; one killed after it leaves a
+    manifest that names the staged archive, which :func:`finish_write` (run at the start of every
+    write) puts in place and :func:`~layerlab.archive.vet.check_path` reads meanwhile. The
+    manifest (typed, or a mapping) is validated first."""
+    from layerlab._io import sha256_bytes
 
     folder = Path(folder)
     m = as_manifest(manifest, str(folder / MANIFEST))
-    write_records(folder / ARCHIVE, records)
+    finish_write(folder)
+    table = to_table(records)
+    validate_table(table, str(folder / ARCHIVE))
+    data = parquet_bytes(table)
+    stage = staged(folder)
+    atomic_write_bytes(stage, data)
     m = replace(
         m,
         archive_schema_version=SCHEMA_VERSION,
         records=len(records),
-        files={ARCHIVE: sha256_file(folder / ARCHIVE)},
+        files={ARCHIVE: sha256_bytes(data)},
     )
-    return write_manifest(folder, m)
+    final = write_manifest(folder, m)
+    finish_write(folder)
+    return final
+
+
+def finish_write(folder: Path, name: str = ARCHIVE) -> bool:
+    """Complete a run folder's interrupted :func:`write_run`: a staged archive that the manifest
+    names is renamed into place (True); one it does not name was never committed and is removed.
+    Called by writers of the folder only (readers use :func:`committed_archive`)."""
+    import os
+
+    from layerlab._io import sha256_file
+    from layerlab.archive.manifest import read_manifest
+
+    folder = Path(folder)
+    stage = staged(folder, name)
+    if not stage.exists():
+        return False
+    try:
+        want = read_manifest(folder).get("files", {}).get(name)
+    except ArchiveError:
+        want = None
+    if want is not None and sha256_file(stage) == want:
+        os.replace(stage, folder / name)
+        return True
+    stage.unlink(missing_ok=True)
+    return False
+
+
+def committed_archive(folder: Path, manifest: Mapping[str, Any], name: str = ARCHIVE) -> Path:
+    """The archive file a run folder's manifest commits to: ``records.parquet``, or its staged
+    successor while an interrupted :func:`write_run` is not finished (nothing is changed)."""
+    from layerlab._io import sha256_file
+
+    folder = Path(folder)
+    want = manifest.get("files", {}).get(name)
+    arch, stage = folder / name, staged(folder, name)
+    if want is not None and stage.exists() and (not arch.exists() or sha256_file(arch) != want):
+        if sha256_file(stage) == want:
+            return stage
+    return arch

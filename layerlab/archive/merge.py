@@ -15,11 +15,18 @@ from layerlab.archive.provenance import MIXED, combine_provenance, provenance_of
 from layerlab.archive.vet import check_path, load_records
 
 
-def merge(sources: Sequence[Path], out: Path, allow_mixed: bool = False) -> dict[str, Any]:
+def merge(
+    sources: Sequence[Path],
+    out: Path,
+    allow_mixed: bool = False,
+    note: str | None = None,
+    complete: bool | None = None,
+) -> dict[str, Any]:
     """Combine run folders through their manifests into ``out``; a run given twice counts once,
     a record key present in two different runs is refused, and so are runs of different
     provenance unless ``allow_mixed`` (the merged provenance then says ``mixed``). Nothing is
-    written when the merge is refused."""
+    written when the merge is refused. ``note`` and ``complete`` (False: a run that stopped
+    before all its sources were made) override what the sources say."""
     manifests = []
     seen: set[str] = set()
     for s in sources:
@@ -49,9 +56,11 @@ def merge(sources: Sequence[Path], out: Path, allow_mixed: bool = False) -> dict
             for _, m in sorted(manifests, key=lambda nm: nm[1]["run_id"])
         ],
         models=sorted({mm for _, m in manifests for mm in m.get("models", [])}),
-        complete=all(m.get("complete") for _, m in manifests),
+        complete=all(m.get("complete") for _, m in manifests) and complete is not False,
     )
+    notes = [note] if note else []
     if mixed:
-        note = f"mixed provenance ({', '.join(mixed)} differ), merged with --allow-mixed"
-        manifest = replace(manifest, note=note)
+        notes.append(f"mixed provenance ({', '.join(mixed)} differ), merged with --allow-mixed")
+    if notes:
+        manifest = replace(manifest, note="; ".join(notes))
     return write_run(Path(out), records, manifest)

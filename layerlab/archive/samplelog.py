@@ -157,16 +157,51 @@ def check_path(path: Path, run_folder: Path) -> Path:
         )
     if p.exists() and p.is_dir():
         raise SampleLogError(f"--sample-log {path}: is a folder, expected a file path")
+    if p.exists():
+        problem = not_a_sample_log(p)
+        if problem:
+            raise SampleLogError(
+                f"--sample-log {path}: an existing file that is not a layerlab sample log "
+                f"(version {SAMPLE_LOG_VERSION}): {problem}; it is left unchanged: give a new path"
+            )
     return p
+
+
+def not_a_sample_log(path: Path) -> str | None:
+    """Why the existing file ``path`` is not a sample log this version appends to (judged by
+    its first line), or None. An empty regular file is one (nothing in it to change)."""
+    if not path.is_file():
+        return "not a regular file"
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 20)
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    if not first:
+        return None
+    try:
+        e = json.loads(first.decode("utf-8"))
+    except ValueError:
+        return "its first line is not a JSON sample-log entry"
+    if not isinstance(e, dict) or any(k not in e for k in (*KEYS, "verdict", "v")):
+        return "its first line is not a sample-log entry (no record key, verdict or version)"
+    if e["v"] != SAMPLE_LOG_VERSION:
+        return f"its entries are version {e['v']!r}"
+    return None
 
 
 class SampleLog:
     """Append-only JSONL writer, created readable and writable by its owner only."""
 
     def __init__(self, path: Path):
+        from layerlab._io import private_dir, private_file
+
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        what = "model replies and expected answers"
+        private_dir(self.path.parent, what, tighten=False)  # folders it makes: 0o700
+        self._made = not self.path.exists()
+        private_file(self.path, what)  # created 0o600, or tightened with a message
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self._fh = os.fdopen(fd, "a", encoding="utf-8")
         self.count = 0
 
@@ -178,7 +213,7 @@ class SampleLog:
         """Close the log; a log left empty (a run that failed before any record) is removed."""
         self._fh.flush()
         self._fh.close()
-        if self.path.stat().st_size == 0:
+        if self._made and self.path.stat().st_size == 0:
             self.path.unlink()
 
 

@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from layerlab.archive.io import ARCHIVE, PROGRESS, STUDY_ARCHIVE, read_records, read_table
+from layerlab.archive.io import (
+    ARCHIVE,
+    PROGRESS,
+    STUDY_ARCHIVE,
+    committed_archive,
+    read_records,
+    read_table,
+)
 from layerlab.archive.manifest import MANIFEST, read_manifest
 from layerlab.archive.provenance import MIXED, combine_provenance, provenance_of
 from layerlab.archive.schema import (
@@ -43,6 +50,8 @@ def check_path(path: Path) -> dict[str, Any]:
             "partial": True,
             "provenance": {},
         }
+    if not (path / MANIFEST).exists() and _written_to(path):
+        return _interrupted(path)
     m = read_manifest(path)
     if "manifest_sha256" not in m:
         raise ArchiveError(
@@ -51,13 +60,15 @@ def check_path(path: Path) -> dict[str, Any]:
             "(recompute --allow-partial)"
         )
     study = m.get("kind") == "langchain_study"
-    arch = path / (STUDY_ARCHIVE if study else ARCHIVE)
+    name = STUDY_ARCHIVE if study else ARCHIVE
+    arch = committed_archive(path, m, name)
+    pending = arch.name != name
     if not arch.exists():
         hint = (
             " (an interrupted run: continue it with --resume)" if (path / PROGRESS).exists() else ""
         )
         raise ArchiveError(f"{arch}: missing{hint}")
-    want = m.get("files", {}).get(arch.name)
+    want = m.get("files", {}).get(name)
     got = sha256_file(arch)
     if want != got:
         raise ArchiveError(
@@ -77,9 +88,20 @@ def check_path(path: Path) -> dict[str, Any]:
             f"{arch}: records from runs {sorted(run_ids - allowed)} not named by the manifest"
         )
     expected = m.get("expected_records")
-    complete = m.get("complete") is True and (expected is None or expected == table.num_rows)
+    complete = (
+        m.get("complete") is True
+        and (expected is None or expected == table.num_rows)
+        and not pending
+    )
     return {
         "path": str(path),
+        "archive": str(arch),
+        "note": (
+            "its last write was interrupted before the archive was renamed into place (the "
+            "records are intact): the same command with --resume finishes it"
+            if pending
+            else None
+        ),
         "run_id": m["run_id"],
         "records": table.num_rows,
         "expected_records": expected,
@@ -87,6 +109,36 @@ def check_path(path: Path) -> dict[str, Any]:
         "partial": not complete,
         "provenance": provenance_of(m),
         "models": list(m.get("models", [])),
+    }
+
+
+def _written_to(path: Path) -> bool:
+    """Whether a folder without a manifest holds a run's progress log or a killed write's files."""
+    return (path / PROGRESS).exists() or any(
+        p.name.startswith(".") and p.name.endswith((".tmp", ".pending")) for p in path.iterdir()
+    )
+
+
+def _interrupted(path: Path) -> dict[str, Any]:
+    """The report of a run folder killed before its first archive: a progress log, no manifest."""
+    import json
+
+    try:
+        with open(path / PROGRESS, encoding="utf-8") as fh:
+            run_id = str(json.loads(fh.readline()).get("run_id", "?"))
+    except (OSError, ValueError, AttributeError):
+        run_id = "?"
+    return {
+        "path": str(path),
+        "archive": None,
+        "note": "killed before its first archive was written: run the same command with --resume",
+        "run_id": run_id,
+        "records": 0,
+        "expected_records": None,
+        "complete": False,
+        "partial": True,
+        "provenance": {},
+        "models": [],
     }
 
 
@@ -163,9 +215,10 @@ def load_records(paths_: Sequence[Path]) -> list[Record]:
     out: list[Record] = []
     for p in paths_:
         p = Path(p)
-        check_path(p)
-        arch = p / ARCHIVE if p.is_dir() else p
-        recs = read_records(arch)
+        rep = check_path(p)
+        if rep.get("archive", p) is None:  # an interrupted run with no archive yet
+            continue
+        recs = read_records(Path(rep.get("archive") or p))
         runs = {r.run_id for r in recs}
         if runs <= seen_runs:
             continue

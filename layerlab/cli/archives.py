@@ -46,9 +46,10 @@ def archive_check(
             typer.echo(f"ok   {p}: {rep['records']} records (archive file: no manifest)")
         elif rep["partial"]:
             partial += 1
+            how = rep.get("note") or "continue it with --resume"
             typer.echo(
                 f"PARTIAL {p}: {rep['records']} of {rep['expected_records'] or '?'} records, "
-                f"run {rep['run_id']} did not finish (continue it with --resume)"
+                f"run {rep['run_id']} did not finish ({how})"
             )
         else:
             typer.echo(f"ok   {p}: {rep['records']} records, run {rep['run_id']}")

@@ -206,10 +206,10 @@ def scenario_list(
     path: Path = typer.Argument(paths.SCENARIO_SPEC, help="Scenario DSL file."),
 ) -> None:
     """Print Table 1: scenario, layer, what is injected, expected safe behaviour."""
-    from layerlab.reporting import tables
     from layerlab.reporting import terminal as report
+    from layerlab.reporting.tables.benchmark import table1
 
-    report.print_frame(tables.table1(_load_scenarios(path)), "Scenarios (Table 1)")
+    report.print_frame(table1(_load_scenarios(path)), "Scenarios (Table 1)")
 
 
 @scenario_app.command("operators")

@@ -40,7 +40,8 @@ def recompute_cmd(
     matrix: list[Path] = typer.Option(
         None,
         "--matrix",
-        help="Mitigation archive(s) for Table 10 (repeatable; default data/archives/mitigations).",
+        help="Mitigation archive(s) for Table 10 (repeatable; default: ARCHIVE... when they hold "
+        "mitigation arms, else data/archives/mitigations).",
     ),
     no_matrix: bool = typer.Option(False, "--no-matrix", help="Skip Table 10."),
     as_json: bool = typer.Option(False, "--json", help="Print the headline figures as JSON."),
@@ -74,7 +75,7 @@ def recompute_cmd(
             n_boot=n_boot,
             seed=seed,
             policy_level=policy_level,
-            matrix_archives=None if no_matrix else (matrix or [paths.ARCHIVES / "mitigations"]),
+            matrix_archives=None if no_matrix else (matrix or _default_matrix(archives)),
             allow_partial=allow_partial,
             allow_mixed=allow_mixed,
             design=design,  # type: ignore[arg-type]
@@ -88,6 +89,8 @@ def recompute_cmd(
 
         report.print_recompute(head)
         typer.echo(f"wrote {len(head['written'])} files to {out}")
+    if head.get("skipped"):
+        typer.echo(f"note: {head['skipped']}")
     for stamp in head["stamps"]:
         typer.echo(f"warning: tables stamped {stamp}", err=True)
     if head["provider_error_records"]:
@@ -96,6 +99,87 @@ def recompute_cmd(
             "provider_error (counted as failures); see each run's manifest errors",
             err=True,
         )
+
+
+def _default_matrix(archives: list[Path]) -> list[Path]:
+    """Table 10's archives when ``--matrix`` is not given: the given archives themselves when
+    they hold a mitigation arm beyond the contract pair (a user's ``run live --mitigation ...``),
+    else the committed deterministic matrix."""
+    from layerlab.analysis import stats
+
+    arms = set(stats.records_frame(archives)[stats.ARM])
+    if arms - set(stats.contract_arms()):
+        return list(archives)
+    return [paths.ARCHIVES / "mitigations"]
+
+
+@app.command("compare")
+def compare_cmd(
+    run: Path = typer.Argument(..., metavar="RUN", help="Your run folder (or archive file)."),
+    others: list[Path] = typer.Argument(
+        None,
+        metavar="[RUN|ARCHIVE...]",
+        help="Runs or archives to set it beside (default: the committed archive of the same "
+        "local model and the reference agents).",
+    ),
+    outcome: str = typer.Option(
+        "success", "--outcome", help="Binary archive label compared (e.g. safe_resolution)."
+    ),
+    n_boot: int = typer.Option(2_000, "--n-boot", min=100, help="Bootstrap resamples."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
+    matrix: bool = typer.Option(
+        False, "--matrix", help="Instead: the mitigation matrix (Table 10) of RUN's own arms."
+    ),
+    no_paper: bool = typer.Option(False, "--no-paper", help="Leave out the paper's figures."),
+    json_out: Path = typer.Option(
+        None, "--json", help="Also write the comparison as JSON to this file."
+    ),
+) -> None:
+    """Set RUN beside other runs, the committed archives and the paper: one unit beside one unit
+    on their common tasks, scenarios and arms (what was dropped is stated), each side's rate and
+    the paired difference with its interval; reference agents and models never pooled."""
+    import json
+
+    from layerlab._io import atomic_write_text
+    from layerlab.analysis import compare
+    from layerlab.reporting import terminal
+
+    if json_out is not None and json_out.is_dir():
+        raise _fail(f"--json {json_out}: is a folder, expected a file path")
+    try:
+        if matrix:
+            blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed)
+            for name, mx in blocks.items():
+                terminal.print_wide(
+                    compare.display_matrix(mx), f"Mitigation matrix of {run} ({name})"
+                )
+                typer.echo(f"note: {mx.note}")
+            if json_out is not None:
+                doc = {n: mx.summary.to_dict(orient="records") for n, mx in blocks.items()}
+                atomic_write_text(json_out, json.dumps(doc, indent=2, sort_keys=True, default=str))
+            return
+        rep = compare.compare(
+            run, others or (), outcome=outcome, n_boot=n_boot, seed=seed, paper=not no_paper
+        )
+    except (compare.CompareError, ValueError) as exc:
+        raise _fail(f"{exc} (nothing written)") from None
+    for c in rep.comparisons:
+        terminal.print_wide(compare.display(c), compare.headline(c))
+        for line in c.dropped:
+            typer.echo(f"  dropped: {line}")
+    if rep.paper is not None:
+        terminal.print_wide(compare.display_paper(rep.paper), "Beside the paper's stated figures")
+        typer.echo(compare.PAPER_NOTE)
+    for note in rep.notes:
+        typer.echo(f"note: {note}")
+    if rep.comparisons:
+        typer.echo(
+            f"{outcome} in %, 95% intervals (rates: Wilson clustered by task; differences this run "
+            f"minus the other, paired by task: {rep.comparisons[0].note})"
+        )
+    if json_out is not None:
+        atomic_write_text(json_out, json.dumps(rep.as_dict(), indent=2, sort_keys=True) + "\n")
+        typer.echo(f"wrote {json_out}")
 
 
 @app.command("reproduce")

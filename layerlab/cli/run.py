@@ -257,7 +257,7 @@ def run_live(
         max_error_rate=max_error_rate,
         seed=retry_seed,
     )
-    _check_run(run, out, api_base or ())
+    _check_run(run, out, api_base or (), model)
     task_ids = _task_ids(tasks) if tasks is not None else None
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
@@ -295,6 +295,11 @@ def run_live(
         from layerlab.harness.runconfig import stratified_tasks
 
         pool = [t for t in c.tasks if task_ids is None or t.task_id in set(task_ids)]
+        if limit > len(pool):
+            raise _fail(
+                f"--limit {limit}: only {len(pool)} tasks to choose from (expected 1 to "
+                f"{len(pool)}; leave --limit out to ask them all)"
+            )
         config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
     log = _open_sample_log(sample_log, out)
     bar = _progress_hook() if progress else None
@@ -333,12 +338,14 @@ def run_live(
         raise typer.Exit(EXIT_INCOMPLETE)
 
 
-def _check_run(run: RunSettings, out: Path, api_bases: Sequence[str] = ()) -> None:
+def _check_run(
+    run: RunSettings, out: Path, api_bases: Sequence[str] = (), models: Sequence[str] = ()
+) -> None:
     """The run settings' one validation (:meth:`RunSettings.check`), as a one-line error."""
     from layerlab.harness import live
 
     try:
-        run.check(out, api_bases)
+        run.check(out, api_bases, models)
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
 
@@ -412,6 +419,7 @@ def _run_config(
         text = config_path.read_text(encoding="utf-8")
     except SpecError as exc:
         raise _spec_fail(exc, "problem(s) in the run configuration; nothing run") from None
+    _check_run(run, out, *runconfig.endpoints(spec))  # every model's, before anything is written
     log = _open_sample_log(spec.sample_log_path(config_path), out)
     try:
         complete, message, over = runconfig.execute(
@@ -488,6 +496,8 @@ def _print_results(out: Path) -> None:
         df = results.table(res, reference=ref)
         if not df.empty:
             report.print_wide(df, f"{title}: rate [95% interval]")
+    if res.get("usage"):  # cost and time over every invocation of the run
+        report.print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
     for line in results.error_summary(res):
         typer.echo(f"errors: {line}")
     typer.echo(f"results: {p} (interval: {res['interval']})")

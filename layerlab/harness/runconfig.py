@@ -8,7 +8,8 @@ same tasks (and the run id, which covers the task set, lets ``--resume`` find th
 
 A run configuration (``run live --config run.yaml``) names the models, each with its own
 endpoints and settings, the scenarios, mitigations, tasks, budget and replicates; it is validated
-by the spec loader (``file:line: field: what was expected``) and stored with the run. Example::
+by the spec loader (``file:line: field: what was expected``; an endpoint carrying credentials is
+refused) and stored with the run, every URL in it recorded as ``local`` or ``remote``. Example::
 
     models:
       - model: hosted_vllm/meta-llama/Llama-3.1-8B-Instruct
@@ -51,6 +52,7 @@ from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.corpus.spec import load_yaml_as
 from layerlab.harness.live.settings import DEFAULT_MAX_ERROR_RATE, RunSettings
 from layerlab.models.llm import ProviderSettings
+from layerlab.models.routing import api_base_problem, credentials_in, redact_urls
 
 LIMIT_SEED = 0  # default seed of the --limit selection
 
@@ -79,7 +81,9 @@ def stratified_tasks(tasks: Sequence[Task], n: int, seed: int = LIMIT_SEED) -> t
             vs = sorted(by_domain[d][p], key=lambda t: t.task_id)
             variants[p] = [vs[i] for i in rng.permutation(len(vs))]
         depth = max(len(v) for v in variants.values())
-        queues[d] = [variants[p][r] for r in range(depth) for p in pol_order if r < len(variants[p])]
+        queues[d] = [
+            variants[p][r] for r in range(depth) for p in pol_order if r < len(variants[p])
+        ]
     domains = sorted(queues)
     domain_order = [domains[i] for i in rng.permutation(len(domains))]
     chosen: set[str] = set()
@@ -94,7 +98,7 @@ def stratified_tasks(tasks: Sequence[Task], n: int, seed: int = LIMIT_SEED) -> t
 
 # --- the YAML run configuration (``run live --config run.yaml``) ------------------------------
 
-CONFIG_COPY = "run.yaml"  # the configuration as given, stored in the run folder
+CONFIG_COPY = "run.yaml"  # the configuration, its endpoints redacted, stored in the run folder
 SUBRUNS = "runs"  # where models with their own settings run before their archives are merged
 
 
@@ -162,7 +166,10 @@ class RunConfigSpec(BaseModel):
     def settings_for(self, m: ModelEntry) -> dict[str, Any]:
         """A model's effective settings: its own, else ``defaults``, else the paper's."""
         d = ProviderSettings()
-        pick = {k: getattr(m, k) if getattr(m, k) is not None else getattr(self.defaults, k) for k in _Settings.model_fields}
+        pick = {
+            k: getattr(m, k) if getattr(m, k) is not None else getattr(self.defaults, k)
+            for k in _Settings.model_fields
+        }
         return {
             "settings": ProviderSettings(
                 timeout_s=pick["timeout"] if pick["timeout"] is not None else d.timeout_s,
@@ -190,18 +197,31 @@ def _checks(
                 out.append((("models", i, "model"), f"{m.model!r} is listed twice"))
             seen.add(m.model)
             if "/" not in m.model:
-                out.append((("models", i, "model"), "expected provider/model, e.g. openai/gpt-4o-mini"))
+                out.append(
+                    (("models", i, "model"), "expected provider/model, e.g. openai/gpt-4o-mini")
+                )
             if m.model.startswith("local/") and m.api_base:
-                out.append((("models", i, "api_base"), "a local/ model is served by layerlab: no api_base"))
+                out.append(
+                    (("models", i, "api_base"), "a local/ model is served by layerlab: no api_base")
+                )
             for j, b in enumerate(m.api_base):
-                if not b.startswith(("http://", "https://")):
+                if credentials_in(b):  # never echoed: the message names what, not the value
+                    out.append((("models", i, "api_base", j), api_base_problem(b) or ""))
+                elif not b.startswith(("http://", "https://")):
                     out.append((("models", i, "api_base", j), f"expected an http(s) URL, got {b!r}"))
         for i, s in enumerate(c.scenarios or ()):
             if s not in scenarios:
-                out.append((("scenarios", i), f"unknown scenario {s!r}; known: {', '.join(scenarios)}"))
+                out.append(
+                    (("scenarios", i), f"unknown scenario {s!r}; known: {', '.join(scenarios)}")
+                )
         for i, a in enumerate(c.mitigations or ()):
             if a not in mitigations:
-                out.append((("mitigations", i), f"unknown mitigation {a!r}; known: {', '.join(mitigations)}"))
+                out.append(
+                    (
+                        ("mitigations", i),
+                        f"unknown mitigation {a!r}; known: {', '.join(mitigations)}",
+                    )
+                )
         known = set(task_ids)
         for i, t in enumerate(c.tasks or ()):
             if t not in known:
@@ -217,6 +237,19 @@ def load_run_config(
     """Load and validate a run configuration; :class:`~layerlab.corpus.spec.SpecError` lists every
     problem as ``file:line: field: what was expected``."""
     return load_yaml_as(Path(path), RunConfigSpec, _checks(scenarios, mitigations, task_ids))
+
+
+def stored_config(text: str) -> str:
+    """The run configuration as the run folder keeps it: as given, except that every URL in it
+    (endpoints, and any in a comment) is replaced by ``local`` or ``remote``: a shareable folder
+    holds no host, port or credentials (credentials are refused before, :func:`load_run_config`)."""
+    return redact_urls(text)
+
+
+def endpoints(spec: RunConfigSpec) -> tuple[list[str], list[str]]:
+    """(every endpoint, every model) of a configuration: what :meth:`RunSettings.check` checks
+    before anything is written."""
+    return [b for m in spec.models for b in m.api_base], [m.model for m in spec.models]
 
 
 @dataclass(frozen=True)
@@ -235,6 +268,11 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
     from layerlab.harness.deterministic import contract_arms
 
     pool = [t for t in tasks if spec.tasks is None or t.task_id in set(spec.tasks)]
+    if spec.limit is not None and spec.limit > len(pool):
+        raise ValueError(
+            f"limit: {spec.limit} tasks asked, only {len(pool)} to choose from (expected 1 to "
+            f"{len(pool)}; leave limit out to ask them all)"
+        )
     task_ids: tuple[str, ...] | None = (
         stratified_tasks(pool, spec.limit, spec.limit_seed)
         if spec.limit is not None
@@ -288,8 +326,9 @@ def execute(
     default ``local_servers``); the configuration sets the others (:meth:`RunConfigSpec.run`).
     Models that share their settings run together; models with their own endpoints or settings
     run into ``out/runs/NN-<model>/`` and are merged into ``out`` (archive, manifest,
-    results.json). The configuration is stored as ``out/run.yaml``. The budget is shared: each
-    run gets what the runs before it left.
+    results.json). The configuration is stored as ``out/run.yaml`` (:func:`stored_config`:
+    every endpoint recorded as ``local`` or ``remote``, as the manifest does). The budget is
+    shared: each run gets what the runs before it left.
     """
     from layerlab import archive
     from layerlab._io import atomic_write_text
@@ -298,9 +337,63 @@ def execute(
 
     groups = plan(spec, list(scenarios), corpus.tasks)
     run = spec.run(run)
-    left = run.budget
     messages: list[str] = []
-    complete, over = True, list[str]()
+    over: list[str] = []
+    finished: list[Group] = []
+    try:
+        _run_groups(groups, out, corpus, key, scenarios, run, scenario_hash, progress, samples,
+                    say, messages, finished, over)  # fmt: skip
+    except live.LiveRunError:
+        _stopped(groups, finished, out, "a run failed")
+        raise
+    complete = len(finished) == len(groups)
+    atomic_write_text(out / CONFIG_COPY, stored_config(config_text))
+    if len(groups) > 1 and complete:
+        archive.merge([out / g.folder for g in groups], out)
+        results.write_results(out)
+    elif len(groups) > 1:
+        _stopped(groups, finished, out, "a run did not finish")
+    return complete, "\n".join(messages), tuple(over)
+
+
+def _stopped(groups: Sequence[Group], finished: Sequence[Group], out: Path, why: str) -> None:
+    """A configuration of several runs that stopped early: the runs made so far (finished or
+    partial) are merged into ``out`` under a manifest that says which models finished."""
+    from layerlab import archive
+
+    if len(groups) < 2:
+        return
+    made = [out / g.folder for g in groups if (out / g.folder / archive.MANIFEST).exists()]
+    if not made:
+        return
+    done = [m for g in finished for m in g.models]
+    rest = [m for g in groups if g not in finished for m in g.models]
+    note = (
+        f"stopped early ({why}): finished {', '.join(done) or 'none'}; "
+        f"not finished {', '.join(rest)}; continue with --resume"
+    )
+    archive.merge(made, out, note=note, complete=False)
+
+
+def _run_groups(
+    groups: Sequence[Group],
+    out: Path,
+    corpus: Corpus,
+    key: AnswerKey,
+    scenarios: Mapping[str, Any],
+    run: RunSettings,
+    scenario_hash: str,
+    progress: Callable[[], Any] | None,
+    samples: Any,
+    say: Callable[[str], None],
+    messages: list[str],
+    finished: list[Group],
+    over: list[str],
+) -> None:
+    """Run the groups in turn, sharing the budget; stop after the first incomplete one."""
+    from layerlab.harness import live
+
+    left = run.budget
     for g in groups:
         folder = out / g.folder if g.folder else out
         bar = progress() if progress else None  # one progress bar per run
@@ -326,12 +419,7 @@ def execute(
         if left is not None:
             left = max(0, left - r.counters.calls)
         messages.append(f"{', '.join(g.models)}: {r.message}")
-        complete = complete and r.complete
         over += r.over_error_rate
         if not r.complete:
             break
-    atomic_write_text(out / CONFIG_COPY, config_text)
-    if len(groups) > 1 and complete:
-        archive.merge([out / g.folder for g in groups], out)
-        results.write_results(out)
-    return complete, "\n".join(messages), tuple(over)
+        finished.append(g)

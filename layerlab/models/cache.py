@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from layerlab._io import canonical_json
+from layerlab._io import canonical_json, private_dir, private_file, private_opener
 
 
 def default_cache_dir() -> Path:
@@ -40,6 +40,17 @@ CACHE_DB = "replies.sqlite3"
 """The reply cache's database file inside the cache folder."""
 CACHE_FORMAT = "layerlab.reply-cache/1"
 """The format row (table ``meta``) of a reply cache this layerlab writes."""
+
+
+def private_files(folder: Path) -> None:
+    """The cache folder ``0o700`` and its database ``0o600`` (SQLite gives its ``-wal`` and
+    ``-shm`` files the database's mode): created so, or tightened with a one-line message."""
+    private_dir(folder)
+    private_file(Path(folder) / CACHE_DB)
+    for suffix in ("-wal", "-shm"):
+        private_file(Path(folder) / (CACHE_DB + suffix), create=False)
+
+
 _FORKED_AWAY: list[Any] = []  # connections a forked process inherited and must not touch
 
 
@@ -120,7 +131,7 @@ class ResponseCache:
         if self.mode == "ro":
             return self._connect_ro()
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            private_files(self.folder)
             con = sqlite3.connect(
                 self.folder / CACHE_DB, timeout=60, isolation_level=None, check_same_thread=False
             )
@@ -286,12 +297,12 @@ class ResponseCache:
         repeated call, so there is no fsync."""
         shard = key[:2]
         if shard not in self._made:
-            os.makedirs(os.path.join(self.folder, shard), exist_ok=True)
+            private_dir(os.path.join(self.folder, shard), tighten=False)
             self._made.add(shard)
         path = self._path(key)
         tmp = f"{path}.{os.getpid()}.tmp"  # one writer per key per process (inflight dedupe)
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
+            with open(tmp, "w", encoding="utf-8", opener=private_opener) as fh:
                 fh.write(json.dumps({"reply": reply}))
             os.replace(tmp, path)
         except BaseException:

@@ -62,10 +62,11 @@ def _trim_bookkeeping(litellm: Any) -> None:
 
     Profiled on the live harness (litellm 1.110.2), they are most of litellm's CPU per call:
     pricing an unknown model walks the whole cost map's generalisations, and every success builds
-    a standard logging payload for callbacks that are not there. layerlab records no cost (the
-    archive allowlist forbids it) and registers no callback. The guard is checked on every call,
-    so a user who registers a callback or sets ``litellm.max_budget`` gets litellm's full path
-    back. Idempotent; if a litellm upgrade renames a hook, that hook is left alone.
+    a standard logging payload for callbacks that are not there. layerlab registers no callback
+    and prices calls itself (``harness.live.calls.price``), asking once about a model it cannot
+    price. The guard is checked on every call, so a user who registers a callback or sets
+    ``litellm.max_budget`` gets litellm's full path back. Idempotent; if a litellm upgrade renames
+    a hook, that hook is left alone.
     """
     import importlib
 

@@ -420,6 +420,21 @@ def sampler_defaults() -> dict[str, Any]:
     return {k: fields[k].default for k in SAMPLER_FIELDS if k in fields}
 
 
+def cpu_seconds(servers: Sequence[LocalServer]) -> float | None:
+    """CPU-seconds (user + system) the servers' processes have used since they started (model
+    loading included), or None where that cannot be measured (no ``/proc``, a process gone)."""
+    total = 0.0
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        for s in servers:
+            stat = Path(f"/proc/{s.process.pid}/stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(total, 2)
+
+
 def provenance(spec: ModelSpec, servers: Sequence[LocalServer]) -> dict[str, Any]:
     """What a manifest records about a local model run (no host, no path, no key)."""
     return {
@@ -443,6 +458,7 @@ __all__ = [
     "ModelSpec",
     "SpecError",
     "SpecProblem",
+    "cpu_seconds",
     "fetch",
     "is_fetched",
     "is_local",

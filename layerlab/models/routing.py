@@ -4,8 +4,10 @@ said about an endpoint.
 A :class:`Route` holds one model's litellm name, its servers (:class:`Endpoint`, each with a bound
 on concurrent requests) and the request shape (placeholder key, merged system prompt,
 ``response_format``, per-record seeds: :func:`record_seed`). Endpoints are never recorded as
-such: :func:`endpoint_label` says only ``local`` or ``remote``, and :func:`redact` removes
-credentials and the raw URL from messages.
+such: :func:`endpoint_label` says only ``local`` or ``remote`` (:func:`redact_urls` writes a
+run configuration so), :func:`redact` removes credentials and the raw URL from messages, and an
+endpoint carrying credentials, given or in the environment, is refused
+(:func:`api_base_problem`, :func:`environment_endpoint_problem`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import hashlib
 import ipaddress
 import re
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,9 +76,43 @@ def redact(text: str, api_base: str | None = None) -> str:
     return text
 
 
+# query parameters that carry a secret (``?key=``, ``api_key=``, ``access_token=``, ``sig=`` ...)
+_SECRET_PARAM = re.compile(
+    r"key|token|secret|pass|pwd|auth|sig|credential|session|cookie|bearer", re.IGNORECASE
+)
+
+
+def credentials_in(api_base: str) -> str | None:
+    """What credential ``api_base`` carries (``user:password@``, a secret query parameter), or
+    None. Such a URL is refused, never stripped: a key belongs in the environment's key variable,
+    and a URL that needs its credentials would fail later without them."""
+    try:
+        u = urllib.parse.urlsplit(api_base.strip())
+    except ValueError:  # e.g. an unclosed [ipv6]: not a URL api_base_problem accepts anyway
+        return "user or password (user:password@)" if "@" in api_base else None
+    if u.username is not None or u.password is not None or "@" in u.netloc:
+        return "user or password (user:password@)"
+    names = [n for n, _v in urllib.parse.parse_qsl(u.query, keep_blank_values=True)]
+    names += [n for n, _v in urllib.parse.parse_qsl(u.fragment, keep_blank_values=True)]
+    secret = [n for n in names if _SECRET_PARAM.search(n)]
+    if secret:
+        return f"a secret query parameter ({secret[0]}=)"
+    return None
+
+
 def api_base_problem(api_base: str) -> str | None:
-    """Why ``api_base`` is not a usable endpoint URL, or None."""
-    u = urllib.parse.urlsplit(api_base)
+    """Why ``api_base`` is not a usable endpoint URL, or None. Credentials in it are refused
+    (:func:`credentials_in`) before anything is written, so none can reach a file."""
+    cred = credentials_in(api_base)
+    if cred:
+        return (
+            f"the URL carries credentials: {cred}; layerlab never stores them. Drop them from "
+            "the URL and set the provider's key in the environment (e.g. OPENAI_API_KEY)"
+        )
+    try:
+        u = urllib.parse.urlsplit(api_base)
+    except ValueError:
+        u = urllib.parse.urlsplit("")
     if u.scheme not in ("http", "https") or not u.hostname:
         return "expected an http(s) URL such as http://127.0.0.1:8080/v1"
     try:
@@ -84,6 +120,50 @@ def api_base_problem(api_base: str) -> str | None:
     except ValueError:
         return "the port is not a number in 1-65535"
     return None
+
+
+ENDPOINT_VARIABLES = ("{P}_API_BASE", "{P}_BASE_URL", "{P}_API_URL")
+"""Environment variables through which litellm (or its clients) take a provider's endpoint,
+``{P}`` the provider in capitals (``OPENAI_API_BASE``, ``OPENAI_BASE_URL``, ``OLLAMA_API_BASE``)."""
+
+
+def environment_endpoint_problem(
+    models: Sequence[str], environ: Mapping[str, str] | None = None
+) -> str | None:
+    """A one-line setup error when an endpoint variable of a provider among ``models`` carries
+    credentials (:func:`credentials_in`), or None. Only the variable's name is said."""
+    import os
+
+    env = os.environ if environ is None else environ
+    providers = sorted({split_model(m)[0].upper().replace("-", "_") for m in models})
+    for p in providers:
+        for pattern in ENDPOINT_VARIABLES:
+            name = pattern.format(P=p)
+            value = env.get(name)
+            cred = value and credentials_in(value)
+            if cred:
+                return (
+                    f"environment variable {name}: the endpoint URL carries credentials: {cred}; "
+                    "layerlab never stores them. Drop them from the URL and set the provider's "
+                    "key in its key variable (e.g. OPENAI_API_KEY)"
+                )
+    return None
+
+
+_URL = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://(?:[^\s\[/]*\[[^\]\s]*\])?[^\s,\]\}'"]*""")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with every URL in it replaced by its :func:`endpoint_label` (``local`` or
+    ``remote``): how a stored run configuration records its endpoints, as the manifest does."""
+
+    def label(m: re.Match[str]) -> str:
+        try:
+            return endpoint_label(m.group(0)) or "remote"
+        except ValueError:
+            return "remote"
+
+    return _URL.sub(label, text)
 
 
 # --- routes: the servers of a model and the shape of its requests ----------------------------
@@ -108,6 +188,7 @@ class Route:
     merge_system: bool = False
     response_format: dict[str, Any] | None = None
     seed_base: int | None = None
+    name: str = ""  # the ``-m`` model it serves (its calls' usage is counted under it)
 
     def request(self, msgs: list[dict[str, str]], seed: int | None) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(self.extra)

@@ -104,6 +104,8 @@ TEXT_HEIGHT_PT = 650.0
 # font sizes tried in turn (LaTeX command, size in pt at 11pt base); widths scale with the size
 _SIZES = ((r"\small", 10.0), (r"\footnotesize", 9.0), (r"\scriptsize", 8.0))
 _TABCOLSEP_PT = 4.0
+_TIGHT_TABCOLSEP_PT = 2.0  # the last resorts of a wide table on a landscape page: tight gaps,
+_LAST_SIZE = (r"\tiny", 7.0)  # then the smallest size (cmr6 is wider than cmr10 at 6pt)
 _SAFETY = 1.10  # estimated widths are cmr10 advance widths; smaller sizes are a little wider
 # advance widths of Computer Modern Roman 10pt (cmr10), in pt
 _CMR10 = {
@@ -157,6 +159,7 @@ class Layout:
     widths: tuple[float, ...] | None
     long: bool
     landscape: bool = False
+    colsep: float = _TABCOLSEP_PT
 
 
 def layout(
@@ -164,28 +167,44 @@ def layout(
     rows: list[list[str]],
     width: float = TEXT_WIDTH_PT,
     height: float = TEXT_HEIGHT_PT,
+    notes: str = "",
 ) -> Layout:
     """The largest font size at which the table fits ``width``: unwrapped if its natural width
     fits, else with wrapped columns (every column at least as wide as its longest unbreakable
     token; the widest columns give way first). A table that fits no portrait width even at the
-    smallest size goes on a landscape page. Tables taller than most of a page break across pages.
+    smallest size goes on a landscape page, with narrower column gaps if it must. Tables taller
+    than most of a page (their ``notes`` under them included) break across pages.
     """
     cols = list(zip(header, *rows, strict=True)) if rows else [(h,) for h in header]
-    for landscape, w, h in ((False, width, height), (True, height, width)):
-        avail = w - 2 * _TABCOLSEP_PT * (len(cols) - 1)  # @{} at both ends: no outer padding
-        for cmd, size in _SIZES:
+    tries = (
+        (False, width, height, _TABCOLSEP_PT, _SIZES),
+        (True, height, width, _TABCOLSEP_PT, _SIZES),
+        (True, height, width, _TIGHT_TABCOLSEP_PT, (*_SIZES, _LAST_SIZE)),
+    )
+    for landscape, w, h, sep, sizes in tries:
+        avail = w - 2 * sep * (len(cols) - 1)  # @{} at both ends: no outer padding
+        for cmd, size in sizes:
             natural = [max(_width(c, size) for c in col) for col in cols]
             if sum(natural) <= avail:
-                return Layout(cmd, None, _too_tall(header, rows, size, None, h), landscape)
+                tall = _too_tall(header, rows, size, None, h, _lines(notes, size, w))
+                return Layout(cmd, None, tall, landscape, sep)
             minimum = [max(_width(t, size) for c in col for t in _tokens(c)) for col in cols]
             if sum(minimum) <= avail:
                 widths = _water_fill(natural, minimum, avail - 2.0)  # 2pt slack: rounding
-                return Layout(cmd, widths, _too_tall(header, rows, size, widths, h), landscape)
+                tall = _too_tall(header, rows, size, widths, h, _lines(notes, size, w))
+                return Layout(cmd, widths, tall, landscape, sep)
     # nothing fits even on a landscape page at the smallest size: wrap as far as tokens allow
     # (the build's overfull-box check then names the table)
-    cmd, size = _SIZES[-1]
+    cmd, size = _LAST_SIZE
     minimum = [max(_width(t, size) for c in col for t in _tokens(c)) for col in cols]
-    return Layout(cmd, tuple(minimum), _too_tall(header, rows, size, tuple(minimum), width), True)
+    tall = _too_tall(header, rows, size, tuple(minimum), width, _lines(notes, size, height))
+    return Layout(cmd, tuple(minimum), tall, True, _TIGHT_TABCOLSEP_PT)
+
+
+def _lines(text: str, size: float, width: float) -> int:
+    """Lines ``text`` takes set in a paragraph ``width`` wide at ``size`` (a table's notes are set
+    in the table's font size)."""
+    return math.ceil(_width(text, size) / width) if text else 0
 
 
 def _too_tall(
@@ -194,13 +213,21 @@ def _too_tall(
     size: float,
     widths: tuple[float, ...] | None,
     page_height: float,
+    notes_lines: int = 0,
 ) -> bool:
-    """Whether the table (caption and wrapped rows included, roughly) needs most of a page."""
-    lines = 2 + len(rows)
+    """Whether the table (caption, notes and wrapped rows included, roughly) needs most of a
+    page."""
+    lines = 2 + len(rows) + notes_lines
     if widths is not None:
-        lines = 1 + sum(
-            max(math.ceil(_width(c, size) / max(w, 1.0)) for c, w in zip(r, widths, strict=True))
-            for r in [header, *rows]
+        lines = (
+            1
+            + notes_lines
+            + sum(
+                max(
+                    math.ceil(_width(c, size) / max(w, 1.0)) for c, w in zip(r, widths, strict=True)
+                )
+                for r in [header, *rows]
+            )
         )
     return lines * 1.25 * size + 60.0 > 0.8 * page_height
 
@@ -226,12 +253,30 @@ def _numeric(df: pd.DataFrame, c: object) -> bool:
     return bool(pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]))
 
 
-def to_latex(df: pd.DataFrame, caption: str, label: str) -> str:
+# The block labels of per-block tables, compact in the PDF (a label is repeated on every row; the
+# manuscript states once what each block is); the CSV and Markdown keep the full label.
+BLOCK_COLUMN = "block"
+BLOCK_SHORT = {
+    "real models": "models",
+    "reference agents (deterministic baselines)": "agents",
+}
+
+
+def _short(df: pd.DataFrame) -> pd.DataFrame:
+    if BLOCK_COLUMN not in df.columns:
+        return df
+    return df.assign(**{BLOCK_COLUMN: df[BLOCK_COLUMN].map(lambda b: BLOCK_SHORT.get(b, b))})
+
+
+def to_latex(df: pd.DataFrame, caption: str, label: str, notes: str = "") -> str:
     """``df`` as a booktabs table that fits the text width (see :func:`layout`): numbers right,
-    text left; wrapped columns as fixed-width ragged columns; long tables as a ``longtable``."""
+    text left; wrapped columns as fixed-width ragged columns; long tables as a ``longtable``.
+    ``notes`` (what the intervals assume, say) go under the table in its font size, so the
+    caption stays short; a ``block`` column gets its compact labels (:data:`BLOCK_SHORT`)."""
+    df = _short(df)
     header = [str(c) for c in df.columns]
     rows = [[_cell(v) for v in row] for row in df.itertuples(index=False)]
-    lay = layout(header, rows)
+    lay = layout(header, rows, notes=notes)
     numeric = [_numeric(df, c) for c in df.columns]
     page = TEXT_HEIGHT_PT if lay.landscape else TEXT_WIDTH_PT  # what \linewidth is there
     if lay.widths is None:
@@ -245,7 +290,7 @@ def to_latex(df: pd.DataFrame, caption: str, label: str) -> str:
     wrap = lay.widths is not None
     head = " & ".join(_tex(h, wrap) for h in header) + r" \\"
     body = [" & ".join(_tex(c, wrap) for c in r) + r" \\" for r in rows]
-    sep = rf"\setlength{{\tabcolsep}}{{{_TABCOLSEP_PT:g}pt}}"
+    sep = rf"\setlength{{\tabcolsep}}{{{lay.colsep:g}pt}}"
     if lay.long:
         lines = [
             r"\begingroup",
@@ -265,6 +310,7 @@ def to_latex(df: pd.DataFrame, caption: str, label: str) -> str:
             r"\endfoot",
             *body,
             r"\end{longtable}",
+            *([rf"{{\noindent\textit{{Notes.}} {_tex(notes)}\par}}"] if notes else []),
             r"\endgroup",
         ]
     else:
@@ -282,6 +328,11 @@ def to_latex(df: pd.DataFrame, caption: str, label: str) -> str:
             *body,
             r"\bottomrule",
             r"\end{tabular}",
+            *(
+                [rf"\par\smallskip{{\RaggedRight\textit{{Notes.}} {_tex(notes)}\par}}"]
+                if notes
+                else []
+            ),
             r"\end{table}",
         ]
     if lay.landscape:
@@ -297,14 +348,17 @@ def label(name: str) -> str:
 def write_table(
     df: pd.DataFrame, name: str, caption: str, out_dir: Path = paths.TABLES
 ) -> list[Path]:
-    """Write ``df`` as ``name.csv``, ``name.md`` and ``name.tex`` into ``out_dir``; return the paths."""
+    """Write ``df`` as ``name.csv``, ``name.md`` and ``name.tex`` into ``out_dir``; return the paths.
+    The table's notes (``df.attrs['notes']``) follow the table in the Markdown and LaTeX."""
     out_dir = Path(out_dir or paths.TABLES)
     csv = df.to_csv(index=False, float_format="%.4f", lineterminator="\n")
+    notes = str(df.attrs.get("notes") or "")
+    md_notes = f"\n*Notes.* {notes}\n" if notes else ""
     written = []
     for suffix, text in (
         ("csv", csv),
-        ("md", f"**{caption}**\n\n" + to_markdown(df)),
-        ("tex", to_latex(df, caption, label(name))),
+        ("md", f"**{caption}**\n\n" + to_markdown(df) + md_notes),
+        ("tex", to_latex(df, caption, label(name), notes)),
     ):
         p = out_dir / f"{name}.{suffix}"
         atomic_write_text(p, text)

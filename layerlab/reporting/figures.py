@@ -38,6 +38,7 @@ STYLE = {
     "pdf.fonttype": 42,
 }
 BASELINE_COLOUR, TREATMENT_COLOUR = "#4c72b0", "#dd8452"  # the contract pair's arms
+FOREST_COLUMNS = 2  # forest panels per row: each stays legible at page width
 
 
 def palette() -> dict[str, str]:
@@ -206,15 +207,21 @@ def paired_effects_by_unit(
 ) -> Any:
     """Treatment − baseline success per scenario, one forest panel per unit, each with its own
     bootstrap 95% intervals (:func:`layerlab.analysis.stats.paired_effects` on that unit's records: tasks
-    resampled). The panel title gives the unit, what it is and the task pairs per scenario."""
+    resampled). The panel title gives the unit, what it is and the task pairs per scenario.
+
+    Panels sit in a grid two wide (legible at page width, however many units); each non-zero
+    effect is written out beside its own interval, on the side with room (toward zero)."""
     _setup()
     df = _frame(data)
     labels = stats.unit_labels(df)
     units = unit_order(df)
+    ncols = min(FOREST_COLUMNS, len(units))
+    nrows = -(-len(units) // ncols)
     fig, axes = plt.subplots(
-        1, len(units), figsize=(3.4 * len(units) + 1.6, 4.0), sharey=True, squeeze=False
+        nrows, ncols, figsize=(7.2, 0.9 + 3.1 * nrows), sharey=True, squeeze=False
     )
-    for ax, unit in zip(axes[0], units, strict=True):
+    for i, unit in enumerate(units):
+        ax = axes[i // ncols, i % ncols]
         eff = stats.paired_effects(df[labels == unit], n_boot=n_boot, seed=seed)
         e = eff.table.iloc[::-1].reset_index(drop=True)
         y = list(range(len(e)))
@@ -222,17 +229,21 @@ def paired_effects_by_unit(
         ax.plot(100 * e["estimate"], y, "o", color=TREATMENT_COLOUR, ms=5)
         ax.axvline(0, color="#999999", linewidth=1, linestyle="--")
         for yi, (_, r) in zip(y, e.iterrows(), strict=True):
-            if r["estimate"] != 0:  # the interval in numbers, on the side away from the point
-                ax.text(
-                    -100 if r["estimate"] > 0 else 100,
-                    yi,
+            if r["estimate"] != 0:  # the interval in numbers, just beside the interval's end
+                right = r["estimate"] < 0  # a gain's label sits left of it, a loss's right
+                ax.annotate(
                     f"{display.points(100 * r['estimate'])} "
                     f"[{display.points(100 * r['ci_low'])}, {display.points(100 * r['ci_high'])}]",
-                    ha="left" if r["estimate"] > 0 else "right",
+                    (100 * (r["ci_high"] if right else r["ci_low"]), yi),
+                    xytext=(4 if right else -4, 0),
+                    textcoords="offset points",
+                    ha="left" if right else "right",
                     va="center",
                     fontsize=7,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5},
                 )
         ax.set_yticks(y, e["scenario"])
+        ax.tick_params(axis="y", labelsize=8)
         ax.set_xlim(-105, 105)
         ax.set_xlabel(f"{eff.paired.treatment} − {eff.paired.baseline} (pp)", fontsize=8)
         kind = display.unit_kind(unit.split("/", 1)[0])
@@ -241,6 +252,8 @@ def paired_effects_by_unit(
             fontsize=8,
             loc="left",
         )
+    for j in range(len(units), nrows * ncols):  # an odd count leaves one cell empty
+        fig.delaxes(axes[j // ncols, j % ncols])
     fig.suptitle(
         f"{title}\n{len(units)} unit(s), one panel each; bootstrap 95% intervals "
         f"({n_boot:,} resamples of tasks, seed {seed})",

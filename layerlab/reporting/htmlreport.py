@@ -1,13 +1,16 @@
 """``layerlab report``: one self-contained HTML page from run folders and archives.
 
-The page holds, in order: an overview; per-model results (strict success S, safe resolution,
+The page holds, in order: the findings (per model, in sentences built from the numbers:
+:mod:`layerlab.reporting.findings`); per-model results (strict success S, safe resolution,
 groundedness false positives GF, each with a 95% interval, and the shares of malformed replies
 and provider errors) per mitigation arm; the reference agents as a separately labelled baseline
 block (never pooled with models); a per-model × scenario breakdown; diagnostic counts; figures
-(embedded PNG); the focused study if one is given; provenance from every manifest (models, local
-model file hashes and runtime, spec hashes, settings, archive checksums); and the column glossary
-(:mod:`layerlab.reporting.dictionary`). Everything is computed from archives, which hold no prose or answers,
-so the page is as shareable as the archives themselves. The same inputs give the same bytes.
+(embedded PNG) of the measures that vary; the focused study if one is given; the run's metadata
+and provenance from every manifest (models, local model file hashes and runtime, spec hashes,
+settings, archive checksums); and the column glossary (:mod:`layerlab.reporting.dictionary`).
+Sections with nothing to show are left out. Everything is computed from archives, which hold no
+prose or answers, so the page is as shareable as the archives themselves. The same inputs give
+the same bytes.
 """
 
 from __future__ import annotations
@@ -25,15 +28,15 @@ from layerlab._io import sha256_file
 from layerlab.analysis import results, stats
 from layerlab.reporting import dictionary, page
 
-SECTIONS = (
-    ("overview", "Overview"),
+SECTIONS = (  # in page order; a section with nothing to show is left out
+    ("findings", "Findings"),
     ("models", "Results by model"),
     ("baselines", "Reference agents (baseline)"),
     ("scenarios", "By model and scenario"),
     ("diagnostics", "Diagnostics"),
     ("figures", "Figures"),
     ("study", "Focused study"),
-    ("provenance", "Provenance"),
+    ("provenance", "Provenance and metadata"),
     ("glossary", "Glossary"),
 )
 BASELINE_NOTE = (
@@ -87,28 +90,6 @@ def classify(paths_: Sequence[Path]) -> Inputs:
     return inp
 
 
-def _long_rates(res: dict[str, Any], reference: bool) -> pd.DataFrame:
-    rows = []
-    for m in res["models"]:
-        if m["reference_agent"] != reference:
-            continue
-        for s, per in m["by_scenario"].items():
-            for arm, c in per.items():
-                r = c["S"]
-                rows.append(
-                    {
-                        "unit": f"{m['provider']}/{m['model']}",
-                        "scenario": s,
-                        "arm": arm,
-                        "rate": r["rate"],
-                        "ci_low": r["ci_low"],
-                        "ci_high": r["ci_high"],
-                        "n": r["n"],
-                    }
-                )
-    return pd.DataFrame(rows)
-
-
 def _scenario_table(m: dict[str, Any], answerable: dict[str, bool]) -> pd.DataFrame:
     rows = []
     arms = list(m["arms"])
@@ -141,7 +122,9 @@ def _diagnostic_table(res: dict[str, Any]) -> pd.DataFrame:
             cols[f"{m['model']}{tag} {arm}"] = m["diagnostics"][arm]
     seen = {d for c in cols.values() for d in c}
     labels = [d for d in meanings if d in seen] + sorted(seen - set(meanings))
-    rows = [{"diagnostic": d, **{name: int(c.get(d, 0)) for name, c in cols.items()}} for d in labels]
+    rows = [
+        {"diagnostic": d, **{name: int(c.get(d, 0)) for name, c in cols.items()}} for d in labels
+    ]
     return pd.DataFrame(rows)
 
 
@@ -213,14 +196,79 @@ def _glossary() -> str:
             }
             for f in schema
         ]
-        parts.append(page.details(f"{title} — {where.replace('`', '')}", page.table(pd.DataFrame(rows))))
+        parts.append(
+            page.details(f"{title} — {where.replace('`', '')}", page.table(pd.DataFrame(rows)))
+        )
     return "\n".join(parts)
+
+
+def _findings(res: dict[str, Any] | None, df: pd.DataFrame | None, n_study: int) -> str:
+    """The findings section's body: per model, then per reference agent, its sentences."""
+    from layerlab.reporting import findings
+
+    if res is None or df is None:
+        return page.para(
+            f"No record archives given: only {n_study} focused-study archive(s) (below).", "muted"
+        )
+    found = findings.findings(res, df)
+    parts = []
+    if not any(not f.reference for f in found):
+        parts.append(
+            page.para(
+                "No model records in these archives: only reference agents (below). Give a "
+                "run folder of a model, e.g. data/archives/local_models/<model>/.",
+                "muted",
+            )
+        )
+    for f in found:
+        items = "".join(f"<li>{page.esc(x)}</li>" for x in f.sentences)
+        block = f"<h3>{page.esc(f.unit)}</h3><ul>{items}</ul>"
+        if f.reference:
+            block = (
+                f'<div class="baseline"><h3>{page.esc(f.unit)} — reference agent '
+                f"(a deterministic baseline, not a model)</h3><ul>{items}</ul></div>"
+            )
+        parts.append(block)
+    return "\n".join(parts)
+
+
+def _figures(res: dict[str, Any]) -> list[str]:
+    """Figures of the measures whose rates vary (a measure flat in every cell says nothing drawn);
+    a note names the flat ones."""
+    from layerlab.reporting import figures, findings
+
+    out = []
+    for ref, what in ((False, "models"), (True, "reference agents (baselines, not models)")):
+        flat = []
+        for key, label in findings.MEASURES:
+            long = findings.long_rates(res, ref, key)
+            if long.empty:
+                continue
+            if not findings.varying(long):
+                flat.append(f"{label} is {long['rate'].iloc[0]:.3f} in every cell")
+                continue
+            fig = figures.rates_by_scenario(
+                long,
+                f"{label[0].upper()}{label[1:]} by scenario and arm — {what}; "
+                "95% Wilson intervals clustered by task",
+                label=label,
+            )
+            out.append(
+                page.figure(
+                    fig,
+                    f"{label[0].upper()}{label[1:]} by scenario, one panel per "
+                    f"{what.split(' (')[0][:-1]}; points are arms, bars 95% intervals; n records "
+                    "per point in each panel title.",
+                    f"{label} by scenario for {what}",
+                )
+            )
+        if flat:
+            out.append(page.para(f"Not drawn for {what}: {'; '.join(flat)}.", "muted"))
+    return out
 
 
 def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
     """The report as one HTML string (see the module docstring)."""
-    from layerlab.reporting import figures
-
     inp = classify(paths_)
     if not inp.record_paths and not inp.study_paths:
         raise ReportError("no archives given")
@@ -233,21 +281,96 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
         df = pd.DataFrame([r.__dict__ for r in recs])
         res = results.summarize(df)
     answerable = _answerable()
-    body: list[str] = [
-        f"<h1>{page.esc(title)}</h1>",
-        page.para(
-            f"Generated by layerlab {__version__} from {len(inp.provenance)} archive(s). "
-            "Rates are shares of records with a 95% interval; "
-            "S = E ∧ R ∧ G ∧ V (strict success), safe resolution = S on answerable scenarios and "
-            "a structured non-answer on unsafe ones, GF = grounded ∧ ¬S (grounded: the answer is "
-            "stated in a document delivered to the reader, cited or not).",
-            "lead",
-        ),
-        page.toc(SECTIONS),
-    ]
     models = [m for m in (res or {"models": []})["models"] if not m["reference_agent"]]
     agents = [m for m in (res or {"models": []})["models"] if m["reference_agent"]]
+    sections: list[tuple[str, str, list[str]]] = [
+        ("findings", "Findings", [_findings(res, df, len(inp.study_paths))])
+    ]
+    if res is not None and models:
+        sections.append(
+            (
+                "models",
+                "Results by model",
+                [
+                    page.table(results.table(res, reference=False), nowrap=True),
+                    page.para(
+                        "Malformed replies and provider errors are failures (never counted as "
+                        "safe refusals); their shares say how much of a model's score is lost "
+                        "before scoring.",
+                        "muted",
+                    ),
+                ],
+            )
+        )
+    if res is not None and agents:
+        base = page.table(results.table(res, reference=True), nowrap=True)
+        sections.append(
+            (
+                "baselines",
+                "Reference agents (deterministic baselines, not models)",
+                [f'<div class="baseline">{page.para(BASELINE_NOTE)}{base}</div>'],
+            )
+        )
+    if res is not None:
+        scen_parts = []
+        for m in models + agents:
+            label = f"{m['provider']}/{m['model']}" + (
+                " — reference agent (baseline)" if m["reference_agent"] else ""
+            )
+            scen_parts.append(f"<h3>{page.esc(label)}</h3>")
+            scen_parts.append(
+                page.para(
+                    f"{m['records']} records, {m['tasks']} tasks, {m['replicates']} replicate(s) "
+                    "per cell.",
+                    "muted",
+                )
+            )
+            scen_parts.append(page.table(_scenario_table(m, answerable), nowrap=True))
+        sections.append(("scenarios", "By model and scenario", scen_parts))
+        diag = _diagnostic_table(res)
+        sections.append(
+            (
+                "diagnostics",
+                "Diagnostics",
+                [
+                    page.para(
+                        "Records per diagnostic label (the first layer that failed) for each "
+                        "model and arm; reference agents are marked (agent).",
+                        "muted",
+                    ),
+                    page.table(diag, nowrap=True),
+                    page.details(
+                        "what each diagnostic label means",
+                        page.table(_diagnostic_meanings(list(diag["diagnostic"]))),
+                    ),
+                ],
+            )
+        )
+        figs = _figures(res)
+        if any(f.startswith("<figure") for f in figs):
+            sections.append(("figures", "Figures", figs))
+    if inp.study_paths:
+        from layerlab.reporting import tables
+
+        rows = [r for p in inp.study_paths for r in archive.read_study(p)]
+        sections.append(
+            (
+                "study",
+                "Focused study",
+                [
+                    page.para(
+                        f"{len(rows)} cells (task × condition × arm) of "
+                        + ", ".join(sorted({f"{r['provider']}/{r['model']}" for r in rows}))
+                        + ".",
+                        "muted",
+                    ),
+                    page.table(tables.table7(rows)),
+                    page.table(tables.table7_by_condition(rows)),
+                ],
+            )
+        )
     overview = [
+        ("generated by", f"layerlab {__version__} from {len(inp.provenance)} archive(s)"),
         ("records", len(df) if df is not None else 0),
         ("models", ", ".join(f"{m['provider']}/{m['model']}" for m in models) or "none"),
         (
@@ -259,125 +382,9 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
         ("study archives", len(inp.study_paths)),
         ("interval", results.INTERVAL),
     ]
-    body.append(page.section("overview", "Overview", page.kv_table(overview)))
-    if res is not None and models:
-        body.append(
-            page.section(
-                "models",
-                "Results by model",
-                page.table(results.table(res, reference=False), nowrap=True),
-                page.para(
-                    "Malformed replies and provider errors are failures (never counted as safe "
-                    "refusals); their shares say how much of a model's score is lost before scoring.",
-                    "muted",
-                ),
-            )
-        )
-    else:
-        body.append(
-            page.section(
-                "models",
-                "Results by model",
-                page.para(
-                    "No model records in these archives: only reference agents (below). Give a "
-                    "run folder of a model, e.g. data/archives/local_models/<model>/.",
-                    "muted",
-                ),
-            )
-        )
-    base = (
-        page.table(results.table(res, reference=True), nowrap=True)
-        if res is not None and agents
-        else page.para("No reference-agent records in these archives.", "muted")
-    )
-    body.append(
-        page.section(
-            "baselines",
-            "Reference agents (deterministic baselines, not models)",
-            f'<div class="baseline">{page.para(BASELINE_NOTE)}{base}</div>',
-        )
-    )
-    scen_parts = []
-    for m in models + agents:
-        label = f"{m['provider']}/{m['model']}" + (
-            " — reference agent (baseline)" if m["reference_agent"] else ""
-        )
-        scen_parts.append(f"<h3>{page.esc(label)}</h3>")
-        scen_parts.append(
-            page.para(
-                f"{m['records']} records, {m['tasks']} tasks, {m['replicates']} replicate(s) per cell.",
-                "muted",
-            )
-        )
-        scen_parts.append(page.table(_scenario_table(m, answerable), nowrap=True))
-    body.append(
-        page.section(
-            "scenarios",
-            "By model and scenario",
-            *(scen_parts or [page.para("No record archives given.", "muted")]),
-        )
-    )
-    body.append(
-        page.section(
-            "diagnostics",
-            "Diagnostics",
-            page.para(
-                "Records per diagnostic label (the first layer that failed) for each model and arm; "
-                "reference agents are marked (agent).",
-                "muted",
-            ),
-            page.table(_diagnostic_table(res), nowrap=True) if res is not None else "",
-            page.details(
-                "what each diagnostic label means",
-                page.table(_diagnostic_meanings(list(_diagnostic_table(res)["diagnostic"]))),
-            )
-            if res is not None
-            else "",
-        )
-    )
-    figs = []
-    for ref, what in ((False, "models"), (True, "reference agents (baselines, not models)")):
-        long = _long_rates(res, ref) if res is not None else pd.DataFrame()
-        if long.empty:
-            continue
-        fig = figures.rates_by_scenario(
-            long, f"Strict success S by scenario and arm — {what}; 95% Wilson intervals clustered by task"
-        )
-        figs.append(
-            page.figure(
-                fig,
-                f"Strict success by scenario, one panel per {what.split(' (')[0][:-1]}; points are "
-                "arms, bars 95% intervals; n records per point in each panel title.",
-                f"success by scenario for {what}",
-            )
-        )
-    body.append(
-        page.section(
-            "figures", "Figures", *(figs or [page.para("No record archives given.", "muted")])
-        )
-    )
-    if inp.study_paths:
-        from layerlab.reporting import tables
-
-        rows = [r for p in inp.study_paths for r in archive.read_study(p)]
-        body.append(
-            page.section(
-                "study",
-                "Focused study",
-                page.para(
-                    f"{len(rows)} cells (task × condition × arm) of "
-                    + ", ".join(sorted({f"{r['provider']}/{r['model']}" for r in rows}))
-                    + ".",
-                    "muted",
-                ),
-                page.table(tables.table7(rows)),
-                page.table(tables.table7_by_condition(rows)),
-            )
-        )
-    else:
-        body.append(
-            page.section("study", "Focused study", page.para("No study archive given.", "muted"))
-        )
+    usage = usage_parts(inp.provenance)  # none without usage in any manifest
+    if usage:
+        sections.append(("usage", "Cost and time", usage))
     prov = [
         page.details(
             f"{p['path']} — {p['manifest']['run_id'] if p['manifest'] else 'archive file'}",
@@ -386,9 +393,43 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
         )
         for p in inp.provenance
     ]
-    body.append(page.section("provenance", "Provenance", *prov))
-    body.append(page.section("glossary", "Glossary", _glossary()))
+    sections.append(("provenance", "Provenance and metadata", [page.kv_table(overview), *prov]))
+    sections.append(("glossary", "Glossary", [_glossary()]))
+    body = [
+        f"<h1>{page.esc(title)}</h1>",
+        page.para(
+            "Rates are shares of records with a 95% interval; S = E ∧ R ∧ G ∧ V (strict "
+            "success), safe resolution = S on answerable scenarios and a structured non-answer "
+            "on unsafe ones, GF = grounded ∧ ¬S (grounded: the answer is stated in a document "
+            "delivered to the reader, cited or not).",
+            "lead",
+        ),
+        page.toc([(sid, t) for sid, t, _ in sections]),
+        *(page.section(sid, t, *parts) for sid, t, parts in sections),
+    ]
     return page.document(title, "\n".join(body))
+
+
+def usage_parts(provenance: Sequence[dict[str, Any]]) -> list[str]:
+    """The "Cost and time" section's parts: per run and model, answered calls, mean latency,
+    tokens, cost (litellm's price where known) and compute time (local servers' CPU-seconds, else
+    call wall time), summed over every invocation of the run, from the manifests; none when no
+    manifest records usage."""
+    parts = []
+    for p in provenance:
+        usage = results.usage_summary(p["manifest"]) if p["manifest"] else {}
+        if usage:
+            parts.append(f"<h3>{page.esc(p['manifest'].get('run_id', p['path']))}</h3>")
+            parts.append(page.table(results.usage_table(usage), nowrap=True))
+    if not parts:
+        return []
+    note = page.para(
+        "Over every invocation of each run (a resume adds to the totals). Cost: "
+        f"{results.COST_BASIS}, '-' where no price is known (local models, reference agents). "
+        f"Compute: {results.COMPUTE_CPU} where measured, else {results.COMPUTE_WALL}.",
+        "muted",
+    )
+    return [note, *parts]
 
 
 def write(paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench report") -> Path:

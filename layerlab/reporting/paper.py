@@ -3,7 +3,8 @@
 ``python -m layerlab.reporting.paper`` (``make paper``) runs latexmk, or pdflatex twice where latexmk is
 missing, with the build files in ``out/paper`` and the PDF copied to ``paper/main.pdf``. Without
 TeX it prints one line saying how to install it and exits 1. The build fails on any overfull
-``\\hbox`` or a float taller than the page, each named with the generated file it comes from, so a
+``\\hbox``, a float taller than the page or a duplicate link destination (two tables with one
+anchor, so a link lands on the wrong one), each named with the generated file it comes from, so a
 table that runs into the margin is an error, not a warning nobody reads.
 """
 
@@ -59,12 +60,16 @@ def engine() -> list[str] | None:
     return None
 
 
-_PROBLEM = re.compile(r"^(Overfull \\hbox .*|.*Float too large for page.*)$")
+_PROBLEM = re.compile(
+    r"^(Overfull \\hbox .*|.*Float too large for page.*"
+    r"|pdfTeX warning \(ext4\): destination with the same identifier.*)$"
+)
 _FILE = re.compile(r"\(([^()\s]+\.(?:tex|sty|cls|def|cfg|clo|fd|aux|out|toc))")
 
 
 def problems(log_text: str) -> list[Problem]:
-    """Overfull boxes and oversized floats in a LaTeX log, each with the file TeX was reading.
+    """Overfull boxes, oversized floats and duplicate destinations in a LaTeX log, each with the
+    file TeX was reading.
 
     TeX opens a file with ``(name`` and closes it with ``)``; the innermost open file at a warning
     is where it came from (log lines are wrapped at 79 characters; parentheses inside warnings
@@ -110,7 +115,9 @@ def build(
     pdf = Path(pdf or source.with_suffix(".pdf"))
     cmd = engine()
     if cmd is None:
-        raise PaperError(f"make paper needs TeX (latexmk or pdflatex); on Debian/Ubuntu: {INSTALL_HINT}")
+        raise PaperError(
+            f"make paper needs TeX (latexmk or pdflatex); on Debian/Ubuntu: {INSTALL_HINT}"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     flag = "-outdir=" if cmd[0] == "latexmk" else "-output-directory="
     runs = 1 if cmd[0] == "latexmk" else 2  # pdflatex: a second pass resolves the references
@@ -153,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     for p in b.problems:
         print(f"paper/{p}", file=sys.stderr)
     if b.problems:
-        print(f"{len(b.problems)} layout problem(s); the PDF is {b.pdf} (log: {b.log})", file=sys.stderr)
+        print(
+            f"{len(b.problems)} layout problem(s); the PDF is {b.pdf} (log: {b.log})",
+            file=sys.stderr,
+        )
         return 1
     print(f"wrote {b.pdf.relative_to(paths.ROOT) if b.pdf.is_relative_to(paths.ROOT) else b.pdf}")
     return 0

@@ -39,29 +39,38 @@ def recompute(
     stamps = vet([Path(a) for a in archives], allow_mixed=allow_mixed, allow_partial=allow_partial)
     stamp = "".join(f"[{s}] " for s in stamps)
     df = stats.records_frame(archives)
-    analysis = stats.analyse(df, n_boot=n_boot, seed=seed, policy_level=policy_level, design=design)
-    safe = stats.analyse(
-        df,
-        n_boot=n_boot,
-        seed=seed,
-        policy_level=policy_level,
-        design=design,
-        outcome="safe_resolution",
-    )
+    base, treat = stats.contract_arms()
+    contract = {base, treat} <= set(df[stats.ARM])
+    if not contract and not matrix_archives:
+        raise ValueError(
+            f"archives hold no {treat!r}/{base!r} pairs (arms: {', '.join(stats.arm_order(df))}); "
+            "for a run of mitigation arms, give it to --matrix as well (recompute RUN --matrix RUN)"
+        )
+    inputs: dict[str, Any] = {"records": df} if contract else {}
+    analysis: dict[str, stats.Block] = {}
+    if contract:  # a run of mitigation arms alone (no contract treatment) gets Table 10 only
+        analysis = stats.analyse(
+            df, n_boot=n_boot, seed=seed, policy_level=policy_level, design=design
+        )
+        inputs["analysis"] = analysis
+        inputs["safe_analysis"] = stats.analyse(
+            df,
+            n_boot=n_boot,
+            seed=seed,
+            policy_level=policy_level,
+            design=design,
+            outcome="safe_resolution",
+        )
     audit_result = None
-    if with_audit:
+    if with_audit and contract:
         from layerlab.corpus import build as corpus_mod
         from layerlab.faults.scenario import load_scenarios
         from layerlab.scoring import audit
 
         c, key = corpus_mod.load(paths.CORPUS_DIR), corpus_mod.load_answer_key(paths.CORPUS_DIR)
         audit_result = audit.audit(c, key, audit.conditions_from(c, load_scenarios()))
-    inputs: dict[str, Any] = {
-        "records": df,
-        "analysis": analysis,
-        "safe_analysis": safe,
-        "audit": audit_result,
-    }
+    if contract:
+        inputs["audit"] = audit_result
     mx = None
     if matrix_archives:
         from layerlab.analysis import specificity
@@ -80,7 +89,7 @@ def recompute(
         if stamps:  # the stamp travels in every format: caption (md, tex) and a column (csv)
             frame = frame.assign(stamp=" ".join(stamps))
         table.write(frame, Path(out), stamp + caption)
-    t4 = built["table4"]
+    t4 = built.get("table4")
     return {
         "records": len(df),
         "stamps": stamps,
@@ -89,6 +98,10 @@ def recompute(
         "seed": seed,
         "policy_level": policy_level,
         "blocks": {b: _headline(a, t4[t4["block"] == b]) for b, a in analysis.items()},
+        "skipped": None
+        if contract
+        else f"no {treat!r}/{base!r} pairs in the archives: only the specificity matrix "
+        "(Table 10) was computed",
         "written": sorted(f"{REGISTRY[n].stem}.{x}" for n in built for x in ("csv", "md", "tex")),
         "specificity_matrix": None
         if mx is None

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import re
 import sys
 from typing import Any
 
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
@@ -78,17 +82,22 @@ def print_frame(df: Any, title: str, console: Console | None = None) -> None:
 
 def print_recompute(head: dict[str, Any], console: Console | None = None) -> None:
     """Headline figures of ``layerlab recompute``, one block per kind of unit (never pooled)."""
-    console = console or _console()
+    given, console = console, console or _console()
     for block, h in head["blocks"].items():
-        table = Table(
-            title=f"{block}: success by scenario ({h['records']} records, units: {', '.join(h['units'])})"
-        )
+        import pandas as pd
+
         arms = list(next(iter(h["success"].values()), {}))
-        for col in ("scenario", *arms):
-            table.add_column(col, justify="left" if col == "scenario" else "right")
-        for s, v in h["success"].items():
-            table.add_row(s, *[f"{v.get(a, float('nan')):.3f}" for a in arms])
-        console.print(table)
+        frame = pd.DataFrame(
+            [
+                {"scenario": s, **{a: f"{v.get(a, float('nan')):.3f}" for a in arms}}
+                for s, v in h["success"].items()
+            ]
+        )
+        print_wide(
+            frame,
+            f"{block}: success by scenario ({h['records']} records, units: {', '.join(h['units'])})",
+            given,
+        )
         g = h["schema_drift_gain"]
         m = h["specificity_margin"]
         console.print(
@@ -107,13 +116,103 @@ def print_recompute(head: dict[str, Any], console: Console | None = None) -> Non
         console.print(f"specificity matrix (Table 10): {verdicts}")
 
 
-def print_wide(df: Any, title: str, console: Console | None = None) -> None:
-    """Print a DataFrame of preformatted cells without wrapping them (wide tables, e.g. rates
-    with intervals); a pipe or a log gets a width that fits the table."""
-    console = console or (Console() if sys.stdout.isatty() else Console(width=200))
+# a cell "0.812 [0.771, 0.847]" or "12.5% (30)" splits before its bracket when stacked
+_BRACKET = re.compile(r"^(\S+) ([\[(].*)$")
+
+
+def _width(renderable: Any) -> int:
+    """The widest line ``renderable`` takes when nothing limits it (cells never wrap)."""
+    probe = Console(width=100_000, file=io.StringIO(), color_system=None)
+    with probe.capture() as cap:
+        probe.print(renderable)
+    return max((cell_len(line) for line in cap.get().splitlines()), default=0)
+
+
+def _full(df: Any, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for c in df.columns:
         table.add_column(str(c), no_wrap=True)
     for row in df.itertuples(index=False):
         table.add_row(*(str(v) for v in row))
-    console.print(table)
+    return table
+
+
+def _stacked(df: Any, title: str, group: Any, cols: list[str]) -> Table:
+    """One table per group: a value above its interval (or count), headers over several lines."""
+    table = Table(
+        title=f"{title} — {group}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+    for c in cols:
+        table.add_column(str(c).replace(" ", "\n"), no_wrap=True)
+    for i, row in enumerate(df[cols].itertuples(index=False)):
+        table.add_row(*(_BRACKET.sub(r"\1\n\2", str(v)) for v in row), end_section=i < len(df) - 1)
+    return table
+
+
+def _blocks(df: Any, title: str, group: Any, label: str | None, width: int) -> list[Any]:
+    """One block per row: its label line (``label``'s value and the records count), then one
+    measure a line, the value beside its name, or below it when even that is too wide; rich
+    wraps only at spaces, so no number is cut."""
+    out: list[Any] = [f"[bold]{title} — {group}[/bold]"]
+    names = [str(c) for c in df.columns[1:] if c not in (label, "records")]
+    for row in df.itertuples(index=False):
+        r = dict(zip(map(str, df.columns), row, strict=True))
+        if label is not None:
+            out.append(
+                f"[bold]{r[label]}[/bold]"
+                + (f" ({r['records']} records)" if "records" in r else "")
+            )
+        for per_line in range(len(names), 0, -1):  # as many measures a line as fit
+            grid = Table.grid(padding=(0, 2, 0, 0))
+            for _ in range(2 * per_line):
+                grid.add_column(no_wrap=True)
+            for i in range(0, len(names), per_line):
+                chunk = names[i : i + per_line]
+                cells = [x for c in chunk for x in (f"  {c}" if c is chunk[0] else c, str(r[c]))]
+                grid.add_row(*cells, *[""] * (2 * per_line - len(cells)))
+            if _width(grid) <= width:
+                out.append(grid)
+                break
+        else:
+            for c in names:
+                out.extend((f"  {c}", f"    {r[c]}"))
+    return out
+
+
+def print_wide(df: Any, title: str, console: Console | None = None) -> None:
+    """Print a DataFrame of preformatted cells (e.g. rates with intervals) so that it fits the
+    terminal and no number is ever cut.
+
+    The first column groups the rows (the model, the scenario). The whole table when it fits;
+    else, per group, a table with each value above its interval; else, per row, one measure a
+    line. Every column present is shown, whatever they are. A pipe or a log gets the whole table
+    at the width it needs."""
+    if console is None:
+        console = Console() if sys.stdout.isatty() else None
+    full = _full(df, title)
+    if console is None:
+        Console(width=max(120, _width(full))).print(full)
+        return
+    width = console.width
+    if _width(full) <= width or df.empty:
+        console.print(full)
+        return
+    first, *cols = [str(c) for c in df.columns]
+    groups = list(dict.fromkeys(df[first]))
+    single = len(groups) == len(df)  # one row a group (a scenario): no per-row label
+    if not single:
+        stacked = [_stacked(df[df[first] == g], title, g, cols) for g in groups]
+        if max(_width(t) for t in stacked) <= width:
+            for t in stacked:
+                console.print(t)
+            return
+    for g in groups:
+        label = None if single else cols[0]
+        for part in _blocks(df[df[first] == g], title, g, label, width):
+            console.print(part)
+        console.print()

@@ -8,8 +8,11 @@ archive only the labels are (archives hold no replies), with each task's public 
 the corpus. A page built from a sample log holds replies and expected answers: it is private, and
 says so at its top.
 
-The page is one file: the records travel as JSON inside it and a small inline script renders them
-(no CDN, no network). The same inputs give the same bytes.
+The page is one file: every record travels as JSON inside it and a small inline script renders
+them a page at a time (:data:`PAGE_SIZE`; no CDN, no network). The filters and the page live in the
+address, each choice a history entry: a view can be linked, and Back returns to the previous one.
+A filter that excludes everything says which, and offers to clear it. The same inputs give the
+same bytes.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from layerlab import archive
 from layerlab.archive import samplelog
 from layerlab.reporting import page
 
-MAX_SHOWN = 200  # records rendered at once (the count of all matches is always shown)
+PAGE_SIZE = 50  # records a page (every record is in the page's data; the pager steps through them)
 
 SCRIPT = r"""
 const DATA = JSON.parse(document.getElementById('records').textContent);
@@ -42,7 +45,7 @@ function fill() {
     const opts = values(f);
     sel.innerHTML = '<option value="">all (' + opts.length + ')</option>' +
       opts.map(v => '<option>' + esc(v) + '</option>').join('');
-    sel.addEventListener('change', render);
+    sel.addEventListener('change', () => go(current(), 1));
   }
 }
 function chip(name, v) { return '<span class="badge ' + (v ? 'ok' : 'bad') + '">' + name + ' ' + (v ? '✓' : '✗') + '</span>'; }
@@ -82,32 +85,85 @@ function card(r) {
   path += '</details>';
   return '<details class="rec"><summary>' + head + '</summary>' + verdict + path + '</details>';
 }
-function fromHash() {
-  // filters travel in the address (#scenario=wrong_session&outcome=grounded_wrong): a view can be linked
-  const h = new URLSearchParams(location.hash.slice(1));
-  for (const f of FIELDS) if (h.has(f)) $('f-' + f).value = h.get(f);
-}
-function toHash(want) {
+// The address holds the view (#scenario=wrong_session&outcome=grounded_wrong&page=2): a view can
+// be linked, and every choice is a history entry, so Back and Forward (hashchange) step through them.
+let page = 1;
+function current() { const want = {}; for (const f of FIELDS) want[f] = $('f-' + f).value; return want; }
+function hashOf(want, p) {
   const h = new URLSearchParams();
   for (const f of FIELDS) if (want[f]) h.set(f, want[f]);
-  history.replaceState(null, '', h.toString() ? '#' + h.toString() : location.pathname);
+  if (p > 1) h.set('page', String(p));
+  return h.toString();
+}
+function go(want, p) {
+  const next = hashOf(want, p);
+  if (next === location.hash.slice(1)) { sync(); render(); } else { location.hash = next; }
+}
+function sync() {
+  const h = new URLSearchParams(location.hash.slice(1));
+  for (const f of FIELDS) {
+    const sel = $('f-' + f), v = h.get(f) || '';
+    if (v && !Array.from(sel.options).some(o => o.value === v)) {
+      sel.insertAdjacentHTML('beforeend', '<option data-absent="1">' + esc(v) + '</option>');
+    }
+    sel.value = v;
+  }
+  const p = parseInt(h.get('page') || '1', 10);
+  page = p > 0 ? p : 1;
+}
+const matches = (r, want, skip) => FIELDS.every(f => f === skip || !want[f] || valueOf(r, f) === want[f]);
+function valueOf(r, f) { return f === 'model' ? unitOf(r) : String(r[f]); }
+function label(f) { return f === 'run_id' ? 'run' : f; }
+function emptyState(want) {
+  // which filter excludes everything, and what clearing it would show
+  const active = FIELDS.filter(f => want[f]);
+  const said = active.map(f => label(f) + ' = ' + esc(want[f]));
+  const absent = active.filter(f => !DATA.some(r => valueOf(r, f) === want[f]));
+  const why = absent.length
+    ? 'No record has ' + absent.map(f => label(f) + ' = ' + esc(want[f])).join(' or ') + '.'
+    : 'No record has ' + said.slice(0, -1).join(', ') + ' and ' + said[said.length - 1] + ' together.';
+  const clear = active.map(f => [f, DATA.filter(r => matches(r, want, f)).length]).filter(([, n]) => n > 0)
+    .map(([f, n]) => '<button type="button" data-clear="' + f + '">clear ' + label(f) + ' (' + n + ' records)</button>');
+  return '<b>0 of ' + DATA.length + ' records.</b> ' + why + ' ' + clear.join(' ') +
+    ' <button type="button" data-clear="*">clear all filters</button>';
+}
+function pager(pages) {
+  if (pages <= 1) return '';
+  const b = (p, text, off) => '<button type="button" data-page="' + p + '"' + (off ? ' disabled' : '') + '>' + text + '</button>';
+  return b(1, '« first', page === 1) + b(page - 1, '‹ previous', page === 1) +
+    ' <span>page ' + page + ' of ' + pages + '</span> ' + b(page + 1, 'next ›', page === pages) + b(pages, 'last »', page === pages);
 }
 function render() {
-  const want = {};
-  for (const f of FIELDS) want[f] = $('f-' + f).value;
-  toHash(want);
-  const hits = DATA.filter(r => FIELDS.every(f => !want[f] || (f === 'model' ? unitOf(r) : String(r[f])) === want[f]));
+  const want = current();
+  const hits = DATA.filter(r => matches(r, want));
+  const pages = Math.max(1, Math.ceil(hits.length / PAGE));
+  if (page > pages) page = pages;
+  const lo = (page - 1) * PAGE, hi = Math.min(hits.length, lo + PAGE);
+  if (!hits.length) {
+    $('count').innerHTML = emptyState(want);
+    $('list').innerHTML = '';
+    $('pager-top').innerHTML = $('pager-bottom').innerHTML = '';
+    return;
+  }
   const counts = {};
   for (const r of hits) counts[r.outcome] = (counts[r.outcome] || 0) + 1;
-  $('count').textContent = hits.length + ' of ' + DATA.length + ' records' + (hits.length > MAX ? ' (showing the first ' + MAX + ')' : '') +
+  $('count').textContent = hits.length + ' of ' + DATA.length + ' records' + (pages > 1 ? ' (showing ' + (lo + 1) + '–' + hi + ')' : '') +
     ' — ' + Object.keys(counts).sort().map(k => k + ' ' + counts[k]).join(', ');
-  $('list').innerHTML = hits.slice(0, MAX).map(card).join('');
+  $('list').innerHTML = hits.slice(lo, hi).map(card).join('');
+  $('pager-top').innerHTML = $('pager-bottom').innerHTML = pager(pages);
   const first = $('list').querySelector('details.rec');
   if (first) first.open = true;
 }
-const MAX = %MAX%;
+document.addEventListener('click', (e) => {
+  const t = e.target.closest('button');
+  if (!t) return;
+  if (t.dataset.page) { go(current(), parseInt(t.dataset.page, 10)); window.scrollTo(0, 0); }
+  if (t.dataset.clear) { const want = current(); for (const f of FIELDS) if (t.dataset.clear === '*' || t.dataset.clear === f) want[f] = ''; go(want, 1); }
+});
+window.addEventListener('hashchange', () => { sync(); render(); });
+const PAGE = %PAGE%;
 fill();
-fromHash();
+sync();
 render();
 """  # noqa: E501  (inline JavaScript: the page must be one file)
 
@@ -123,6 +179,7 @@ details.rec > summary { line-height: 1.9; }
 details.path { margin: 6px 0 4px 18px; }
 .badge.outcome.success, .badge.outcome.safe_non_answer { color: var(--ok); border-color: var(--ok); }
 .badge.outcome.grounded_wrong, .badge.outcome.wrong, .badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
+.pager { margin: 8px 0; } .pager button, #count button { margin-right: 4px; }
 .private { background: #fdecea; border: 1px solid var(--bad); padding: 8px 12px; border-radius: 6px; }
 """
 
@@ -150,7 +207,15 @@ def _from_archive(path: Path) -> list[dict[str, Any]]:
             {
                 **{
                     k: d[k]
-                    for k in (*archive.KEYS, "run_id", "domain", "policy_id", "answerable", "stage", "diagnostic")
+                    for k in (
+                        *archive.KEYS,
+                        "run_id",
+                        "domain",
+                        "policy_id",
+                        "answerable",
+                        "stage",
+                        "diagnostic",
+                    )
                 },
                 "question": questions.get(r.task_id, ""),
                 "outcome": samplelog.outcome(d),
@@ -206,22 +271,21 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench records") -> str:
     )
     body = (
         f"<h1>{page.esc(title)}</h1>\n{warning}\n"
-        f'<div class="filters">{filters}</div>\n<div id="count"></div>\n<div id="list"></div>\n'
+        f'<div class="filters">{filters}</div>\n<div id="count"></div>\n'
+        '<div id="pager-top" class="pager"></div>\n<div id="list"></div>\n'
+        '<div id="pager-bottom" class="pager"></div>\n'
         f'<script type="application/json" id="records">{data}</script>'
     )
     return page.document(
-        title, body, script=SCRIPT.replace("%MAX%", str(MAX_SHOWN)), extra_css=EXTRA_CSS
+        title, body, script=SCRIPT.replace("%PAGE%", str(PAGE_SIZE)), extra_css=EXTRA_CSS
     )
 
 
 def write(paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records") -> Path:
     """Build the viewer and write it atomically to ``out`` (owner-only if it is private)."""
-    import os
-
-    from layerlab._io import atomic_write_text
+    from layerlab._io import PRIVATE_FILE, atomic_write_text
 
     html = build(paths_, title)
-    atomic_write_text(Path(out), html)
-    if 'class="private"' in html:
-        os.chmod(out, 0o600)
+    private = 'class="private"' in html  # never readable by others, not even for a moment
+    atomic_write_text(Path(out), html, mode=PRIVATE_FILE if private else None)
     return Path(out)

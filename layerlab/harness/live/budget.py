@@ -9,6 +9,16 @@ from typing import Any
 
 import pandas as pd
 
+# what :attr:`Counters.by_model` sums per model
+USAGE_FIELDS = (
+    "calls",
+    "latency_s",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "priced_calls",
+)
+
 
 @dataclass
 class Counters:
@@ -26,6 +36,33 @@ class Counters:
     latencies: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # per ``-m`` model, this invocation's answered calls: calls, latency_s (summed), prompt and
+    # completion tokens, cost_usd (summed over priced calls) and priced_calls (litellm knew the
+    # price); accumulated across invocations in the manifest (``provenance.calls_summary``)
+    by_model: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add_call(
+        self,
+        model: str,
+        latency_s: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cost_usd: float | None,
+    ) -> None:
+        """Count one answered call of ``model`` (``cost_usd`` None: no known price)."""
+        self.latencies.append(latency_s)
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        u = self.by_model.get(model)
+        if u is None:
+            u = self.by_model[model] = dict.fromkeys(USAGE_FIELDS, 0.0)
+        u["calls"] += 1
+        u["latency_s"] += latency_s
+        u["prompt_tokens"] += prompt_tokens
+        u["completion_tokens"] += completion_tokens
+        if cost_usd is not None:
+            u["cost_usd"] += cost_usd
+            u["priced_calls"] += 1
 
     def usage(self) -> dict[str, Any]:
         """Latency quantiles and token totals of this invocation's answered calls."""
@@ -85,7 +122,8 @@ class SharedBudget(Budget):
 
 
 def sum_counters(into: Counters, parts: Sequence[Counters], latencies: bool = False) -> None:
-    """Set ``into``'s call counts (and with ``latencies`` its latency list) to those of ``parts``."""
+    """Set ``into``'s call counts (and with ``latencies`` its latency list and per-model usage)
+    to those of ``parts``."""
     for name in (
         "calls",
         "cache_hits",
@@ -98,3 +136,10 @@ def sum_counters(into: Counters, parts: Sequence[Counters], latencies: bool = Fa
         setattr(into, name, sum(getattr(p, name) for p in parts))
     if latencies:
         into.latencies = [x for p in parts for x in p.latencies]
+        merged: dict[str, dict[str, float]] = {}
+        for p in parts:
+            for model, u in p.by_model.items():
+                m = merged.setdefault(model, dict.fromkeys(USAGE_FIELDS, 0.0))
+                for k in USAGE_FIELDS:
+                    m[k] += u.get(k, 0.0)
+        into.by_model = merged

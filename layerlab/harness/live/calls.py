@@ -15,7 +15,7 @@ from typing import Any
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.settings import LiveRunError
 from layerlab.models.llm import ProviderSettings, retry_after_of
-from layerlab.models.routing import Route, redact, split_model
+from layerlab.models.routing import Route, endpoint_label, redact, split_model
 from layerlab.system import prompt
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -164,10 +164,15 @@ async def call(
                     )
                 finally:
                     _INLINE_DISPATCH.reset(inline)
-                counters.latencies.append(time.perf_counter() - t0)
+                latency = time.perf_counter() - t0
             usage = getattr(resp, "usage", None)
-            counters.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
-            counters.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
+            counters.add_call(
+                route.name or route.model,
+                latency,
+                int(getattr(usage, "prompt_tokens", 0) or 0),
+                int(getattr(usage, "completion_tokens", 0) or 0),
+                price(litellm, route.model, resp, base),
+            )
             return str(resp.choices[0].message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
             problem = setup_problem(exc)
@@ -182,6 +187,33 @@ async def call(
             counters.retries += 1
             await asyncio.sleep(settings.delay(attempt, rng, retry_after_of(exc)))
     return None, "provider_error"
+
+
+# litellm models whose price litellm does not know (asked once per process: pricing an unknown
+# model walks the whole cost map)
+_UNPRICED: set[str] = set()
+
+
+def price(litellm: Any, model: str, resp: Any, api_base: str | None) -> float | None:
+    """The call's cost in US dollars by litellm's price table (``response_cost`` when litellm
+    computed it, else ``completion_cost``), or None: a model served locally (a local server, a
+    reference agent) or one whose price litellm does not know."""
+    if api_base and endpoint_label(api_base) == "local":
+        return None
+    if split_model(model)[0] == "layerlab" or model in _UNPRICED:
+        return None
+    hidden = getattr(resp, "_hidden_params", None) or {}
+    known = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if isinstance(known, (int, float)):
+        return float(known)
+    try:
+        cost = litellm.completion_cost(completion_response=resp, model=model)
+    except Exception:  # noqa: BLE001 - litellm raises for a model it cannot price
+        cost = None
+    if not isinstance(cost, (int, float)):
+        _UNPRICED.add(model)
+        return None
+    return float(cost)
 
 
 def run_coroutine(coro: Any) -> Any:

@@ -52,6 +52,7 @@ def routes_for(
                 merge_system=spec.system_prompt == "merge",
                 response_format=response_format_for(config.response_format, local=True),
                 seed_base=config.seed if config.seed is not None else 0,
+                name=m,
             )
         else:
             bases: Sequence[str | None] = config.settings.api_bases or (None,)

@@ -105,9 +105,14 @@ def manifest(
     return replace(plan, **done)
 
 
-def calls_summary(counters: Counters, before: Mapping[str, Any] | None) -> dict[str, Any]:
+def calls_summary(
+    counters: Counters,
+    before: Mapping[str, Any] | None,
+    server_cpu_s: Mapping[str, float | None] | None = None,
+) -> dict[str, Any]:
     """Provider calls over every invocation of the run (``before``: the previous manifest's
-    counts), and this invocation's latencies and tokens."""
+    counts), this invocation's latencies and tokens, and per model the usage summed over every
+    invocation (:func:`accumulate_usage`): a resume that asks nothing keeps the earlier totals."""
     made = (before or {}).get("calls") or {}
     return {
         "made": counters.calls + int(made.get("made", 0)),
@@ -117,7 +122,50 @@ def calls_summary(counters: Counters, before: Mapping[str, Any] | None) -> dict[
         "retries": counters.retries + int(made.get("retries", 0)),
         "failures": counters.failures + int(made.get("failures", 0)),
         "this_invocation": counters.usage(),
+        **accumulate_usage(counters, made, server_cpu_s),
     }
+
+
+def accumulate_usage(
+    counters: Counters,
+    made: Mapping[str, Any],
+    server_cpu_s: Mapping[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """``usage`` (per model: answered calls, summed call latency, tokens, cost in US dollars by
+    litellm's price table or null where no price is known, and for a local model the CPU-seconds
+    of its server processes or null where unmeasurable) over every invocation, and
+    ``invocations`` (each invocation that asked or reused anything: its calls, latency quantiles
+    and token means). ``made`` is the previous manifest's ``calls`` block."""
+    usage: dict[str, dict[str, Any]] = {
+        m: dict(u) for m, u in (made.get("usage") or {}).items() if isinstance(u, Mapping)
+    }
+    models = set(counters.by_model) | set(server_cpu_s or {})
+    for m in sorted(models):
+        now = counters.by_model.get(m, {})
+        u = usage.setdefault(m, {})
+        for k in ("calls", "prompt_tokens", "completion_tokens", "priced_calls"):
+            u[k] = int(u.get(k) or 0) + int(now.get(k, 0))
+        u["latency_s"] = round(float(u.get("latency_s") or 0.0) + float(now.get("latency_s", 0)), 3)
+        cost = [
+            c
+            for c in (u.get("cost_usd"), now.get("cost_usd") if now.get("priced_calls") else None)
+            if c is not None
+        ]
+        u["cost_usd"] = round(sum(cost), 6) if cost else None
+        if server_cpu_s and m in server_cpu_s:
+            cpu = [c for c in (u.get("server_cpu_s"), server_cpu_s[m]) if c is not None]
+            u["server_cpu_s"] = round(sum(cpu), 2) if cpu else None
+    history = list(made.get("invocations") or [])
+    if counters.calls or counters.cache_hits:
+        history.append(
+            {
+                **counters.usage(),
+                "calls": counters.calls,
+                "cache_hits": counters.cache_hits,
+                "cache_misses": counters.cache_misses,
+            }
+        )
+    return {"usage": usage, "invocations": history}
 
 
 def error_summary(records: Sequence[Record], models: Sequence[str]) -> dict[str, dict[str, int]]:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import random
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,12 +111,13 @@ def run_live(
     from layerlab.models import agents
 
     out = Path(out)
+    began = time.time()
     run = RunSettings(
         budget=budget, concurrency=concurrency, resume=resume, retry_errors=retry_errors,
         cache_dir=cache_dir, local_servers=local_servers, max_error_rate=max_error_rate,
         seed=seed, preflight=preflight, workers=workers,
     )  # fmt: skip
-    run.check(out, config.settings.api_bases)
+    run.check(out, config.settings.api_bases, config.models)
     config.check(corpus, scenarios)
     n_tasks = len(config.task_ids) if config.task_ids is not None else len(corpus.tasks)
     plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
@@ -163,10 +165,12 @@ def run_live(
         prepare_all()
         # from here on the run folder is written
         out.mkdir(parents=True, exist_ok=True)
-        started = provenance.Outcome(complete=False, records=0)
-        archive.write_manifest(
-            out, provenance.manifest(config, corpus, scenario_hash, n_tasks, started)
-        )
+        _tidy(out, began)
+        if old is None:  # a new run starts as a valid empty archive; a resumed one keeps its own
+            started = provenance.Outcome(complete=False, records=0)
+            archive.write_run(
+                out, [], provenance.manifest(config, corpus, scenario_hash, n_tasks, started)
+            )
         trim_torn_tail(plog)
         if report.dropped:
             rewrite_progress(plog, done)
@@ -187,13 +191,14 @@ def run_live(
         local_prov = {
             m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
         }
+        server_cpu = {m: models_mod.cpu_seconds(servers) for m, servers in local.items()}
     # what the log now holds: the usable lines read at the start and those written since
     records = list({**done, **written}.values())
     complete = finished and len(records) == plan["expected_records"]
     errors = provenance.error_summary(records, config.models)
     outcome = provenance.Outcome(
         complete=complete,
-        calls=provenance.calls_summary(counters, old),
+        calls=provenance.calls_summary(counters, old, server_cpu),
         errors=errors,
         local_models=local_prov,
     )
@@ -202,6 +207,7 @@ def run_live(
     )
     if records:
         results.write_results(out, records, final)  # per-model rates, next to the archive
+    _tidy(out, began)
     notes = [report.describe()] if report.dropped else []
     if fatal is not None:
         raise LiveRunError(
@@ -256,6 +262,15 @@ def _resumed(out: Path, plan: Mapping[str, Any], resume: bool) -> dict[str, Any]
             f"(would be {plan['run_id']}); resume with the original models, filters and settings"
         )
     return old
+
+
+def _tidy(out: Path, began: float) -> None:
+    """Finish an interrupted archive write and remove the temporary files a killed writer of
+    this folder left (none written since this run ``began`` is touched)."""
+    from layerlab._io import stale_temporaries
+
+    archive.finish_write(out)
+    stale_temporaries(out, began)
 
 
 def _error_line(errors: Mapping[str, Mapping[str, int]]) -> str:

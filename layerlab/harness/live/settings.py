@@ -22,7 +22,7 @@ from layerlab.harness import deterministic as harness
 from layerlab.models import local as models_mod
 from layerlab.models.cache import default_cache_dir
 from layerlab.models.llm import ProviderSettings
-from layerlab.models.routing import api_base_problem, split_model
+from layerlab.models.routing import api_base_problem, environment_endpoint_problem, split_model
 from layerlab.system import retrieval
 
 DEFAULT_MAX_ERROR_RATE = 0.2
@@ -139,10 +139,12 @@ class RunSettings:
     def kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
-    def check(self, out: Path, api_bases: Sequence[str] = ()) -> None:
+    def check(self, out: Path, api_bases: Sequence[str] = (), models: Sequence[str] = ()) -> None:
         """Refuse settings a run cannot go on with, before anything is loaded or written: an
         output folder that cannot be written, a negative budget, an error rate outside [0, 1],
-        ``retry_errors`` without ``resume``, a bad endpoint URL, a cache inside the run folder."""
+        ``retry_errors`` without ``resume``, a bad endpoint URL or one carrying credentials
+        (given, or in an endpoint variable of a provider among ``models``: whether replies are
+        cached or not), a cache inside the run folder."""
         from layerlab._io import writable_folder_problem
 
         problem = writable_folder_problem(out)
@@ -162,11 +164,38 @@ class RunSettings:
             bad = api_base_problem(base)
             if bad:
                 raise LiveRunError(f"--api-base: {bad}")
+        workers_from_env()
+        bad = environment_endpoint_problem(models)
+        if bad:
+            raise LiveRunError(bad)
         if _inside(self.cache_folder, Path(out)):
             raise LiveRunError(
                 f"--cache-dir {self.cache_folder}: inside the run folder; the cache holds model "
                 "replies and must stay outside what is shared"
             )
+
+
+MAX_WORKERS = 256
+
+
+def workers_from_env() -> int | None:
+    """``LAYERLAB_WORKERS``: worker processes of a live run (1: none, in process), or None when
+    unset (one per core); anything but a whole number from 1 to :data:`MAX_WORKERS` is refused."""
+    import os
+
+    env = os.environ.get("LAYERLAB_WORKERS")
+    if env is None or not env.strip():
+        return None
+    try:
+        n = int(env.strip())
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_WORKERS:
+        raise LiveRunError(
+            f"LAYERLAB_WORKERS={env!r}: expected a whole number of worker processes from 1 "
+            f"(none: the run stays in this process) to {MAX_WORKERS}, or unset (one per core)"
+        )
+    return n
 
 
 def _inside(child: Path, parent: Path) -> bool:

@@ -20,7 +20,7 @@ from layerlab.harness.live.budget import Budget, Counters, SharedBudget, sum_cou
 from layerlab.harness.live.calls import arun
 from layerlab.harness.live.engine import Cell, Engine, RunContext, routes_for
 from layerlab.harness.live.progress import FLUSH_EVERY_S, RecordWriter
-from layerlab.harness.live.settings import LiveConfig, LiveRunError
+from layerlab.harness.live.settings import LiveConfig, LiveRunError, workers_from_env
 
 WORKER_BATCH = 64
 """A worker process sends its records to the writer in batches of at most this many."""
@@ -33,11 +33,7 @@ def worker_processes(config: LiveConfig, local: Mapping[str, Sequence[str]], cel
     platform without ``fork`` (or ``LAYERLAB_WORKERS=1``) gets no workers."""
     import multiprocessing
 
-    env = os.environ.get("LAYERLAB_WORKERS")
-    if env is not None and env.strip().isdigit():
-        wanted = max(1, int(env))
-    else:
-        wanted = os.cpu_count() or 1
+    wanted = workers_from_env() or os.cpu_count() or 1
     if local or config.share_replies or cells < 2 * wanted:
         return 1
     if "fork" not in multiprocessing.get_all_start_methods():

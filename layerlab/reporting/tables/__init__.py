@@ -9,34 +9,85 @@ Table 7), the specificity matrix (:mod:`.specificity`: Table 10), interval trust
 caption sentences built from the data live in :mod:`.captions`.
 
 A notebook writes a table by naming its registry entry: ``tables.publish("table4", df)``.
+
+The names below are imported from their family module on first use, so a command that needs one
+table (``layerlab scenario list``: Table 1) does not import every family.
 """
 
-from layerlab.reporting.tables.benchmark import audit_notes, diagnostics, table1, table2, table3
-from layerlab.reporting.tables.cases import table6, table6_archive
-from layerlab.reporting.tables.comparison import paper_comparison
-from layerlab.reporting.tables.effects import (
-    crosscheck_table,
-    design_comparison,
-    margin_table,
-    safe_effects_table,
-    table5,
-)
-from layerlab.reporting.tables.rates import (
-    safe_resolution_by_unit,
-    table4,
-    table4_by_unit,
-    table8,
-    table9,
-    table_answer_quality,
-)
-from layerlab.reporting.tables.registry import INPUTS, RECOMPUTED, REGISTRY, TABLES, Table, publish
-from layerlab.reporting.tables.specificity import table10, table10_cells
-from layerlab.reporting.tables.study import table7, table7_by_condition
-from layerlab.reporting.tables.variability import (
-    coverage_table,
-    exchangeability_table,
-    replicates_table,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from layerlab.reporting.tables.benchmark import audit_notes, diagnostics, table1, table2, table3
+    from layerlab.reporting.tables.cases import table6, table6_archive
+    from layerlab.reporting.tables.comparison import paper_comparison
+    from layerlab.reporting.tables.effects import (
+        crosscheck_table,
+        design_comparison,
+        margin_table,
+        safe_effects_table,
+        table5,
+    )
+    from layerlab.reporting.tables.rates import (
+        safe_resolution_by_unit,
+        table4,
+        table4_by_unit,
+        table8,
+        table9,
+        table_answer_quality,
+    )
+    from layerlab.reporting.tables.registry import (
+        INPUTS,
+        RECOMPUTED,
+        REGISTRY,
+        TABLES,
+        Table,
+        publish,
+    )
+    from layerlab.reporting.tables.specificity import table10, table10_cells
+    from layerlab.reporting.tables.study import table7, table7_by_condition
+    from layerlab.reporting.tables.variability import (
+        coverage_table,
+        exchangeability_table,
+        replicates_table,
+    )
+
+_OWNER = {
+    "INPUTS": "registry",
+    "RECOMPUTED": "registry",
+    "REGISTRY": "registry",
+    "TABLES": "registry",
+    "Table": "registry",
+    "audit_notes": "benchmark",
+    "coverage_table": "variability",
+    "crosscheck_table": "effects",
+    "design_comparison": "effects",
+    "diagnostics": "benchmark",
+    "exchangeability_table": "variability",
+    "margin_table": "effects",
+    "paper_comparison": "comparison",
+    "publish": "registry",
+    "replicates_table": "variability",
+    "safe_effects_table": "effects",
+    "safe_resolution_by_unit": "rates",
+    "table1": "benchmark",
+    "table10": "specificity",
+    "table10_cells": "specificity",
+    "table2": "benchmark",
+    "table3": "benchmark",
+    "table4": "rates",
+    "table4_by_unit": "rates",
+    "table5": "effects",
+    "table6": "cases",
+    "table6_archive": "cases",
+    "table7": "study",
+    "table7_by_condition": "study",
+    "table8": "rates",
+    "table9": "rates",
+    "table_answer_quality": "rates",
+}
 
 __all__ = [
     "INPUTS",
@@ -72,3 +123,18 @@ __all__ = [
     "table9",
     "table_answer_quality",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: a table name's family module, imported on first use."""
+    try:
+        module = _OWNER[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_OWNER})

@@ -19,10 +19,10 @@ CAPTIONS = {
     "retriever ablations (240 tasks per cell). The explicit task-domain filter is a "
     "sensitivity condition, not the reported retriever.",
     "table4": "Success by scenario and contract mode: rate and cluster-aware 95% interval.",
-    "table5": "Groundedness false positives (grounded but not strictly successful, cluster-aware 95% "
-    "intervals) and paired repair-minus-strict success differences with bootstrap 95% intervals "
-    "(percentage points). Identical prompts: pairs whose strict and repair prompts are "
-    "byte-identical; where all pairs are, a difference comes from the model's draws, not the arm.",
+    "table5": "Groundedness false positives GF (grounded but not strictly successful) and paired "
+    "repair-minus-strict success differences (percentage points), with 95% intervals. Identical "
+    "prompts: pairs whose strict and repair prompts are byte-identical (a difference there comes "
+    "from the model's draws, not the arm).",
     "table5_crosscheck": "statsmodels cross-checks of the paired effects: exact McNemar on the paired "
     "outcomes and a GEE linear-probability model (risk difference), and whether each agrees with the "
     "bootstrap about the effect being distinguishable from zero.",
@@ -73,8 +73,15 @@ def failure_rates(sub: pd.DataFrame) -> dict[str, float]:
     return {k: float((sub["diagnostic"] == v).sum() / n) if n else 0.0 for k, v in FAILURES.items()}
 
 
-def failure_note(df: pd.DataFrame) -> str:
-    """The caption sentence on reader-side failures, from what the archive holds."""
+FAILURES_NOTE = (
+    "Malformed replies and provider errors are failures on every scenario, never refusals; their "
+    "shares are reported as columns."
+)
+
+
+def failure_notes(df: pd.DataFrame) -> list[str]:
+    """The table notes on reader-side failures, from what the archive holds: the rule (the same
+    for every block, so stated once) and the counts by unit."""
     units = df["provider"] + "/" + df["model"]
     per = []
     for u in sorted(set(units)):
@@ -83,29 +90,27 @@ def failure_note(df: pd.DataFrame) -> str:
             f"{u} {int((sub['diagnostic'] == FAILURES['malformed']).sum())}"
             f"/{int((sub['diagnostic'] == FAILURES['provider error']).sum())}"
         )
-    return (
-        " Malformed replies and provider errors are failures on every scenario, never refusals; "
-        f"their shares are reported as columns. Malformed/provider-error records by unit: "
-        f"{', '.join(per)} (of {len(df)} records)."
-    )
+    return [
+        FAILURES_NOTE,
+        f"Malformed/provider-error records by unit: {', '.join(per)} (of {len(df)} records).",
+    ]
 
 
 def rate_design(r: pd.DataFrame, what: str = "Intervals") -> str:
-    """What a set of cluster-aware rate intervals assumes, for a caption."""
-    designs = sorted(set(r["design"]))
-    units = int(r["n_units"].max())
-    tasks = int(r["n_tasks"].max())
+    """What a set of cluster-aware rate intervals assumes, for a table note. The counts of units
+    and tasks are in the caption's units sentence, so blocks of the same design share this note
+    word for word (and a table states it once)."""
     parts = []
-    for d in designs:
+    for d in sorted(set(r["design"])):
         if d == "crossed":
             parts.append(
-                f"variance two-way cluster-robust over {units} units and {tasks} tasks (crossed; "
-                f"population of units and tasks), widened by t({units - 1})/z"
+                "variance two-way cluster-robust over units and tasks (crossed; population of "
+                "units and tasks), widened by t(units - 1)/z"
             )
         elif d == "tasks":
             parts.append(
-                f"variance clustered by task ({tasks} tasks); {units} unit(s) < {stats.MIN_UNITS}: "
-                "the interval describes these units, not a population of models"
+                f"variance clustered by task; with fewer than {stats.MIN_UNITS} units the "
+                "interval describes these units, not a population of models"
             )
     return (
         f"{what}: Wilson at the design-effect-adjusted sample size, "
@@ -139,14 +144,37 @@ def units_note(df: pd.DataFrame) -> str:
 
 
 def stack(parts: Mapping[str, pd.DataFrame], name: str) -> pd.DataFrame:
-    """Per-block tables one under the other with a leading ``block`` column; the caption is the
-    table's own followed by each block's details (``attrs['detail']``)."""
+    """Per-block tables one under the other with a leading ``block`` column. The caption is the
+    table's own followed by each block's details (``attrs['detail']``: its units); the notes
+    (``attrs['notes']``: what the intervals assume) are stated once: a note every block shares
+    word for word once, a block's own note after its name."""
     frames = []
     details = []
     for block, t in parts.items():
         frames.append(t.assign(block=block)[["block", *t.columns]])
         if t.attrs.get("detail"):
-            details.append(f"{block[0].upper()}{block[1:]}: {t.attrs['detail'].strip()}")
+            details.append(f"{_cap(block)}: {t.attrs['detail'].strip()}")
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     out.attrs["caption"] = " ".join([CAPTIONS[name], *details])
+    notes = block_notes({b: t.attrs.get("notes", []) for b, t in parts.items()})
+    if notes:
+        out.attrs["notes"] = notes
     return out
+
+
+def block_notes(per_block: Mapping[str, list[str]]) -> str:
+    """Notes of several blocks as one paragraph, each stated once: a note every block has, once
+    and unprefixed (in the order of the first block); a note of some blocks, after each one's
+    name."""
+    lists = list(per_block.values())
+    shared = [n for n in (lists[0] if lists else []) if all(n in ns for ns in lists)]
+    out = list(shared)
+    for block, ns in per_block.items():
+        own = [n for n in ns if n not in shared]
+        if own:
+            out.append(f"{_cap(block)}: {' '.join(own)}")
+    return " ".join(out)
+
+
+def _cap(block: str) -> str:
+    return f"{block[0].upper()}{block[1:]}"

@@ -12,8 +12,9 @@ import pandas as pd
 
 from layerlab.analysis import stats
 from layerlab.reporting.tables.captions import (
+    block_notes,
     effects_design,
-    failure_note,
+    failure_notes,
     failure_rates,
     rate_design,
     stack,
@@ -54,11 +55,8 @@ def table5_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
         row.update(failure_rates(sub))
         out.append(row)
     t = pd.DataFrame(out)
-    t.attrs["detail"] = (
-        units_sentence(df)
-        + f" {rate_design(gf, 'GF intervals')} {effects_design(eff)}"
-        + failure_note(df)
-    )
+    t.attrs["detail"] = units_sentence(df)
+    t.attrs["notes"] = [rate_design(gf, "GF intervals"), effects_design(eff), *failure_notes(df)]
     return t
 
 
@@ -89,8 +87,9 @@ def safe_effects_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
             f"{100 * m['ci_high']:.1f}]: target gain {100 * m['target_gain']:.1f} pp, largest "
             f"off-target change {100 * m['largest_off_target_change']:.1f} pp "
             f"({m['largest_off_target']}); off-target changes whose band excludes 0: "
-            f"{m['off_target_distinguishable']}. " + effects_design(e)
+            f"{m['off_target_distinguishable']}."
         )
+        t.attrs["notes"] = [effects_design(e)]
         parts[b] = t
     return stack(parts, "table5_safe")
 
@@ -106,12 +105,12 @@ def _crosscheck_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
     t = stats.crosschecks(df, eff)
     by = sorted(set(t["gee clustered by"]))
     n_cl = int(t["gee clusters"].max()) if len(t) else 0
-    t.attrs["detail"] = (
-        f"GEE clustered by {'/'.join(by)} ({n_cl} clusters; by unit "
-        f"needs at least {stats.MIN_UNITS} units), bias-reduced robust covariance, p from "
-        "t(clusters - 1); p-values that underflow are printed as bounds. The bootstrap: "
-        f"{eff.describe()}."
-    )
+    t.attrs["detail"] = f"GEE clustered by {'/'.join(by)} ({n_cl} clusters)."
+    t.attrs["notes"] = [
+        f"GEE: by unit needs at least {stats.MIN_UNITS} units; bias-reduced robust covariance, p "
+        "from t(clusters - 1); p-values that underflow are printed as bounds.",
+        f"The bootstrap: {eff.describe()}.",
+    ]
     return t
 
 
@@ -150,13 +149,12 @@ def margin_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
     """The specificity margin, one row per block (percentage points), caption in ``attrs``."""
     parts = {b: _margin_row(a.margin) for b, a in analysis.items()}
     t = stack(parts, "specificity_margin")
-    boots = "; ".join(f"{b}: {a.eff.describe()}" for b, a in analysis.items())
-    t.attrs["caption"] += (
-        " The margin counts an off-target change only when its "
-        "simultaneous band excludes zero (the plug-in gain - max|change| is biased low when "
-        "off-target effects are zero but noisy). The 95% interval projects a simultaneous "
-        "(max-|t|) bootstrap band over all scenarios: it covers the true margin whenever the band "
-        f"covers every effect. Bootstrap, {boots}."
+    boots = block_notes({b: [f"bootstrap, {a.eff.describe()}."] for b, a in analysis.items()})
+    t.attrs["notes"] = (
+        "The margin counts an off-target change only when its simultaneous band excludes zero "
+        "(the plug-in gain - max|change| is biased low when off-target effects are zero but "
+        "noisy). The 95% interval projects a simultaneous (max-|t|) bootstrap band over all "
+        "scenarios: it covers the true margin whenever the band covers every effect. " + boots
     )
     return t
 

@@ -11,7 +11,7 @@ import pandas as pd
 from layerlab.analysis import stats
 from layerlab.reporting.tables.captions import (
     CAPTIONS,
-    failure_note,
+    failure_notes,
     failure_rates,
     rate_design,
     stack,
@@ -56,7 +56,8 @@ def table4_block(df: pd.DataFrame) -> pd.DataFrame:
         row.update(failure_rates(df[(df["scenario"] == s) & df[stats.ARM].isin(arms)]))
         out.append(row)
     t = pd.DataFrame(out)
-    t.attrs["detail"] = units_sentence(df) + f" {rate_design(r)}" + failure_note(df)
+    t.attrs["detail"] = units_sentence(df)
+    t.attrs["notes"] = [rate_design(r), *failure_notes(df)]
     return t
 
 
@@ -89,11 +90,13 @@ def _table9_block(df: pd.DataFrame) -> pd.DataFrame:
         "crossed": "two-way cluster-robust over models and tasks (crossed), widened by t(models - 1)/z",
         "tasks": f"clustered by task (fewer than {stats.MIN_UNITS} models: these models only)",
     }
-    t.attrs["detail"] = (
-        f"{units_sentence(df)} Pooled success interval: Wilson at the design-effect-adjusted "
-        f"sample size, variance {'; '.join(what[d] for d in designs if d in what)}; a task's "
-        "records across scenarios and arms form one cluster." + failure_note(df)
-    )
+    t.attrs["detail"] = units_sentence(df)
+    t.attrs["notes"] = [
+        "Pooled success interval: Wilson at the design-effect-adjusted sample size, variance "
+        f"{'; '.join(what[d] for d in designs if d in what)}; a task's records across scenarios "
+        "and arms form one cluster.",
+        *failure_notes(df),
+    ]
     return t
 
 

@@ -63,8 +63,25 @@ def _ci(lo: float, hi: float) -> str:
     return "-" if lo != lo else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
+def target_interval(m: Matrix) -> dict[str, tuple[float, float]]:
+    """Per mitigation, the marginal 95% interval of its target gain: the interval of the target
+    cell the gain is (the smallest target effect), exactly the one the cells table and the
+    heatmap print for that cell, so one quantity has one interval everywhere. (The verdict reads
+    the simultaneous band, a different and wider interval, shown as such.)"""
+    out: dict[str, tuple[float, float]] = {}
+    c = m.cells[m.cells["target"]]
+    for name, sub in c.groupby("mitigation", sort=False):
+        e = sub.loc[sub["estimate"].idxmin()]
+        out[str(name)] = (
+            (0.0, 0.0) if e["exactly_zero"] else (float(e["ci_low"]), float(e["ci_high"]))
+        )
+    return out
+
+
 def _summary(m: Matrix) -> pd.DataFrame:
     s = m.summary
+    nan = float("nan")
+    marginal = target_interval(m)
     return pd.DataFrame(
         {
             "mitigation": s["mitigation"],
@@ -72,7 +89,8 @@ def _summary(m: Matrix) -> pd.DataFrame:
             "stage": s["stage"],
             "target scenario(s)": s["targets"],
             "target gain (pp)": [_pp(v) for v in s["target gain"]],
-            "simultaneous 95% interval": [
+            "95% interval": [_ci(*marginal.get(str(a), (nan, nan))) for a in s["mitigation"]],
+            "verdict band (simultaneous 95%)": [
                 _ci(lo, hi)
                 for lo, hi in zip(s["target gain low"], s["target gain high"], strict=True)
             ],
@@ -130,8 +148,9 @@ def _caption(m: Matrix, df: pd.DataFrame) -> str:
         f"on answerable scenarios, safe resolution - a structured non-answer - on unsafe ones), with "
         f"marginal bootstrap 95% intervals per cell (each covers its own effect; together they "
         f"are not simultaneous); * marks target scenarios (the mitigation's layer). Target gain "
-        f"= the smallest gain over the target scenarios, with its interval from the mitigation's "
-        f"simultaneous 95% band over all its cells. Margin = target gain minus the largest "
+        f"= the smallest gain over the target scenarios, with that cell's marginal interval (as "
+        f"in the cells table) and the mitigation's simultaneous 95% band over all its cells, "
+        f"which the verdict reads. Margin = target gain minus the largest "
         f"absolute off-target change whose simultaneous band excludes zero, with an interval "
         f"projected from that band (it covers when off-target effects are zero but noisy). "
         f"{VERDICT_RULE} Archive: {', '.join(units)}, {n} baseline records."

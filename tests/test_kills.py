@@ -1,0 +1,203 @@
+"""kill -9 trials: a live run (the extractive reference agent, 24 records) is SIGKILLed at seeded
+random moments, inside the archive's write windows too, and its folder must then read PARTIAL
+(exit 3) or OK, never corrupt; a resume completes it to the records of an uninterrupted run.
+
+The run is a forked child of the test process (no interpreter start-up per trial), in its own
+session so the kill takes its worker processes too. A write window is widened by a wrapper of
+``layerlab._io.atomic_write_bytes`` installed in the child only: it marks the window's start in a
+file, sleeps, writes, and sleeps again, so a kill lands before, during or after the rename.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from layerlab import _io, archive
+from layerlab.cli import app
+
+runner = CliRunner()
+TASKS = "hr-01-q1,hr-02-q1,hr-03-q1,it_ops-01-q1,it_ops-02-q1,it_ops-03-q1"
+ARGS = ["run", "live", "-m", "layerlab/extractive@40ms", "--scenario", "clean",
+        "--scenario", "wrong_session", "--tasks", TASKS, "--no-progress", "--concurrency", "2"]  # fmt: skip
+N_RECORDS = 6 * 2 * 2
+WINDOW_S = 0.25
+
+
+def _child(args: list[str], marks: str) -> None:
+    os.setsid()
+    real = _io.atomic_write_bytes
+
+    def slow(path, data, durable=True):  # the write window, widened
+        with open(marks, "a") as fh:
+            fh.write(f"{Path(path).name}\n")
+        time.sleep(WINDOW_S)
+        real(path, data, durable)
+        time.sleep(WINDOW_S)
+
+    _io.atomic_write_bytes = slow
+    from layerlab.cli import main
+
+    try:
+        main(args)
+    except SystemExit:
+        pass
+    os._exit(0)
+
+
+def _start(out: Path, cache: Path, marks: Path, resume: bool = False):
+    args = [*ARGS, "--out", str(out), "--cache-dir", str(cache), *(["--resume"] if resume else [])]
+    p = multiprocessing.get_context("fork").Process(target=_child, args=(args, str(marks)))
+    p.start()
+    return p
+
+
+def _kill(p) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.join(10)
+
+
+def _marks(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _kill_at(rng: random.Random, out: Path, cache: Path, tmp: Path, resume: bool) -> str:
+    """Start a run and SIGKILL it at a seeded moment: a random time, or inside the k-th write."""
+    marks = tmp / f"marks-{rng.random()}"
+    p = _start(out, cache, marks, resume)
+    if rng.random() < 0.5:
+        what = f"at {rng.uniform(0.2, 1.5):.2f}s"
+        time.sleep(float(what[3:-1]))
+    else:
+        k = rng.randint(1, 4)
+        deadline = time.time() + 60
+        while _marks(marks) < k and p.is_alive() and time.time() < deadline:
+            time.sleep(0.01)
+        delay = rng.uniform(0, 2 * WINDOW_S)
+        time.sleep(delay)
+        what = f"in write {k} (+{delay:.2f}s)"
+    _kill(p)
+    return what
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> bytes:
+    out = tmp_path_factory.mktemp("ref") / "u"
+    res = runner.invoke(app, [*ARGS, "--out", str(out), "--cache-dir", str(out.parent / "c")])
+    assert res.exit_code == 0, res.output
+    return (out / archive.ARCHIVE).read_bytes()
+
+
+def _trial(seed: int, tmp_path: Path, reference: bytes) -> None:
+    rng = random.Random(seed)
+    out, cache = tmp_path / "k", tmp_path / "c"
+    for attempt in range(rng.randint(1, 2)):  # the first run killed, then maybe a resume too
+        what = _kill_at(rng, out, cache, tmp_path, resume=attempt > 0)
+        check = runner.invoke(app, ["archive", "check", str(out)])
+        if out.exists() and any(out.iterdir()):
+            assert check.exit_code in (0, 3), f"seed {seed}, killed {what}: {check.output}"
+            if check.exit_code == 3:
+                assert "PARTIAL" in check.output and "--resume" in check.output
+    res = runner.invoke(app, [*ARGS, "--out", str(out), "--cache-dir", str(cache), "--resume"])
+    assert res.exit_code == 0, f"seed {seed}: {res.output}"
+    assert runner.invoke(app, ["archive", "check", str(out)]).exit_code == 0
+    assert (out / archive.ARCHIVE).read_bytes() == reference, f"seed {seed}"
+    recs = archive.read_records(out / archive.ARCHIVE)
+    assert len(recs) == N_RECORDS == len({archive.sort_key(r) for r in recs})
+    left = [p.name for p in out.iterdir() if p.name.endswith((".tmp", ".pending"))]
+    assert not left, f"seed {seed}: temporary files outlived the run: {left}"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_killed_run_reads_partial_and_resumes_to_the_uninterrupted_records(
+    seed, tmp_path, reference
+) -> None:
+    _trial(seed, tmp_path, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3, 15))
+def test_kill_trials_full(seed, tmp_path, reference) -> None:
+    _trial(seed, tmp_path, reference)
+
+
+def test_a_resume_keeps_the_previous_partial_archive_valid_until_its_own_commit(
+    tmp_path, monkeypatch
+) -> None:
+    out = tmp_path / "r"
+    res = runner.invoke(app, [*ARGS, "--out", str(out), "--budget", "5"])
+    assert res.exit_code == 3, res.output
+    before = (out / archive.MANIFEST).read_bytes(), (out / archive.ARCHIVE).read_bytes()
+    seen: list[int] = []
+    real = archive.write_run
+
+    def spy(folder, records, manifest):  # the folder as readers see it when the resume writes
+        seen.append(runner.invoke(app, ["archive", "check", str(folder)]).exit_code)
+        return real(folder, records, manifest)
+
+    monkeypatch.setattr(archive, "write_run", spy)
+    res = runner.invoke(app, [*ARGS, "--out", str(out), "--resume"])
+    assert res.exit_code == 0, res.output
+    assert seen == [3]  # the old partial archive, still valid, up to the final write
+    assert (out / archive.MANIFEST).read_bytes() != before[0]
+    # killed between the commit (manifest) and the rename: the staged archive is read meanwhile
+    stage = archive.io.staged(out)
+    stage.write_bytes((out / archive.ARCHIVE).read_bytes())
+    (out / archive.ARCHIVE).write_bytes(before[1])
+    check = runner.invoke(app, ["archive", "check", str(out)])
+    assert check.exit_code == 3 and "interrupted" in check.output, check.output
+    assert len(archive.load_records([out])) == N_RECORDS
+    assert archive.finish_write(out) and not stage.exists()
+    assert runner.invoke(app, ["archive", "check", str(out)]).exit_code == 0
+
+
+def test_stale_temporaries_of_a_killed_writer_are_removed_and_new_ones_kept(tmp_path) -> None:
+    old = [tmp_path / ".records.parquet.abcd1234.tmp", tmp_path / ".manifest.json.x_Y9zz00.tmp"]
+    for p in old:
+        p.write_bytes(b"torn")
+        os.utime(p, (time.time() - 10, time.time() - 10))
+    fresh = tmp_path / ".results.json.qqqqqqqq.tmp"
+    fresh.write_bytes(b"being written")
+    mine = tmp_path / "notes.tmp"
+    mine.write_bytes(b"a user's file")
+    gone = _io.stale_temporaries(tmp_path, before=time.time() - 1)
+    assert sorted(gone) == sorted(old) and fresh.exists() and mine.exists()
+
+
+def test_a_two_model_config_whose_second_model_fails_leaves_a_manifest_naming_the_finished(
+    tmp_path, monkeypatch
+) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fake_openai import FakeOpenAI
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-" + "k3y" * 10)
+    with FakeOpenAI() as srv:
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(
+            "models:\n  - model: layerlab/extractive\n"
+            f"  - model: openai/missing\n    api_base: [{srv.base}]\n"
+            "scenarios: [clean]\nlimit: 3\ndefaults: {attempts: 1, timeout: 5}\n"
+        )
+        out = tmp_path / "run"
+        res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out),
+                                  "--no-progress", "--cache-dir", str(tmp_path / "c")])  # fmt: skip
+    assert res.exit_code == 1 and "openai/missing" in res.output, res.output
+    m = archive.read_manifest(out)
+    assert m["complete"] is False and m["models"] == ["layerlab/extractive"]
+    assert (
+        "finished layerlab/extractive" in m["note"] and "not finished openai/missing" in m["note"]
+    )
+    check = runner.invoke(app, ["archive", "check", str(out)])
+    assert check.exit_code == 3 and "PARTIAL" in check.output, check.output
