@@ -206,6 +206,7 @@ scenario_app = _group("scenario", "The fault-scenario DSL.")
 mitigation_app = _group("mitigation", "Mitigations and the specificity matrix.")
 archive_app = _group("archive", "Check, migrate and merge record archives.")
 study_app = _group("study", "Focused studies.")
+cache_app = _group("cache", "The reply cache: check its health, repair a damaged one, clear it.")
 models_app = _group(
     "models",
     "Local open-weight models (data/specs/models.yaml): list, fetch into the user cache, serve.",

@@ -38,6 +38,8 @@ WRITER_POLL_S = 0.02
 
 CACHE_DB = "replies.sqlite3"
 """The reply cache's database file inside the cache folder."""
+CACHE_FORMAT = "layerlab.reply-cache/1"
+"""The format row (table ``meta``) of a reply cache this layerlab writes."""
 
 
 def private_files(folder: Path) -> None:
@@ -62,10 +64,23 @@ class ResponseCache:
     them. A write lost to a kill only costs a repeated call. Entries of the older layout (one
     JSON file per reply, ``<folder>/<key[:2]>/<key>.json``) are still read. Where SQLite cannot
     open the database (some network file systems), replies are written in that older layout.
+
+    ``mode`` is ``rw``; ``ro`` serves the cached replies only (a read-only or locked cache) and
+    ``off`` reads nothing from disk: in both, this run's replies are kept in memory only.
+    :func:`layerlab.models.cachecheck.open_cache` chooses it after checking the folder.
     """
 
-    def __init__(self, folder: Path):
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL) "
+        "WITHOUT ROWID; CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);"
+    )
+
+    def __init__(self, folder: Path, mode: str = "rw"):
+        if mode not in ("rw", "ro", "off"):
+            raise ValueError(f"cache mode {mode!r}: expected rw, ro or off")
         self.folder = Path(folder)
+        self.mode = mode
+        self._memory: dict[str, str] = {}  # this run's replies where they are not written
         # replies the preflight asked for in this invocation: their records count them as
         # calls, not cache hits
         self.preflighted: set[str] = set()
@@ -84,11 +99,17 @@ class ResponseCache:
     def __getstate__(self) -> dict[str, Any]:
         """A pickled cache is its folder and the preflight's replies: the process that loads it
         opens its own connection and writer thread (neither crosses a process boundary)."""
-        return {"folder": self.folder, "preflighted": set(self.preflighted)}
+        return {
+            "folder": self.folder,
+            "preflighted": set(self.preflighted),
+            "mode": self.mode,
+            "memory": dict(self._memory),
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["folder"])  # type: ignore[misc]
+        self.__init__(state["folder"], state.get("mode", "rw"))  # type: ignore[misc]
         self.preflighted = state["preflighted"]
+        self._memory = dict(state.get("memory", {}))
 
     @staticmethod
     def key(model: str, params: Mapping[str, Any], phash: str, record: Sequence[Any] = ()) -> str:
@@ -105,6 +126,10 @@ class ResponseCache:
         use the folder."""
         import sqlite3
 
+        if self.mode == "off":
+            return None
+        if self.mode == "ro":
+            return self._connect_ro()
         try:
             private_files(self.folder)
             con = sqlite3.connect(
@@ -112,13 +137,28 @@ class ResponseCache:
             )
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA synchronous=NORMAL")  # a lost entry costs a call, never a record
-            con.execute(
-                "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, reply TEXT NOT NULL) "
-                "WITHOUT ROWID"
-            )
+            con.executescript(self.SCHEMA)
             return con
         except (sqlite3.Error, OSError, ValueError):  # ValueError: a path SQLite cannot take
             return None
+
+    def _connect_ro(self) -> Any:
+        """A read-only connection; ``immutable`` where a WAL database's -shm file cannot be made
+        (a read-only folder)."""
+        import sqlite3
+
+        db = (self.folder / CACHE_DB).resolve()
+        for query in ("mode=ro", "immutable=1"):
+            try:
+                con = sqlite3.connect(
+                    f"file:{db}?{query}", uri=True, timeout=5, isolation_level=None,
+                    check_same_thread=False,
+                )  # fmt: skip
+                con.execute("SELECT 1 FROM replies LIMIT 1").fetchall()
+                return con
+            except sqlite3.Error:
+                continue
+        return None
 
     def _reader(self) -> Any:
         if self._db_pid != os.getpid():
@@ -139,7 +179,7 @@ class ResponseCache:
                 self._legacy = any(e.is_dir() and len(e.name) == 2 for e in os.scandir(self.folder))
             except OSError:
                 self._legacy = False
-        if not self._legacy and not self._db_failed:
+        if self.mode == "off" or (not self._legacy and not self._db_failed):
             return False
         shard = key[:2]
         names = self._listed.get(shard)
@@ -157,6 +197,10 @@ class ResponseCache:
         pending = self._pending.get(key)
         if pending is not None:
             return pending
+        if self.mode != "rw":
+            mine = self._memory.get(key)
+            if mine is not None or self.mode == "off":
+                return mine
         db = self._reader()
         if db is not None:
             try:
@@ -174,7 +218,11 @@ class ResponseCache:
             return None
 
     def put(self, key: str, reply: str) -> None:
-        """Queue one reply for the writer thread (started on first use in each process)."""
+        """Queue one reply for the writer thread (started on first use in each process); kept in
+        memory only when the cache is not written (``mode`` ro or off)."""
+        if self.mode != "rw":
+            self._memory[key] = reply
+            return
         if self._pid != os.getpid():
             import collections
             import threading

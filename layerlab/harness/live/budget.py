@@ -1,5 +1,5 @@
 """The call budget (a hard cap on provider calls, shared by worker processes) and the counters of
-a run: records, calls, cache hits, retries, failures, latencies and tokens."""
+a run: records, calls, cache hits and misses, retries, failures, latencies and tokens."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ class Counters:
     records: int = 0
     calls: int = 0
     cache_hits: int = 0
+    cache_misses: int = 0  # replies not in the cache, so asked of the provider
     retries: int = 0
     failures: int = 0
     skipped_done: int = 0
@@ -126,6 +127,7 @@ def sum_counters(into: Counters, parts: Sequence[Counters], latencies: bool = Fa
     for name in (
         "calls",
         "cache_hits",
+        "cache_misses",
         "retries",
         "failures",
         "prompt_tokens",

@@ -162,6 +162,8 @@ class Engine:
                 self.litellm, route, msgs, seed, self.config.settings, self.budget,
                 self.counters, self.rng, affinity=phash,
             )  # fmt: skip
+            if reply is not None or failure is not None:  # the provider was asked
+                self.counters.cache_misses += 1
             if reply is not None:
                 self.cache.put(ckey, reply)
         finally:

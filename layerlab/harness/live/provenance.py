@@ -117,6 +117,8 @@ def calls_summary(
     return {
         "made": counters.calls + int(made.get("made", 0)),
         "cache_hits": counters.cache_hits + int(made.get("cache_hits", 0)),
+        # replies the cache did not hold (a cache that stopped working shows as misses)
+        "cache_misses": counters.cache_misses + int(made.get("cache_misses", 0)),
         "retries": counters.retries + int(made.get("retries", 0)),
         "failures": counters.failures + int(made.get("failures", 0)),
         "this_invocation": counters.usage(),
@@ -156,7 +158,12 @@ def accumulate_usage(
     history = list(made.get("invocations") or [])
     if counters.calls or counters.cache_hits:
         history.append(
-            {**counters.usage(), "calls": counters.calls, "cache_hits": counters.cache_hits}
+            {
+                **counters.usage(),
+                "calls": counters.calls,
+                "cache_hits": counters.cache_hits,
+                "cache_misses": counters.cache_misses,
+            }
         )
     return {"usage": usage, "invocations": history}
 

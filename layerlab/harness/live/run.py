@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from layerlab.harness.prepare import PreparedScenario, prepare
 from layerlab.harness.step import gate
 from layerlab.models import local as models_mod
 from layerlab.models.cache import ResponseCache
+from layerlab.models.cachecheck import CacheError, flag_for, open_cache
 from layerlab.models.llm import ProviderSettings, import_litellm
 from layerlab.models.routing import Route, endpoint_label, record_seed, split_model
 from layerlab.system import prompt
@@ -131,7 +133,10 @@ def run_live(
     counters = Counters()
     b = Budget(budget)
     rng = random.Random(seed)
-    cache = ResponseCache(run.cache_folder)
+    try:  # a damaged, locked or misplaced cache is said in one line, before any call
+        cache = open_cache(run.cache_folder, say, flag_for(cache_dir))
+    except CacheError as exc:
+        raise LiveRunError(f"{exc} (nothing written)") from None
     agents.register()
     per_model = plan["expected_records"] // max(1, len(config.models))
     pending = [  # a model whose records are all done is not asked again
@@ -361,6 +366,8 @@ async def _preflight(
             reply, failure = await calls.call(
                 litellm, route, msgs, seed, config.settings, budget, counters, rng, last
             )
+            if reply is not None or failure is not None:
+                counters.cache_misses += 1
             if reply is not None:
                 cache.put(ckey, reply)
                 cache.preflighted.add(ckey)
@@ -446,6 +453,7 @@ def run_matrix(
         concurrency=concurrency,
         resume=resume,
         cache_dir=cache_dir,
+        say=lambda m: print(m, file=sys.stderr),  # a degraded reply cache, a server starting
     )
 
 

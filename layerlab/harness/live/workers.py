@@ -156,7 +156,7 @@ def _worker_main(
         they reach the writer within FLUSH_EVERY_S, like the log's own lines."""
         timer.clear()
         if batch:
-            for name in ("calls", "cache_hits", "retries", "failures"):
+            for name in ("calls", "cache_hits", "cache_misses", "retries", "failures"):
                 setattr(light, name, getattr(counters, name))
             conn.send(("recs", list(batch), light))
             batch.clear()
