@@ -296,7 +296,7 @@ def test_a_garbage_replying_model_never_resolves_an_unsafe_scenario_safely(
         assert cell and not any(r.safe_resolution for r in cell), name
     reached = [r for r in recs if r.reached_reader]
     assert reached and all(r.diagnostic == "malformed_reply" for r in reached)
-    # Tables 4 and 9 report the failure shares as columns; the caption counts them per unit
+    # Tables 4 and 9 report the failure shares as columns; the table's notes count them per unit
     from layerlab.reporting import tables
 
     df = pd.DataFrame([r.__dict__ for r in recs])
@@ -304,7 +304,7 @@ def test_a_garbage_replying_model_never_resolves_an_unsafe_scenario_safely(
     assert t4.set_index("scenario").loc["clean", "malformed"] == 1.0
     assert t9["malformed"].iloc[0] > 0 and (t9["provider error"] == 0).all()
     n_bad = sum(r.diagnostic == "malformed_reply" for r in recs)
-    assert f"garbage/noise {n_bad}/0" in t4.attrs["caption"]
+    assert f"garbage/noise {n_bad}/0" in str(t4.attrs["notes"])
 
 
 # --- the verdict: off-target changes in either direction, judged by the simultaneous band --------

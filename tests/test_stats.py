@@ -213,11 +213,12 @@ def test_identical_units_count_as_one_sample_of_tasks() -> None:
 def test_table4_caption_states_design_and_units(tmp_path: object) -> None:
     df = synthetic.synthetic_frame(n_units=6, seed=2, effects={"clean": 0.0, "schema_drift": 0.5})
     t4 = tables.table4(df)
-    cap = t4.attrs["caption"]
-    assert "6 units and 240 tasks (crossed" in cap and "not treated as independent" in cap
+    cap, notes = t4.attrs["caption"], str(t4.attrs["notes"])
+    assert "(5760 records, 240 tasks)" in cap  # the caption keeps the units
+    assert "crossed" in notes and "not treated as independent" in notes  # the notes, the design
     assert set(t4["interval"]) == {"crossed"} and (t4["units"] == 6).all()
     small = tables.table4(df[df["model"].isin(["model0", "model1"])])
-    assert "describes these units, not a population of models" in small.attrs["caption"]
+    assert "describes these units, not a population of models" in str(small.attrs["notes"])
 
 
 # --- cross-checks, Tables 8 and 9 ---------------------------------------------------------------

@@ -29,7 +29,7 @@ app = typer.Typer(
 )
 EXIT_INCOMPLETE = 3
 EXIT_ERROR_RATE = 4
-SHORT_FLAGS = {"-m": "--model"}
+SHORT_FLAGS = {"-m": "--model", "-y": "--yes"}
 """Every short flag of the command line and the one long flag it stands for, in every command
 (a mitigation is always ``--mitigation``); ``tests/test_flags.py`` holds the CLI to it."""
 EXIT_SIGINT = 128 + signal.SIGINT  # 130: a shell reads it as "stopped by Ctrl-C"
@@ -93,9 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(exc.format_message().split())
         for short, long in SHORT_FLAGS.items():
             if msg.startswith(f"No such option: {short}") and msg[len(short) + 16 :][:1] in "( ":
-                msg += (
-                    f" ({short} is {long} wherever a command has one; a mitigation is --mitigation)"
-                )
+                also = "; a mitigation is --mitigation" if long == "--model" else ""
+                msg += f" ({short} is {long} wherever a command has one{also})"
         cmd = exc.ctx.command_path if exc.ctx is not None else "layerlab"
         typer.echo(f"error: {cmd}: {msg} (see --help)", err=True)
         return 2
