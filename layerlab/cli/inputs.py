@@ -195,10 +195,26 @@ def audit_corpus(
 @scenario_app.command("check")
 def scenario_check(
     path: Path = typer.Argument(paths.SCENARIO_SPEC, help="Scenario DSL file."),
+    roles: Path = typer.Option(
+        None,
+        "--roles",
+        help="Also check this roles file against the scenarios (default: the committed "
+        "roles.yaml when checking the committed scenarios).",
+    ),
 ) -> None:
-    """Validate a scenario file; one line per problem, exit 1 if any."""
+    """Validate a scenario file (and the roles that name its scenarios); one line per problem,
+    exit 1 if any."""
+    from layerlab.faults.roles import load_roles
+
     scen = _load_scenarios(path)
-    typer.echo(f"ok: {len(scen)} scenario(s) in {path}")
+    if roles is None and Path(path).resolve() == paths.SCENARIO_SPEC.resolve():
+        roles = paths.ROLE_SPEC
+    if roles is not None:
+        try:
+            load_roles(roles, path)
+        except SpecError as exc:
+            raise _spec_fail(exc, "roles problem(s)") from None
+    typer.echo(f"ok: {len(scen)} scenario(s) in {path}" + (f"; roles in {roles}" if roles else ""))
 
 
 @scenario_app.command("list")
