@@ -479,6 +479,7 @@ class Case:
     pattern: str
     code: int = 1
     files: Files = dataclasses.field(default_factory=dict)
+    cache_made: bool = False  # the default reply cache may be created (and nothing else)
 
 
 def _spec(old: str = "", new: str = "") -> object:
@@ -531,13 +532,15 @@ def _run_copy(change: object = None) -> object:
 
 
 def _manifest_edit(**changes: object) -> object:
-    """Change manifest keys and re-seal it (its checksum matches: only the values are wrong)."""
+    """Change manifest keys and re-seal it by hand (its checksum matches: only the content is
+    wrong, which :func:`archive.write_manifest` would refuse to write)."""
+    from layerlab.archive.manifest import manifest_checksum
 
     def change(run: Path) -> None:
         m = json.loads((run / "manifest.json").read_text())
         m.update(changes)
-        m.pop("manifest_sha256", None)
-        archive.write_manifest(run, m)
+        m["manifest_sha256"] = manifest_checksum(m)
+        (run / "manifest.json").write_text(json.dumps(m))
 
     return _run_copy(change)
 
@@ -556,7 +559,9 @@ def _write_manifest_text(text: str) -> object:
     return _run_copy(lambda run: (run / "manifest.json").write_text(text))
 
 
-LIVE = "run live -m layerlab/extractive --tasks hr-01-q1 --scenario clean --no-progress --out {t}/run"
+LIVE = (
+    "run live -m layerlab/extractive --tasks hr-01-q1 --scenario clean --no-progress --out {t}/run"
+)
 CFG = "run live --config {t}/run.yaml --out {t}/run --no-progress"
 _M = "models:\n  - model: layerlab/extractive\n"
 
@@ -591,7 +596,7 @@ CASES = [
     Case("spec-current-not-later", "spec check {t}/returns.yaml", r"returns\.yaml:\d+: policies\[0\]",
          files={"returns.yaml": _spec("effective_year: 2024", "effective_year: 2019")}),
     Case("spec-question-without-mark", "spec check {t}/returns.yaml",
-         r"returns\.yaml:\d+: policies\[0\]\.questions.*must end with '\?'",
+         r"returns\.yaml:\d+: policies\[0\]: question 'How long .*' must end with '\?'",
          files={"returns.yaml": _spec("send unopened merchandise back?", "send unopened merchandise back")}),
     Case("spec-prose-without-value", "spec check {t}/returns.yaml", r"returns\.yaml:\d+: policies\[0\]",
          files={"returns.yaml": _spec("value: 45 days", "value: 47 days")}),
@@ -668,7 +673,8 @@ CASES = [
          files={"m.yaml": "mitigations: [\n"}),
     Case("mitig-missing-file", "mitigation list {t}/nope.yaml", r"nope\.yaml: cannot read file"),
     Case("mitig-run-unknown-arm", "mitigation run -m nosuch --out {t}/mx", r"nosuch"),
-    Case("mitig-run-unknown-reader", "mitigation run --reader nosuch --out {t}/mx", r"--reader.*nosuch"),
+    Case("mitig-run-unknown-reader", "mitigation run --reader nosuch --out {t}/mx",
+         r"--reader: unknown reader 'nosuch'; known: \['cautious', 'extractive'\]"),
     Case("mitig-run-bad-spec", "mitigation run --spec {t}/m.yaml --out {t}/mx", r"m\.yaml:\d+: .*nosuch",
          files={"m.yaml": _mitig("kind: access_abstention", "kind: nosuch")}),
     Case("mitig-run-out-a-file", "mitigation run --out {t}/taken", r"--out \S+taken: is an existing file",
@@ -691,14 +697,20 @@ CASES = [
 
 CASES += [
     # run live: models and endpoints
+    # a name litellm cannot route is found by the preflight call, after the (private, default)
+    # reply cache is opened: the run folder is never made, the empty cache stays (cache_made)
     Case("live-model-without-provider", "run live -m gpt-nothing --tasks hr-01-q1 --out {t}/run",
-         r"gpt-nothing"),
-    Case("live-model-empty", "run live -m '' --tasks hr-01-q1 --out {t}/run", r"--model"),
+         r"^error: gpt-nothing: unknown provider: write the model as provider/name", cache_made=True),
+    Case("live-model-empty", "run live -m '' --tasks hr-01-q1 --out {t}/run",
+         r"--model '': expected provider/name, e.g. openai/gpt-4o-mini"),
     Case("live-model-unknown-local", "run live -m local/nosuch --tasks hr-01-q1 --out {t}/run",
          r"unknown local model 'nosuch'"),
     Case("live-model-unknown-agent", "run live -m layerlab/nope --tasks hr-01-q1 --out {t}/run",
          r"--model: unknown reference agent 'layerlab/nope'"),
-    Case("live-model-provider-only", "run live -m openai/ --tasks hr-01-q1 --out {t}/run", r"openai/"),
+    Case("live-model-provider-only", "run live -m openai/ --tasks hr-01-q1 --out {t}/run",
+         r"--model 'openai/': expected provider/name"),
+    Case("live-model-name-only", "run live -m /gpt-4o --tasks hr-01-q1 --out {t}/run",
+         r"--model '/gpt-4o': expected provider/name"),
     Case("live-no-model", "run live --tasks hr-01-q1 --out {t}/run", r"-m/--model: give at least one model"),
     Case("live-api-base-no-scheme", LIVE + " --api-base localhost:8080", r"--api-base: expected an http\(s\) URL"),
     Case("live-api-base-ftp", LIVE + " --api-base ftp://example.org/v1", r"--api-base: expected an http\(s\) URL"),
@@ -710,8 +722,6 @@ CASES += [
          files={"taken": "mine\n"}),
     Case("live-out-under-a-file", LIVE.replace("{t}/run", "{t}/taken/run"), r"taken is a file, expected a folder",
          files={"taken": "mine\n"}),
-    Case("live-resume-nothing", LIVE + " --resume", r"--resume"),
-    # run live: numbers out of range
     Case("live-budget-negative", LIVE + " --budget -5", r"--budget: expected a number of calls >= 0, got -5"),
     Case("live-budget-a-word", LIVE + " --budget lots", r"'--budget'", code=2),
     Case("live-budget-a-fraction", LIVE + " --budget 1.5", r"'--budget'", code=2),
@@ -729,7 +739,7 @@ CASES += [
     Case("live-temperature-nan", LIVE + " --temperature nan", r"temperature"),
     Case("live-top-p-zero", LIVE + " --top-p 0", r"top.p"),
     Case("live-top-p-above-one", LIVE + " --top-p 1.5", r"top.p"),
-    Case("live-response-format", LIVE + " --response-format xml", r"response.format.*xml"),
+    Case("live-response-format", LIVE + " --response-format xml", r"--response-format 'xml': expected 'none' or 'json_schema'"),
     Case("live-timeout-zero", LIVE + " --timeout 0", r"timeout"),
     Case("live-max-tokens-zero", LIVE + " --max-tokens 0", r"max.tokens"),
     Case("live-attempts-zero", LIVE + " --attempts 0", r"attempts must be >= 1"),
@@ -752,8 +762,6 @@ CASES += [
     Case("live-scenarios-bad", LIVE + " --scenarios {t}/s.yaml", r"s\.yaml:\d+: .*nosuch",
          files={"s.yaml": _scen("op: serve_superseded", "op: nosuch")}),
     Case("live-cache-dir-in-run", LIVE + " --cache-dir {t}/run/cache", r"inside the run folder"),
-    Case("live-cache-dir-a-file", LIVE + " --cache-dir {t}/taken", r"--cache-dir \S+taken",
-         files={"taken": "mine\n"}),
     Case("live-sample-log-in-run", LIVE + " --sample-log {t}/run/s.jsonl", r"--sample-log \S+: inside the run folder"),
     Case("live-sample-log-a-folder", LIVE + " --sample-log {t}/logs", r"--sample-log \S+logs: is a folder",
          files={"logs/keep": "x\n"}),
@@ -823,8 +831,6 @@ CASES += [
     Case("migrate-manifest-not-json", "archive migrate {t}/run", r"manifest\.json", files={"run": _write_manifest_text("{not json")}),
     Case("migrate-truncated-parquet", "archive migrate {t}/run", r"records\.parquet", files={"run": _run_copy(_truncate_records)}),
     Case("migrate-checksum-mismatch", "archive migrate {t}/run", r"checksum", files={"run": _run_copy(_append_records)}),
-    Case("migrate-bad-scenarios", "archive migrate {t}/run --scenarios {t}/s.yaml", r"s\.yaml:\d+: .*nosuch",
-         files={"run": _run_copy(), "s.yaml": _scen("op: serve_superseded", "op: nosuch")}),
     Case("merge-missing", "archive merge {t}/nope --out {t}/m", r"nope"),
     Case("merge-a-text-file", "archive merge {t}/notes.txt --out {t}/m", r"notes\.txt", files={"notes.txt": "hello\n"}),
     Case("merge-manifest-not-json", "archive merge {t}/run {ref} --out {t}/m", r"manifest\.json", files={"run": _write_manifest_text("{not json")}),
@@ -879,7 +885,11 @@ def _tree(root: Path) -> dict[str, tuple[int, int, int]]:
     out = {}
     for p in sorted(root.rglob("*")):
         st = p.lstat()
-        out[str(p.relative_to(root))] = (st.st_size if p.is_file() else 0, st.st_mtime_ns, st.st_mode)
+        out[str(p.relative_to(root))] = (
+            st.st_size if p.is_file() else 0,
+            st.st_mtime_ns,
+            st.st_mode,
+        )
     return out
 
 
@@ -915,4 +925,11 @@ def test_bad_input(case: Case, capsys, tmp_path, monkeypatch) -> None:
     assert len(lines) == 1, err
     assert re.search(case.pattern, lines[0]), lines[0]
     assert "Traceback" not in out + err and "a bug: please report it" not in err
-    assert _tree(tmp_path) == before, "something was written"
+    after = _tree(tmp_path)
+    if case.cache_made:
+        after = {
+            k: v
+            for k, v in after.items()
+            if k != "user-cache" and not k.startswith("user-cache/replies")
+        }
+    assert after == before, "something was written"

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
 
 
 from layerlab.cli.app import (
+    _check_out,
     _load_corpus,
     _load_mitigations,
     _load_scenarios,
@@ -60,8 +61,8 @@ def spec_lint(
 
     folder = path if path.is_dir() else path.parent
     try:
+        chosen = load_domains(path)  # first: a missing or broken file is named itself
         every = load_domains(folder)
-        chosen = load_domains(path)
     except SpecError as exc:
         raise _spec_fail(exc, "problem(s) found") from None
     matcher = CueMatcher({d.domain: d.cue_words for d in every})
@@ -111,6 +112,7 @@ def corpus_build(
     """Build documents.jsonl, tasks.jsonl, answer_key.jsonl, domains.json and a manifest."""
     from layerlab.corpus import build as corpus_mod
 
+    _check_out(out)
     try:
         c, key = corpus_mod.build_from_specs(spec)
     except SpecError as exc:

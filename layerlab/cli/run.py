@@ -92,13 +92,20 @@ def mitigation_run(
     """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
     from layerlab.analysis import specificity
 
+    _check_out(out)
     spec = _load_mitigations(spec_path)
     try:
         for m in mitigation or []:
             spec.arm(m)
-        man = specificity.run_archive(out, mitigation or None, reader, spec_path)
     except KeyError as exc:
-        raise _fail(str(exc.args[0])) from None
+        raise _fail(f"--mitigation: {exc.args[0]}") from None
+    from layerlab.system.reader import READERS
+
+    try:
+        READERS.lookup(reader)
+    except KeyError as exc:
+        raise _fail(f"--reader: {exc.args[0]}") from None
+    man = specificity.run_archive(out, mitigation or None, reader, spec_path)
     typer.echo(
         f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})"
     )

@@ -73,7 +73,9 @@ class LiveConfig:
         if self.share_replies is None:
             object.__setattr__(self, "share_replies", settings.temperature == 0)
         if self.response_format not in ("none", "json_schema"):
-            raise ValueError("response_format must be 'none' or 'json_schema'")
+            raise ValueError(
+                f"--response-format {self.response_format!r}: expected 'none' or 'json_schema'"
+            )
 
     def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
         """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
@@ -92,7 +94,12 @@ class LiveConfig:
             if bad_ids:
                 raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
         for m in self.models:
-            if split_model(m)[0] == agents.PROVIDER:
+            provider, name = split_model(m)
+            if not name.strip() or ("/" in m and not provider.strip()):
+                raise LiveRunError(
+                    f"--model {m!r}: expected provider/name, e.g. openai/gpt-4o-mini"
+                )
+            if provider == agents.PROVIDER:
                 try:
                     agents.check_name(m)
                 except ValueError as exc:
