@@ -311,10 +311,18 @@ def explore_cmd(
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab.mitigations import load_mitigations
     from layerlab.reporting import explore
+    from layerlab.system.reader import READERS
 
     try:
         mode = mode or load_mitigations().baseline
         load_mitigations().arm(mode)
+    except KeyError as exc:
+        raise _fail(f"--mitigation: {exc.args[0]}") from None
+    try:
+        READERS.lookup(reader)
+    except KeyError as exc:
+        raise _fail(f"--reader: {exc.args[0]}") from None
+    try:
         t = explore.trace(task, scenario, mode, reader)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
