@@ -11,6 +11,7 @@ tightened with a one-line message.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -41,6 +42,8 @@ def atomic_write_bytes(
     temporary file itself is created owner-only).
     """
     path = Path(path)
+    if path.is_dir():  # refused by its own name, before a temporary file is made beside it
+        raise IsADirectoryError(errno.EISDIR, "is a folder, expected a file path", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -112,6 +115,17 @@ def writable_folder_problem(path: Path) -> str | None:
     os.close(fd)
     os.unlink(tmp)
     return None
+
+
+def writable_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be written as an output file, or None (nothing is created)."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a folder, expected a file path"
+    problem = writable_folder_problem(path.parent)
+    if problem == "is an existing file, expected a folder":
+        return f"{path.parent} is a file, expected a folder"
+    return problem
 
 
 # the temporary names atomic_write_bytes gives: ".NAME." + mkstemp's 8 random characters + ".tmp"

@@ -470,3 +470,498 @@ def test_a_limit_above_the_tasks_in_a_run_config_is_refused(capsys, tmp_path) ->
     line = _fails(capsys, ["run", "live", "--config", str(cfg), "--out", str(out)], "limit: 100000",
                   untouched=(out,), code=1)  # fmt: skip
     assert "to choose from" in line
+
+
+# --- issue 25: the bad-input table -------------------------------------------------------------
+#
+# Each case: the files it needs (name -> text, bytes or a builder taking the test folder), the
+# command ({t} is the test folder, {ref} the committed reference archive), the exit code and a
+# regex the one stderr line must match: the file or flag and what was expected. Nothing may be
+# written: every file under the test folder (the working directory too) is the same after.
+
+Files = dict[str, object]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    id: str
+    args: str
+    pattern: str
+    code: int = 1
+    files: Files = dataclasses.field(default_factory=dict)
+    cache_made: bool = False  # the default reply cache may be created (and nothing else)
+
+
+def _spec(old: str = "", new: str = "") -> object:
+    """The test spec (``tests/fixtures/mini_returns.yaml``) with its first ``old`` made ``new``."""
+
+    def text(_: Path) -> str:
+        good = (Path(__file__).parent / "fixtures" / "mini_returns.yaml").read_text()
+        assert old in good, old
+        return good.replace(old, new, 1)
+
+    return text
+
+
+def _scen(old: str = "", new: str = "") -> object:
+    def text(_: Path) -> str:
+        good = paths.SCENARIO_SPEC.read_text()
+        assert old in good, old
+        return good.replace(old, new, 1)
+
+    return text
+
+
+def _mitig(old: str = "", new: str = "") -> object:
+    def text(_: Path) -> str:
+        good = paths.MITIGATION_SPEC.read_text()
+        assert old in good, old
+        return good.replace(old, new, 1)
+
+    return text
+
+
+def _roles(old: str = "", new: str = "") -> object:
+    def text(_: Path) -> str:
+        good = paths.ROLE_SPEC.read_text()
+        assert old in good, old
+        return good.replace(old, new, 1)
+
+    return text
+
+
+def _run_copy(change: object = None) -> object:
+    """A copy of the reference archive's run folder, then ``change(folder)``."""
+
+    def build(dst: Path) -> None:
+        shutil.copytree(REF, dst)
+        if change is not None:
+            change(dst)  # type: ignore[operator]
+
+    return build
+
+
+def _manifest_edit(**changes: object) -> object:
+    """Change manifest keys and re-seal it by hand (its checksum matches: only the content is
+    wrong, which :func:`archive.write_manifest` would refuse to write)."""
+    from layerlab.archive.manifest import manifest_checksum
+
+    def change(run: Path) -> None:
+        m = json.loads((run / "manifest.json").read_text())
+        m.update(changes)
+        m["manifest_sha256"] = manifest_checksum(m)
+        (run / "manifest.json").write_text(json.dumps(m))
+
+    return _run_copy(change)
+
+
+def _truncate_records(run: Path) -> None:
+    data = (run / "records.parquet").read_bytes()
+    (run / "records.parquet").write_bytes(data[: len(data) // 2])
+
+
+def _append_records(run: Path) -> None:
+    with open(run / "records.parquet", "ab") as fh:
+        fh.write(b"\0")
+
+
+def _write_manifest_text(text: str) -> object:
+    return _run_copy(lambda run: (run / "manifest.json").write_text(text))
+
+
+LIVE = (
+    "run live -m layerlab/extractive --tasks hr-01-q1 --scenario clean --no-progress --out {t}/run"
+)
+CFG = "run live --config {t}/run.yaml --out {t}/run --no-progress"
+_M = "models:\n  - model: layerlab/extractive\n"
+
+CASES = [
+    # spec check / lint / corpus build: one problem per file, named file:line: field
+    Case("spec-malformed-yaml", "spec check {t}/returns.yaml", r"returns\.yaml:\d+: not valid YAML",
+         files={"returns.yaml": "domain: returns\npolicies: [\n  - {id: x\n"}),
+    Case("spec-top-level-list", "spec check {t}/returns.yaml",
+         r"returns\.yaml:1: expected a mapping at the top level, got list",
+         files={"returns.yaml": "- returns\n"}),
+    Case("spec-empty-file", "spec check {t}/returns.yaml",
+         r"returns\.yaml:1: expected a mapping at the top level, got NoneType",
+         files={"returns.yaml": ""}),
+    Case("spec-unknown-key", "spec check {t}/returns.yaml", r"returns\.yaml:2: colour: unknown key",
+         files={"returns.yaml": _spec("title:", "colour: blue\ntitle:")}),
+    Case("spec-unknown-policy-key", "spec check {t}/returns.yaml",
+         r"returns\.yaml:\d+: policies\[0\]\.colour: ",
+         files={"returns.yaml": _spec("    topic: Standard", "    colour: blue\n    topic: Standard")}),
+    Case("spec-missing-title", "spec check {t}/returns.yaml", r"returns\.yaml:1: title: required field is missing",
+         files={"returns.yaml": _spec("title: Returns and refunds\n")}),
+    Case("spec-cue-words-a-string", "spec check {t}/returns.yaml", r"returns\.yaml:\d+: cue_words: ",
+         files={"returns.yaml": _spec("cue_words: [return, returns, returned, refund, refunds, exchange, rma, restocking]", "cue_words: refund")}),
+    Case("spec-duplicate-policy-id", "spec check {t}/returns.yaml",
+         r"returns\.yaml:\d+: policies\[1\]\.id: duplicate policy id 'returns-01'",
+         files={"returns.yaml": _spec("id: returns-02", "id: returns-01")}),
+    Case("spec-bad-answer-kind", "spec check {t}/returns.yaml",
+         r"returns\.yaml:\d+: policies\[0\]\.answer_kind: .*duration",
+         files={"returns.yaml": _spec("answer_kind: duration", "answer_kind: weeks")}),
+    Case("spec-year-a-word", "spec check {t}/returns.yaml",
+         r"returns\.yaml:\d+: policies\[0\]\.current\.effective_year: ",
+         files={"returns.yaml": _spec("effective_year: 2024", "effective_year: recent")}),
+    Case("spec-current-not-later", "spec check {t}/returns.yaml", r"returns\.yaml:\d+: policies\[0\]",
+         files={"returns.yaml": _spec("effective_year: 2024", "effective_year: 2019")}),
+    Case("spec-question-without-mark", "spec check {t}/returns.yaml",
+         r"returns\.yaml:\d+: policies\[0\]: question 'How long .*' must end with '\?'",
+         files={"returns.yaml": _spec("send unopened merchandise back?", "send unopened merchandise back")}),
+    Case("spec-prose-without-value", "spec check {t}/returns.yaml", r"returns\.yaml:\d+: policies\[0\]",
+         files={"returns.yaml": _spec("value: 45 days", "value: 47 days")}),
+    Case("spec-bad-id-form", "spec check {t}/returns.yaml", r"returns\.yaml:\d+: policies\[0\]\.id: ",
+         files={"returns.yaml": _spec("id: returns-01", "id: Returns 01")}),
+    Case("spec-duplicate-key", "spec check {t}/returns.yaml", r"returns\.yaml:\d+: owner: duplicate key 'owner'",
+         files={"returns.yaml": _spec("title:", "owner: Twice\ntitle:")}),
+    Case("spec-domain-not-file-name", "spec check {t}/refunds.yaml",
+         r"^error: \S+refunds\.yaml:1: domain: domain 'returns' must match the file name 'refunds'",
+         files={"refunds.yaml": _spec()}),
+    Case("spec-missing-file", "spec check {t}/nope.yaml", r"nope\.yaml: cannot read file \(.*No such file"),
+    Case("spec-folder-without-yaml", "spec check {t}/empty", r"empty: no \*\.yaml spec files found",
+         files={"empty/notes.txt": "x\n"}),
+    Case("spec-not-utf8", "spec check {t}/returns.yaml", r"returns\.yaml: cannot read file",
+         files={"returns.yaml": b"domain: r\xe9turns\n"}),
+    Case("lint-malformed-yaml", "spec lint {t}/returns.yaml", r"returns\.yaml:\d+: not valid YAML",
+         files={"returns.yaml": "domain: [\n"}),
+    Case("lint-missing-file", "spec lint {t}/nope.yaml", r"nope\.yaml: cannot read file \(.*No such file"),
+    Case("lint-unknown-key", "spec lint {t}/returns.yaml", r"returns\.yaml:2: colour: unknown key",
+         files={"returns.yaml": _spec("title:", "colour: blue\ntitle:")}),
+    Case("lint-domain-not-file-name", "spec lint {t}/refunds.yaml", r"refunds\.yaml:1: domain: ",
+         files={"refunds.yaml": _spec()}),
+    Case("build-malformed-spec", "corpus build --spec {t}/returns.yaml --out {t}/corpus",
+         r"returns\.yaml:\d+: not valid YAML", files={"returns.yaml": "domain: [\n"}),
+    Case("build-duplicate-id", "corpus build --spec {t}/returns.yaml --out {t}/corpus",
+         r"duplicate policy id 'returns-01'",
+         files={"returns.yaml": _spec("id: returns-02", "id: returns-01")}),
+    Case("build-missing-spec", "corpus build --spec {t}/nope --out {t}/corpus", r"nope: cannot read file \(.*No such file"),
+    Case("build-out-a-file", "corpus build --out {t}/taken", r"--out \S+taken: is an existing file, expected a folder",
+         files={"taken": "mine\n"}),
+    Case("build-domain-not-file-name", "corpus build --spec {t}/refunds.yaml --out {t}/corpus",
+         r"refunds\.yaml:1: domain: domain 'returns' must match", files={"refunds.yaml": _spec()}),
+    # scenario check / list, and the roles file
+    Case("scen-unknown-operator", "scenario check {t}/s.yaml", r"s\.yaml:26: scenarios\[1\]\.faults\[0\]\.op: unknown fault operator 'nosuch'; expected one of",
+         files={"s.yaml": _scen("op: serve_superseded", "op: nosuch")}),
+    Case("scen-bad-param-type", "scenario check {t}/s.yaml", r"s\.yaml:\d+: .*stringify_numbers",
+         files={"s.yaml": _scen("stringify_numbers: true", "stringify_numbers: sometimes")}),
+    Case("scen-unknown-param", "scenario check {t}/s.yaml", r"s\.yaml:40: scenarios\[2\]\.faults\[0\]\.params\.colour: unknown parameter \(operator 'reshape_payload'\)",
+         files={"s.yaml": _scen("stringify_numbers: true", "stringify_numbers: true\n          colour: blue")}),
+    Case("scen-answerable-a-word", "scenario check {t}/s.yaml", r"s\.yaml:17: scenarios\[0\]\.answerable: expected bool, got str",
+         files={"s.yaml": _scen("answerable: true", "answerable: perhaps")}),
+    Case("scen-duplicate-name", "scenario check {t}/s.yaml", r"s\.yaml:\d+: .*duplicate.*clean",
+         files={"s.yaml": _scen("name: stale_index", "name: clean")}),
+    Case("scen-missing-name", "scenario check {t}/s.yaml", r"s\.yaml:20: scenarios\[1\]\.name: required field is missing",
+         files={"s.yaml": _scen("  - name: stale_index\n    layer", "  - layer")}),
+    Case("scen-lasts-zero", "scenario check {t}/s.yaml", r"s\.yaml:35: scenarios\[2\]\.faults\[0\]\.lasts: .*greater than or equal to 1",
+         files={"s.yaml": _scen("      - op: reshape_payload\n", "      - op: reshape_payload\n        lasts: 0\n")}),
+    Case("scen-malformed-yaml", "scenario check {t}/s.yaml", r"s\.yaml:\d+: not valid YAML",
+         files={"s.yaml": "scenarios: [\n"}),
+    Case("scen-missing-file", "scenario check {t}/nope.yaml", r"nope\.yaml: cannot read file"),
+    Case("scen-list-unknown-operator", "scenario list {t}/s.yaml", r"s\.yaml:26: scenarios\[1\]\.faults\[0\]\.op: unknown fault operator 'nosuch'",
+         files={"s.yaml": _scen("op: serve_superseded", "op: nosuch")}),
+    Case("roles-unknown-scenario", "scenario check --roles {t}/roles.yaml",
+         r"roles\.yaml:\d+: contract_target: unknown scenario 'schema_drfit'",
+         files={"roles.yaml": _roles("contract_target: schema_drift", "contract_target: schema_drfit")}),
+    Case("roles-unknown-scenario-in-a-list", "scenario check --roles {t}/roles.yaml",
+         r"roles\.yaml:\d+: audit\[1\]: unknown scenario 'sunny'",
+         files={"roles.yaml": _roles("audit: [clean, conflicting_evidence", "audit: [clean, sunny")}),
+    Case("roles-unknown-key", "scenario check --roles {t}/roles.yaml", r"roles\.yaml:13: colour: unknown key",
+         files={"roles.yaml": _roles("negative_control: clean", "negative_control: clean\ncolour: blue")}),
+    Case("roles-missing-file", "scenario check --roles {t}/nope.yaml", r"nope\.yaml: cannot read file"),
+    # mitigation list / run
+    Case("mitig-unknown-kind", "mitigation list {t}/m.yaml", r"m\.yaml:27: mitigations\[5\]\.kind: unknown mitigation kind 'nosuch'; expected one of",
+         files={"m.yaml": _mitig("kind: access_abstention", "kind: nosuch")}),
+    Case("mitig-bad-param", "mitigation list {t}/m.yaml", r"m\.yaml:19: mitigations\[2\]\.params\.requeries: .*valid integer",
+         files={"m.yaml": _mitig("params: {requeries: 1}", "params: {requeries: many}")}),
+    Case("mitig-unknown-param", "mitigation list {t}/m.yaml", r"m\.yaml:19: mitigations\[2\]\.params\.colour: unknown parameter \(kind 'freshness_guard'\)",
+         files={"m.yaml": _mitig("params: {requeries: 1}", "params: {requeries: 1, colour: blue}")}),
+    Case("mitig-unknown-baseline", "mitigation list {t}/m.yaml", r"m\.yaml:\d+: baseline: .*nosuch",
+         files={"m.yaml": _mitig("baseline: strict", "baseline: nosuch")}),
+    Case("mitig-duplicate-name", "mitigation list {t}/m.yaml", r"m\.yaml:\d+: .*duplicate.*repair",
+         files={"m.yaml": _mitig("  - name: freshness_guard", "  - name: repair")}),
+    Case("mitig-malformed-yaml", "mitigation list {t}/m.yaml", r"m\.yaml:\d+: not valid YAML",
+         files={"m.yaml": "mitigations: [\n"}),
+    Case("mitig-missing-file", "mitigation list {t}/nope.yaml", r"nope\.yaml: cannot read file"),
+    Case("mitig-run-unknown-arm", "mitigation run --mitigation nosuch --out {t}/mx", r"--mitigation: unknown mitigation 'nosuch'.*; known: "),
+    Case("mitig-run-unknown-reader", "mitigation run --reader nosuch --out {t}/mx",
+         r"--reader: unknown reader 'nosuch'; known: \['cautious', 'extractive'\]"),
+    Case("mitig-run-bad-spec", "mitigation run --spec {t}/m.yaml --out {t}/mx", r"m\.yaml:27: mitigations\[5\]\.kind: unknown mitigation kind 'nosuch'",
+         files={"m.yaml": _mitig("kind: access_abstention", "kind: nosuch")}),
+    Case("mitig-run-out-a-file", "mitigation run --out {t}/taken", r"--out \S+taken: is an existing file",
+         files={"taken": "mine\n"}),
+    # run deterministic
+    Case("det-unknown-mitigation", "run deterministic --mitigation nosuch --out {t}/d", r"--mitigation: unknown mitigation 'nosuch'.*; known: "),
+    Case("det-unknown-retriever", "run deterministic --retriever bm42 --out {t}/d",
+         r"--retriever: unknown retriever 'bm42'"),
+    Case("det-bad-scenarios-file", "run deterministic --scenarios {t}/s.yaml --out {t}/d",
+         r"s\.yaml:26: scenarios\[1\]\.faults\[0\]\.op: unknown fault operator 'nosuch'", files={"s.yaml": _scen("op: serve_superseded", "op: nosuch")}),
+    Case("det-missing-scenarios-file", "run deterministic --scenarios {t}/nope.yaml --out {t}/d",
+         r"nope\.yaml: cannot read file"),
+    Case("det-bad-mitigations-file", "run deterministic --mitigations {t}/m.yaml --out {t}/d",
+         r"m\.yaml:27: mitigations\[5\]\.kind: unknown mitigation kind 'nosuch'", files={"m.yaml": _mitig("kind: access_abstention", "kind: nosuch")}),
+    Case("det-missing-corpus", "run deterministic --corpus {t}/none --out {t}/d", r"none/manifest\.json: missing \(build the corpus with `layerlab corpus build`\)"),
+    Case("det-corpus-a-file", "run deterministic --corpus {t}/taken --out {t}/d", r"taken/manifest\.json: missing \(build the corpus",
+         files={"taken": "mine\n"}),
+    Case("det-no-out", "run deterministic", r"run deterministic: Missing option '--out'", code=2),
+]  # fmt: skip
+
+CASES += [
+    # run live: models and endpoints
+    # a name litellm cannot route is found by the preflight call, after the (private, default)
+    # reply cache is opened: the run folder is never made, the empty cache stays (cache_made)
+    Case("live-model-without-provider", "run live -m gpt-nothing --tasks hr-01-q1 --out {t}/run",
+         r"^error: --model: 'gpt-nothing' names no provider \(write provider/name, e\.g\. openai/gpt-4o-mini\)"),
+    Case("live-model-empty", "run live -m '' --tasks hr-01-q1 --out {t}/run",
+         r"--model '': expected provider/name, e.g. openai/gpt-4o-mini"),
+    Case("live-model-unknown-local", "run live -m local/nosuch --tasks hr-01-q1 --out {t}/run",
+         r"unknown local model 'nosuch'; registered in models\.yaml: "),
+    Case("live-model-unknown-agent", "run live -m layerlab/nope --tasks hr-01-q1 --out {t}/run",
+         r"--model: unknown reference agent 'layerlab/nope'"),
+    Case("live-model-provider-only", "run live -m openai/ --tasks hr-01-q1 --out {t}/run",
+         r"--model 'openai/': expected provider/name"),
+    Case("live-model-name-only", "run live -m /gpt-4o --tasks hr-01-q1 --out {t}/run",
+         r"--model '/gpt-4o': expected provider/name"),
+    Case("live-no-model", "run live --tasks hr-01-q1 --out {t}/run", r"-m/--model: give at least one model"),
+    Case("live-api-base-no-scheme", LIVE + " --api-base localhost:8080", r"--api-base: expected an http\(s\) URL"),
+    Case("live-api-base-ftp", LIVE + " --api-base ftp://example.org/v1", r"--api-base: expected an http\(s\) URL"),
+    Case("live-api-base-no-host", LIVE + " --api-base http:///v1", r"--api-base: expected an http\(s\) URL such as http://127\.0\.0\.1:8080/v1"),
+    Case("live-api-base-password", LIVE + " --api-base http://u:secret@127.0.0.1:9/v1", r"--api-base: the URL carries credentials: user or password"),
+    Case("live-api-base-token", LIVE + " --api-base http://127.0.0.1:9/v1?key=secret", r"--api-base: the URL carries credentials: a secret query parameter \(key=\)"),
+    Case("live-no-out", "run live -m layerlab/extractive", r"run live: Missing option '--out'", code=2),
+    Case("live-out-a-file", LIVE.replace("{t}/run", "{t}/taken"), r"--out \S+taken: is an existing file",
+         files={"taken": "mine\n"}),
+    Case("live-out-under-a-file", LIVE.replace("{t}/run", "{t}/taken/run"), r"taken is a file, expected a folder",
+         files={"taken": "mine\n"}),
+    Case("live-budget-negative", LIVE + " --budget -5", r"--budget: expected a number of calls >= 0, got -5"),
+    Case("live-budget-a-word", LIVE + " --budget lots", r"Invalid value for '--budget': .*valid integer", code=2),
+    Case("live-budget-a-fraction", LIVE + " --budget 1.5", r"Invalid value for '--budget': .*valid integer", code=2),
+    Case("live-concurrency-zero", LIVE + " --concurrency 0", r"Invalid value for '--concurrency': .*greater than or equal to 1", code=2),
+    Case("live-concurrency-negative", LIVE + " --concurrency -3", r"Invalid value for '--concurrency': .*greater than or equal to 1", code=2),
+    Case("live-max-error-rate-above-one", LIVE + " --max-error-rate 1.5", r"--max-error-rate: expected a share between 0 and 1"),
+    Case("live-max-error-rate-negative", LIVE + " --max-error-rate -0.1", r"--max-error-rate: expected a share between 0 and 1"),
+    Case("live-max-error-rate-nan", LIVE + " --max-error-rate nan", r"--max-error-rate: expected a share between 0 and 1"),
+    Case("live-limit-zero", LIVE + " --limit 0", r"Invalid value for '--limit': .*greater than or equal to 1", code=2),
+    Case("live-limit-negative", LIVE + " --limit -2", r"Invalid value for '--limit': .*greater than or equal to 1", code=2),
+    Case("live-limit-too-many", LIVE + " --limit 5", r"--limit 5: only 1 tasks to choose from"),
+    Case("live-replicates-zero", LIVE + " --replicates 0", r"Invalid value for '--replicates': .*greater than or equal to 1", code=2),
+    Case("live-temperature-negative", LIVE + " --temperature -1", r"--temperature: expected 0 to 2, got -1\.0"),
+    Case("live-temperature-too-high", LIVE + " --temperature 3", r"--temperature: expected 0 to 2, got 3\.0"),
+    Case("live-temperature-nan", LIVE + " --temperature nan", r"--temperature: expected 0 to 2, got nan"),
+    Case("live-top-p-zero", LIVE + " --top-p 0", r"--top-p \(top_p\): expected a share in \(0, 1\], got 0\.0"),
+    Case("live-top-p-above-one", LIVE + " --top-p 1.5", r"--top-p \(top_p\): expected a share in \(0, 1\], got 1\.5"),
+    Case("live-response-format", LIVE + " --response-format xml", r"--response-format 'xml': expected 'none' or 'json_schema'"),
+    Case("live-timeout-zero", LIVE + " --timeout 0", r"--timeout: expected seconds > 0, got 0\.0"),
+    Case("live-max-tokens-zero", LIVE + " --max-tokens 0", r"--max-tokens \(max_tokens\): expected a token cap > 0, got 0"),
+    Case("live-attempts-zero", LIVE + " --attempts 0", r"--attempts: attempts must be >= 1, got 0"),
+    Case("live-backoff-negative", LIVE + " --backoff -1", r"--backoff: expected seconds >= 0, got -1\.0"),
+    Case("live-local-servers-zero", LIVE + " --local-servers 0", r"Invalid value for '--local-servers': .*greater than or equal to 1", code=2),
+    Case("live-seed-a-word", LIVE + " --seed abc", r"Invalid value for '--seed': .*valid integer", code=2),
+    Case("live-retry-errors-alone", LIVE + " --retry-errors", r"--retry-errors: only with --resume"),
+    # run live: tasks, scenarios, mitigations, files
+    Case("live-tasks-unknown", LIVE.replace("hr-01-q1", "hr-99-q1"), r"--tasks: unknown task id\(s\) \['hr-99-q1'\]"),
+    Case("live-tasks-not-ids", LIVE.replace("hr-01-q1", "'90 days'"), r"--tasks: '90 days' is not a task id \(expected ids like hr-01-q1\)"),
+    Case("live-tasks-commas-only", LIVE.replace("hr-01-q1", ",,"), r"--tasks: no task ids given"),
+    Case("live-tasks-missing-file", LIVE.replace("hr-01-q1", "{t}/ids.txt"), r"--tasks \S+ids\.txt: no such file"),
+    Case("live-tasks-empty-file", LIVE.replace("hr-01-q1", "{t}/ids.txt"), r"--tasks \S+ids\.txt: no task ids given",
+         files={"ids.txt": "\n\n"}),
+    Case("live-tasks-latin1-file", LIVE.replace("hr-01-q1", "{t}/ids.txt"), r"--tasks \S+ids\.txt: cannot read the file as UTF-8",
+         files={"ids.txt": b"hr-01-q1\n\xff\n"}),
+    Case("live-scenario-unknown", LIVE.replace("clean", "sunny"), r"--scenario: unknown scenario\(s\) \['sunny'\]"),
+    Case("live-mitigation-unknown", LIVE + " --mitigation lenient", r"--mitigation: unknown mitigation 'lenient'"),
+    Case("live-corpus-missing", LIVE + " --corpus {t}/none", r"none/manifest\.json: missing \(build the corpus"),
+    Case("live-scenarios-bad", LIVE + " --scenarios {t}/s.yaml", r"s\.yaml:26: scenarios\[1\]\.faults\[0\]\.op: unknown fault operator 'nosuch'",
+         files={"s.yaml": _scen("op: serve_superseded", "op: nosuch")}),
+    Case("live-cache-dir-in-run", LIVE + " --cache-dir {t}/run/cache", r"--cache-dir \S+run/cache: inside the run folder"),
+    Case("live-sample-log-in-run", LIVE + " --sample-log {t}/run/s.jsonl", r"--sample-log \S+: inside the run folder"),
+    Case("live-sample-log-a-folder", LIVE + " --sample-log {t}/logs", r"--sample-log \S+logs: is a folder",
+         files={"logs/keep": "x\n"}),
+    Case("live-sample-log-foreign-file", LIVE + " --sample-log {t}/notes.txt",
+         r"--sample-log \S+notes\.txt: an existing file that is not a layerlab sample log",
+         files={"notes.txt": "my notes\n"}),
+    # a run that fails after its sample log was opened leaves neither the log nor its folders
+    Case("live-sample-log-then-unknown-scenario",
+         LIVE.replace("clean", "sunny") + " --sample-log {t}/private/logs/s.jsonl",
+         r"--scenario: unknown scenario\(s\) \['sunny'\]"),
+    Case("cfg-sample-log-then-unknown-agent", CFG, r"--model: unknown reference agent 'layerlab/nope' \(did you mean 'layerlab/cautious'\?\); known: \['cautious', 'extractive'\]",
+         files={"run.yaml": "models:\n  - model: layerlab/nope\nsample_log: private/logs/s.jsonl\n"}),
+    # run live --config: each field wrong (one problem each: one line naming file:line: field)
+    Case("cfg-missing-file", CFG.replace("run.yaml", "nope.yaml"), r"nope\.yaml: cannot read file \(.*No such file"),
+    Case("cfg-malformed-yaml", CFG, r"run\.yaml:\d+: not valid YAML", files={"run.yaml": "models: [\n"}),
+    Case("cfg-not-a-mapping", CFG, r"run\.yaml:1: expected a mapping", files={"run.yaml": "- layerlab/extractive\n"}),
+    Case("cfg-no-models", CFG, r"run\.yaml:1: models: required field is missing", files={"run.yaml": "limit: 2\n"}),
+    Case("cfg-empty-models", CFG, r"run\.yaml:1: models: .*at least 1 item", files={"run.yaml": "models: []\n"}),
+    Case("cfg-unknown-key", CFG, r"run\.yaml:3: colour: unknown key", files={"run.yaml": _M + "colour: blue\n"}),
+    Case("cfg-model-unknown-key", CFG, r"run\.yaml:\d+: models\[0\]\.colour: ",
+         files={"run.yaml": _M + "    colour: blue\n"}),
+    Case("cfg-model-empty", CFG, r"run\.yaml:\d+: models\[0\]\.model: ", files={"run.yaml": "models:\n  - model: ''\n"}),
+    Case("cfg-model-unknown-agent", CFG, r"--model: unknown reference agent 'layerlab/nope'.*; known: ", files={"run.yaml": "models:\n  - model: layerlab/nope\n"}),
+    Case("cfg-api-base-not-url", CFG, r"run\.yaml:\d+: models\[0\]\.api_base.*expected an http\(s\) URL",
+         files={"run.yaml": _M + "    api_base: [localhost:8080]\n"}),
+    Case("cfg-timeout-zero", CFG, r"run\.yaml:\d+: models\[0\]\.timeout: ", files={"run.yaml": _M + "    timeout: 0\n"}),
+    Case("cfg-max-tokens-zero", CFG, r"run\.yaml:\d+: models\[0\]\.max_tokens: ", files={"run.yaml": _M + "    max_tokens: 0\n"}),
+    Case("cfg-attempts-zero", CFG, r"run\.yaml:\d+: models\[0\]\.attempts: ", files={"run.yaml": _M + "    attempts: 0\n"}),
+    Case("cfg-backoff-negative", CFG, r"run\.yaml:\d+: models\[0\]\.backoff: ", files={"run.yaml": _M + "    backoff: -1\n"}),
+    Case("cfg-temperature-high", CFG, r"run\.yaml:\d+: models\[0\]\.temperature: ", files={"run.yaml": _M + "    temperature: 3\n"}),
+    Case("cfg-top-p-zero", CFG, r"run\.yaml:\d+: models\[0\]\.top_p: ", files={"run.yaml": _M + "    top_p: 0\n"}),
+    Case("cfg-response-format", CFG, r"run\.yaml:\d+: models\[0\]\.response_format: ", files={"run.yaml": _M + "    response_format: xml\n"}),
+    Case("cfg-local-servers-zero", CFG, r"run\.yaml:\d+: models\[0\]\.local_servers: ", files={"run.yaml": _M + "    local_servers: 0\n"}),
+    Case("cfg-seed-a-word", CFG, r"run\.yaml:\d+: models\[0\]\.seed: ", files={"run.yaml": _M + "    seed: abc\n"}),
+    Case("cfg-defaults-unknown-key", CFG, r"run\.yaml:\d+: defaults\.colour: ", files={"run.yaml": _M + "defaults: {colour: blue}\n"}),
+    Case("cfg-defaults-temperature", CFG, r"run\.yaml:\d+: defaults\.temperature: ", files={"run.yaml": _M + "defaults: {temperature: -1}\n"}),
+    Case("cfg-scenario-unknown", CFG, r"run\.yaml:\d+: scenarios\[0\]: .*sunny", files={"run.yaml": _M + "scenarios: [sunny]\n"}),
+    Case("cfg-scenarios-a-string", CFG, r"run\.yaml:3: scenarios: expected list, got str", files={"run.yaml": _M + "scenarios: clean\n"}),
+    Case("cfg-mitigation-unknown", CFG, r"run\.yaml:\d+: mitigations\[0\]: .*lenient", files={"run.yaml": _M + "mitigations: [lenient]\n"}),
+    Case("cfg-task-unknown", CFG, r"run\.yaml:\d+: tasks\[0\]: .*hr-99-q1", files={"run.yaml": _M + "tasks: [hr-99-q1]\n"}),
+    Case("cfg-limit-zero", CFG, r"run\.yaml:3: limit: .*greater than or equal to 1", files={"run.yaml": _M + "limit: 0\n"}),
+    Case("cfg-limit-too-many", CFG, r"limit: 100000 tasks asked, only 240 to choose from", files={"run.yaml": _M + "limit: 100000\n"}),
+    Case("cfg-replicates-zero", CFG, r"run\.yaml:3: replicates: .*greater than or equal to 1", files={"run.yaml": _M + "replicates: 0\n"}),
+    Case("cfg-budget-negative", CFG, r"run\.yaml:3: budget: .*greater than or equal to 0", files={"run.yaml": _M + "budget: -1\n"}),
+    Case("cfg-concurrency-zero", CFG, r"run\.yaml:3: concurrency: .*greater than or equal to 1", files={"run.yaml": _M + "concurrency: 0\n"}),
+    Case("cfg-share-replies-a-word", CFG, r"run\.yaml:\d+: share_replies: ", files={"run.yaml": _M + "share_replies: sometimes\n"}),
+    Case("cfg-max-error-rate", CFG, r"run\.yaml:\d+: max_error_rate: ", files={"run.yaml": _M + "max_error_rate: 2\n"}),
+    Case("cfg-sample-log-empty", CFG, r"run\.yaml:3: sample_log: .*at least 1 character", files={"run.yaml": _M + "sample_log: ''\n"}),
+    Case("cfg-duplicate-key", CFG, r"run\.yaml:\d+: limit: duplicate key 'limit'", files={"run.yaml": _M + "limit: 1\nlimit: 2\n"}),
+    Case("cfg-flag-beside-config", CFG + " --budget 3", r"--budget: set it in the run configuration"),
+]  # fmt: skip
+
+CASES += [
+    # archive check / migrate / merge
+    Case("check-missing", "archive check {t}/nope", r"^FAIL \S+nope: does not exist"),
+    Case("check-a-text-file", "archive check {t}/notes.txt", r"^FAIL \S+notes\.txt: not a readable Parquet archive", files={"notes.txt": "hello\n"}),
+    Case("check-folder-without-manifest", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: missing \(not a layerlab run folder\)",
+         files={"run/records.parquet": lambda p: shutil.copy(REF / "records.parquet", p) and None}),
+    Case("check-empty-folder", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: missing \(not a layerlab run folder\)", files={"run/.keep": ""}),
+    Case("check-manifest-not-json", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: not valid JSON",
+         files={"run": _write_manifest_text("{not json")}),
+    Case("check-manifest-a-list", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: not a layerlab manifest \(no run_id\)", files={"run": _write_manifest_text("[]")}),
+    Case("check-manifest-key-outside-allowlist", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: keys outside the manifest allowlist: \['answers'\]",
+         files={"run": _manifest_edit(answers=["45 days"])}),
+    Case("check-truncated-parquet", "archive check {t}/run", r"^FAIL \S+run/records\.parquet: checksum \w+… differs from manifest \w+… \(modified or truncated\)", files={"run": _run_copy(_truncate_records)}),
+    Case("check-checksum-mismatch", "archive check {t}/run", r"^FAIL \S+run/records\.parquet: checksum \w+… differs from manifest", files={"run": _run_copy(_append_records)}),
+    Case("check-manifest-edited", "archive check {t}/run", r"manifest checksum does not match",
+         files={"run": _run_copy(lambda r: (r / "manifest.json").write_text((r / "manifest.json").read_text().replace('"complete": true', '"complete": false')))}),
+    Case("check-bare-truncated-parquet", "archive check {t}/a.parquet", r"^FAIL \S+a\.parquet: not a readable Parquet archive",
+         files={"a.parquet": lambda p: (REF / "records.parquet").read_bytes()[:999]}),
+    Case("migrate-missing", "archive migrate {t}/nope", r"^FAIL \S+nope: does not exist \(expected an archive file or run folder\) \(not migrated\)"),
+    Case("migrate-a-text-file", "archive migrate {t}/notes.txt", r"^FAIL \S+notes\.txt: not a readable Parquet archive.*\(not migrated\)", files={"notes.txt": "hello\n"}),
+    Case("migrate-manifest-not-json", "archive migrate {t}/run", r"^FAIL \S+run/manifest\.json: not valid JSON.*\(not migrated\)", files={"run": _write_manifest_text("{not json")}),
+    Case("migrate-truncated-parquet", "archive migrate {t}/run", r"^FAIL \S+run/records\.parquet: checksum differs from its manifest .*\(not migrated\)", files={"run": _run_copy(_truncate_records)}),
+    Case("migrate-checksum-mismatch", "archive migrate {t}/run", r"^FAIL \S+run/records\.parquet: checksum differs from its manifest .*\(not migrated\)", files={"run": _run_copy(_append_records)}),
+    Case("merge-missing", "archive merge {t}/nope --out {t}/m", r"nope\S*: .*\(nothing written\)"),
+    Case("merge-a-text-file", "archive merge {t}/notes.txt --out {t}/m", r"notes\.txt\S*: .*\(nothing written\)", files={"notes.txt": "hello\n"}),
+    Case("merge-manifest-not-json", "archive merge {t}/run {ref} --out {t}/m", r"run/manifest\.json: not valid JSON.*\(nothing written\)", files={"run": _write_manifest_text("{not json")}),
+    Case("merge-truncated-parquet", "archive merge {t}/run --out {t}/m", r"run/records\.parquet: checksum \w+… differs from manifest.*\(nothing written\)", files={"run": _run_copy(_truncate_records)}),
+    Case("merge-checksum-mismatch", "archive merge {t}/run --out {t}/m", r"run/records\.parquet: checksum \w+… differs from manifest.*\(nothing written\)", files={"run": _run_copy(_append_records)}),
+    Case("merge-key-outside-allowlist", "archive merge {t}/run --out {t}/m", r"run/manifest\.json: keys outside the manifest allowlist: \['answers'\] \(nothing written\)", files={"run": _manifest_edit(answers=["45 days"])}),
+    Case("merge-no-out", "archive merge {ref}", r"archive merge: Missing option '--out'", code=2),
+    # recompute
+    Case("recompute-no-archives", "recompute --out {t}/tables", r"recompute: Missing argument 'ARCHIVE\.\.\.'", code=2),
+    Case("recompute-empty-folder", "recompute {t}/empty --out {t}/tables", r"empty/manifest\.json: missing \(not a layerlab run folder\) \(nothing written\)", files={"empty/.keep": ""}),
+    Case("recompute-missing", "recompute {t}/nope --out {t}/tables", r"nope: does not exist \(nothing written\)"),
+    Case("recompute-bad-design", "recompute {ref} --design diagonal --out {t}/tables", r"--design: expected one of auto, crossed, nested, tasks; got 'diagonal'"),
+    Case("recompute-n-boot-zero", "recompute {ref} --n-boot 0 --out {t}/tables", r"Invalid value for '--n-boot': .*greater than or equal to 100", code=2),
+    Case("recompute-truncated", "recompute {t}/run --out {t}/tables", r"run/records\.parquet: checksum \w+… differs from manifest.*\(nothing written\)", files={"run": _run_copy(_truncate_records)}),
+    Case("recompute-bad-matrix", "recompute {ref} --matrix {t}/nope --out {t}/tables", r"nope: does not exist \(nothing written\)"),
+    # report / view / compare
+    Case("report-missing", "report {t}/nope --out {t}/r.html", r"nope: does not exist \(expected a run folder or an archive file\) \(nothing written\)"),
+    Case("report-out-a-folder", "report {ref} --out {t}/d", r"--out \S+d: is a folder, expected a file path",
+         files={"d/keep": "x\n"}),
+    Case("report-out-under-a-file", "report {ref} --out {t}/taken/r.html", r"taken is a file, expected a folder",
+         files={"taken": "mine\n"}),
+    Case("report-empty-folder", "report {t}/empty --out {t}/r.html", r"empty/manifest\.json: missing \(not a layerlab run folder\) \(nothing written\)", files={"empty/.keep": ""}),
+    Case("report-truncated", "report {t}/run --out {t}/r.html", r"run/records\.parquet: checksum \w+… differs from manifest.*\(nothing written\)", files={"run": _run_copy(_truncate_records)}),
+    Case("view-missing", "view {t}/nope.jsonl --out {t}/v.html", r"nope\.jsonl: does not exist \(expected a sample log, run folder or archive\) \(nothing written\)"),
+    Case("view-non-utf8-line", "view {t}/s.jsonl --out {t}/v.html", r"s\.jsonl:1: not UTF-8 \(byte 0xe9 at column 15; expected a sample log",
+         files={"s.jsonl": b'{"model": "caf\xe9"}\n'}),
+    Case("view-not-json", "view {t}/s.jsonl --out {t}/v.html", r"s\.jsonl:1: not a JSON line", files={"s.jsonl": "hello\n"}),
+    Case("view-not-an-entry", "view {t}/s.jsonl --out {t}/v.html", r"s\.jsonl:1: not a sample-log entry", files={"s.jsonl": "{}\n"}),
+    Case("view-out-a-folder", "view {ref} --out {t}/d", r"--out \S+d: is a folder, expected a file path", files={"d/keep": "x\n"}),
+    Case("view-empty-log", "view {t}/s.jsonl --out {t}/v.html", r"no records in the given inputs \(nothing written\)", files={"s.jsonl": ""}),
+    Case("compare-missing", "compare {t}/nope", r"nope: does not exist \(nothing written\)"),
+    Case("compare-bad-outcome", "compare {ref} {ref} --outcome sucess", r"--outcome: 'sucess' is not an archive label"),
+    Case("compare-json-a-folder", "compare {ref} {ref} --json {t}/d", r"--json \S+d: is a folder", files={"d/keep": "x\n"}),
+    Case("compare-truncated", "compare {t}/run {ref}", r"run/records\.parquet: checksum \w+… differs from manifest.*\(nothing written\)", files={"run": _run_copy(_truncate_records)}),
+    # explore
+    Case("explore-unknown-task", "explore --task hr-99-q1 --scenario clean", r"--task: unknown task 'hr-99-q1' \(e\.g\. "),
+    Case("explore-unknown-scenario", "explore --task hr-01-q1 --scenario sunny", r"--scenario: unknown scenario 'sunny'; known: "),
+    Case("explore-unknown-mitigation", "explore --task hr-01-q1 --scenario clean --mitigation lenient", r"--mitigation: unknown mitigation 'lenient'; known: "),
+    Case("explore-unknown-reader", "explore --task hr-01-q1 --scenario clean --reader oracle", r"--reader: unknown reader 'oracle'; known: \['cautious', 'extractive'\]"),
+    # models and the dictionary
+    Case("models-fetch-unknown", "models fetch no-such-model", r"unknown local model 'no-such-model'"),
+    Case("models-serve-unknown", "models serve no-such-model", r"unknown local model 'no-such-model'"),
+    Case("models-fetch-missing-wheelhouse", "models fetch smollm2-135m --wheelhouse {t}/missing",
+         r"^error: --wheelhouse \S+missing: no such folder \(expected a folder holding smollm2-135m's"),
+    Case("models-fetch-wheelhouse-a-file", "models fetch smollm2-135m --wheelhouse {t}/taken",
+         r"^error: --wheelhouse \S+taken: is not a folder", files={"taken": "mine\n"}),
+    Case("dictionary-out-a-folder", "dictionary --out {t}/d", r"--out \S+d: is a folder, expected a file path",
+         files={"d/keep": "x\n"}),
+    Case("dictionary-out-under-a-file", "dictionary --out {t}/taken/D.md", r"taken is a file, expected a folder",
+         files={"taken": "mine\n"}),
+]  # fmt: skip
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every file and folder under ``root`` with its size, mtime and mode."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (
+            st.st_size if p.is_file() else 0,
+            st.st_mtime_ns,
+            st.st_mode,
+        )
+    return out
+
+
+def _setup(t: Path, files: Files) -> None:
+    """Make each named file: text, bytes, or a builder given its path (returning text or None)."""
+    for name, content in files.items():
+        p = t / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if callable(content):
+            content = content(p)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        elif content is not None:
+            p.write_text(str(content))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, capsys, tmp_path, monkeypatch) -> None:
+    """A bad input: its exit code, one line naming the file or flag and what was expected, no
+    traceback, and nothing written anywhere under the test folder (the working directory)."""
+    import re
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path / "user-cache"))
+    _setup(tmp_path, case.files)
+    before = _tree(tmp_path)
+    args = shlex.split(case.args.format(t=tmp_path, ref=REF))
+    rc = main(args)
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == case.code, (rc, out, err)
+    assert len(lines) == 1, err
+    assert re.search(case.pattern, lines[0]), lines[0]
+    assert "Traceback" not in out + err and "a bug: please report it" not in err
+    after = _tree(tmp_path)
+    if case.cache_made:
+        after = {
+            k: v
+            for k, v in after.items()
+            if k != "user-cache" and not k.startswith("user-cache/replies")
+        }
+    assert after == before, "something was written"
+
+
+def test_an_atomic_write_over_a_folder_names_the_folder_and_leaves_no_temporary(tmp_path) -> None:
+    from layerlab._io import atomic_write_text
+
+    (tmp_path / "d").mkdir()
+    with pytest.raises(IsADirectoryError) as err:
+        atomic_write_text(tmp_path / "d", "x")
+    assert err.value.filename == str(tmp_path / "d") and "expected a file path" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"] and not any(
+        (tmp_path / "d").iterdir()
+    )

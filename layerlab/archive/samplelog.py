@@ -67,7 +67,11 @@ OUTCOMES = (
 
 
 def reasons(
-    rec: Record, entry: AnswerKeyEntry, delivered: list[str], out: ReaderOutput | None, contract: Any
+    rec: Record,
+    entry: AnswerKeyEntry,
+    delivered: list[str],
+    out: ReaderOutput | None,
+    contract: Any,
 ) -> dict[str, str]:
     """One-line reason for each of E, R, G, V and S, groundedness and the answer measures."""
     ans = out.answer if out is not None else None
@@ -198,6 +202,7 @@ class SampleLog:
 
         self.path = Path(path)
         what = "model replies and expected answers"
+        self._dirs = _missing_folders(self.path.parent)  # removed again if the log stays empty
         private_dir(self.path.parent, what, tighten=False)  # folders it makes: 0o700
         self._made = not self.path.exists()
         private_file(self.path, what)  # created 0o600, or tightened with a message
@@ -210,35 +215,63 @@ class SampleLog:
         self.count += 1
 
     def close(self) -> None:
-        """Close the log; a log left empty (a run that failed before any record) is removed."""
+        """Close the log; a log left empty (a run that failed before any record) is removed,
+        with the folders made for it."""
         self._fh.flush()
         self._fh.close()
         if self._made and self.path.stat().st_size == 0:
             self.path.unlink()
+            for d in self._dirs:  # innermost first; one another process filled stays
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, innermost first."""
+    out: list[Path] = []
+    p = Path(folder).absolute()
+    while not p.exists() and p.parent != p:
+        out.append(p)
+        p = p.parent
+    return out
 
 
 def read(path: Path) -> list[dict[str, Any]]:
     """Entries of a sample log, the last per record key; a torn last line is ignored."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
-        raise SampleLogError(f"{path}: cannot read the sample log ({exc.strerror or exc})") from None
+        raise SampleLogError(
+            f"{path}: cannot read the sample log ({exc.strerror or exc})"
+        ) from None
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for i, line in enumerate(_lines(text), 1):
+    for i, raw in _lines(data):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SampleLogError(
+                f"{path}:{i}: not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1}; "
+                "expected a sample log as layerlab writes it)"
+            ) from None
         try:
             e = json.loads(line)
         except ValueError:
-            raise SampleLogError(f"{path}:{i}: not a JSON line (expected a sample-log entry)") from None
+            raise SampleLogError(
+                f"{path}:{i}: not a JSON line (expected a sample-log entry)"
+            ) from None
         if not isinstance(e, dict) or any(k not in e for k in (*KEYS, "verdict")):
-            raise SampleLogError(f"{path}:{i}: not a sample-log entry (missing record key or verdict)")
+            raise SampleLogError(
+                f"{path}:{i}: not a sample-log entry (missing record key or verdict)"
+            )
         latest[tuple(e[k] for k in KEYS)] = e
     return [latest[k] for k in sorted(latest)]
 
 
-def _lines(text: str) -> Iterator[str]:
-    parts = text.split("\n")
-    # a final line without its newline was torn by a kill mid-write
-    for p in parts[:-1]:
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """Numbered non-blank lines; a final line without its newline was torn by a kill mid-write."""
+    for i, p in enumerate(data.split(b"\n")[:-1], 1):
         if p.strip():
-            yield p
+            yield i, p

@@ -67,6 +67,15 @@ def _check_out(out: Path, flag: str = "--out") -> None:
         raise _fail(f"{flag} {out}: {problem}")
 
 
+def _check_out_file(out: Path, flag: str = "--out") -> None:
+    """Refuse an output file path that cannot be written (a folder, under a file, read-only)."""
+    from layerlab._io import writable_file_problem
+
+    problem = writable_file_problem(out)
+    if problem:
+        raise _fail(f"{flag} {out}: {problem} (nothing written)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every error becomes one line on stderr and an exit code, never a traceback
     (set LAYERLAB_DEBUG=1 to see the traceback of an unexpected error)."""

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
 
 
 from layerlab.cli.app import (
+    _check_out,
     _load_corpus,
     _load_mitigations,
     _load_scenarios,
@@ -60,8 +61,8 @@ def spec_lint(
 
     folder = path if path.is_dir() else path.parent
     try:
+        chosen = load_domains(path)  # first: a missing or broken file is named itself
         every = load_domains(folder)
-        chosen = load_domains(path)
     except SpecError as exc:
         raise _spec_fail(exc, "problem(s) found") from None
     matcher = CueMatcher({d.domain: d.cue_words for d in every})
@@ -111,6 +112,7 @@ def corpus_build(
     """Build documents.jsonl, tasks.jsonl, answer_key.jsonl, domains.json and a manifest."""
     from layerlab.corpus import build as corpus_mod
 
+    _check_out(out)
     try:
         c, key = corpus_mod.build_from_specs(spec)
     except SpecError as exc:
@@ -195,10 +197,26 @@ def audit_corpus(
 @scenario_app.command("check")
 def scenario_check(
     path: Path = typer.Argument(paths.SCENARIO_SPEC, help="Scenario DSL file."),
+    roles: Path = typer.Option(
+        None,
+        "--roles",
+        help="Also check this roles file against the scenarios (default: the committed "
+        "roles.yaml when checking the committed scenarios).",
+    ),
 ) -> None:
-    """Validate a scenario file; one line per problem, exit 1 if any."""
+    """Validate a scenario file (and the roles that name its scenarios); one line per problem,
+    exit 1 if any."""
+    from layerlab.faults.roles import load_roles
+
     scen = _load_scenarios(path)
-    typer.echo(f"ok: {len(scen)} scenario(s) in {path}")
+    if roles is None and Path(path).resolve() == paths.SCENARIO_SPEC.resolve():
+        roles = paths.ROLE_SPEC
+    if roles is not None:
+        try:
+            load_roles(roles, path)
+        except SpecError as exc:
+            raise _spec_fail(exc, "roles problem(s)") from None
+    typer.echo(f"ok: {len(scen)} scenario(s) in {path}" + (f"; roles in {roles}" if roles else ""))
 
 
 @scenario_app.command("list")

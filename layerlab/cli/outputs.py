@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
 
 from layerlab.cli.app import (
     _check_out,
+    _check_out_file,
     _fail,
     app,
 )
@@ -144,8 +145,8 @@ def compare_cmd(
     from layerlab.analysis import compare
     from layerlab.reporting import terminal
 
-    if json_out is not None and json_out.is_dir():
-        raise _fail(f"--json {json_out}: is a folder, expected a file path")
+    if json_out is not None:
+        _check_out_file(json_out, "--json")
     try:
         if matrix:
             blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed)
@@ -310,10 +311,18 @@ def explore_cmd(
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab.mitigations import load_mitigations
     from layerlab.reporting import explore
+    from layerlab.system.reader import READERS
 
     try:
         mode = mode or load_mitigations().baseline
         load_mitigations().arm(mode)
+    except KeyError as exc:
+        raise _fail(f"--mitigation: {exc.args[0]}") from None
+    try:
+        READERS.lookup(reader)
+    except KeyError as exc:
+        raise _fail(f"--reader: {exc.args[0]}") from None
+    try:
         t = explore.trace(task, scenario, mode, reader)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
@@ -332,6 +341,7 @@ def report_cmd(
     separate baseline, a model x scenario breakdown, diagnostics, figures and provenance."""
     from layerlab.reporting import htmlreport
 
+    _check_out_file(out)
     try:
         htmlreport.write(inputs, out, title)
     except (htmlreport.ReportError, ValueError) as exc:
@@ -354,6 +364,7 @@ def view_cmd(
     by outcome and diagnostic; verdict first, the path below. From a sample log it is private."""
     from layerlab.reporting import viewer
 
+    _check_out_file(out)
     try:
         viewer.write(inputs, out)
     except viewer.ViewError as exc:
@@ -374,6 +385,8 @@ def dictionary_cmd(
     from layerlab._io import atomic_write_text
     from layerlab.reporting import dictionary
 
+    if not check:
+        _check_out_file(out)
     problems = dictionary.missing_entries()
     for p in problems:
         typer.echo(p, err=True)

@@ -92,6 +92,7 @@ def mitigation_run(
     from layerlab.analysis import specificity
     from layerlab.system.reader import READERS
 
+    _check_out(out)
     spec = _load_mitigations(spec_path)
     try:
         READERS.lookup(reader)
@@ -100,9 +101,15 @@ def mitigation_run(
     try:
         for m in mitigation or []:
             spec.arm(m)
-        man = specificity.run_archive(out, mitigation or None, reader, spec_path)
     except KeyError as exc:
-        raise _fail(str(exc.args[0])) from None
+        raise _fail(f"--mitigation: {exc.args[0]}") from None
+    from layerlab.system.reader import READERS
+
+    try:
+        READERS.lookup(reader)
+    except KeyError as exc:
+        raise _fail(f"--reader: {exc.args[0]}") from None
+    man = specificity.run_archive(out, mitigation or None, reader, spec_path)
     typer.echo(
         f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})"
     )

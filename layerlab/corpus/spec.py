@@ -330,6 +330,30 @@ def spec_files(path: Path) -> list[Path]:
     return [path]
 
 
+def _domain_mismatch(f: Path) -> SpecProblem | None:
+    """The problem of a file whose ``domain`` is a name other than its file name, or None."""
+    try:
+        node = yaml.compose(f.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        data = yaml.safe_load(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # load_yaml_as reports these
+    domain = data.get("domain") if isinstance(data, dict) else None
+    if not isinstance(domain, str) or domain == f.stem:
+        return None
+    return SpecProblem(
+        str(f),
+        _line_of(node, ("domain",)),
+        "domain",
+        f"domain {domain!r} must match the file name {f.stem!r} (rename the file or the domain; "
+        f"policy ids start with the domain name)",
+    )
+
+
+def _follows_from(mismatch: SpecProblem | None, p: SpecProblem) -> bool:
+    """Whether ``p`` is an id-prefix error that only restates a domain/file-name mismatch."""
+    return mismatch is not None and "must start with the domain name" in p.message
+
+
 def load_domains(path: Path) -> list[DomainSpec]:
     """Load and cross-check every domain spec under ``path`` (a folder or one file).
 
@@ -341,10 +365,13 @@ def load_domains(path: Path) -> list[DomainSpec]:
     problems: list[SpecProblem] = []
     domains: list[tuple[Path, DomainSpec]] = []
     for f in files:
+        mismatch = _domain_mismatch(f)
+        if mismatch is not None:  # the real problem first, not one id error per policy
+            problems.append(mismatch)
         try:
             domains.append((f, load_yaml_as(f, DomainSpec)))
         except SpecError as exc:
-            problems.extend(exc.problems)
+            problems.extend(p for p in exc.problems if not _follows_from(mismatch, p))
     seen_domain: dict[str, Path] = {}
     seen_policy: dict[str, Path] = {}
     cue_owner: dict[str, str] = {}
@@ -359,12 +386,6 @@ def load_domains(path: Path) -> list[DomainSpec]:
                 )
             )
         seen_domain[d.domain] = f
-        if f.stem != d.domain:
-            problems.append(
-                SpecProblem(
-                    str(f), 1, "domain", f"domain {d.domain!r} must match the file name {f.stem!r}"
-                )
-            )
         for i, p in enumerate(d.policies):
             if p.id in seen_policy and seen_policy[p.id] != f:
                 problems.append(

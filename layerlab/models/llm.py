@@ -118,14 +118,21 @@ class ProviderSettings:
     api_bases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # each message names the flag (the run-configuration key is the same word)
         if self.attempts < 1:
-            raise ValueError("attempts must be >= 1")
-        if self.timeout_s <= 0 or self.max_tokens <= 0 or self.backoff_s < 0:
-            raise ValueError("timeout, max_tokens must be > 0 and backoff >= 0")
+            raise ValueError(f"--attempts: attempts must be >= 1, got {self.attempts}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"--timeout: expected seconds > 0, got {self.timeout_s}")
+        if self.max_tokens <= 0:
+            raise ValueError(
+                f"--max-tokens (max_tokens): expected a token cap > 0, got {self.max_tokens}"
+            )
+        if not self.backoff_s >= 0:
+            raise ValueError(f"--backoff: expected seconds >= 0, got {self.backoff_s}")
         if self.temperature is not None and not 0.0 <= self.temperature <= 2.0:
-            raise ValueError(f"temperature must be between 0 and 2, got {self.temperature}")
+            raise ValueError(f"--temperature: expected 0 to 2, got {self.temperature}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ValueError(f"--top-p (top_p): expected a share in (0, 1], got {self.top_p}")
 
     def request_params(self) -> dict[str, Any]:
         """What goes into the request (and into the cache key): never a key or header."""
@@ -153,9 +160,7 @@ class ProviderSettings:
             d.pop("top_p")
         return d
 
-    def delay(
-        self, attempt: int, rng: random.Random, retry_after: float | None = None
-    ) -> float:
+    def delay(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number ``attempt`` (1-based).
 
         Exponential with "equal jitter": uniform in [b/2, b] for b = ``backoff_s`` * 2**(attempt-1),

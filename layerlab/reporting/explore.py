@@ -134,9 +134,9 @@ def trace(
     scen = scenarios or load_scenarios()
     tasks = {t.task_id: t for t in c.tasks}
     if task_id not in tasks:
-        raise KeyError(f"unknown task {task_id!r} (e.g. {c.tasks[0].task_id})")
+        raise KeyError(f"--task: unknown task {task_id!r} (e.g. {c.tasks[0].task_id})")
     if scenario not in scen:
-        raise KeyError(f"unknown scenario {scenario!r}; known: {list(scen)}")
+        raise KeyError(f"--scenario: unknown scenario {scenario!r}; known: {list(scen)}")
     task = tasks[task_id]
     mode = mode or load_mitigations().baseline
     prep = prepare(c, scen[scenario], retrieval.REPORTED.name)

@@ -85,7 +85,9 @@ class LiveConfig:
         if self.share_replies is None:
             object.__setattr__(self, "share_replies", settings.temperature == 0)
         if self.response_format not in ("none", "json_schema"):
-            raise ValueError("response_format must be 'none' or 'json_schema'")
+            raise ValueError(
+                f"--response-format {self.response_format!r}: expected 'none' or 'json_schema'"
+            )
 
     def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
         """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
@@ -114,7 +116,9 @@ def check_model_name(model: str) -> None:
     preflight asks)."""
     from layerlab.models import agents
 
-    provider, _ = split_model(model)
+    provider, name = split_model(model)
+    if not name.strip() or ("/" in model and not provider.strip()):
+        raise LiveRunError(f"--model {model!r}: expected provider/name, e.g. openai/gpt-4o-mini")
     if "/" not in model:
         known = [f"{models_mod.PREFIX}{n}" for n in _local_names()]
         known += [f"{agents.PROVIDER}/{a}" for a in agents.AGENTS]
