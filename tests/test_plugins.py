@@ -74,6 +74,8 @@ def test_an_installed_plugin_mitigation_gets_its_table10_row(site: Path, tmp_pat
     )
     assert res.returncode == 0, res.stderr
     assert "arms: strict, toy_guard" in res.stdout
+    hashes = json.loads((run / "manifest.json").read_text())["spec_hashes"]
+    assert set(hashes) == {"corpus", "scenarios", "mitigations", "mitigations:toy"}  # its arms file
     t10 = _python(_TABLE10, site, str(run))
     assert t10.returncode == 0, t10.stderr
     row = json.loads(t10.stdout.split("ROW ", 1)[1])

@@ -29,7 +29,7 @@ from layerlab.analysis.provenance import records_frame
 from layerlab.analysis.units import blocks
 from layerlab.faults.scenario import Scenario, load_scenarios
 from layerlab.harness import deterministic as harness
-from layerlab.mitigations import MitigationSet, load_mitigations, targets
+from layerlab.mitigations import ARM_FILES, MitigationSet, load_mitigations, targets
 
 OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
 SPECIFIC, INEFFECTIVE = "specific", "ineffective"
@@ -210,6 +210,8 @@ def run_archive(
         "corpus": c.spec_hash,
         "scenarios": spec_hash(paths.SCENARIO_SPEC),
         "mitigations": spec_hash(mpath),
+        # a plug-in's arms are part of what determines the records: each arms file's hash
+        **{f"mitigations:{n}": spec_hash(Path(ARM_FILES[n])) for n in sorted(ARM_FILES)},
     }
     ident = {"v": __version__, **hashes, "arms": names, "reader": reader}
     run_id = "mitig-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
