@@ -48,10 +48,12 @@ def _table(
         out = pd.concat(frames, ignore_index=True)
         out = out[["block", *[c for c in out.columns if c != "block"]]]
         out.attrs["caption"] = _captions_blocks(matrix, records)[name]
+        out.attrs["notes"] = _notes()
     else:
         assert isinstance(records, pd.DataFrame)
         out = build(matrix)
         out.attrs["caption"] = _captions(matrix, records)[name]
+        out.attrs["notes"] = _notes()
     return out
 
 
@@ -125,36 +127,37 @@ def _cells(m: Matrix) -> pd.DataFrame:
 
 
 def _captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
-    """Captions of ``table10`` and ``table10_cells`` for one matrix."""
-    main = _caption(m, df)
+    """Captions of ``table10`` and ``table10_cells`` for one matrix: what each table shows and what
+    the archive holds; how the intervals and the verdict are read is in :func:`_notes`."""
+    units = sorted(set(df["provider"] + "/" + df["model"]))
+    n = int(df["mitigation"].eq(m.baseline).sum())
+    archive = f" Archive: {', '.join(units)}, {n} baseline records." + (
+        f" Note: {m.note}." if m.note else ""
+    )
     return {
-        "table10": main,
-        "table10_cells": "Specificity matrix cells: "
-        + main.split(": ", 1)[1].replace(
-            " Target gain = ", " Per mitigation in Table 10: target gain = "
-        ),
+        "table10": "Mitigation x scenario specificity matrix: per mitigation, its paired effect "
+        f"against the {m.baseline} baseline on its target scenarios (target gain) and off target "
+        "(the largest change), the margin and the verdict, in percentage points." + archive,
+        "table10_cells": "Specificity matrix cells: the paired effect of each mitigation against "
+        f"the {m.baseline} baseline on each scenario, in percentage points, with its 95% interval; "
+        "* marks target scenarios (the mitigation's layer)." + archive,
     }
 
 
-def _caption(m: Matrix, df: pd.DataFrame) -> str:
-    """Table 10's caption, with the verdict rule and what the archive holds."""
+def _notes() -> str:
+    """Table 10's notes, stated once under the table: the outcome, the intervals, the margin and
+    the verdict rule."""
     from layerlab.analysis.specificity import VERDICT_RULE
 
-    units = sorted(set(df["provider"] + "/" + df["model"]))
-    n = int(df["mitigation"].eq(m.baseline).sum())
     return (
-        f"Mitigation x scenario specificity matrix: paired effect of each mitigation against the "
-        f"{m.baseline} baseline, in percentage points, on the scenario's judged outcome (strict success "
-        f"on answerable scenarios, safe resolution - a structured non-answer - on unsafe ones), with "
-        f"marginal bootstrap 95% intervals per cell (each covers its own effect; together they "
-        f"are not simultaneous); * marks target scenarios (the mitigation's layer). Target gain "
-        f"= the smallest gain over the target scenarios, with that cell's marginal interval (as "
-        f"in the cells table) and the mitigation's simultaneous 95% band over all its cells, "
-        f"which the verdict reads. Margin = target gain minus the largest "
-        f"absolute off-target change whose simultaneous band excludes zero, with an interval "
-        f"projected from that band (it covers when off-target effects are zero but noisy). "
-        f"{VERDICT_RULE} Archive: {', '.join(units)}, {n} baseline records."
-        + (f" Note: {m.note}." if m.note else "")
+        "Effects are on the scenario's judged outcome (strict success on answerable scenarios, "
+        "safe resolution - a structured non-answer - on unsafe ones). Cell intervals are marginal "
+        "bootstrap 95% intervals (each covers its own effect; together they are not simultaneous). "
+        "Target gain = the smallest gain over the target scenarios, with that cell's marginal "
+        "interval (as in the cells table) and the mitigation's simultaneous 95% band over all its "
+        "cells, which the verdict reads. Margin = target gain minus the largest absolute "
+        "off-target change whose simultaneous band excludes zero, with an interval projected from "
+        f"that band (it covers when off-target effects are zero but noisy). {VERDICT_RULE}"
     )
 
 
