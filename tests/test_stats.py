@@ -214,7 +214,8 @@ def test_table4_caption_states_design_and_units(tmp_path: object) -> None:
     df = synthetic.synthetic_frame(n_units=6, seed=2, effects={"clean": 0.0, "schema_drift": 0.5})
     t4 = tables.table4(df)
     cap, notes = t4.attrs["caption"], str(t4.attrs["notes"])
-    assert "(5760 records, 240 tasks)" in cap  # the caption keeps the units
+    assert "(5760 records, 240 tasks)" in cap  # the caption keeps the units: all six, by name
+    assert all(f"prov{i % 3}/model{i}" in cap for i in range(6))
     assert "crossed" in notes and "not treated as independent" in notes  # the notes, the design
     assert set(t4["interval"]) == {"crossed"} and (t4["units"] == 6).all()
     small = tables.table4(df[df["model"].isin(["model0", "model1"])])
