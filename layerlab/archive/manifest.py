@@ -72,6 +72,10 @@ class Manifest:
     seeds: str | Unset = _key("how per-record seeds are derived and sent")
     local_models: dict[str, Any] | Unset = _key("provenance of the local models served")
     n_tasks: int | Unset = _key("tasks per cell")
+    agent: dict[str, Any] | Unset = _key(
+        "agent mode: the tool protocol, the step limit, the tools' and agent prompt's versions, "
+        "and the SHA-256 of the per-record step table (agent.parquet)"
+    )
     retriever: str | Unset = _key("the registered retriever")
     settings: dict[str, Any] | Unset = _key(
         "run settings (timeouts, retries, endpoints as local or remote only)"

@@ -172,6 +172,22 @@ def run_live(
         "--seed",
         help="Base of per-record seeds sent to the server (local models: 0 unless given).",
     ),
+    agent: bool = typer.Option(
+        False,
+        "--agent",
+        help="Agent mode: the model calls the faulted search and open_document tools itself, "
+        "step by step, then replies (default: single-call mode, the harness searches once).",
+    ),
+    max_steps: int = typer.Option(
+        4, "--max-steps", help="Agent mode: tool-calling turns before the final reply (1-16)."
+    ),
+    tool_protocol: str = typer.Option(
+        "auto",
+        "--tool-protocol",
+        help="Agent mode: 'native' (the provider's tool calls), 'json_action' (one JSON action "
+        "per reply; with --response-format json_schema the server constrains it) or 'auto' "
+        "(json_action for local models, native otherwise).",
+    ),
     local_servers: int = typer.Option(
         None,
         "--local-servers",
@@ -292,6 +308,7 @@ def run_live(
             share_replies=share_replies,
             response_format=response_format,  # checked by LiveConfig
             seed=seed,
+            agent=live.AgentMode.auto(model, tool_protocol, max_steps) if agent else None,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
@@ -395,7 +412,7 @@ _CONFIG_OWNS = (
     "model", "scenario", "mode", "tasks", "api_base", "replicates", "share_replies",
     "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
     "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
-    "sample_log",
+    "sample_log", "agent", "max_steps", "tool_protocol",
 )  # fmt: skip
 
 

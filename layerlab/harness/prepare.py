@@ -99,6 +99,21 @@ class PreparedScenario:
     _checked: dict[tuple[ContractMode, str], tuple[ContractResult, ReaderInput | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _fitted: dict[str, retrieval.Retriever] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def fitted(self, retriever: str | None = None) -> retrieval.Retriever:
+        """The registered ``retriever`` fitted on this scenario's index (once): what an agent's
+        own queries are searched with (:mod:`layerlab.harness.tools`)."""
+        name = retriever or self.retriever
+        if name not in self._fitted:
+            if self.corpus is None:
+                raise ValueError("this prepared scenario cannot search (built without a corpus)")
+            self._fitted[name] = retrieval.make(
+                name, list(self.index.values()), self.corpus.cue_words
+            )
+        return self._fitted[name]
 
     def sent_by(self, retriever: str) -> Mapping[str, dict[str, Any]]:
         """Every task's tool payload (before transport faults) under ``retriever``."""

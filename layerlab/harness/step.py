@@ -16,7 +16,9 @@ what each record holds are decided here, once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import partial
 
 from layerlab import mitigations
 from layerlab.archive import SCHEMA_VERSION, Record
@@ -55,19 +57,34 @@ def _empty_input(task: Task, session_id: str) -> ReaderInput:
     return ReaderInput(task.question, task.answer_kind, session_id, "ok", None, ())
 
 
-def gate(task: Task, prepared: PreparedScenario, arm: str | Arm) -> Gate:
+Checked = Callable[[int, str], tuple[ContractResult, ReaderInput | None]]
+"""``(call number, retriever) -> (the contract's verdict, the reader's view)`` of one tool call."""
+
+
+def gate(
+    task: Task,
+    prepared: PreparedScenario,
+    arm: str | Arm,
+    checked: Checked | None = None,
+    first_call: int = 0,
+) -> Gate:
     """Run an arm's index, tool, access, contract and reader-input steps for one task.
 
     Retries call the faulted tool again (bounded by each mitigation and by ``MAX_ATTEMPTS``);
-    a refusal ends the record with a structured non-answer before the reader.
+    a refusal ends the record with a structured non-answer before the reader. ``checked``
+    makes one tool call (default: the task's own search, :meth:`PreparedScenario.checked`);
+    ``first_call`` is how many tool calls the record made before this one (an agent's earlier
+    calls), so a transient fault (``lasts: N``) counts every call of the record.
     """
     a = as_arm(arm)
     retr = a.retriever(prepared.retriever)
     sid = session_for(task.task_id)
+    if checked is None:
+        checked = partial(prepared.checked, a.contract, task)
     attempt, waited, log = 0, 0.0, []
     while True:
         call = Call(task.task_id, task.question, sid, attempt, retr, prepared.owners)
-        cr, accepted = prepared.checked(a.contract, task, attempt, retr)
+        cr, accepted = checked(first_call + attempt, retr)
         act, who, inp = PASS, "", None
         for m in a.at("access", "tool"):
             act, who = m.on_tool(cr, call), m.name
@@ -136,6 +153,7 @@ def evaluate(
     prompt_hash: str,
     failure: str | None = None,
     replicate: int = 0,
+    invalid_calls: int = 0,
 ) -> tuple[Record, Labels]:
     """Score one record and shape it for the archive."""
     spec = prepared.scenario.spec
@@ -150,6 +168,7 @@ def evaluate(
         prepared.index,
         failure,
         g.refusal,
+        invalid_calls,
     )
     if g.inp is not None:
         stage = "reader"

@@ -16,8 +16,10 @@ import re
 import time
 from typing import Any
 
+from layerlab._io import canonical_json
 from layerlab.models.llm import import_litellm
 from layerlab.registry import did_you_mean
+from layerlab.system.agentprompt import is_agent_conversation
 from layerlab.system.prompt import parse_input, render_reply
 from layerlab.system.reader import READERS
 
@@ -59,6 +61,41 @@ def reply_for(model: str, messages: list[dict[str, Any]]) -> str:
     return render_reply(READERS[reader]().read(parse_input(messages)))
 
 
+def agent_action(model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reference agent's next action in agent mode (a pure function of the conversation):
+    search the question; after a tool fault (an error, partial or empty result) search once
+    more; then read everything delivered with its reader and answer (or abstain)."""
+    from layerlab.system import agentprompt as ap
+    from layerlab.system.reader import Evidence, ReaderInput
+
+    reader, _ = _split(model)
+    head = ap.opening(messages)
+    seen = ap.observations(messages)
+    last_turn = bool(messages) and messages[-1].get("content") == ap.LAST_TURN
+
+    def faulted(o: dict[str, Any]) -> bool:
+        res = o.get("results") or []
+        return o.get("status") != "ok" or not res or any(r.get("truncated") for r in res)
+
+    if not last_turn and (not seen or (len(seen) == 1 and faulted(seen[0]))):
+        return {"action": "search", "query": head["question"], "top_k": 3}
+    evidence: dict[str, Evidence] = {}
+    status, error = "ok", None
+    for o in seen:
+        if o.get("status") in ("ok", "partial"):
+            status = o["status"]
+            for r in o.get("results") or []:
+                evidence.pop(r["doc_id"], None)
+                evidence[r["doc_id"]] = Evidence(rank=len(evidence) + 1, **r)
+        elif isinstance(o.get("error"), dict):
+            error = o["error"].get("message")
+    inp = ReaderInput(head["question"], head["answer_kind"], head["session_id"], status,
+                      error if not evidence else None, tuple(evidence.values()))  # fmt: skip
+    out = READERS[reader]().read(inp)
+    return {"action": "answer", "status": out.status, "answer": out.answer,
+            "citations": list(out.citations), "reason": out.reason}  # fmt: skip
+
+
 _registered = False
 
 
@@ -72,17 +109,26 @@ def register() -> None:
     litellm = import_litellm()
 
     class ReferenceAgent(litellm.CustomLLM):  # type: ignore[name-defined]
-        def _response(self, model: str, messages: list[dict[str, Any]]) -> Any:
-            text = reply_for(model, messages)
+        def _response(self, model: str, messages: list[dict[str, Any]], **kw: Any) -> Any:
+            message: dict[str, Any] = {"role": "assistant", "content": None}
+            finish = "stop"
+            if is_agent_conversation(messages):
+                act = agent_action(model, messages)
+                if not kw.get("tools"):  # json_action: the action is the reply
+                    message["content"] = canonical_json(act)
+                elif act.pop("action") == "answer":  # native: the final reply's text
+                    message["content"] = canonical_json(act)
+                else:  # native tool calling
+                    n = sum(m.get("role") == "tool" for m in messages)
+                    fn = {"name": "search", "arguments": canonical_json(act)}
+                    message["tool_calls"] = [{"id": f"call_{n}", "type": "function",
+                                              "function": fn}]  # fmt: skip
+                    finish = "tool_calls"
+            else:
+                message["content"] = reply_for(model, messages)
             return litellm.ModelResponse(
                 model=f"{PROVIDER}/{model.split('/', 1)[-1]}",
-                choices=[
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": text},
-                    }
-                ],
+                choices=[{"index": 0, "finish_reason": finish, "message": message}],
             )
 
         def completion(
@@ -91,7 +137,7 @@ def register() -> None:
             _, delay = _split(model)
             if delay:
                 time.sleep(delay)
-            return self._response(model, messages)
+            return self._response(model, messages, **kwargs.get("optional_params", {}))
 
         async def acompletion(
             self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
@@ -99,7 +145,7 @@ def register() -> None:
             _, delay = _split(model)
             if delay:
                 await asyncio.sleep(delay)
-            return self._response(model, messages)
+            return self._response(model, messages, **kwargs.get("optional_params", {}))
 
     litellm.custom_provider_map = [
         *[p for p in litellm.custom_provider_map if p.get("provider") != PROVIDER],

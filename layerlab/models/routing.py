@@ -219,7 +219,9 @@ class Route:
             ep.busy -= 1
 
 
-def response_format_for(kind: str, local: bool) -> dict[str, Any] | None:
+def response_format_for(
+    kind: str, local: bool, schema: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """The ``response_format`` that asks a server to follow the reply contract.
 
     llama-cpp-python's server takes ``{"type": "json_object", "schema": ...}`` (a grammar);
@@ -228,12 +230,11 @@ def response_format_for(kind: str, local: bool) -> dict[str, Any] | None:
     """
     if kind == "none":
         return None
+    name = "layerlab_reply" if schema is None else "layerlab_action"
+    schema = prompt.REPLY_SCHEMA if schema is None else schema
     if local:
-        return {"type": "json_object", "schema": prompt.REPLY_SCHEMA}
-    return {
-        "type": "json_schema",
-        "json_schema": {"name": "layerlab_reply", "schema": prompt.REPLY_SCHEMA, "strict": True},
-    }
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
 def record_seed(base: int, model: str, scenario: str, mode: str, task_id: str, rep: int) -> int:

@@ -52,6 +52,10 @@ DIAGNOSTIC_MEANINGS: dict[str, str] = {
     "freshness": "the answer cites a superseded version of the right policy",
     "retrieval": "a required document was not delivered to the reader",
     "grounding": "no citation, or a citation outside the delivered documents",
+    "tool_misuse": "agent mode: the agent made a tool call whose arguments broke the tool's "
+    "schema (an unknown tool, a missing or ill-typed argument), and the record failed",
+    "step_limit": "agent mode: the agent was still calling tools when its step limit ran out "
+    "and gave no final reply",
     "reader": "the evidence was right but the answer did not match (a reading error)",
     "extra_words": "the evidence was right and the answer holds the expected value, with extra "
     "words around it (contained, not an exact match)",

@@ -54,6 +54,8 @@ DIAGNOSTICS = (
     "reader",
     "extra_words",
     "grounding",
+    "tool_misuse",
+    "step_limit",
 )
 
 
@@ -106,13 +108,16 @@ def score(
     index: Mapping[str, Document],
     failure: str | None = None,
     refusal: str | None = None,
+    invalid_calls: int = 0,
 ) -> Labels:
     """Label one record.
 
     ``inp``/``out`` are ``None`` when it ended before the reader; ``index`` maps the doc ids of
     the scenario's index to their documents (to tell a stale version from another policy);
     ``failure`` names a reader-side failure (``malformed_reply``, ``provider_error``);
-    ``refusal`` is a mitigation's structured non-answer (then ``out`` is ignored).
+    ``refusal`` is a mitigation's structured non-answer (then ``out`` is ignored);
+    ``invalid_calls`` counts an agent's tool calls whose arguments broke the tool's schema
+    (V needs every call valid: the paper's "every tool call satisfies its schema").
     """
     if refusal is not None:
         out = None
@@ -128,7 +133,7 @@ def score(
     f1 = token_f1(answer, expected) if answer is not None else 0.0
     R = inp is not None and all(d in delivered for d in entry.required_doc_ids)
     G = answered and len(cites) > 0 and all(c in delivered for c in cites)
-    V = contract.valid
+    V = contract.valid and invalid_calls == 0
     S = E and R and G and V
     stating = (
         [e.doc_id for e in inp.evidence if states_value(e.text, answer)]
@@ -158,7 +163,8 @@ def score(
         diagnostic="abstained"
         if refusal is not None
         else _diagnose(
-            task, entry, contract, inp, out, corpus, index, failure, S, E, R, G, contained
+            task, entry, contract, inp, out, corpus, index, failure, S, E, R, G, contained,
+            invalid_calls,
         ),
     )
 
@@ -177,6 +183,7 @@ def _diagnose(
     R: bool,
     G: bool,
     contained: bool = False,
+    invalid_calls: int = 0,
 ) -> str:
     if contract.outcome == "unavailable":
         return "availability"
@@ -188,6 +195,8 @@ def _diagnose(
         return failure
     if S:
         return "ok"
+    if invalid_calls:
+        return "tool_misuse"
     assert inp is not None
     if out is None or out.status == "abstained":
         return "abstained"

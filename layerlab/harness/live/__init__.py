@@ -36,6 +36,7 @@ from layerlab.harness.live.provenance import run_id_for
 from layerlab.harness.live.run import LiveResult, run_live, run_matrix
 from layerlab.harness.live.settings import (
     DEFAULT_MAX_ERROR_RATE,
+    AgentMode,
     LiveConfig,
     LiveRunError,
     RunInterrupted,
@@ -50,6 +51,7 @@ __all__ = [
     "CACHE_DB",
     "DEFAULT_MAX_ERROR_RATE",
     "Counters",
+    "AgentMode",
     "LiveConfig",
     "LiveResult",
     "LiveRunError",

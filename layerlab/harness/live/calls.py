@@ -125,15 +125,22 @@ async def call(
     rng: random.Random | None = None,
     last_error: list[str] | None = None,
     affinity: str | None = None,
+    extra: dict[str, Any] | None = None,
+    native_tools: bool = False,
 ) -> tuple[str | None, str | None]:
     """(reply text, None) or (None, failure label) or (None, None) when the budget ran out.
 
     A setup error (bad key, unknown model, 404) raises :class:`LiveRunError`: it is no data.
     ``last_error`` (if given) receives a redacted description of the last failure.
     ``affinity`` is the prompt hash when the caller has it (see :meth:`Route.endpoint`).
+    ``extra`` adds request keys (an agent step's ``tools`` or ``response_format``); with
+    ``native_tools`` the reply is the message's text and tool calls as one JSON string
+    (:func:`~layerlab.system.agentprompt.native_reply`).
     """
     rng = rng or random.Random(0)
     request = route.request(msgs, seed)
+    if extra:
+        request.update(extra)
     if affinity is None and len(route.endpoints) > 1:
         affinity = prompt.prompt_hash(msgs)
     for attempt in range(1, settings.attempts + 1):
@@ -173,7 +180,12 @@ async def call(
                 int(getattr(usage, "completion_tokens", 0) or 0),
                 price(litellm, route.model, resp, base),
             )
-            return str(resp.choices[0].message.content or ""), None
+            message = resp.choices[0].message
+            if native_tools:
+                from layerlab.system.agentprompt import native_reply
+
+                return native_reply(message), None
+            return str(message.content or ""), None
         except Exception as exc:  # provider errors are data here, not crashes
             problem = setup_problem(exc)
             if problem is not None:

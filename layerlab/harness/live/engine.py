@@ -22,16 +22,21 @@ from layerlab import mitigations
 from layerlab._io import canonical_json
 from layerlab.archive import Record, samplelog
 from layerlab.corpus.build import AnswerKey, Corpus, Task
+from layerlab.harness.agent import AgentLoop, conversation_hash
 from layerlab.harness.live import calls
+from layerlab.harness.live.agentlog import agent_request, agent_row, transcript
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.progress import RecordWriter, progress_line
-from layerlab.harness.live.settings import LiveConfig
+from layerlab.harness.live.settings import AgentMode, LiveConfig
 from layerlab.harness.prepare import PreparedScenario
 from layerlab.harness.step import Reading, RecordContext, RecordStep
 from layerlab.models.cache import ResponseCache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
 from layerlab.system import prompt
+
+Made = tuple[Record, dict[str, Any] | None, dict[str, Any] | None]
+"""A made record: the record, its sample-log entry (or None) and its agent row (or None)."""
 
 
 def routes_for(
@@ -135,9 +140,15 @@ class Engine:
         self.inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
 
     async def ask(
-        self, cell: Cell, msgs: list[dict[str, str]], phash: str
+        self,
+        cell: Cell,
+        msgs: list[dict[str, Any]],
+        phash: str,
+        extra: dict[str, Any] | None = None,
+        native_tools: bool = False,
     ) -> tuple[str | None, str | None, bool]:
-        """(reply, failure, from_cache); (None, None, _) when the budget stopped the run."""
+        """(reply, failure, from_cache); (None, None, _) when the budget stopped the run.
+        ``extra`` and ``native_tools`` are an agent step's (see :func:`calls.call`)."""
         route = self.routes[cell.model]
         ident = (cell.scenario, cell.mode, cell.task.task_id, cell.replicate)
         ckey = reply_key(self.config, cell.model, phash, ident)
@@ -160,7 +171,7 @@ class Engine:
             )
             reply, failure = await calls.call(
                 self.litellm, route, msgs, seed, self.config.settings, self.budget,
-                self.counters, self.rng, affinity=phash,
+                self.counters, self.rng, affinity=phash, extra=extra, native_tools=native_tools,
             )  # fmt: skip
             if reply is not None or failure is not None:  # the provider was asked
                 self.counters.cache_misses += 1
@@ -173,8 +184,11 @@ class Engine:
             self.stopped = True  # budget spent: leave this cell for --resume
         return reply, failure, False
 
-    async def record(self, cell: Cell) -> tuple[Record, dict[str, Any] | None] | None:
-        """The cell's record and sample entry, or None when the budget stopped the run."""
+    async def record(self, cell: Cell) -> Made | None:
+        """The cell's record, sample entry and agent row, or None when the budget stopped the
+        run."""
+        if self.config.agent is not None:
+            return await self.agent_record(cell, self.config.agent)
         provider, name = split_model(cell.model)
         step = RecordStep(cell.task, self.prepared[cell.scenario], self.arms[cell.mode])
         context = RecordContext(self.corpus, self.key, provider, name, self.run_id)
@@ -198,17 +212,49 @@ class Engine:
             reading = Reading(out, phash, failure)
         done = step.finish(context, reading, replicate=cell.replicate)
         if not self.want_samples:
-            return done.record, None
+            return done.record, None, None
         answer = self.key[cell.task.task_id]
         return done.record, samplelog.entry(
             done.record, cell.task, answer, done.gate, reply, done.out
-        )
+        ), None
+
+    async def agent_record(self, cell: Cell, mode: AgentMode) -> Made | None:
+        """An agent record: the loop's steps, each asked of the cache, else the provider (one
+        cache entry per step, keyed by the whole conversation so far)."""
+        provider, name = split_model(cell.model)
+        loop = AgentLoop(cell.task, self.prepared[cell.scenario], self.arms[cell.mode],
+                         mode.protocol, mode.max_steps)  # fmt: skip
+        local = self.routes[cell.model].name is not None
+        native = mode.protocol == "native"
+        while not loop.done:
+            req = loop.request()
+            phash = conversation_hash(req)
+            extra = agent_request(req, self.config.response_format, local)
+            reply, failure, cached = await self.ask(cell, req["messages"], phash, extra, native)
+            if reply is None and failure is None:
+                return None
+            if cached:
+                self.counters.cache_hits += 1
+            if failure:
+                self.counters.failures += 1
+            loop.advance(reply, failure)
+        context = RecordContext(self.corpus, self.key, provider, name, self.run_id)
+        done = loop.finish(context, cell.replicate)
+        row = agent_row(done.record, loop)
+        if not self.want_samples:
+            return done.record, None, row
+        entry = samplelog.entry(
+            done.record, cell.task, self.key[cell.task.task_id], done.gate,
+            loop.replies[-1] if loop.replies else None, done.out,
+        )  # fmt: skip
+        entry["transcript"] = transcript(loop)
+        return done.record, entry, row
 
     async def drain(
         self,
         cells: Sequence[Cell],
         concurrency: int,
-        emit: Callable[[Record, str, dict[str, Any] | None], None],
+        emit: Callable[[Record, str, dict[str, Any] | None, dict[str, Any] | None], None],
     ) -> None:
         """Process ``cells`` with ``concurrency`` tasks, emitting each record as it is scored."""
         todo = iter(cells)
@@ -218,8 +264,8 @@ class Engine:
                 done = await self.record(cell)
                 if done is None:
                     continue
-                rec, sample = done
-                emit(rec, progress_line(rec), sample)
+                rec, sample, row = done
+                emit(rec, progress_line(rec), sample, row)
 
         await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
 
@@ -278,8 +324,10 @@ async def run_in_process(
         ctx, budget, writer.counters, rng, routes_for(ctx.config, ctx.concurrency, local)
     )
 
-    def emit(rec: Record, line: str, sample: dict[str, Any] | None) -> None:
-        writer.add(rec, line, sample)
+    def emit(
+        rec: Record, line: str, sample: dict[str, Any] | None, row: dict[str, Any] | None
+    ) -> None:
+        writer.add(rec, line, sample, row)
         writer.tick()
 
     try:

@@ -286,12 +286,21 @@ class RecordWriter:
         progress: ProgressHook | None,
         samples: SampleHook | None,
         written: dict[tuple[Any, ...], Record],
+        agent_log: ProgressLog | None = None,
     ):
         self.counters, self.samples, self.written = counters, samples, written
         self.tick = Throttle(progress, counters, total)
         self.log = ProgressLog(path)
+        self.agent_log = agent_log
 
-    def add(self, rec: Record, line: str, sample: dict[str, Any] | None) -> None:
+    def add(
+        self, rec: Record, line: str, sample: dict[str, Any] | None, row: dict[str, Any] | None = None
+    ) -> None:
+        if row is not None and self.agent_log is not None:
+            # the agent row first: a record in the progress log always has its row (a row
+            # without its record, after a kill, is dropped when the run finishes)
+            self.agent_log.write(canonical_json(row) + "\n")
+            self.agent_log.flush()
         self.log.write(line)
         self.written[archive.sort_key(rec)] = rec
         self.counters.records += 1

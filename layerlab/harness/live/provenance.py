@@ -35,6 +35,14 @@ class Outcome:
     local_models: Mapping[str, Any] = field(default_factory=dict)
 
 
+def agent_versions() -> dict[str, str]:
+    """The versions an agent run's records depend on: the tools and the agent prompt."""
+    from layerlab.harness.tools import TOOLS_VERSION
+    from layerlab.system.agentprompt import AGENT_PROMPT_VERSION
+
+    return {"tools": TOOLS_VERSION, "agent_prompt": AGENT_PROMPT_VERSION}
+
+
 def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     """``live-`` and a hash of everything that determines the records: merged archives never
     count a run twice, and a resume with other settings is refused."""
@@ -43,6 +51,13 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
         "corpus": corpus.spec_hash,
         "scenarios_spec": scenario_hash,
         "config": {**asdict(config), "settings": config.settings.as_dict()},
+    }
+    if config.agent is None:  # single-call runs keep the ids they had before agent mode
+        del ident["config"]["agent"]
+    else:
+        ident["agent"] = agent_versions()
+    ident = {
+        **ident,
         "prompt": prompt.PROMPT_VERSION,
     }
     if config.response_format != "none":
@@ -88,6 +103,10 @@ def manifest(
         seed=config.seed,
         seeds="per record, derived from (seed, model, scenario, mode, task, replicate); "
         "sent to local models always (seed 0 unless given), to other providers only when given",
+        agent=(
+            archive.UNSET if config.agent is None
+            else {**asdict(config.agent), **agent_versions()}
+        ),
         expected_records=len(config.models)
         * len(config.scenarios)
         * len(config.mitigations)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import sys
 import time
@@ -26,7 +27,7 @@ from layerlab.analysis import results
 from layerlab.archive import Record
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.faults.scenario import Scenario
-from layerlab.harness.live import calls, provenance
+from layerlab.harness.live import agentlog, calls, provenance
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.engine import (
     RunContext,
@@ -37,6 +38,7 @@ from layerlab.harness.live.engine import (
 )
 from layerlab.harness.live.progress import (
     ProgressHook,
+    ProgressLog,
     RecordWriter,
     SampleHook,
     read_progress,
@@ -177,6 +179,8 @@ def run_live(
                 out, [], provenance.manifest(config, corpus, scenario_hash, n_tasks, started)
             )
         trim_torn_tail(plog)
+        if config.agent is not None:
+            trim_torn_tail(out / agentlog.AGENT_LOG)
         if report.dropped:
             rewrite_progress(plog, done)
         written: dict[tuple[Any, ...], Record] = {}
@@ -185,7 +189,8 @@ def run_live(
             corpus, key, config, prepared, cache, plan["run_id"], concurrency, samples is not None
         )
         todo, total = todo_cells(corpus, config, done, counters)
-        writer = RecordWriter(plog, counters, total, progress, samples, written)
+        alog = ProgressLog(out / agentlog.AGENT_LOG) if config.agent is not None else None
+        writer = RecordWriter(plog, counters, total, progress, samples, written, alog)
         try:
             if n_workers > 1 and not bases:
                 finished = run_workers(n_workers, ctx, todo, writer, b, rng)
@@ -209,9 +214,13 @@ def run_live(
         errors=errors,
         local_models=local_prov,
     )
-    final = archive.write_run(
-        out, records, provenance.manifest(config, corpus, scenario_hash, n_tasks, outcome)
-    )
+    if alog is not None:
+        alog.close()
+    m = provenance.manifest(config, corpus, scenario_hash, n_tasks, outcome)
+    if config.agent is not None:  # the step table first; the manifest names its checksum
+        table = agentlog.write_table(out, records)
+        m = dataclasses.replace(m, agent={**m.agent, "table_sha256": table})
+    final = archive.write_run(out, records, m)
     if records:
         results.write_results(out, records, final)  # per-model rates, next to the archive
     _tidy(out, began)

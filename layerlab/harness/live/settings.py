@@ -47,6 +47,37 @@ class RunInterrupted(KeyboardInterrupt):
 
 
 @dataclass(frozen=True)
+class AgentMode:
+    """Agent mode (:mod:`layerlab.harness.agent`): the model calls the faulted tools itself,
+    for up to ``max_steps`` tool-calling turns, through ``protocol`` (``native``: the provider's
+    tool calls; ``json_action``: one JSON action per reply, schema-constrained where the server
+    supports it)."""
+
+    protocol: str = "native"
+    max_steps: int = 4
+
+    def __post_init__(self) -> None:
+        from layerlab.system.agentprompt import PROTOCOLS
+
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(
+                f"--tool-protocol {self.protocol!r}: expected one of {', '.join(PROTOCOLS)} "
+                "(or auto)"
+            )
+        if not 1 <= self.max_steps <= 16:
+            raise ValueError(f"--max-steps {self.max_steps}: expected 1-16")
+
+    @staticmethod
+    def auto(models: Sequence[str], protocol: str = "auto", max_steps: int = 4) -> AgentMode:
+        """``protocol="auto"``: ``json_action`` when every model is a local model (llama.cpp
+        with the model's own chat template does not return tool calls), else ``native``."""
+        if protocol == "auto":
+            local = bool(models) and all(map(models_mod.is_local, models))
+            protocol = "json_action" if local else "native"
+        return AgentMode(protocol, max_steps)
+
+
+@dataclass(frozen=True)
 class LiveConfig:
     """Everything that determines a live run's records (budget and concurrency do not)."""
 
@@ -68,6 +99,8 @@ class LiveConfig:
     # Base of the per-record seeds sent to servers that honour one (local models always get
     # one, base 0 unless given; other providers only when it is given).
     seed: int | None = None
+    # None: single-call mode (the harness searches, the model reads); else agent mode
+    agent: AgentMode | None = None
 
     def __post_init__(self) -> None:
         if self.replicates < 1:

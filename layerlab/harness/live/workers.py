@@ -107,8 +107,8 @@ def run_workers(
                 kind = msg[0]
                 if kind == "recs":
                     _, batch, snap = msg
-                    for line, rec, sample in batch:
-                        writer.add(rec, line, sample)
+                    for line, rec, sample, row in batch:
+                        writer.add(rec, line, sample, row)
                     snapshots[i] = snap
                     sum_counters(counters, [base, *snapshots])
                     writer.tick()
@@ -148,7 +148,7 @@ def _worker_main(
         ctx, budget, counters, random.Random(seed), routes_for(ctx.config, ctx.concurrency)
     )
     light = Counters()  # what progress needs, without the latency list
-    batch: list[tuple[str, Record, dict[str, Any] | None]] = []
+    batch: list[tuple[str, Record, dict[str, Any] | None, dict[str, Any] | None]] = []
     timer: list[asyncio.TimerHandle] = []
 
     def send() -> None:
@@ -161,8 +161,10 @@ def _worker_main(
             conn.send(("recs", list(batch), light))
             batch.clear()
 
-    def emit(rec: Record, line: str, sample: dict[str, Any] | None) -> None:
-        batch.append((line, rec, sample))
+    def emit(
+        rec: Record, line: str, sample: dict[str, Any] | None, row: dict[str, Any] | None
+    ) -> None:
+        batch.append((line, rec, sample, row))
         if len(batch) >= WORKER_BATCH:
             send()
         elif not timer:

@@ -1,0 +1,300 @@
+"""The faulted tools an agent calls itself: ``search(query, top_k)`` and ``open_document(doc_id)``.
+
+In single-call mode the harness makes the one search and hands the result to the reader. In
+agent mode (:mod:`layerlab.harness.agent`) the model calls these tools, as often as its step
+limit allows, and every call goes through the same layers as the harness's own search:
+
+* the **index** is the scenario's (a stale index serves superseded versions; a document that is
+  not in the index cannot be opened);
+* the **access** fault withholds what the principal may not see (a denial when nothing is left);
+* the **tool-stage** faults reshape, drop, truncate or swap the payload. A transient fault
+  (``lasts: N``) hits the first N tool payloads of the *record*, whatever tool asked: an agent
+  that retries can recover, one that does not cannot;
+* the arm's **contract** (strict or repair) checks the payload, and its access, tool and
+  reader-input **mitigations** act on every call (a retry calls again; a refusal ends the
+  record with a structured non-answer, as in single-call mode).
+
+``open_document`` answers in the search tool's own payload schema (one result), so one contract
+checks both tools. The agent sees an observation: the evidence the contract let through, in
+the fields the single-call reader sees (never the retriever's score), or the tool's error.
+:class:`ToolBox` keeps every call (:class:`ToolCall`) and every delivered document — what the
+scorer's R, G and V are computed over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from layerlab.corpus.build import Task
+from layerlab.faults.operators import ToolContext
+from layerlab.harness.prepare import PreparedScenario, session_for
+from layerlab.harness.step import Gate, as_arm, gate
+from layerlab.mitigations import Arm
+from layerlab.system import retrieval
+from layerlab.system.contract import ContractResult, search_payload
+from layerlab.system.reader import Evidence, ReaderInput, reader_input
+
+TOOLS_VERSION = "layerlab.tools/v1"
+"""Identity of the tool definitions (names, arguments, observations): part of an agent run's
+provenance and of its reply-cache keys."""
+
+MAX_TOP_K = 5
+SEARCH = "search"
+OPEN = "open_document"
+
+TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
+    {
+        "type": "function",
+        "function": {
+            "name": SEARCH,
+            "description": "Search the company's policy documents. Returns the best-matching "
+            "documents with their text and operational metadata (status, effective_year, "
+            "version, owner, access_scope, tenant, session_id, truncated), or an error.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "what to search for"},
+                    "top_k": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_TOP_K,
+                        "description": f"how many documents to return (1-{MAX_TOP_K})",
+                    },
+                },
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": OPEN,
+            "description": "Open one document by its doc_id (as a search returned it): its "
+            "full text and metadata, or an error.",
+            "parameters": {
+                "type": "object",
+                "properties": {"doc_id": {"type": "string"}},
+                "required": ["doc_id"],
+                "additionalProperties": False,
+            },
+        },
+    },
+)
+
+TOOL_NAMES = (SEARCH, OPEN)
+
+OUTCOMES = (
+    "ok",  # the contract accepted the payload and it has results
+    "partial",  # accepted, but the tool reports partial output or a result is truncated
+    "empty",  # accepted, no results
+    "unavailable",  # no usable tool output
+    "rejected",  # the payload failed the contract
+    "denied",  # permission denied
+    "not_found",  # open_document: no such document in the index
+    "refused",  # a mitigation refused: the record ends with a structured non-answer
+    "invalid",  # the agent's call broke the tool's schema (unknown tool, bad arguments)
+)
+FAULTS = frozenset({"partial", "empty", "unavailable", "rejected", "denied", "not_found"})
+"""Outcomes after which another call is a *retry after a fault*."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of an agent: what it asked, whether the call met the tool's schema, what
+    came back (:data:`OUTCOMES`), the documents it delivered and how many payloads it took (a
+    mitigation's retries included). Public fields only: no evidence text, no answer."""
+
+    step: int
+    tool: str
+    valid: bool
+    outcome: str
+    doc_ids: tuple[str, ...] = ()
+    payloads: int = 0
+    after_fault: bool = False
+    problem: str = ""
+
+
+def _check_args(name: str, args: Any) -> tuple[dict[str, Any] | None, str]:
+    """The call's arguments checked against the tool's schema: (arguments, "") or (None, why)."""
+    if name not in TOOL_NAMES:
+        return None, f"unknown tool {name!r} (tools: {', '.join(TOOL_NAMES)})"
+    if not isinstance(args, dict):
+        return None, "arguments must be a JSON object"
+    allowed = {SEARCH: {"query", "top_k"}, OPEN: {"doc_id"}}[name]
+    extra = sorted(set(args) - allowed)
+    if extra:
+        return None, f"unknown argument {extra[0]!r}"
+    if name == SEARCH:
+        q, k = args.get("query"), args.get("top_k", retrieval.TOP_K)
+        if not isinstance(q, str) or not q.strip():
+            return None, "query must be a non-empty string"
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_TOP_K:
+            return None, f"top_k must be an integer in 1-{MAX_TOP_K}"
+        return {"query": q, "top_k": k}, ""
+    d = args.get("doc_id")
+    if not isinstance(d, str) or not d.strip():
+        return None, "doc_id must be a non-empty string"
+    return {"doc_id": d.strip()}, ""
+
+
+_SHOWN = tuple(f.name for f in fields(Evidence) if f.name != "rank")
+
+
+def observation(g: Gate) -> dict[str, Any]:
+    """What the agent sees of one tool call: the delivered evidence (the single-call reader's
+    fields, never the retriever's score) or the tool's error."""
+    if g.refusal is not None:
+        return {"status": "refused", "error": g.refusal}
+    cr = g.contract
+    if g.inp is None or cr.outcome != "accepted":
+        msg = "; ".join(cr.problems[:2]) or cr.outcome
+        code = {"rejected": "invalid_payload"}.get(cr.outcome, cr.outcome)
+        return {"status": "error", "error": {"code": code, "message": msg}}
+    inp = g.inp
+    out: dict[str, Any] = {"status": inp.tool_status}
+    if inp.tool_error:
+        out["error"] = inp.tool_error
+    out["results"] = [{k: getattr(e, k) for k in _SHOWN} for e in inp.evidence]
+    return out
+
+
+class ToolBox:
+    """The faulted tools of one record (one task, scenario and arm), and their log."""
+
+    def __init__(self, task: Task, prepared: PreparedScenario, arm: str | Arm) -> None:
+        self.task, self.prepared, self.arm = task, prepared, as_arm(arm)
+        self.session_id = session_for(task.task_id)
+        self.payloads = 0  # tool payloads fetched so far (transient faults count these)
+        self.calls: list[ToolCall] = []
+        self.evidence: dict[str, Evidence] = {}  # doc id -> the latest delivered version
+        self.last_status = "ok"
+        self.last_failed: Gate | None = None
+        self.accepted = False
+        self.edits: list[str] = []
+        self.refusal: str | None = None
+        self.actions: list[str] = []
+        self.waited_s = 0.0
+        self._retriever: dict[str, retrieval.Retriever] = {}
+
+    # --- the tools ---------------------------------------------------------------------------
+
+    def call(self, name: str, args: Any, step: int) -> dict[str, Any]:
+        """Make one tool call for the agent; returns its observation (a JSON object)."""
+        after = bool(self.calls) and self.calls[-1].outcome in FAULTS
+        checked, problem = _check_args(name, args)
+        if checked is None:
+            self.calls.append(ToolCall(step, name, False, "invalid", after_fault=after,
+                                       problem=problem))  # fmt: skip
+            return {"status": "error", "error": {"code": "invalid_call", "message": problem}}
+        if name == OPEN and checked["doc_id"] not in self.prepared.index:
+            self.calls.append(ToolCall(step, name, True, "not_found", after_fault=after))
+            msg = f"no document {checked['doc_id']!r}"
+            return {"status": "error", "error": {"code": "not_found", "message": msg}}
+        if name == SEARCH:
+            fetch = self._search(checked["query"], checked["top_k"])
+        else:
+            fetch = self._open(checked["doc_id"])
+        g = gate(self.task, self.prepared, self.arm, fetch, first_call=self.payloads)
+        self.payloads += g.attempts
+        self.waited_s += g.waited_s
+        self.actions += g.actions
+        self.edits += g.contract.edits
+        outcome = self._take(g)
+        docs = (
+            tuple(e.doc_id for e in g.inp.evidence) if g.inp is not None and not g.refusal else ()
+        )
+        self.calls.append(ToolCall(step, name, True, outcome, docs, g.attempts, after))
+        return observation(g)
+
+    def _search(self, query: str, top_k: int) -> Any:
+        task, prep = self.task, self.prepared
+        contract = self.arm.contract
+        own = query == task.question and top_k == retrieval.TOP_K
+
+        def fetch(n: int, retr: str) -> tuple[ContractResult, ReaderInput | None]:
+            if own and n == 0 and retr == prep.retriever:
+                return prep.checked(contract, task, 0, retr)  # exactly the single call's reply
+            r = self._fitted(retr)
+            scores = r.score([query], [task.domain])[0]
+            order = np.argsort(-scores, kind="stable")[:top_k]
+            keep = [int(j) for j in order if not np.isneginf(scores[j])]
+            sent = search_payload(query, [r.documents[j] for j in keep],
+                                  [float(scores[j]) for j in keep], self.session_id,
+                                  prep.scenario.principal_scopes())  # fmt: skip
+            return self._checked(sent, n)
+
+        return fetch
+
+    def _open(self, doc_id: str) -> Any:
+        doc = self.prepared.index[doc_id]
+
+        def fetch(n: int, retr: str) -> tuple[ContractResult, ReaderInput | None]:
+            sent = search_payload(f"doc_id:{doc_id}", [doc], [1.0], self.session_id,
+                                  self.prepared.scenario.principal_scopes())  # fmt: skip
+            return self._checked(sent, n)
+
+        return fetch
+
+    def _checked(self, sent: dict[str, Any], n: int) -> tuple[ContractResult, ReaderInput | None]:
+        task, prep = self.task, self.prepared
+        ctx = ToolContext(task.task_id, task.policy_id, self.session_id, n, prep._foreign)
+        cr = self.arm.contract.check(prep.scenario.transport(sent, ctx))
+        return cr, (reader_input(task, cr.payload) if cr.payload is not None else None)
+
+    def _fitted(self, name: str) -> retrieval.Retriever:
+        if name not in self._retriever:
+            self._retriever[name] = self.prepared.fitted(name)
+        return self._retriever[name]
+
+    def _take(self, g: Gate) -> str:
+        """Fold one call's gate into the record: delivered evidence, refusal, last failure."""
+        if g.refusal is not None:
+            self.refusal = g.refusal
+            return "refused"
+        if g.inp is None or g.contract.outcome != "accepted":
+            self.last_failed = g
+            return g.contract.outcome
+        self.accepted = True
+        self.last_status = g.inp.tool_status
+        for e in g.inp.evidence:
+            self.evidence.pop(e.doc_id, None)
+            self.evidence[e.doc_id] = e
+        if not g.inp.evidence:
+            return "empty"
+        if g.inp.tool_status != "ok" or any(e.truncated for e in g.inp.evidence):
+            return "partial"
+        return "ok"
+
+    # --- what the record is scored on ----------------------------------------------------------
+
+    def delivered(self) -> ReaderInput:
+        """Every document the agent's calls delivered (the latest version of each, in the
+        order first delivered), as the scorer's reader input."""
+        ev = tuple(
+            Evidence(**{**{k: getattr(e, k) for k in _SHOWN}, "rank": i + 1})
+            for i, e in enumerate(self.evidence.values())
+        )
+        error = None
+        if self.last_failed is not None and not self.accepted:
+            error = "; ".join(self.last_failed.contract.problems[:1]) or None
+        return ReaderInput(self.task.question, self.task.answer_kind, self.session_id,
+                           self.last_status, error, ev)  # fmt: skip
+
+    def contract(self) -> ContractResult:
+        """The record's contract verdict over all its calls: accepted when any call delivered
+        evidence (or no call was made); else the last failed call's."""
+        if self.accepted or self.last_failed is None:
+            return ContractResult("accepted", True, None, tuple(self.edits))
+        cr = self.last_failed.contract
+        return ContractResult(cr.outcome, cr.valid, None, tuple(self.edits), cr.problems)
+
+    def gate(self) -> Gate:
+        """The record's gate for the scorer (:meth:`RecordStep.finish`)."""
+        inp = None if self.refusal is not None else self.delivered()
+        return Gate(self.contract(), inp, self.refusal, max(self.payloads, 1),
+                    self.arm.retriever(self.prepared.retriever), self.waited_s,
+                    tuple(self.actions))  # fmt: skip
