@@ -179,15 +179,17 @@ class Outcome:
 
     def summary(self) -> str:
         """One line: how many checks of each kind failed, or that all passed."""
-        parts = []
-        for kind, plural in (("threshold", "threshold checks"), ("verdict", "verdict checks")):
-            of = [c for c in self.checks if c.kind == kind]
-            if of:
-                parts.append(f"{plural}: {sum(not c.passed for c in of)} of {len(of)} failed")
+        counts = {k: [c for c in self.checks if c.kind == k] for k in ("threshold", "verdict")}
         n, bad = len(self.checks), len(self.failures)
-        if bad:
-            return f"gate FAILED on {self.run}: {bad} of {n} checks failed ({'; '.join(parts)})"
-        return f"gate passed on {self.run}: all {n} checks passed ({'; '.join(parts)})"
+        if not bad:
+            kinds = ", ".join(f"{len(v)} {k}" for k, v in counts.items() if v)
+            return f"gate passed on {self.run}: all {n} checks passed ({kinds})"
+        kinds = "; ".join(
+            f"{k}s: {sum(not c.passed for c in v)} of {len(v)} failed"
+            for k, v in counts.items()
+            if v
+        )
+        return f"gate FAILED on {self.run}: {bad} of {n} checks failed ({kinds})"
 
 
 def _frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -302,9 +304,10 @@ def check_verdicts(
     from layerlab.mitigations import load_mitigations
 
     flag = "--no-over-broad" if no_over_broad else f"--specific {specific[0]}"
-    base = load_mitigations().baseline
+    spec = load_mitigations()
+    base = spec.baseline
+    judged = [a for a in arms if a != base]
     for name in specific:
-        judged = [a for a in arms if a != base]
         if name == base:
             raise GateError(
                 f"--specific {name}: the baseline arm has no verdict (it is what "
@@ -312,7 +315,8 @@ def check_verdicts(
             )
         if name not in judged:
             raise GateError(
-                f"--specific {name}: matches no mitigation of the run{did_you_mean(name, judged)}; "
+                f"--specific {name}: matches no mitigation of the run"
+                f"{did_you_mean(name, judged) or did_you_mean(name, spec.arms)}; "
                 f"it holds: {', '.join(judged) or 'only the baseline ' + base}"
             )
     try:
