@@ -28,6 +28,7 @@ refused) and stored with the run, every URL in it recorded as ``local`` or ``rem
     max_error_rate: 0.1       # exit 4 when a model's provider-error share is above this
     retry_seed: 3             # seed of the retry jitter
     sample_log: ~/.cache/layerlab/samples/run.jsonl   # private per-sample log (relative: to this file)
+    gate: {min: {S:clean: 0.6}, max: {GF:stale_index: 0.1}}   # layerlab gate RUN --config run.yaml
 
 Every ``run live`` setting a paper reports has a key here; the flags it owns are refused next to
 ``--config`` rather than silently ignored.
