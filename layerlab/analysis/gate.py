@@ -14,7 +14,8 @@ a share (``0.6``) or a percentage (``60%``). Every rate is :func:`layerlab.analy
 — the rate and Wilson interval clustered by task that ``results.json`` and the report show — over
 the records of one model × scenario × arm cell; ``strict_ci`` compares the interval's bound that
 is worse for the check (the lower bound for a minimum, the upper for a maximum) instead of the
-point estimate. A threshold that matches no cell of the run is an input error, never a pass.
+point estimate. A threshold that matches no cell of the run is an input error, never a pass;
+a cell whose label some records did not record (an archive migrated from schema 3) fails.
 
 **Verdict gates** read Table 10 (:func:`layerlab.analysis.compare.matrix_summary`, with the
 paper's resamples and seed, so the verdicts are the table's): ``no_over_broad`` fails for every
