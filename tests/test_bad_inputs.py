@@ -822,6 +822,8 @@ CASES += [
     Case("cfg-sample-log-empty", CFG, r"run\.yaml:3: sample_log: .*at least 1 character", files={"run.yaml": _M + "sample_log: ''\n"}),
     Case("cfg-duplicate-key", CFG, r"run\.yaml:\d+: limit: duplicate key 'limit'", files={"run.yaml": _M + "limit: 1\nlimit: 2\n"}),
     Case("cfg-flag-beside-config", CFG + " --budget 3", r"--budget: set it in the run configuration"),
+    Case("cfg-gate-unknown-measure", CFG, r"run\.yaml:3: gate\.min\.Q:clean: unknown measure 'Q'",
+         files={"run.yaml": _M + "gate: {min: {Q:clean: 0.5}}\n"}),
 ]  # fmt: skip
 
 CASES += [

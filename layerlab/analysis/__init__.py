@@ -2,7 +2,8 @@
 archives as frames (`provenance`), cluster-aware rates (`rates`), the paired bootstrap
 (`bootstrap`), paired effects and the specificity margin (`effects`), cross-checks
 (`crosschecks`) — one name space in `stats` — and per-model results (`results`), the specificity
-matrix (`specificity`), interval coverage (`coverage`) on synthetic archives with known truth
+matrix (`specificity`), runs side by side (`compare`), CI gates on a run's rates and verdicts
+(`gate`), interval coverage (`coverage`) on synthetic archives with known truth
 (`synthetic`)."""
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "coverage",
     "crosschecks",
     "effects",
+    "gate",
     "provenance",
     "rates",
     "results",

@@ -3,13 +3,15 @@
 ``app`` holds the Typer app, the exit codes, the error handling and the groups; ``inputs`` the
 specs, corpus, scenarios, mitigations and audits; ``run`` the harnesses; ``archives`` archive
 check, migrate and merge; ``outputs`` recompute, reproduce, explore, report, view and dictionary;
-``models`` the local models; ``cache`` the reply cache. Importing this package registers every
-command; each command imports the library lazily, so ``layerlab --help`` stays fast.
+``models`` the local models; ``cache`` the reply cache; ``gate`` CI gates on a run. Importing
+this package registers every command; each command imports the library lazily, so
+``layerlab --help`` stays fast.
 """
 
 from layerlab.cli import (  # noqa: F401  (registers commands)
     archives,
     cache,
+    gate,
     inputs,
     models,
     outputs,

@@ -28,6 +28,7 @@ refused) and stored with the run, every URL in it recorded as ``local`` or ``rem
     max_error_rate: 0.1       # exit 4 when a model's provider-error share is above this
     retry_seed: 3             # seed of the retry jitter
     sample_log: ~/.cache/layerlab/samples/run.jsonl   # private per-sample log (relative: to this file)
+    gate: {min: {S:clean: 0.6}, max: {GF:stale_index: 0.1}}   # layerlab gate RUN --config run.yaml
 
 Every ``run live`` setting a paper reports has a key here; the flags it owns are refused next to
 ``--config`` rather than silently ignored.
@@ -48,6 +49,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from layerlab.analysis.gate import GateSpec
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.corpus.spec import load_yaml_as
 from layerlab.harness.live.settings import DEFAULT_MAX_ERROR_RATE, RunSettings
@@ -146,6 +148,7 @@ class RunConfigSpec(BaseModel):
     max_error_rate: float = Field(DEFAULT_MAX_ERROR_RATE, ge=0, le=1)  # share of provider errors
     retry_seed: int = 0  # seed of the retry jitter
     sample_log: str | None = Field(default=None, min_length=1)  # private log, outside the run
+    gate: GateSpec | None = None  # CI gates on the finished run: ``layerlab gate RUN --config``
 
     def run(self, given: RunSettings) -> RunSettings:
         """The run settings: those the configuration sets, the others as ``given``."""
@@ -234,7 +237,7 @@ def _checks(
         for i, t in enumerate(c.tasks or ()):
             if t not in known:
                 out.append((("tasks", i), f"unknown task id {t!r} (e.g. {task_ids[0]})"))
-        return out
+        return out + (c.gate.problems() if c.gate else [])
 
     return check
 
@@ -245,6 +248,21 @@ def load_run_config(
     """Load and validate a run configuration; :class:`~layerlab.corpus.spec.SpecError` lists every
     problem as ``file:line: field: what was expected``."""
     return load_yaml_as(Path(path), RunConfigSpec, _checks(scenarios, mitigations, task_ids))
+
+
+class _GateFile(BaseModel):
+    """What ``layerlab gate --config`` reads of a file: its ``gate:`` section (the rest of a run
+    configuration is ``run live``'s business)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    gate: GateSpec
+
+
+def load_gate(path: Path) -> GateSpec:
+    """The ``gate:`` section of a run configuration (or of a file holding only that section),
+    validated like the rest (:class:`~layerlab.corpus.spec.SpecError`, ``file:line: field: ...``)."""
+    return load_yaml_as(Path(path), _GateFile, lambda f: f.gate.problems()).gate
 
 
 def stored_config(text: str) -> str:

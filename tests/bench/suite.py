@@ -93,6 +93,7 @@ CLI_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("reproduce", "--compare", "."),
     ("recompute", "data/archives/reference_agents", "--out", "{tmp}/recompute", "--n-boot", "100",
      "--no-matrix"),
+    ("gate", "data/archives/reference_agents", "--min", "S:clean=0.5", "--max", "GF:*=1"),
 )  # fmt: skip
 HEAVY_MODULES = ("litellm", "openai", "httpx", "aiohttp", "pandas", "pyarrow", "sklearn",
                  "scipy", "statsmodels", "matplotlib", "papermill", "langchain_core")  # fmt: skip

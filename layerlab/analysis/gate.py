@@ -1,0 +1,384 @@
+"""CI gates: thresholds on a run's rates and on Table 10's verdicts, each check passing or failing.
+
+A team that puts the fault matrix in its CI wants one command that fails the build when a layer
+regresses: ``layerlab gate RUN --min S:clean=0.6 --max GF:stale_index=0.1 --no-over-broad``.
+A **threshold** names a measure by the short name the tables use (:data:`MEASURES`), optionally a
+scenario, a mitigation arm and a model, and a bound::
+
+    MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE      e.g. S:clean@repair/local/qwen2.5-coder-1.5b=0.6
+
+Without ``:SCENARIO`` the rate is over every scenario of the arm (the headline rate of
+``results.json``); ``:*`` checks each scenario on its own. Without ``@ARM`` every arm is checked
+on its own, without ``/MODEL`` every unit (``provider/model``, or the model's name alone). VALUE is
+a share (``0.6``) or a percentage (``60%``). Every rate is :func:`layerlab.analysis.results.rate`
+— the rate and Wilson interval clustered by task that ``results.json`` and the report show — over
+the records of one model × scenario × arm cell; ``strict_ci`` compares the interval's bound that
+is worse for the check (the lower bound for a minimum, the upper for a maximum) instead of the
+point estimate. A threshold that matches no cell of the run is an input error, never a pass;
+a cell whose label some records did not record (an archive migrated from schema 3) fails.
+
+**Verdict gates** read Table 10 (:func:`layerlab.analysis.compare.matrix_summary`, with the
+paper's resamples and seed, so the verdicts are the table's): ``no_over_broad`` fails for every
+mitigation whose verdict is over-broad, ``specific`` for each named mitigation whose verdict is
+not ``specific`` (each kind of unit judged as its own block, as the table does).
+
+:class:`GateSpec` is the same set of checks as a run configuration's ``gate:`` section.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from layerlab.registry import did_you_mean
+
+# short name (as the tables and results.json name it) -> archive label
+MEASURES = {
+    "S": "success",
+    "SR": "safe_resolution",
+    "GF": "grounded_false_positive",
+    "GF_cited": "grounded_cited_false_positive",
+    "E": "exact_match",
+    "R": "retrieval_ok",
+    "G": "citation_ok",
+    "V": "schema_ok",
+    "malformed": "malformed_reply",
+    "provider_error": "provider_error",
+}
+ALIASES = {"safe": "SR"}  # results.json's name for safe resolution
+_FAILURE_SHARES = ("malformed", "provider_error")  # shares of a diagnostic, not archive labels
+EACH = "*"  # ``S:*``: every scenario on its own
+ALL = "all"  # how a rate over every scenario is shown
+SYNTAX = "MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE"
+_PATTERN = re.compile(
+    r"(?P<measure>[A-Za-z_]+)(?::(?P<scenario>[^:@/=]+))?(?:@(?P<arm>[^:@/=]+))?(?:/(?P<model>.+))?"
+)
+Bound = Literal["min", "max"]
+OVER_BROAD = "over-broad"  # every over-broad verdict starts with it (specificity.verdict_label)
+SPECIFIC = "specific"
+
+
+class GateError(ValueError):
+    """A gate that cannot be checked: a bad threshold, an unknown name, a missing archive. The
+    message is one line naming the flag (or file and key) and what was expected."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One bound on a measure over the cells it names (``None``: every value of that dimension;
+    ``scenario`` ``None``: over every scenario, :data:`EACH`: each on its own)."""
+
+    source: str  # how the user wrote it: ``--min S:clean=0.6`` or ``run.yaml: gate.min: S:clean``
+    bound: Bound
+    measure: str
+    scenario: str | None
+    arm: str | None
+    model: str | None
+    value: float
+
+
+def parse_value(text: str | float, where: str) -> float:
+    """A share in [0, 1] from ``0.6``, ``60%`` or a number; :class:`GateError` otherwise."""
+    if isinstance(text, bool):
+        raise GateError(f"{where}: expected a share in [0, 1] or a percentage, got {text!r}")
+    s = str(text).strip()
+    scale = 100.0 if s.endswith("%") else 1.0
+    try:
+        v = float(s[:-1] if scale != 1.0 else s) / scale
+    except ValueError:
+        raise GateError(
+            f"{where}: expected a share in [0, 1] (e.g. 0.6) or a percentage (60%), got {s!r}"
+        ) from None
+    if not 0.0 <= v <= 1.0:
+        raise GateError(f"{where}: expected a share in [0, 1] or a percentage, got {s!r}")
+    return v
+
+
+def parse_key(key: str, where: str) -> tuple[str, str | None, str | None, str | None]:
+    """``(measure, scenario, arm, model)`` of ``MEASURE[:SCENARIO][@ARM][/MODEL]``; the measure
+    is checked here (its short name, :data:`MEASURES`), the names against the run later."""
+    m = _PATTERN.fullmatch(key.strip())
+    if m is None:
+        raise GateError(f"{where}: expected {SYNTAX}, e.g. S:clean@repair=0.6")
+    measure = ALIASES.get(m["measure"], m["measure"])
+    if measure not in MEASURES:
+        raise GateError(
+            f"{where}: unknown measure {m['measure']!r}{did_you_mean(m['measure'], MEASURES)}; "
+            f"known: {', '.join(MEASURES)}"
+        )
+    return measure, m["scenario"], m["arm"], m["model"]
+
+
+def parse_threshold(text: str, bound: Bound) -> Threshold:
+    """A ``--min``/``--max`` flag's ``MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE``."""
+    where = f"--{bound} {text}"
+    key, eq, value = text.rpartition("=")
+    if not eq or not key.strip() or not value.strip():
+        raise GateError(f"{where}: expected {SYNTAX}, e.g. S:clean@repair=0.6")
+    return Threshold(where, bound, *parse_key(key, where), parse_value(value, where))
+
+
+Share = Annotated[float, Field(ge=0, le=1)]
+
+
+class GateSpec(BaseModel):
+    """A run configuration's ``gate:`` section: the flags of ``layerlab gate`` as keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    min: dict[str, Share] = Field(default_factory=dict)  # MEASURE[:SCENARIO][@ARM][/MODEL]: share
+    max: dict[str, Share] = Field(default_factory=dict)
+    no_over_broad: bool = False
+    specific: list[str] = Field(default_factory=list)
+    strict_ci: bool = False
+
+    def problems(self) -> list[tuple[tuple[Any, ...], str]]:
+        """``(location, message)`` per key that is not a threshold (for the config loader)."""
+        out: list[tuple[tuple[Any, ...], str]] = []
+        for bound in ("min", "max"):
+            for key in getattr(self, bound):
+                try:
+                    parse_key(key, key)
+                except GateError as exc:
+                    out.append((("gate", bound, key), str(exc).split(": ", 1)[1]))
+        return out
+
+    def thresholds(self, origin: str) -> list[Threshold]:
+        """The thresholds, each named by ``origin`` (the file) and its key."""
+        return [
+            Threshold(f"{origin}: gate.{b}: {k}", b, *parse_key(k, k), float(v))
+            for b in ("min", "max")
+            for k, v in getattr(self, b).items()
+        ]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome and the line that reports it."""
+
+    kind: Literal["threshold", "verdict"]
+    passed: bool
+    line: str
+
+
+@dataclass
+class Outcome:
+    """Every check of a gate over one run."""
+
+    run: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    def summary(self) -> str:
+        """One line: how many checks of each kind failed, or that all passed."""
+        counts = {k: [c for c in self.checks if c.kind == k] for k in ("threshold", "verdict")}
+        n, bad = len(self.checks), len(self.failures)
+        if not bad:
+            kinds = ", ".join(f"{len(v)} {k}" for k, v in counts.items() if v)
+            return f"gate passed on {self.run}: all {n} checks passed ({kinds})"
+        kinds = "; ".join(
+            f"{k}s: {sum(not c.passed for c in v)} of {len(v)} failed"
+            for k, v in counts.items()
+            if v
+        )
+        return f"gate FAILED on {self.run}: {bad} of {n} checks failed ({kinds})"
+
+
+def _frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The run's records with the labels the measures read: ``results``' derived GF_cited and
+    the failure shares as 0/1 labels (a share is the rate of its diagnostic)."""
+    from layerlab.analysis.results import with_derived
+    from layerlab.analysis.units import unit_labels
+
+    out = with_derived(df)
+    extra = {MEASURES[s]: df["diagnostic"] == MEASURES[s] for s in _FAILURE_SHARES}
+    return out.assign(**extra, _unit=unit_labels(df))
+
+
+def _pick(what: str, given: str | None, present: Sequence[str], where: str) -> list[str]:
+    """The values of one dimension a threshold names: ``given`` (checked against the run), or
+    every present value when not given."""
+    if given is None:
+        return list(present)
+    if given in present:
+        return [given]
+    raise GateError(
+        f"{where}: matches no cell: no {what} {given!r} in the run{did_you_mean(given, present)}; "
+        f"it holds: {', '.join(present)}"
+    )
+
+
+def _units(given: str | None, df: pd.DataFrame, where: str) -> list[str]:
+    """Units (``provider/model``) a threshold names: the full label or the model's name alone."""
+    units = sorted(set(df["_unit"]))
+    if given is None:
+        return units
+    hit = [u for u in units if given in (u, u.split("/", 1)[1])]
+    if hit:
+        return hit
+    names = [*units, *sorted({u.split("/", 1)[1] for u in units})]
+    raise GateError(
+        f"{where}: matches no cell: no model {given!r} in the run{did_you_mean(given, names)}; "
+        f"it holds: {', '.join(units)}"
+    )
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3f}"
+
+
+def check_threshold(df: pd.DataFrame, t: Threshold, strict_ci: bool = False) -> list[Check]:
+    """One check per cell (model × scenario × arm) ``t`` names, in the order the tables use."""
+    from layerlab.analysis.results import arm_order, rate
+    from layerlab.analysis.units import ARM, scenario_order
+
+    units = _units(t.model, df, t.source)
+    arms = _pick("mitigation arm", t.arm, arm_order(df[ARM].unique()), t.source)
+    scen_present = scenario_order(df)
+    if t.scenario is None:
+        scens: list[str | None] = [None]
+    elif t.scenario == EACH:
+        scens = list(scen_present)
+    else:
+        scens = list(_pick("scenario", t.scenario, scen_present, t.source))
+    label = MEASURES[t.measure]
+    out = []
+    for u in units:
+        for s in scens:
+            for a in arms:
+                sub = df[(df["_unit"] == u) & (df[ARM] == a)]
+                if s is not None:
+                    sub = sub[sub["scenario"] == s]
+                if sub.empty:  # e.g. an arm run for one model only
+                    continue
+                out.append(
+                    _judge_rate(rate(sub, label), t, f"{t.measure} {s or ALL} {a} {u}", strict_ci)
+                )
+    if not out:
+        raise GateError(f"{t.source}: matches no cell of the run (no records in those cells)")
+    return out
+
+
+def _judge_rate(r: Mapping[str, Any], t: Threshold, cell: str, strict_ci: bool) -> Check:
+    if r.get("rate") is None:  # a label some records did not record (a migrated archive)
+        line = f"FAIL {cell}: not recorded for {r.get('not_recorded', 0)} of {r['n']} records ({t.source})"
+        return Check("threshold", False, line)
+    point = float(r["rate"])
+    if strict_ci:
+        v, what = (
+            (float(r["ci_low"]), "95% low ")
+            if t.bound == "min"
+            else (float(r["ci_high"]), "95% high ")
+        )
+    else:
+        v, what = point, ""
+    ok = v >= t.value if t.bound == "min" else v <= t.value
+    op = (">=" if ok else "<") if t.bound == "min" else ("<=" if ok else ">")
+    extra = f"rate {_fmt(point)}, " if strict_ci else ""
+    line = (
+        f"{'PASS' if ok else 'FAIL'} {cell}: {what}{_fmt(v)} {op} {_fmt(t.value)} "
+        f"({extra}{r['k']} of {r['n']} records; {t.source})"
+    )
+    return Check("threshold", ok, line)
+
+
+def check_verdicts(
+    run: Path | str,
+    arms: Sequence[str],
+    no_over_broad: bool,
+    specific: Sequence[str],
+    n_boot: int,
+    seed: int,
+) -> list[Check]:
+    """Table 10's verdicts of the run's own mitigation arms against its baseline, per block:
+    with ``no_over_broad`` one check per mitigation, and one per ``specific`` name."""
+    from layerlab.analysis import compare
+    from layerlab.mitigations import load_mitigations
+
+    flag = "--no-over-broad" if no_over_broad else f"--specific {specific[0]}"
+    spec = load_mitigations()
+    base = spec.baseline
+    judged = [a for a in arms if a != base]
+    for name in specific:
+        if name == base:
+            raise GateError(
+                f"--specific {name}: the baseline arm has no verdict (it is what "
+                "every mitigation is compared against)"
+            )
+        if name not in judged:
+            raise GateError(
+                f"--specific {name}: matches no mitigation of the run"
+                f"{did_you_mean(name, judged) or did_you_mean(name, spec.arms)}; "
+                f"it holds: {', '.join(judged) or 'only the baseline ' + base}"
+            )
+    try:
+        blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed)
+    except (compare.CompareError, ValueError) as exc:
+        raise GateError(f"{flag}: {exc}") from None
+    out = []
+    for block, mx in blocks.items():
+        verdicts = dict(zip(mx.summary["mitigation"], mx.summary["verdict"], strict=True))
+        if no_over_broad:
+            for name, v in verdicts.items():
+                ok = not str(v).startswith(OVER_BROAD)
+                out.append(_verdict_line(ok, name, block, str(v), "--no-over-broad"))
+        for name in specific:
+            if name in verdicts:
+                v = str(verdicts[name])
+                out.append(_verdict_line(v == SPECIFIC, name, block, v, f"--specific {name}"))
+    return out
+
+
+def _verdict_line(ok: bool, name: str, block: str, verdict: str, flag: str) -> Check:
+    return Check(
+        "verdict", ok, f"{'PASS' if ok else 'FAIL'} verdict {name} [{block}]: {verdict} ({flag})"
+    )
+
+
+def evaluate(
+    run: Path | str,
+    thresholds: Iterable[Threshold] = (),
+    no_over_broad: bool = False,
+    specific: Sequence[str] = (),
+    strict_ci: bool = False,
+    n_boot: int = 10_000,
+    seed: int = 0,
+    allow_partial: bool = False,
+) -> Outcome:
+    """Every check of a gate over the run folder or archive ``run``; :class:`GateError` on bad
+    input (a missing or partial archive, a threshold that matches no cell, an unknown name)."""
+    from layerlab.analysis import compare
+    from layerlab.analysis.units import ARM
+
+    thresholds = list(thresholds)
+    if not thresholds and not no_over_broad and not specific:
+        raise GateError(
+            "nothing to check: give --min/--max thresholds, --no-over-broad, --specific NAME "
+            "or --config FILE with a gate: section"
+        )
+    try:
+        src = compare.load(run)
+    except compare.CompareError as exc:
+        raise GateError(f"RUN {exc}") from None
+    if src.partial and not allow_partial:
+        raise GateError(
+            f"RUN {run}: a partial archive (an unfinished run, or an archive file without its "
+            "manifest); gate a finished run folder, or pass --allow-partial"
+        )
+    df = _frame(src.df)
+    outcome = Outcome(str(run))
+    for t in thresholds:
+        outcome.checks.extend(check_threshold(df, t, strict_ci))
+    if no_over_broad or specific:
+        arms = list(dict.fromkeys(df[ARM]))
+        outcome.checks.extend(check_verdicts(run, arms, no_over_broad, specific, n_boot, seed))
+    return outcome

@@ -1,0 +1,252 @@
+"""``layerlab gate``: CI gates on the committed archives. Exit 0 when every check passes, 1 with
+one line per failed check, 2 on bad input (one line naming the flag); a threshold that matches
+no cell is an error, never a pass; the rates are results.json's and the verdicts Table 10's."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from layerlab import archive, paths
+from layerlab.analysis import results
+from layerlab.analysis.gate import GateSpec
+from layerlab.cli import main
+from layerlab.corpus.spec import SpecError
+from layerlab.harness.runconfig import load_run_config
+
+QWEN = paths.LOCAL_MODEL_ARCHIVES / "qwen2.5-coder-1.5b"
+AGENTS = paths.ARCHIVES / "reference_agents"
+MITIGATIONS = paths.ARCHIVES / "mitigations"
+UNIT = "local/qwen2.5-coder-1.5b"
+
+
+def gate(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, list[str], list[str]]:
+    """Exit code, stdout lines and stderr lines of ``layerlab gate ARGS``."""
+    rc = main(["gate", *map(str, args)])
+    cap = capsys.readouterr()
+    return rc, cap.out.splitlines(), cap.err.splitlines()
+
+
+@pytest.fixture(scope="module")
+def qwen_results() -> dict:
+    return results.summarize(results.records_frame(QWEN))["models"][0]
+
+
+def test_thresholds_that_hold_exit_0_with_one_summary_line(capsys) -> None:
+    rc, out, err = gate(
+        capsys, QWEN, "--min", "S:clean=0.6", "--min", "SR:conflicting_evidence@strict=0.5",
+        "--max", "GF:wrong_session=100%", "--max", "provider_error=0",
+    )  # fmt: skip
+    assert (rc, err) == (0, [])
+    assert out == [
+        f"gate passed on {QWEN}: all 7 checks passed (7 threshold)"
+    ]  # clean x 2 arms, one arm, wrong_session x 2, the pooled share x 2
+
+
+def test_each_failed_cell_is_one_line_and_the_summary_counts_them(capsys) -> None:
+    rc, out, err = gate(capsys, QWEN, "--min", "S:clean=0.7", "--max", "GF:stale_index@repair=0.1")
+    assert (rc, err) == (1, [])
+    assert out == [
+        f"FAIL S clean strict {UNIT}: 0.650 < 0.700 (52 of 80 records; --min S:clean=0.7)",
+        f"FAIL S clean repair {UNIT}: 0.650 < 0.700 (52 of 80 records; --min S:clean=0.7)",
+        f"FAIL GF stale_index repair {UNIT}: 0.975 > 0.100 "
+        "(78 of 80 records; --max GF:stale_index@repair=0.1)",
+        f"gate FAILED on {QWEN}: 3 of 3 checks failed (thresholds: 3 of 3 failed)",
+    ]
+
+
+def test_rates_are_results_json_rates_and_a_bound_equal_to_the_rate_holds(
+    capsys, qwen_results
+) -> None:
+    cell = qwen_results["by_scenario"]["permission_denied"]["strict"]["safe"]["rate"]
+    pooled = qwen_results["arms"]["repair"]["S"]["rate"]  # no :SCENARIO = over all scenarios
+    for bound in ("--min", "--max"):
+        rc, out, _ = gate(
+            capsys, QWEN, bound, f"SR:permission_denied@strict={cell}", bound, f"S@repair={pooled}"
+        )
+        assert rc == 0, out
+    rc, out, _ = gate(capsys, QWEN, "--min", f"S@repair={pooled + 0.001}", "--verbose")
+    assert rc == 1 and out[0].startswith(f"FAIL S all repair {UNIT}: {pooled:.3f} < ")
+
+
+def test_strict_ci_compares_the_worse_bound_of_the_interval(capsys, qwen_results) -> None:
+    s = qwen_results["by_scenario"]["clean"]["strict"]["S"]
+    assert s["ci_low"] < 0.6 < s["rate"]
+    assert gate(capsys, QWEN, "--min", "S:clean@strict=0.6")[0] == 0
+    rc, out, _ = gate(capsys, QWEN, "--min", "S:clean@strict=0.6", "--strict-ci")
+    assert rc == 1
+    assert out[0] == (
+        f"FAIL S clean strict {UNIT}: 95% low {s['ci_low']:.3f} < 0.600 "
+        f"(rate {s['rate']:.3f}, 52 of 80 records; --min S:clean@strict=0.6)"
+    )
+
+
+def test_each_scenario_arm_and_model_selectors(capsys) -> None:
+    rc, out, _ = gate(capsys, QWEN, "--max", "GF:*=1", "--verbose")
+    assert rc == 0 and len(out) == 9 * 2 + 1  # every scenario x arm, then the summary
+    rc, out, _ = gate(capsys, AGENTS, "--min", "S:clean@strict/extractive=0.5", "--verbose")
+    assert rc == 0 and len(out) == 2 and "layerlab/extractive" in out[0]
+    rc, out, _ = gate(capsys, AGENTS, "--min", "S:clean/layerlab/cautious=0.5", "--verbose")
+    assert rc == 0 and [x.split()[4] for x in out[:-1]] == ["layerlab/cautious:"] * 2
+
+
+def _run_subset(src: Path, out: Path, scenarios: set[str], arms: set[str]) -> Path:
+    """A complete run folder of ``src``'s records in ``scenarios`` and ``arms`` (what a user's
+    ``run live --config`` with fewer scenarios or arms writes)."""
+    recs = [
+        dataclasses.replace(r, run_id="live-gatesubset")
+        for r in archive.read_records(src / archive.ARCHIVE)
+        if r.scenario in scenarios and r.mitigation in arms
+    ]
+    m = archive.read_manifest(src)
+    for k in ("manifest_sha256", "files", "records"):
+        m.pop(k, None)
+    m.update(run_id="live-gatesubset", expected_records=len(recs), complete=True,
+             scenarios=sorted(scenarios), mitigations=sorted(arms))  # fmt: skip
+    archive.write_run(out, recs, m)
+    return out
+
+
+@pytest.fixture(scope="module")
+def strict_two_scenarios(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("gate") / "run"
+    return _run_subset(QWEN, out, {"clean", "stale_index"}, {"strict"})
+
+
+def test_a_threshold_that_matches_no_cell_is_an_error_not_a_pass(
+    capsys, strict_two_scenarios
+) -> None:
+    # names the scenario spec and the mitigations spec know, which this run did not run
+    for flag, text, missing in (
+        ("--min", "S:wrong_session=0.1", "no scenario 'wrong_session' in the run"),
+        ("--max", "GF@repair=0.5", "no mitigation arm 'repair' in the run"),
+        ("--min", "S/openai/gpt-4o-mini=0.5", "no model 'openai/gpt-4o-mini' in the run"),
+    ):
+        rc, out, err = gate(capsys, strict_two_scenarios, flag, text)
+        assert (rc, out, len(err)) == (2, [], 1)
+        assert err[0].startswith(f"error: {flag} {text}: matches no cell: {missing}")
+        assert "it holds:" in err[0]  # what the run does hold
+
+
+BAD = [
+    (["--min", "S="], "--min S=: expected MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE"),
+    (["--min", "S:clean"], "--min S:clean: expected MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE"),
+    (["--min", "S=1.5"], "--min S=1.5: expected a share in [0, 1]"),
+    (["--max", "GF=lots"], "--max GF=lots: expected a share in [0, 1] (e.g. 0.6)"),
+    (["--min", "Sx:clean=0.5"], "--min Sx:clean=0.5: unknown measure 'Sx' (did you mean 'S'?)"),
+    (["--min", "S:clen=0.5"], "--min S:clen=0.5: matches no cell: no scenario 'clen' in the run "
+     "(did you mean 'clean'?)"),
+    (["--min", "S@repiar=0.5"], "--min S@repiar=0.5: matches no cell: no mitigation arm 'repiar'"
+     " in the run (did you mean 'repair'?)"),
+    (["--min", "S/local/qwen2.5-coder-1.5=0.5"], "--min S/local/qwen2.5-coder-1.5=0.5: matches no"
+     " cell: no model 'local/qwen2.5-coder-1.5' in the run (did you mean 'local/qwen2.5-coder-1.5b'?)"),
+    (["--min", "S:clean@strict@repair=0.5"], "--min S:clean@strict@repair=0.5: expected MEASURE"),
+    (["--specific", "freshnes_guard"], "--specific freshnes_guard: matches no mitigation of the run "
+     "(did you mean 'freshness_guard'?); it holds: repair"),
+    (["--specific", "strict"], "--specific strict: the baseline arm has no verdict"),
+    ([], "nothing to check: give --min/--max thresholds"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "start"), BAD, ids=[" ".join(a) or "none" for a, _ in BAD])
+def test_bad_input_is_one_line_naming_the_flag_and_exit_2(capsys, args, start) -> None:
+    rc, out, err = gate(capsys, QWEN, *args)
+    assert (rc, out, len(err)) == (2, [], 1), err
+    assert err[0].startswith(f"error: {start}"), err[0]
+
+
+def test_a_missing_or_partial_archive_is_bad_input(capsys, tmp_path) -> None:
+    rc, out, err = gate(capsys, tmp_path / "nope", "--min", "S=0.5")
+    assert (rc, out) == (2, []) and err == [f"error: RUN {tmp_path / 'nope'}: does not exist"]
+    bare = tmp_path / "records.parquet"  # an archive file without its manifest
+    bare.write_bytes((QWEN / archive.ARCHIVE).read_bytes())
+    rc, out, err = gate(capsys, bare, "--min", "S=0.1")
+    assert (
+        rc == 2 and len(err) == 1 and "a partial archive" in err[0] and "--allow-partial" in err[0]
+    )
+    assert gate(capsys, bare, "--min", "S=0.1", "--allow-partial")[0] == 0
+
+
+def test_verdict_gates_read_table_10(capsys) -> None:
+    rc, out, err = gate(capsys, MITIGATIONS, "--no-over-broad", "--verbose")
+    assert rc == 1 and err == []
+    block = "reference agents (deterministic baselines)"
+    table = pd.read_csv(paths.ROOT / "paper" / "tables" / "table10.csv")
+    expected = table[table["block"] == block].set_index("mitigation")["verdict"].to_dict()
+    got = {}
+    for line in out[:-1]:
+        head, verdict = line.removesuffix(" (--no-over-broad)").split(": ", 1)
+        status, _, name, where = head.split(" ", 3)
+        assert where == f"[{block}]"
+        got[name] = verdict
+        assert status == ("FAIL" if verdict.startswith("over-broad") else "PASS")
+    assert got == expected  # the same verdicts as the published Table 10
+    fails = [x for x in out if x.startswith("FAIL")]
+    assert fails == [
+        f"FAIL verdict always_abstain [{block}]: over-broad (harm) (--no-over-broad)",
+        f"FAIL verdict ignore_metadata [{block}]: over-broad (harm) (--no-over-broad)",
+    ]
+    assert out[-1] == (
+        f"gate FAILED on {MITIGATIONS}: 2 of 11 checks failed (verdicts: 2 of 11 failed)"
+    )
+    rc, out, _ = gate(
+        capsys, MITIGATIONS, "--specific", "freshness_guard", "--specific", "validity_resolution"
+    )
+    assert rc == 1
+    assert out == [
+        f"FAIL verdict validity_resolution [{block}]: ineffective (--specific validity_resolution)",
+        f"gate FAILED on {MITIGATIONS}: 1 of 2 checks failed (verdicts: 1 of 2 failed)",
+    ]
+
+
+def test_a_verdict_gate_on_a_run_without_mitigation_arms_is_bad_input(
+    capsys, strict_two_scenarios
+) -> None:
+    rc, out, err = gate(capsys, strict_two_scenarios, "--no-over-broad")
+    assert (rc, out, len(err)) == (2, [], 1)
+    assert err[0].startswith("error: --no-over-broad: ") and "only the baseline arm" in err[0]
+
+
+def test_a_run_configuration_gate_section_gives_the_same_checks(capsys, tmp_path) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        "models:\n  - model: local/qwen2.5-coder-1.5b\n"
+        "gate:\n  min: {S:clean: 0.7}\n  max:\n    GF:stale_index@repair: 0.1\n",
+        encoding="utf-8",
+    )
+    rc, out, _ = gate(capsys, QWEN, "--config", cfg)
+    assert rc == 1 and len(out) == 4
+    assert out[0] == (
+        f"FAIL S clean strict {UNIT}: 0.650 < 0.700 (52 of 80 records; {cfg}: gate.min: S:clean)"
+    )
+    # flags and the file's section add up
+    rc, out, _ = gate(capsys, QWEN, "--config", cfg, "--min", "V=0")
+    assert rc == 1 and out[-1].endswith("3 of 5 checks failed (thresholds: 3 of 5 failed)")
+    # a run configuration with a gate section is still a valid run configuration
+    spec = load_run_config(cfg, ["clean", "stale_index"], ["strict", "repair"], ["t1"])
+    assert spec.gate == GateSpec(min={"S:clean": 0.7}, max={"GF:stale_index@repair": 0.1})
+
+
+def test_a_bad_gate_section_is_one_line_with_its_file_and_line(capsys, tmp_path) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        "models:\n  - model: local/qwen2.5-coder-1.5b\ngate:\n  min: {Q:clean: 0.7}\n",
+        encoding="utf-8",
+    )
+    rc, out, err = gate(capsys, QWEN, "--config", cfg)
+    assert (rc, out) == (2, [])
+    assert err == [f"error: --config {cfg}:4: gate.min.Q:clean: unknown measure 'Q'; known: "
+                   "S, SR, GF, GF_cited, E, R, G, V, malformed, provider_error"]  # fmt: skip
+    # run live --config refuses it before any run
+    with pytest.raises(SpecError, match="unknown measure 'Q'"):
+        load_run_config(cfg, ["clean"], ["strict"], ["t1"])
+    cfg.write_text("gate:\n  max: {S: 2}\n", encoding="utf-8")
+    rc, _, err = gate(capsys, QWEN, "--config", cfg)
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"error: --config {cfg}:2: gate.max.S")
+    rc, _, err = gate(capsys, QWEN, "--config", tmp_path / "none.yaml")
+    assert rc == 2 and err == [
+        f"error: --config {tmp_path / 'none.yaml'}: expected a YAML file with a gate: section"
+    ]
