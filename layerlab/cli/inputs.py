@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
 
 from layerlab.cli.app import (
     _check_out,
+    _fail,
     _load_corpus,
     _load_mitigations,
     _load_scenarios,
@@ -123,6 +124,53 @@ def corpus_build(
         f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policy units, "
         f"{counts['documents']} documents, {counts['tasks']} tasks, "
         f"{counts['foreign_documents']} other-tenant documents (spec {c.spec_hash[:12]})"
+    )
+
+
+@corpus_app.command("import")
+def corpus_import(
+    src: Path = typer.Argument(..., help="Your corpus: a .jsonl or .yaml file (format below)."),
+    out: Path = typer.Option(..., help="Output corpus folder (new, empty, or a corpus folder)."),
+) -> None:
+    """Validate your own documents and questions and write a corpus folder, in the format
+    `corpus build` writes, for every command's --corpus.
+
+    \b
+    JSONL, one record per line (YAML: a mapping with `corpus:` and lists `domains:`,
+    `documents:`, `questions:` of the same records without `kind`):
+    {"kind": "corpus", "name": "acme", "tenant": "acme"}
+    {"kind": "domain", "domain": "fleet", "title": "Vehicle fleet", "owner": "Fleet Office",
+     "cue_words": ["vehicle", "mileage"]}
+    {"kind": "document", "doc_id": "fl-7", "policy_id": "fleet-mileage", "domain": "fleet",
+     "title": "Mileage reimbursement", "text": "...", "status": "current",
+     "effective_year": 2025, "version": 3, "access_scope": "all_staff"}
+    {"kind": "question", "id": "q1", "question": "...?", "answer_kind": "money",
+     "expected_answer": "$0.45", "required_doc_ids": ["fl-7"]}
+
+    \b
+    Every policy needs one current version; a policy a question asks about also needs a
+    superseded one (stale_index), and every policy another tenant's version (a document with
+    another "tenant", served by wrong_session). answer_kind: duration, money, percent, count,
+    role, system. The expected answer must be stated in a required (current) document and in
+    neither its superseded nor the other tenant's version. One line per problem; nothing is
+    written unless the whole file is valid.
+    """
+    from layerlab.corpus import userdocs
+
+    _check_out(out)
+    try:
+        c, key = userdocs.import_corpus(src)
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s); nothing written") from None
+    try:
+        manifest = userdocs.write_folder(c, key, out)
+    except OSError as exc:
+        raise _fail(f"--out {out}: {exc}") from None
+    counts = manifest["counts"]
+    typer.echo(
+        f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policies, "
+        f"{counts['documents']} documents, {counts['tasks']} questions, "
+        f"{counts['foreign_documents']} other-tenant documents (source {c.spec_hash[:12]})"
     )
 
 

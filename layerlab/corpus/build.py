@@ -112,6 +112,10 @@ class Corpus:
     def document(self, doc_id: str) -> Document:
         return self._by_id[doc_id]
 
+    def policy_by_doc(self) -> Mapping[str, str]:
+        """doc id -> policy id of our documents (an imported corpus's ids are the user's own)."""
+        return {k: d.policy_id for k, d in self._by_id.items()}
+
     def foreign_by_policy(self) -> dict[str, Document]:
         """policy id -> the other tenant's version of that policy."""
         return {d.policy_id: d for d in self.foreign}
