@@ -56,7 +56,10 @@ from layerlab.corpus.spec import (
 from layerlab.corpus.text import states_value
 
 _ID = r"^[a-z][a-z0-9_]*$"
-_KEY = r"^[A-Za-z0-9][A-Za-z0-9_.:/~-]*$"  # doc, policy and question ids: the user's own
+_KEY = r"^[A-Za-z0-9][A-Za-z0-9_.:/~-]*$"  # document ids: the user's own
+# policy and question ids are archived with every record: the archive's id shapes (no prose)
+_POLICY = r"^[a-z][a-z0-9_]{0,63}-\d{2}$"
+_QUESTION = r"^[a-z][a-z0-9_]{0,63}-\d{2}-q\d{1,2}$"
 NonEmpty = Annotated[str, Field(min_length=1)]
 KINDS = ("corpus", "domain", "document", "question")
 
@@ -79,7 +82,7 @@ class DomainRecord(_Strict):
 
 class DocumentRecord(_Strict):
     doc_id: Annotated[str, Field(pattern=_KEY)]
-    policy_id: Annotated[str, Field(pattern=_KEY)]
+    policy_id: Annotated[str, Field(pattern=_POLICY)]
     domain: Annotated[str, Field(pattern=_ID)]
     title: NonEmpty
     text: NonEmpty
@@ -92,7 +95,7 @@ class DocumentRecord(_Strict):
 
 
 class QuestionRecord(_Strict):
-    id: Annotated[str, Field(pattern=_KEY)]
+    id: Annotated[str, Field(pattern=_QUESTION)]
     question: NonEmpty
     answer_kind: Literal["duration", "money", "percent", "count", "role", "system"]
     expected_answer: NonEmpty
@@ -133,6 +136,13 @@ def _describe_err(err: Any) -> str:
         pattern = err.get("ctx", {}).get("pattern")
         if pattern == _KEY:
             return f"expected an id of letters, digits and . _ : / ~ - (no spaces), got {err['input']!r}"
+        if pattern == _POLICY:
+            return f"expected <domain>-NN, e.g. 'fleet-01' (archived with every record), got {err['input']!r}"
+        if pattern == _QUESTION:
+            return (
+                f"expected <policy_id>-qN, e.g. 'fleet-01-q1' (archived with every record), "
+                f"got {err['input']!r}"
+            )
         if pattern == _ID:
             return f"expected a lower-case name (a-z, 0-9, _; a letter first), got {err['input']!r}"
         return f"expected one lower-case word (a-z, 0-9), got {err['input']!r}"
@@ -293,6 +303,9 @@ def _check(src: _Source) -> tuple[Corpus, AnswerKey]:
         if dom is None:
             p(r.where, "domain", f"unknown domain {x.domain!r}; expected one of {sorted(domains)}")
             continue
+        if not x.policy_id.startswith(x.domain + "-"):
+            p(r.where, "policy_id", f"{x.policy_id!r} must start with its domain '{x.domain}-'")
+            continue
         if x.owner is not None and x.owner != dom.owner:
             p(
                 r.where,
@@ -398,7 +411,6 @@ def _check(src: _Source) -> tuple[Corpus, AnswerKey]:
             )
     tasks: list[Task] = []
     key: dict[str, AnswerKeyEntry] = {}
-    variants: dict[str, int] = {}
     for r in by["question"]:
         q: QuestionRecord = r.obj
         if not unique("question id", q.id, r.where, "id"):
@@ -450,9 +462,17 @@ def _check(src: _Source) -> tuple[Corpus, AnswerKey]:
                     f"tenant's version {their.doc_id!r}; a wrong-session answer would be correct",
                 )
         pid, dom = req[0].policy_id, req[0].domain
-        variants[pid] = variants.get(pid, 0) + 1
+        head_id, _, variant = q.id.rpartition("-q")
+        if head_id != pid:
+            p(
+                r.where,
+                "id",
+                f"{q.id!r} must start with '{pid}-q', the policy of its first "
+                f"required document {req[0].doc_id!r}",
+            )
+            continue
         text = " ".join(q.question.split())
-        tasks.append(Task(q.id, pid, dom, variants[pid], text, q.answer_kind))
+        tasks.append(Task(q.id, pid, dom, int(variant), text, q.answer_kind))
         key[q.id] = AnswerKeyEntry(q.id, pid, dom, q.expected_answer, tuple(q.required_doc_ids))
     if not by["question"]:
         p(1, "", "no question record; expected at least one")
