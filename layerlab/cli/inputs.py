@@ -132,28 +132,36 @@ def corpus_import(
     src: Path = typer.Argument(..., help="Your corpus: a .jsonl or .yaml file (format below)."),
     out: Path = typer.Option(..., help="Output corpus folder (new, empty, or a corpus folder)."),
 ) -> None:
-    """Validate your own documents and questions and write a corpus folder, in the format
-    `corpus build` writes, for every command's --corpus.
+    """Validate your own documents and questions and write a corpus folder,
+    in the format `corpus build` writes, for any command's --corpus.
 
     \b
-    JSONL, one record per line (YAML: a mapping with `corpus:` and lists `domains:`,
-    `documents:`, `questions:` of the same records without `kind`):
+    JSONL, one record per line, four kinds (YAML: `corpus:` and lists
+    `domains:`, `documents:`, `questions:` of the same records, no `kind`):
     {"kind": "corpus", "name": "acme", "tenant": "acme"}
-    {"kind": "domain", "domain": "fleet", "title": "Vehicle fleet", "owner": "Fleet Office",
-     "cue_words": ["vehicle", "mileage"]}
-    {"kind": "document", "doc_id": "fl-7", "policy_id": "fleet-mileage", "domain": "fleet",
-     "title": "Mileage reimbursement", "text": "...", "status": "current",
-     "effective_year": 2025, "version": 3, "access_scope": "all_staff"}
-    {"kind": "question", "id": "q1", "question": "...?", "answer_kind": "money",
-     "expected_answer": "$0.45", "required_doc_ids": ["fl-7"]}
+    {"kind": "domain", "domain": "fleet", "title": "Vehicle fleet",
+     "owner": "Fleet Office", "cue_words": ["vehicle", "mileage"]}
+    {"kind": "document", "doc_id": "FL-7", "policy_id": "fleet-01",
+     "domain": "fleet", "title": "Mileage rate", "text": "...",
+     "status": "current", "effective_year": 2025, "version": 3,
+     "access_scope": "all_staff"}
+    {"kind": "question", "id": "fleet-01-q1", "question": "...?",
+     "answer_kind": "money", "expected_answer": "$0.52",
+     "required_doc_ids": ["FL-7"]}
 
     \b
-    Every policy needs one current version; a policy a question asks about also needs a
-    superseded one (stale_index), and every policy another tenant's version (a document with
-    another "tenant", served by wrong_session). answer_kind: duration, money, percent, count,
-    role, system. The expected answer must be stated in a required (current) document and in
-    neither its superseded nor the other tenant's version. One line per problem; nothing is
-    written unless the whole file is valid.
+    policy_id is <domain>-NN, question id <policy_id>-qN (both archived).
+    Every policy: one current version, and another tenant's version (a
+    document with another "tenant"; wrong_session serves it). A policy a
+    question asks about: also a superseded version, same title, lower
+    version (stale_index serves it). answer_kind: duration, money,
+    percent, count, role, system. The expected answer is stated in a
+    required (current) document, in neither the superseded nor the other
+    tenant's version. Optional document fields: access_scope (all_staff),
+    owner (the domain's), tenant (the corpus's).
+
+    One line per problem (file:line: field: what was expected); nothing is
+    written unless the whole file is valid. See README, "Your own documents".
     """
     from layerlab.corpus import userdocs
 
