@@ -225,6 +225,12 @@ BAD: dict[str, tuple[list[dict] | str, str]] = {
         _mutate(ROWS, DOC, kind="chunk"),
         rf":{DOC + 1}: kind: unknown kind 'chunk'; expected one of \['corpus'",
     ),
+    "key given twice": (
+        "".join(json.dumps(r) + "\n" for r in ROWS[:3])
+        + json.dumps(ROWS[3])[:-1]
+        + ', "status": "superseded"}\n',
+        r":4: status: duplicate key",
+    ),
     "not JSON": (
         "".join(json.dumps(r) + "\n" for r in ROWS[:3]) + '{"kind": "document",\n',
         r":4: not valid JSON: ",

@@ -163,6 +163,7 @@ def corpus_import(
     One line per problem (file:line: field: what was expected); nothing is
     written unless the whole file is valid. See README, "Your own documents".
     """
+    from layerlab.corpus import build as corpus_mod
     from layerlab.corpus import userdocs
 
     _check_out(out)
@@ -171,7 +172,7 @@ def corpus_import(
     except SpecError as exc:
         raise _spec_fail(exc, "problem(s); nothing written") from None
     try:
-        manifest = userdocs.write_folder(c, key, out)
+        manifest = corpus_mod.write_folder(c, key, out)
     except OSError as exc:
         raise _fail(f"--out {out}: {exc}") from None
     counts = manifest["counts"]

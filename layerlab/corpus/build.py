@@ -367,6 +367,39 @@ def write(corpus: Corpus, key: AnswerKey, out: Path) -> dict[str, Any]:
     return manifest
 
 
+def write_folder(corpus: Corpus, key: AnswerKey, out: Path | str) -> dict[str, Any]:
+    """Write the corpus folder (:func:`write`) all at once: into a
+    temporary sibling folder first, then renamed into place, so an error leaves ``out`` as it
+    was. An existing ``out`` must be empty or a corpus folder (it is replaced)."""
+    import shutil
+    import tempfile
+
+    from layerlab._io import current_umask
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
+        raise OSError("not empty and not a corpus folder; expected a new or empty folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    old = None
+    try:
+        manifest = write(corpus, key, tmp)
+        tmp.chmod(0o777 & ~current_umask())
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            out.rename(old / "x")
+        tmp.rename(out)
+    except BaseException:
+        if old is not None and (old / "x").exists() and not out.exists():
+            (old / "x").rename(out)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return manifest
+
+
 class CorpusError(ValueError):
     """A corpus folder that is missing files or fails its manifest checksums."""
 

@@ -16,7 +16,7 @@ lists (the same fields, without ``kind``).
 
 :func:`import_corpus` validates every record and the corpus as a whole (what each fault
 scenario needs of it) and returns the :class:`~layerlab.corpus.build.Corpus` and
-:class:`~layerlab.corpus.build.AnswerKey` that :func:`layerlab.corpus.build.write` writes, in
+:class:`~layerlab.corpus.build.AnswerKey` that :func:`layerlab.corpus.build.write_folder` writes, in
 the format ``layerlab corpus build`` writes. Problems are :class:`SpecProblem` values
 (``file:line: field: message``), like the spec DSL's. :func:`export_records` writes a built
 corpus in this format (the enterprise_v2 corpus re-imports to byte-identical files).
@@ -33,7 +33,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from layerlab._io import current_umask
 from layerlab.corpus.build import (
     TENANT,
     AnswerKey,
@@ -209,14 +208,30 @@ def _read(path: Path) -> _Source:
     return src
 
 
+class _Repeated(ValueError):
+    """A key given twice in one JSON object (``json`` would silently keep the last)."""
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Repeated(k)
+        out[k] = v
+    return out
+
+
 def _read_jsonl(src: _Source, text: str) -> None:
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            data = json.loads(line, object_pairs_hook=_no_repeats)
         except json.JSONDecodeError as exc:
             src.problem(n, "", f"not valid JSON: {exc.msg} (column {exc.colno})")
+            continue
+        except _Repeated as exc:
+            src.problem(n, exc.args[0], "duplicate key; each key may appear once in a record")
             continue
         if not isinstance(data, dict):
             src.problem(n, "", f"expected a JSON object, got {type(data).__name__}")
@@ -541,37 +556,4 @@ def export_records(corpus: Corpus, key: AnswerKey) -> Iterator[dict[str, Any]]:
         }
 
 
-def write_folder(corpus: Corpus, key: AnswerKey, out: Path | str) -> dict[str, Any]:
-    """Write the corpus folder (:func:`layerlab.corpus.build.write`) all at once: into a
-    temporary sibling folder first, then renamed into place, so an error leaves ``out`` as it
-    was. An existing ``out`` must be empty or a corpus folder (it is replaced)."""
-    import shutil
-    import tempfile
-
-    from layerlab.corpus.build import write
-
-    out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
-        raise OSError(f"{out}: not empty and not a corpus folder; expected a new or empty folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    old = None
-    try:
-        manifest = write(corpus, key, tmp)
-        tmp.chmod(0o777 & ~current_umask())
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            out.rename(old / "x")
-        tmp.rename(out)
-    except BaseException:
-        if old is not None and (old / "x").exists() and not out.exists():
-            (old / "x").rename(out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    return manifest
-
-
-__all__ = ["MODELS", "export_records", "import_corpus", "write_folder"]
+__all__ = ["MODELS", "export_records", "import_corpus"]
