@@ -283,3 +283,16 @@ def test_an_existing_corpus_folder_is_replaced_and_another_folder_refused(
     assert "not empty and not a corpus folder" in capsys.readouterr().err
     assert sorted(p.name for p in other.iterdir()) == ["todo.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "mine.jsonl", "notes"]
+
+
+def test_run_live_takes_the_imported_corpus(imported: Path, tmp_path: Path) -> None:
+    """The live harness on the imported corpus, through the offline reference agent (no model)."""
+    run = tmp_path / "live"
+    args = ["run", "live", "-m", "layerlab/extractive", "--corpus", str(imported)]
+    args += ["--out", str(run), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    assert main([*args, "--scenario", "clean", "--scenario", "wrong_session"]) == 0
+    df = pd.read_parquet(run / "records.parquet")
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["corpus"] == "bayside_water" and len(df) == 2 * 8 * 2
+    by = df.groupby("scenario")
+    assert by["success"].mean()["clean"] == 1.0 and by["success"].mean()["wrong_session"] == 0.0
