@@ -296,3 +296,13 @@ def test_run_live_takes_the_imported_corpus(imported: Path, tmp_path: Path) -> N
     assert man["corpus"] == "bayside_water" and len(df) == 2 * 8 * 2
     by = df.groupby("scenario")
     assert by["success"].mean()["clean"] == 1.0 and by["success"].mean()["wrong_session"] == 0.0
+
+
+def test_explore_takes_the_imported_corpus(
+    imported: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["explore", "--corpus", str(imported), "--task", "lab-01-q1", "--scenario"]
+    assert main([*args, "stale_index"]) == 0
+    out = capsys.readouterr().out
+    assert "index: LAB-015 (current) is absent from the index" in out
+    assert "1. LAB-011" in out and "status=superseded" in out
