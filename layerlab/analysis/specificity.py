@@ -194,16 +194,18 @@ def run_archive(
     arms: Sequence[str] | None = None,
     reader: str = "extractive",
     mitigations_path: Path | None = None,
+    corpus_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the deterministic harness over the baseline and every matrix arm (or ``arms``) on
-    the committed corpus and scenarios, and write a run folder (``records.parquet`` + manifest)."""
+    the committed corpus (or the corpus folder ``corpus_dir``) and scenarios, and write a run
+    folder (``records.parquet`` + manifest)."""
     from layerlab.corpus import build as corpus_mod
     from layerlab.corpus.spec import spec_hash
     from layerlab.system.reader import READERS
 
     spec = load_mitigations(mitigations_path)
     names = [spec.baseline, *[a for a in (arms or spec.matrix_arms) if a != spec.baseline]]
-    c, key = corpus_mod.load(), corpus_mod.load_answer_key()
+    c, key = corpus_mod.load(corpus_dir), corpus_mod.load_answer_key(corpus_dir)
     scen = load_scenarios()
     mpath = Path(mitigations_path or paths.MITIGATION_SPEC)
     hashes = {

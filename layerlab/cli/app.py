@@ -207,7 +207,9 @@ def _group(name: str, help: str) -> typer.Typer:
 
 
 spec_app = _group("spec", "Validate specification DSL files.")
-corpus_app = _group("corpus", "Build the corpus from its specs.")
+corpus_app = _group(
+    "corpus", "Build the corpus from its specs, or import your own documents (corpus import)."
+)
 audit_app = _group("audit", "Audits that need no model.")
 run_app = _group("run", "Run the benchmark harnesses.")
 scenario_app = _group("scenario", "The fault-scenario DSL.")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
 
 from layerlab.cli.app import (
     _check_out,
+    _fail,
     _load_corpus,
     _load_mitigations,
     _load_scenarios,
@@ -123,6 +124,62 @@ def corpus_build(
         f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policy units, "
         f"{counts['documents']} documents, {counts['tasks']} tasks, "
         f"{counts['foreign_documents']} other-tenant documents (spec {c.spec_hash[:12]})"
+    )
+
+
+@corpus_app.command("import")
+def corpus_import(
+    src: Path = typer.Argument(..., help="Your corpus: a .jsonl or .yaml file (format below)."),
+    out: Path = typer.Option(..., help="Output corpus folder (new, empty, or a corpus folder)."),
+) -> None:
+    """Validate your own documents and questions and write a corpus folder,
+    in the format `corpus build` writes, for any command's --corpus.
+
+    \b
+    JSONL, one record per line, four kinds (YAML: `corpus:` and lists
+    `domains:`, `documents:`, `questions:` of the same records, no `kind`):
+    {"kind": "corpus", "name": "acme", "tenant": "acme"}
+    {"kind": "domain", "domain": "fleet", "title": "Vehicle fleet",
+     "owner": "Fleet Office", "cue_words": ["vehicle", "mileage"]}
+    {"kind": "document", "doc_id": "FL-7", "policy_id": "fleet-01",
+     "domain": "fleet", "title": "Mileage rate", "text": "...",
+     "status": "current", "effective_year": 2025, "version": 3,
+     "access_scope": "all_staff"}
+    {"kind": "question", "id": "fleet-01-q1", "question": "...?",
+     "answer_kind": "money", "expected_answer": "$0.52",
+     "required_doc_ids": ["FL-7"]}
+
+    \b
+    policy_id is <domain>-NN, question id <policy_id>-qN (both archived).
+    Every policy: one current version, and another tenant's version (a
+    document with another "tenant"; wrong_session serves it). A policy a
+    question asks about: also a superseded version, same title, lower
+    version (stale_index serves it). answer_kind: duration, money,
+    percent, count, role, system. The expected answer is stated in a
+    required (current) document, in neither the superseded nor the other
+    tenant's version. Optional document fields: access_scope (all_staff),
+    owner (the domain's), tenant (the corpus's).
+
+    One line per problem (file:line: field: what was expected); nothing is
+    written unless the whole file is valid. See README, "Your own documents".
+    """
+    from layerlab.corpus import build as corpus_mod
+    from layerlab.corpus import userdocs
+
+    _check_out(out)
+    try:
+        c, key = userdocs.import_corpus(src)
+    except SpecError as exc:
+        raise _spec_fail(exc, "problem(s); nothing written") from None
+    try:
+        manifest = corpus_mod.write_folder(c, key, out)
+    except OSError as exc:
+        raise _fail(f"--out {out}: {exc}") from None
+    counts = manifest["counts"]
+    typer.echo(
+        f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policies, "
+        f"{counts['documents']} documents, {counts['tasks']} questions, "
+        f"{counts['foreign_documents']} other-tenant documents (source {c.spec_hash[:12]})"
     )
 
 

@@ -17,6 +17,7 @@ from layerlab.cli.app import (
     _check_out,
     _check_out_file,
     _fail,
+    _load_corpus,
     app,
 )
 
@@ -307,6 +308,7 @@ def explore_cmd(
     reader: str = typer.Option(
         "extractive", "--reader", help="Deterministic reader: extractive or cautious."
     ),
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab.mitigations import load_mitigations
@@ -322,8 +324,9 @@ def explore_cmd(
         READERS.lookup(reader)
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
+    c, key = _load_corpus(corpus_dir)
     try:
-        t = explore.trace(task, scenario, mode, reader)
+        t = explore.trace(task, scenario, mode, reader, corpus=c, key=key)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
     typer.echo(explore.render(t))

@@ -87,6 +87,7 @@ def mitigation_run(
     ),
     reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
     spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
+    corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
 ) -> None:
     """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
     from layerlab.analysis import specificity
@@ -109,7 +110,8 @@ def mitigation_run(
         READERS.lookup(reader)
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
-    man = specificity.run_archive(out, mitigation or None, reader, spec_path)
+    _load_corpus(corpus_dir)  # a missing or edited corpus folder: one line, before any work
+    man = specificity.run_archive(out, mitigation or None, reader, spec_path, corpus_dir)
     typer.echo(
         f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})"
     )

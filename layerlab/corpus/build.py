@@ -112,6 +112,10 @@ class Corpus:
     def document(self, doc_id: str) -> Document:
         return self._by_id[doc_id]
 
+    def policy_by_doc(self) -> Mapping[str, str]:
+        """doc id -> policy id of our documents (an imported corpus's ids are the user's own)."""
+        return {k: d.policy_id for k, d in self._by_id.items()}
+
     def foreign_by_policy(self) -> dict[str, Document]:
         """policy id -> the other tenant's version of that policy."""
         return {d.policy_id: d for d in self.foreign}
@@ -360,6 +364,39 @@ def write(corpus: Corpus, key: AnswerKey, out: Path) -> dict[str, Any]:
         "files": {name: sha256_file(out / name) for name in FILES},
     }
     atomic_write_text(out / "manifest.json", canonical_json(manifest) + "\n")
+    return manifest
+
+
+def write_folder(corpus: Corpus, key: AnswerKey, out: Path | str) -> dict[str, Any]:
+    """Write the corpus folder (:func:`write`) all at once: into a
+    temporary sibling folder first, then renamed into place, so an error leaves ``out`` as it
+    was. An existing ``out`` must be empty or a corpus folder (it is replaced)."""
+    import shutil
+    import tempfile
+
+    from layerlab._io import current_umask
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
+        raise OSError("not empty and not a corpus folder; expected a new or empty folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    old = None
+    try:
+        manifest = write(corpus, key, tmp)
+        tmp.chmod(0o777 & ~current_umask())
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            out.rename(old / "x")
+        tmp.rename(out)
+    except BaseException:
+        if old is not None and (old / "x").exists() and not out.exists():
+            (old / "x").rename(out)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return manifest
 
 

@@ -62,6 +62,8 @@ class ToolContext:
     # policy id -> another tenant's version of that policy (Corpus.foreign_by_policy): public
     # documents that the session-state fault serves in place of ours
     foreign: Mapping[str, Document] = field(default_factory=dict, repr=False, compare=False)
+    # doc id -> policy id (Corpus.policy_by_doc); ids it lacks are read as ``<policy>-<suffix>``
+    policies: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
 
 class FaultOperator:
@@ -360,7 +362,7 @@ class ForeignSession(FaultOperator):
         results: list[dict[str, Any]] = []
         served: set[str] = set()
         for r in out["results"]:
-            theirs = ctx.foreign.get(policy_of(r["doc_id"]))
+            theirs = ctx.foreign.get(ctx.policies.get(r["doc_id"]) or policy_of(r["doc_id"]))
             if theirs is None:
                 raise ValueError(
                     f"foreign_session: no other-tenant version of {r['doc_id']!r}; build the "

@@ -96,6 +96,7 @@ class PreparedScenario:
     )
     _rankings: RankingCache | None = field(default=None, compare=False, repr=False)
     _foreign: Mapping[str, Document] = field(default_factory=dict, compare=False, repr=False)
+    _policies: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     _checked: dict[tuple[ContractMode, str], tuple[ContractResult, ReaderInput | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -137,7 +138,14 @@ class PreparedScenario:
         if attempt == 0 and retriever == self.retriever:
             return self.received[task.task_id]
         sent = self.sent_by(retriever)[task.task_id]
-        ctx = ToolContext(task.task_id, task.policy_id, sent["session_id"], attempt, self._foreign)
+        ctx = ToolContext(
+            task.task_id,
+            task.policy_id,
+            sent["session_id"],
+            attempt,
+            self._foreign,
+            self._policies,
+        )
         return self.scenario.transport(sent, ctx)
 
     def checked(
@@ -172,11 +180,13 @@ def prepare(
     if rankings is None:
         rankings = {}
     sent = _search(corpus, docs, retriever, scenario.principal_scopes(), rankings)
-    foreign = corpus.foreign_by_policy()
+    foreign, policies = corpus.foreign_by_policy(), corpus.policy_by_doc()
     received: dict[str, Payload] = {
         t.task_id: scenario.transport(
             sent[t.task_id],
-            ToolContext(t.task_id, t.policy_id, session_for(t.task_id), foreign=foreign),
+            ToolContext(
+                t.task_id, t.policy_id, session_for(t.task_id), foreign=foreign, policies=policies
+            ),
         )
         for t in corpus.tasks
     }
@@ -190,6 +200,7 @@ def prepare(
         domain_owners(corpus),
         _rankings=rankings,
         _foreign=foreign,
+        _policies=policies,
     )
 
 
