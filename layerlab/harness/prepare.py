@@ -138,15 +138,18 @@ class PreparedScenario:
         if attempt == 0 and retriever == self.retriever:
             return self.received[task.task_id]
         sent = self.sent_by(retriever)[task.task_id]
-        ctx = ToolContext(
+        return self.scenario.transport(sent, self.tool_context(task, attempt))
+
+    def tool_context(self, task: Task, attempt: int = 0) -> ToolContext:
+        """What the tool-stage faults may know about ``task``'s tool call number ``attempt``."""
+        return ToolContext(
             task.task_id,
             task.policy_id,
-            sent["session_id"],
+            session_for(task.task_id),
             attempt,
             self._foreign,
             self._policies,
         )
-        return self.scenario.transport(sent, ctx)
 
     def checked(
         self, contract: ContractMode, task: Task, attempt: int = 0, retriever: str | None = None

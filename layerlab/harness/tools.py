@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from layerlab.corpus.build import Task
-from layerlab.faults.operators import ToolContext
 from layerlab.harness.prepare import PreparedScenario, session_for
 from layerlab.harness.step import Gate, as_arm, gate
 from layerlab.mitigations import Arm
@@ -241,8 +240,7 @@ class ToolBox:
 
     def _checked(self, sent: dict[str, Any], n: int) -> tuple[ContractResult, ReaderInput | None]:
         task, prep = self.task, self.prepared
-        ctx = ToolContext(task.task_id, task.policy_id, self.session_id, n, prep._foreign)
-        cr = self.arm.contract.check(prep.scenario.transport(sent, ctx))
+        cr = self.arm.contract.check(prep.scenario.transport(sent, prep.tool_context(task, n)))
         return cr, (reader_input(task, cr.payload) if cr.payload is not None else None)
 
     def _fitted(self, name: str) -> retrieval.Retriever:
