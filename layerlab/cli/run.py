@@ -28,7 +28,6 @@ from layerlab.cli.app import (
     _spec_fail,
     mitigation_app,
     run_app,
-    study_app,
 )
 
 
@@ -117,6 +116,14 @@ def mitigation_run(
     )
 
 
+_AGENT_HELP = {
+    "agent": "Agent mode: the model calls the faulted search and open_document tools itself, "
+    "step by step, then replies (default: single-call mode, the harness searches once).",
+    "steps": "Agent mode: tool-calling turns before the final reply (1-16).",
+    "protocol": "Agent mode: native (provider tool calls), json_action (a JSON action per reply) "
+    "or auto (json_action for local models, native otherwise).",
+}
+
 @run_app.command("live")
 def run_live(
     ctx: typer.Context,
@@ -174,22 +181,9 @@ def run_live(
         "--seed",
         help="Base of per-record seeds sent to the server (local models: 0 unless given).",
     ),
-    agent: bool = typer.Option(
-        False,
-        "--agent",
-        help="Agent mode: the model calls the faulted search and open_document tools itself, "
-        "step by step, then replies (default: single-call mode, the harness searches once).",
-    ),
-    max_steps: int = typer.Option(
-        4, "--max-steps", help="Agent mode: tool-calling turns before the final reply (1-16)."
-    ),
-    tool_protocol: str = typer.Option(
-        "auto",
-        "--tool-protocol",
-        help="Agent mode: 'native' (the provider's tool calls), 'json_action' (one JSON action "
-        "per reply; with --response-format json_schema the server constrains it) or 'auto' "
-        "(json_action for local models, native otherwise).",
-    ),
+    agent: bool = typer.Option(False, "--agent", help=_AGENT_HELP["agent"]),
+    max_steps: int = typer.Option(4, "--max-steps", help=_AGENT_HELP["steps"]),
+    tool_protocol: str = typer.Option("auto", "--tool-protocol", help=_AGENT_HELP["protocol"]),
     local_servers: int = typer.Option(
         None,
         "--local-servers",
@@ -574,33 +568,3 @@ class _Bar:
 
 def _progress_hook() -> _Bar:
     return _Bar()
-
-
-@study_app.command("langchain")
-def study_langchain(
-    out: Path = typer.Option(..., help="Output folder (study.parquet, manifest.json)."),
-    model: str = typer.Option(
-        "layerlab/extractive",
-        "--model",
-        "-m",
-        help="litellm model string (offline: a local reference agent).",
-    ),
-    seed: int = typer.Option(7, help="Seed of the task-selection rule."),
-) -> None:
-    """Table 7: 8 tasks x 9 conditions x 2 arms (uncontrolled vs LayerRAG controls) through LangChain."""
-    try:
-        from layerlab.harness import study
-        from layerlab.reporting import terminal as report
-    except ImportError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        m = study.run_to(out, model=model, seed=seed)
-    except ImportError as exc:
-        raise _fail(str(exc)) from None
-    from layerlab.archive import read_study
-    from layerlab.reporting import tables
-
-    report.print_frame(
-        tables.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"
-    )
-    typer.echo(f"wrote {out / 'study.parquet'} and {out / 'manifest.json'}")

@@ -200,17 +200,26 @@ class Route:
         return kwargs
 
     @contextlib.asynccontextmanager
-    async def endpoint(self, affinity: str | None = None) -> AsyncIterator[Endpoint]:
+    async def endpoint(
+        self, affinity: str | None = None, pin: list[int] | None = None
+    ) -> AsyncIterator[Endpoint]:
         """An endpoint, once it has a free slot (time queued there is not request time).
 
         With an ``affinity`` key (the prompt hash), the same prompt always goes to the same
         server, so a server that caches the previous prompt's prefix (llama.cpp, vLLM) reads
         the repeated prompt of a record's strict and repair arms once; otherwise the least busy.
+        ``pin`` (an agent record's steps) holds the endpoint the record's first call went to,
+        and sends its later calls there: each step's prompt extends the previous one, so that
+        server reads only the new turns.
         """
-        if affinity is not None and len(self.endpoints) > 1:
+        if pin:
+            ep = self.endpoints[pin[0] % len(self.endpoints)]
+        elif affinity is not None and len(self.endpoints) > 1:
             ep = self.endpoints[int(affinity[:8], 16) % len(self.endpoints)]
         else:
             ep = min(self.endpoints, key=lambda e: e.busy)
+        if pin is not None and not pin:
+            pin.append(self.endpoints.index(ep))
         ep.busy += 1
         try:
             async with ep.slots:

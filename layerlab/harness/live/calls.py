@@ -127,6 +127,7 @@ async def call(
     affinity: str | None = None,
     extra: dict[str, Any] | None = None,
     native_tools: bool = False,
+    pin: list[int] | None = None,
 ) -> tuple[str | None, str | None]:
     """(reply text, None) or (None, failure label) or (None, None) when the budget ran out.
 
@@ -135,7 +136,8 @@ async def call(
     ``affinity`` is the prompt hash when the caller has it (see :meth:`Route.endpoint`).
     ``extra`` adds request keys (an agent step's ``tools`` or ``response_format``); with
     ``native_tools`` the reply is the message's text and tool calls as one JSON string
-    (:func:`~layerlab.system.agentprompt.native_reply`).
+    (:func:`~layerlab.system.agentprompt.native_reply`); ``pin`` keeps an agent record's
+    calls on one endpoint (:meth:`Route.endpoint`).
     """
     rng = rng or random.Random(0)
     request = route.request(msgs, seed)
@@ -149,7 +151,7 @@ async def call(
         counters.calls += 1
         base: str | None = None
         try:
-            async with route.endpoint(affinity if attempt == 1 else None) as ep:
+            async with route.endpoint(affinity if attempt == 1 else None, pin) as ep:
                 base = ep.api_base
                 kwargs: dict[str, Any] = dict(
                     model=route.model,

@@ -146,6 +146,7 @@ class Engine:
         phash: str,
         extra: dict[str, Any] | None = None,
         native_tools: bool = False,
+        pin: list[int] | None = None,
     ) -> tuple[str | None, str | None, bool]:
         """(reply, failure, from_cache); (None, None, _) when the budget stopped the run.
         ``extra`` and ``native_tools`` are an agent step's (see :func:`calls.call`)."""
@@ -171,7 +172,8 @@ class Engine:
             )
             reply, failure = await calls.call(
                 self.litellm, route, msgs, seed, self.config.settings, self.budget,
-                self.counters, self.rng, affinity=phash, extra=extra, native_tools=native_tools,
+                self.counters, self.rng, affinity=None if pin is not None else phash,
+                extra=extra, native_tools=native_tools, pin=pin,
             )  # fmt: skip
             if reply is not None or failure is not None:  # the provider was asked
                 self.counters.cache_misses += 1
@@ -214,9 +216,11 @@ class Engine:
         if not self.want_samples:
             return done.record, None, None
         answer = self.key[cell.task.task_id]
-        return done.record, samplelog.entry(
-            done.record, cell.task, answer, done.gate, reply, done.out
-        ), None
+        return (
+            done.record,
+            samplelog.entry(done.record, cell.task, answer, done.gate, reply, done.out),
+            None,
+        )
 
     async def agent_record(self, cell: Cell, mode: AgentMode) -> Made | None:
         """An agent record: the loop's steps, each asked of the cache, else the provider (one
@@ -226,11 +230,14 @@ class Engine:
                          mode.protocol, mode.max_steps)  # fmt: skip
         local = self.routes[cell.model].name is not None
         native = mode.protocol == "native"
+        pin: list[int] = []  # every step on the server of the record's first call
         while not loop.done:
             req = loop.request()
             phash = conversation_hash(req)
             extra = agent_request(req, self.config.response_format, local)
-            reply, failure, cached = await self.ask(cell, req["messages"], phash, extra, native)
+            reply, failure, cached = await self.ask(
+                cell, req["messages"], phash, extra, native, pin
+            )
             if reply is None and failure is None:
                 return None
             if cached:
