@@ -12,6 +12,11 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``limited``   — per prompt: first call 429 with ``Retry-After: 0.3``, then answers;
 * ``prefix``    — like llama.cpp's server reusing the previous prompt's prefix at a near-tie:
   answers, except that a prompt identical to the one it served just before gets an abstention;
+* ``tools``     — agent mode, native tool calls: acts like the extractive reference agent
+  (search, once more after a fault, then answer), its searches as OpenAI ``tool_calls``;
+* ``badtools``  — agent mode: an unknown tool, then a search with bad arguments, then acts
+  like ``tools``;
+* ``endless``   — agent mode: a search tool call on every turn, never a final reply;
 * any other name — 404 "model not found", as OpenAI-compatible servers answer.
 
 It also answers Ollama's native ``POST /api/chat`` (what litellm's ``ollama_chat/`` provider
@@ -28,7 +33,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from layerlab.models.agents import reply_for
+from layerlab.models.agents import agent_action, reply_for
 
 SLOW_S = 1.5
 
@@ -99,7 +104,7 @@ class FakeOpenAI:
                     server.hits[(model, h)] += 1
                     n = server.hits[(model, h)]
                 known = {"good", "flaky", "slow", "malformed", "text", "down", "gone", "limited"}
-                known |= {"fading", "prefix"}
+                known |= {"fading", "prefix", "tools", "badtools", "endless"}
                 if model not in known or (model == "gone" and server.requests > 1):
                     return self._send(
                         404,
@@ -123,6 +128,8 @@ class FakeOpenAI:
                     return self._send(500, {"error": {"message": "boom", "type": "server_error"}})
                 if model == "slow" and n == 1:
                     time.sleep(SLOW_S)
+                if model in {"tools", "badtools", "endless"}:
+                    return self._send(200, _completion(model, *_agent_turn(model, req)))
                 content = reply_for("layerlab/extractive", msgs)
                 if model == "prefix":
                     with server.lock:
@@ -169,3 +176,34 @@ class FakeOpenAI:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def _agent_turn(model: str, req: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
+    """An agent-mode turn of the ``tools``/``badtools``/``endless`` models: (text, tool calls)."""
+    msgs = req["messages"]
+    turn = sum(m["role"] == "assistant" for m in msgs)
+    if model == "endless" or (model == "badtools" and turn < 2):
+        name, args = "search", {"query": "policy", "top_k": 3}
+        if model == "badtools":
+            name, args = (("delete_index", {}) if turn == 0 else ("search", {"query": "", "top_k": 99}))
+        return None, [{"id": f"call_{turn}", "type": "function",
+                       "function": {"name": name, "arguments": json.dumps(args)}}]  # fmt: skip
+    if model == "badtools":  # past its two bad calls (and their errors): acts like ``tools``
+        msgs = msgs[:2] + msgs[6:]
+    act = agent_action("layerlab/extractive", msgs)
+    if act.pop("action") == "answer":
+        return json.dumps(act), []
+    return None, [{"id": f"call_{turn}", "type": "function",
+                   "function": {"name": "search", "arguments": json.dumps(act)}}]  # fmt: skip
+
+
+def _completion(model: str, content: str | None, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop",
+                     "message": message}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }  # fmt: skip
