@@ -225,7 +225,7 @@ class Engine:
     async def agent_record(self, cell: Cell, mode: AgentMode) -> Made | None:
         """An agent record: the loop's steps, each asked of the cache, else the provider (one
         cache entry per step, keyed by the whole conversation so far)."""
-        provider, name = split_model(cell.model)
+        provider, name = self.config.record_model(cell.model)
         loop = AgentLoop(cell.task, self.prepared[cell.scenario], self.arms[cell.mode],
                          mode.protocol, mode.max_steps)  # fmt: skip
         local = self.routes[cell.model].name is not None
@@ -289,7 +289,7 @@ def todo_cells(
     draws not exchangeable."""
     wanted = None if config.task_ids is None else set(config.task_ids)
     tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
-    split = {m: split_model(m) for m in config.models}
+    split = {m: config.record_model(m) for m in config.models}
     total = 0
     todo = []
     for m in config.models:

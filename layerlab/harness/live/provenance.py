@@ -187,12 +187,14 @@ def accumulate_usage(
     return {"usage": usage, "invocations": history}
 
 
-def error_summary(records: Sequence[Record], models: Sequence[str]) -> dict[str, dict[str, int]]:
+def error_summary(
+    records: Sequence[Record], models: Sequence[str], config: LiveConfig | None = None
+) -> dict[str, dict[str, int]]:
     """Per model: records that asked it (``called``), and how many ended in ``provider_error``
     or ``malformed_reply``."""
     out: dict[str, dict[str, int]] = {}
     for m in models:
-        provider, name = split_model(m)
+        provider, name = config.record_model(m) if config is not None else split_model(m)
         mine = [r for r in records if (r.provider, r.model) == (provider, name) and r.prompt_hash]
         out[m] = {
             "called": len(mine),

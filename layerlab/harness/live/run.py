@@ -142,7 +142,7 @@ def run_live(
     agents.register()
     per_model = plan["expected_records"] // max(1, len(config.models))
     pending = [  # a model whose records are all done is not asked again
-        m for m in config.models if sum(k[:2] == split_model(m) for k in done) < per_model
+        m for m in config.models if sum(k[:2] == config.record_model(m) for k in done) < per_model
     ]
     fatal: LiveRunError | None = None
     interrupted = False
@@ -207,7 +207,7 @@ def run_live(
     # what the log now holds: the usable lines read at the start and those written since
     records = list({**done, **written}.values())
     complete = finished and len(records) == plan["expected_records"]
-    errors = provenance.error_summary(records, config.models)
+    errors = provenance.error_summary(records, config.models, config)
     outcome = provenance.Outcome(
         complete=complete,
         calls=provenance.calls_summary(counters, old, server_cpu),

@@ -77,6 +77,12 @@ class AgentMode:
         return AgentMode(protocol, max_steps)
 
 
+AGENT_SUFFIX = "+agent"
+"""Appended to an agent-mode record's model name: the model acting as an agent is another system
+under test than the same model reading one search's results, so its records are another unit
+and are never pooled with single-call records (``local/qwen2.5-coder-1.5b+agent``)."""
+
+
 @dataclass(frozen=True)
 class LiveConfig:
     """Everything that determines a live run's records (budget and concurrency do not)."""
@@ -121,6 +127,11 @@ class LiveConfig:
             raise ValueError(
                 f"--response-format {self.response_format!r}: expected 'none' or 'json_schema'"
             )
+
+    def record_model(self, model: str) -> tuple[str, str]:
+        """(provider, model) as this run's records name the ``-m`` model ``model``."""
+        provider, name = split_model(model)
+        return (provider, name + AGENT_SUFFIX) if self.agent is not None else (provider, name)
 
     def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
         """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
