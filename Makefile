@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives local-mitigations local-replicates lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives local-mitigations local-agent local-replicates lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -122,11 +122,18 @@ define local_run
 	    --response-format json_schema --no-progress $$resume $(2) || exit $$?; \
 	  mkdir -p data/archives/$(1)/$$m; \
 	  cp out/$(1)/$$m/records.parquet out/$(1)/$$m/manifest.json out/$(1)/$$m/results.json data/archives/$(1)/$$m/; \
+	  if [ -e out/$(1)/$$m/agent.parquet ]; then cp out/$(1)/$$m/agent.parquet data/archives/$(1)/$$m/; fi; \
 	done
 	$(MAKE) --no-print-directory checksums
 endef
 local-mitigations: $(LOCAL_STAMP) ## A real model over every mitigation arm (Table 10's real-model block; resumable).
 	$(call local_run,local_model_mitigations,$(MATRIX_ARMS))
+# The same model as an agent (layerlab run live --agent): it calls the faulted search and
+# open_document tools itself, one JSON action per reply (json_action), up to 4 tool-calling turns,
+# on the same 40 tasks, every scenario, strict and repair (720 records, about 1,500 calls: about
+# an hour on 2 cores; each record's steps stay on one server, --concurrency 2).
+local-agent: $(LOCAL_STAMP) ## A real model as an agent calling the faulted tools (resumable).
+	$(call local_run,local_model_agent,--agent --concurrency 2)
 local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 replicates (within-task variability; resumable).
 	$(call local_run,local_model_replicates,--temperature 0.7 --replicates 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)
 

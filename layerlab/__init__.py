@@ -15,6 +15,8 @@ name                  what it is (owner)
 ``run_deterministic`` the deterministic matrix, no model: records
                       (:func:`layerlab.harness.deterministic.run_deterministic`)
 ``LiveConfig``        what determines a live run's records (:class:`layerlab.harness.live.LiveConfig`)
+``AgentMode``         agent mode for ``LiveConfig(agent=...)``: the model calls the faulted tools
+                      (:class:`layerlab.harness.live.AgentMode`)
 ``run_live``          a live matrix through litellm into a run folder
                       (:func:`layerlab.harness.live.run_live`)
 ``load_archive``      a run folder's or archive's records as a DataFrame
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from layerlab.corpus.spec import spec_hash
     from layerlab.faults.scenario import load_scenarios
     from layerlab.harness.deterministic import run_deterministic
-    from layerlab.harness.live import LiveConfig, run_live
+    from layerlab.harness.live import AgentMode, LiveConfig, run_live
     from layerlab.mitigations import load_mitigations
 
 _API: dict[str, tuple[str, str]] = {
@@ -62,6 +64,7 @@ _API: dict[str, tuple[str, str]] = {
     "spec_hash": ("layerlab.corpus.spec", "spec_hash"),
     "run_deterministic": ("layerlab.harness.deterministic", "run_deterministic"),
     "LiveConfig": ("layerlab.harness.live", "LiveConfig"),
+    "AgentMode": ("layerlab.harness.live", "AgentMode"),
     "run_live": ("layerlab.harness.live", "run_live"),
     "load_archive": ("layerlab.analysis.results", "records_frame"),
     "results": ("layerlab.analysis.results", "for_run"),
@@ -69,6 +72,7 @@ _API: dict[str, tuple[str, str]] = {
 
 __all__ = [
     "LiveConfig",
+    "AgentMode",
     "__version__",
     "load_answer_key",
     "load_archive",

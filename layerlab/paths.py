@@ -21,6 +21,7 @@ LOCAL_MODEL_ARCHIVES = ARCHIVES / "local_models"
 # real-model block) and sampled replicates (`make local-replicates`): one folder per model
 LOCAL_MODEL_MITIGATIONS = ARCHIVES / "local_model_mitigations"
 LOCAL_MODEL_REPLICATES = ARCHIVES / "local_model_replicates"
+LOCAL_MODEL_AGENT = ARCHIVES / "local_model_agent"  # agent mode (layerlab run live --agent)
 # archives kept for the record but out of every table (data/archives/retired/README.md says why)
 RETIRED_ARCHIVES = ARCHIVES / "retired"
 PAPER = ROOT / "paper"

@@ -29,6 +29,7 @@ refused) and stored with the run, every URL in it recorded as ``local`` or ``rem
     retry_seed: 3             # seed of the retry jitter
     sample_log: ~/.cache/layerlab/samples/run.jsonl   # private per-sample log (relative: to this file)
     gate: {min: {S:clean: 0.6}, max: {GF:stale_index: 0.1}}   # layerlab gate RUN --config run.yaml
+    agent: {protocol: auto, max_steps: 4}   # agent mode: the model calls the faulted tools
 
 Every ``run live`` setting a paper reports has a key here; the flags it owns are refused next to
 ``--config`` rather than silently ignored.
@@ -129,6 +130,15 @@ class ModelEntry(_Settings):
     api_base: list[str] = Field(default_factory=list)  # servers of this model (several: spread)
 
 
+class AgentSpec(BaseModel):
+    """Agent mode (``run live --agent``): the model calls the faulted tools itself."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    protocol: Literal["auto", "native", "json_action"] = "auto"
+    max_steps: int = Field(4, ge=1, le=16)
+
+
 class RunConfigSpec(BaseModel):
     """A run: models with their endpoints and settings, scenarios, mitigations, tasks, budget."""
 
@@ -149,6 +159,7 @@ class RunConfigSpec(BaseModel):
     retry_seed: int = 0  # seed of the retry jitter
     sample_log: str | None = Field(default=None, min_length=1)  # private log, outside the run
     gate: GateSpec | None = None  # CI gates on the finished run: ``layerlab gate RUN --config``
+    agent: AgentSpec | None = None  # agent mode; default: single-call mode
 
     def run(self, given: RunSettings) -> RunSettings:
         """The run settings: those the configuration sets, the others as ``given``."""
@@ -324,6 +335,11 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
             share_replies=spec.share_replies,
             response_format=s["response_format"],
             seed=s["seed"],
+            agent=(
+                live.AgentMode.auto(models, spec.agent.protocol, spec.agent.max_steps)
+                if spec.agent is not None
+                else None
+            ),
         )
         slug = re.sub(r"[^a-z0-9]+", "-", models[0].lower()).strip("-")
         folder = "" if len(groups) == 1 else f"{SUBRUNS}/{i + 1:02d}-{slug}"

@@ -20,6 +20,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from layerlab.reporting.tables.agentmode import agent_vs_single
     from layerlab.reporting.tables.benchmark import audit_notes, diagnostics, table1, table2, table3
     from layerlab.reporting.tables.cases import table6, table6_archive
     from layerlab.reporting.tables.comparison import paper_comparison
@@ -60,6 +61,7 @@ _OWNER = {
     "REGISTRY": "registry",
     "TABLES": "registry",
     "Table": "registry",
+    "agent_vs_single": "agentmode",
     "audit_notes": "benchmark",
     "coverage_table": "variability",
     "crosscheck_table": "effects",
@@ -95,6 +97,7 @@ __all__ = [
     "REGISTRY",
     "TABLES",
     "Table",
+    "agent_vs_single",
     "audit_notes",
     "coverage_table",
     "crosscheck_table",

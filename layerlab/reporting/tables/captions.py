@@ -56,6 +56,14 @@ CAPTIONS = {
     "exchangeability_models": "Strict and repair arms where their prompts are byte-identical: pairs "
     "(task, replicate) that disagree, by direction, with the exact two-sided sign test. Under "
     "exchangeable draws each direction is equally likely; arms are asked in a seeded random order.",
+    "agent_vs_single": "One model in two modes on the same tasks, scenarios and contract arms: "
+    "single call (the harness searches once, the model reads) and agent (the model calls the "
+    "faulted search and open_document tools itself, up to 4 tool-calling turns, then replies). "
+    "Judged outcome per scenario: strict success S where answerable, safe resolution elsewhere; "
+    "agent - single is the paired difference by task. GF: grounded false positives. Steps: model "
+    "calls per record; tool calls per record; invalid calls: share of tool calls whose arguments "
+    "broke the tool's schema; retries after fault: tool calls made right after a faulted call, "
+    "per record; step limit: share of records that used every tool-calling turn.",
     "answer_quality": "Supplementary: answer quality of the answered records by scenario and arm, "
     "beside strict exact match E (which S uses, unchanged): containment (the normalised expected "
     "answer appears in the normalised answer as whole tokens, RGB-style), right value with extra "

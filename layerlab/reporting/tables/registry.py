@@ -23,6 +23,7 @@ import pandas as pd
 from layerlab import paths
 from layerlab.reporting import export
 from layerlab.reporting.tables import (
+    agentmode,
     benchmark,
     cases,
     comparison,
@@ -52,6 +53,10 @@ INPUTS = {
     "(data/archives/mitigations, local_model_mitigations): one, or one per block of units",
     "matrix_records": "the records of those mitigation archives: one frame, or one per block",
     "coverage": "the coverage suite's table (data/coverage/coverage.csv)",
+    "agent_single": "the single-call records of the agent archive's model, tasks, scenarios and "
+    "contract arms (data/archives/local_model_mitigations)",
+    "agent_records": "the records of the agent-mode archive (data/archives/local_model_agent)",
+    "agent_rows": "that archive's per-record step table (agent.parquet)",
 }
 
 
@@ -123,6 +128,11 @@ TABLES = (
     Table("table6_models", cases.table6_archive, ("model_records", "cases")),
     Table("replicates_models", variability.replicates_table, ("replicates",)),
     Table("exchangeability_models", variability.exchangeability_table, ("replicates",)),
+    Table(
+        "agent_vs_single",
+        agentmode.agent_vs_single,
+        ("agent_single", "agent_records", "agent_rows"),
+    ),
     Table("specificity_margin", effects.margin_table, ("analysis",), appendix=True, recompute=True),
     Table(
         "table5_crosscheck", effects.crosscheck_table, ("analysis",), appendix=True, recompute=True
