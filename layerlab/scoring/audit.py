@@ -144,7 +144,7 @@ def audit(
 ) -> dict[str, Any]:
     """The full audit as a JSON-ready dict (see ``layerlab audit retriever --json``)."""
     conditions = conditions or {"clean": corpus.documents}
-    names = list(retrievers or retrieval.REGISTRY)
+    names = list(retrievers or retrieval.paper_retrievers())
     return {
         "n_tasks": len(corpus.tasks),
         "retrievers": {

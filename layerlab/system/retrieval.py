@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,6 +43,9 @@ class RetrieverConfig:
     year_weight: float = 0.05
     top_k: int = TOP_K
     description: str = ""
+    # the text scorer: "tfidf" (the paper's family: TF-IDF cosine, plus the flags above) or
+    # "bm25" (Okapi BM25 through the bm25s library, what many deployed pipelines use)
+    kind: str = "tfidf"
 
 
 REGISTRY: Registry[RetrieverConfig] = Registry("retriever", lambda c: c.name)
@@ -71,6 +75,21 @@ register(
         description="sensitivity: filter to the task's labelled domain + validity",
     )
 )
+
+
+register(
+    RetrieverConfig(
+        "bm25",
+        kind="bm25",
+        description="BM25 (bm25s, k1=1.5, b=0.75, English stop words), no cues or validity: "
+        "a first stage teams deploy, for user pipelines (not one of the paper's ablations)",
+    )
+)
+
+
+def paper_retrievers() -> list[str]:
+    """The paper's retriever and its ablations (Table 3): the registered TF-IDF family."""
+    return [n for n in REGISTRY if REGISTRY[n].kind == "tfidf"]
 
 
 def get(name: str) -> RetrieverConfig:
@@ -104,11 +123,15 @@ class Retriever:
         self.config = config
         self.documents = tuple(documents)
         self.matcher = CueMatcher(cue_words)
-        self._vectorizer = TfidfVectorizer(
-            stop_words="english", sublinear_tf=True, ngram_range=(1, 2), min_df=1
-        )
         texts = [f"{d.title}. {d.text}" for d in self.documents]
-        self._matrix = self._vectorizer.fit_transform(texts) if texts else None
+        self._bm25: Any = None
+        if config.kind == "bm25":
+            self._bm25 = _bm25_index(texts)
+        else:
+            self._vectorizer = TfidfVectorizer(
+                stop_words="english", sublinear_tf=True, ngram_range=(1, 2), min_df=1
+            )
+            self._matrix = self._vectorizer.fit_transform(texts) if texts else None
         self._domains = np.array([d.domain for d in self.documents], dtype=object)
         years = np.array([d.effective_year for d in self.documents], dtype=np.float64)
         span = float(years.max() - years.min()) if len(years) else 0.0
@@ -121,10 +144,9 @@ class Retriever:
     ) -> NDArray[np.float64]:
         """Dense ``(n_queries, n_documents)`` score matrix (``-inf`` = filtered out)."""
         n_q, n_d = len(questions), len(self.documents)
-        if self._matrix is None or n_d == 0:
+        if n_d == 0:
             return np.full((n_q, 0), -np.inf)
-        q = self._vectorizer.transform(list(questions))
-        scores = np.asarray((q @ self._matrix.T).todense(), dtype=np.float64)
+        scores = self._text_scores(questions)
         cfg = self.config
         if cfg.domain_cues:
             cued = np.array([self.matcher.resolve(x) or "" for x in questions], dtype=object)
@@ -137,6 +159,17 @@ class Retriever:
             labels = np.asarray(list(labelled_domains), dtype=object)
             scores = np.where(labels[:, None] == self._domains[None, :], scores, -np.inf)
         return scores
+
+    def _text_scores(self, questions: Sequence[str]) -> NDArray[np.float64]:
+        """``(n_queries, n_documents)`` text similarity: TF-IDF cosine or BM25."""
+        if self._bm25 is not None:
+            import bm25s
+
+            tokens = bm25s.tokenize(list(questions), stopwords="en", return_ids=False,
+                                    show_progress=False)  # fmt: skip
+            return np.vstack([self._bm25.get_scores(t) for t in tokens]).astype(np.float64)
+        q = self._vectorizer.transform(list(questions))
+        return np.asarray((q @ self._matrix.T).todense(), dtype=np.float64)
 
     def search(
         self, questions: Sequence[str], labelled_domains: Sequence[str] | None = None
@@ -151,6 +184,19 @@ class Retriever:
         top = np.take_along_axis(scores, order, axis=1)
         order = np.where(np.isneginf(top), -1, order)
         return Ranking(order.astype(np.int64), top, self.documents)
+
+
+def _bm25_index(texts: Sequence[str]) -> Any:
+    try:
+        import bm25s
+    except ImportError:  # an optional dependency (the study extra)
+        raise ImportError(
+            "the bm25 retriever needs bm25s: pip install 'layerlab[study]' (make installs it)"
+        ) from None
+    index = bm25s.BM25(k1=1.5, b=0.75)
+    index.index(bm25s.tokenize(list(texts), stopwords="en", show_progress=False),
+                show_progress=False)  # fmt: skip
+    return index
 
 
 def make(
