@@ -143,3 +143,23 @@ def read_table(folder: Path) -> list[dict[str, Any]]:
     for r in rows:
         r["calls"] = json.loads(r["calls"])
     return rows
+
+
+def tool_use_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per model that made no tool call in some or all of its records: a model that
+    never calls a tool is not acting as an agent, and its records must not be read as agent
+    behaviour (they are answers without evidence)."""
+    notes = []
+    models = dict.fromkeys(f"{r['provider']}/{r['model']}" for r in rows)
+    for m in models:
+        mine = [r for r in rows if f"{r['provider']}/{r['model']}" == m]
+        none = sum(r["tool_calls"] == 0 for r in mine)
+        if none == len(mine):
+            notes.append(
+                f"{m} made no tool call in any of its {len(mine)} records: it did not act as an "
+                f"agent through {mine[0]['protocol']} (try --tool-protocol json_action); its "
+                "records are answers without evidence, not agent behaviour"
+            )
+        elif none:
+            notes.append(f"{m} made no tool call in {none} of its {len(mine)} records")
+    return notes
