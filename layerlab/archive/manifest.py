@@ -76,6 +76,11 @@ class Manifest:
         "agent mode: the tool protocol, the step limit, the tools' and agent prompt's versions, "
         "and the SHA-256 of the per-record step table (agent.parquet)"
     )
+    target: dict[str, Any] | Unset = _key(
+        "the system under test of a target run: kind, name, the user's version string, reference "
+        "(module:attr; a URL only as local or remote), settings (secret-looking ones not stored), "
+        "their SHA-256, the tools' version and the SHA-256 of the per-record table (target.parquet)"
+    )
     retriever: str | Unset = _key("the registered retriever")
     settings: dict[str, Any] | Unset = _key(
         "run settings (timeouts, retries, endpoints as local or remote only)"

@@ -31,8 +31,8 @@ from typing import Any
 from layerlab._io import canonical_json
 from layerlab.corpus.build import Task
 from layerlab.harness.prepare import PreparedScenario
-from layerlab.harness.step import Done, Reading, RecordContext, after_reader, as_arm, evaluate
-from layerlab.harness.tools import TOOL_DEFINITIONS, TOOLS_VERSION, ToolBox, ToolCall
+from layerlab.harness.step import Done, Reading, RecordContext, as_arm
+from layerlab.harness.tools import TOOL_DEFINITIONS, TOOLS_VERSION, ToolBox, ToolCall, finish
 from layerlab.mitigations import Arm
 from layerlab.system import agentprompt as ap
 from layerlab.system import prompt
@@ -167,14 +167,4 @@ class AgentLoop:
         one scorer over everything the agent's calls delivered."""
         if not self.done:
             raise RuntimeError("the agent has not replied yet")
-        g, out = self.tools.gate(), self.out
-        reading = self.reading()
-        if out is not None and g.refusal is None:
-            g, out = after_reader(self.task, self.prepared, self.arm, g, out)
-        rec, labels = evaluate(
-            self.task, ctx.key, ctx.corpus, self.prepared, self.arm.name, g, out,
-            provider=ctx.provider, model=ctx.model, run_id=ctx.run_id,
-            prompt_hash=reading.prompt_hash, failure=reading.failure, replicate=replicate,
-            invalid_calls=self.summary().invalid_calls,
-        )  # fmt: skip
-        return Done(rec, labels, g, out)
+        return finish(self.tools, ctx, self.reading(), replicate)

@@ -30,7 +30,16 @@ import numpy as np
 
 from layerlab.corpus.build import Task
 from layerlab.harness.prepare import PreparedScenario, session_for
-from layerlab.harness.step import Gate, as_arm, gate
+from layerlab.harness.step import (
+    Done,
+    Gate,
+    Reading,
+    RecordContext,
+    after_reader,
+    as_arm,
+    evaluate,
+    gate,
+)
 from layerlab.mitigations import Arm
 from layerlab.system import retrieval
 from layerlab.system.contract import ContractResult, search_payload
@@ -296,3 +305,19 @@ class ToolBox:
         return Gate(self.contract(), inp, self.refusal, max(self.payloads, 1),
                     self.arm.retriever(self.prepared.retriever), self.waited_s,
                     tuple(self.actions))  # fmt: skip
+
+
+def finish(tools: ToolBox, ctx: RecordContext, reading: Reading, replicate: int = 0) -> Done:
+    """Score a record whose evidence came through ``tools`` (an agent's, or a target's): the
+    reply through the arm's after-reader steps, then the one scorer over everything the calls
+    delivered, with every call's validity (V)."""
+    g, out = tools.gate(), reading.out
+    if out is not None and g.refusal is None:
+        g, out = after_reader(tools.task, tools.prepared, tools.arm, g, out)
+    rec, labels = evaluate(
+        tools.task, ctx.key, ctx.corpus, tools.prepared, tools.arm.name, g, out,
+        provider=ctx.provider, model=ctx.model, run_id=ctx.run_id,
+        prompt_hash=reading.prompt_hash, failure=reading.failure, replicate=replicate,
+        invalid_calls=sum(not c.valid for c in tools.calls),
+    )  # fmt: skip
+    return Done(rec, labels, g, out)

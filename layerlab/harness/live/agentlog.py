@@ -25,10 +25,15 @@ from layerlab._io import atomic_write_bytes, canonical_json, sha256_bytes
 from layerlab.archive import Record
 from layerlab.archive.schema import sort_key
 from layerlab.harness.agent import AgentLoop
+from layerlab.harness.targets.base import TargetDone
+from layerlab.harness.tools import ToolCall
 from layerlab.models.routing import response_format_for
 
 AGENT_LOG = "agent.jsonl"
 AGENT_TABLE = "agent.parquet"
+TARGET_LOG = "target.jsonl"  # a target run's rows: the same fields and ``reply``
+TARGET_TABLE = "target.parquet"
+TARGET_EXTRA = ("reply",)  # structured, free_text or none (see harness.targets.base)
 KEY = ("provider", "model", "scenario", "mitigation", "task_id", "replicate")
 SUMMARY = ("steps", "tool_calls", "invalid_calls", "retries_after_fault", "step_limit", "protocol")
 
@@ -49,18 +54,41 @@ def agent_row(rec: Record, loop: AgentLoop) -> dict[str, Any]:
     return {
         **{k: getattr(rec, k) for k in KEY},
         **asdict(loop.summary()),
-        "calls": [
-            {
-                "step": c.step,
-                "tool": c.tool,
-                "valid": c.valid,
-                "outcome": c.outcome,
-                "doc_ids": list(c.doc_ids),
-                "payloads": c.payloads,
-                "after_fault": c.after_fault,
-            }
-            for c in loop.calls
-        ],  # fmt: skip
+        "calls": call_rows(loop.calls),
+    }
+
+
+def call_rows(calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """The per-call log of a record (public fields only)."""
+    return [
+        {
+            "step": c.step,
+            "tool": c.tool,
+            "valid": c.valid,
+            "outcome": c.outcome,
+            "doc_ids": list(c.doc_ids),
+            "payloads": c.payloads,
+            "after_fault": c.after_fault,
+        }
+        for c in calls
+    ]
+
+
+def target_row(rec: Record, done: TargetDone) -> dict[str, Any]:
+    """One record's row of a target run's table: the agent table's fields (``steps`` is the
+    number of tool calls; the protocol ``target:KIND``) and ``reply``: whether the target's reply
+    was the structured contract or free text (or none)."""
+    calls = done.tools.calls
+    return {
+        **{k: getattr(rec, k) for k in KEY},
+        "steps": len(calls),
+        "tool_calls": len(calls),
+        "invalid_calls": sum(not c.valid for c in calls),
+        "retries_after_fault": sum(c.after_fault for c in calls),
+        "step_limit": False,
+        "protocol": f"target:{done.kind}",
+        "reply": done.reply.format,
+        "calls": call_rows(calls),
     }
 
 
@@ -86,7 +114,11 @@ def read_rows(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
     return rows
 
 
-def table_bytes(rows: Mapping[tuple[Any, ...], dict[str, Any]], records: Iterable[Record]) -> bytes:
+def table_bytes(
+    rows: Mapping[tuple[Any, ...], dict[str, Any]],
+    records: Iterable[Record],
+    extra: Sequence[str] = (),
+) -> bytes:
     """``agent.parquet``'s bytes: the rows of ``records`` in archive order. Raises ValueError
     when a record has no row (the run's agent log was lost)."""
     import pyarrow as pa
@@ -98,8 +130,9 @@ def table_bytes(rows: Mapping[tuple[Any, ...], dict[str, Any]], records: Iterabl
     if missing:
         raise ValueError(f"{len(missing)} agent records have no row in {AGENT_LOG}: {missing[0]}")
     chosen = [rows[sort_key(r)] for r in recs]
-    cols: dict[str, list[Any]] = {k: [r[k] for r in chosen] for k in (*KEY, *SUMMARY)}
+    cols: dict[str, list[Any]] = {k: [r[k] for r in chosen] for k in (*KEY, *SUMMARY, *extra)}
     cols["calls"] = [canonical_json(r["calls"]) for r in chosen]
+    cols = {f: cols[f] for f in (*KEY, *SUMMARY, *extra, "calls")}
     schema = pa.schema(
         [
             *[pa.field(k, pa.string(), nullable=False) for k in KEY[:-1]],
@@ -110,31 +143,37 @@ def table_bytes(rows: Mapping[tuple[Any, ...], dict[str, Any]], records: Iterabl
             ],
             pa.field("step_limit", pa.bool_(), nullable=False),
             pa.field("protocol", pa.string(), nullable=False),
+            *[pa.field(k, pa.string(), nullable=False) for k in extra],
             pa.field("calls", pa.string(), nullable=False),
         ]
     )
     return parquet_bytes(pa.table(cols, schema=schema))
 
 
-def write_table(folder: Path, records: Sequence[Record]) -> str:
-    """Write ``agent.parquet`` (atomically) from the folder's agent log; its SHA-256."""
-    data = table_bytes(read_rows(Path(folder) / AGENT_LOG), records)
-    atomic_write_bytes(Path(folder) / AGENT_TABLE, data)
+def write_table(folder: Path, records: Sequence[Record], target: bool = False) -> str:
+    """Write ``agent.parquet`` (a target run: ``target.parquet``) atomically from the folder's
+    log; its SHA-256."""
+    log, table, extra = (TARGET_LOG, TARGET_TABLE, TARGET_EXTRA) if target else (
+        AGENT_LOG, AGENT_TABLE, ())  # fmt: skip
+    data = table_bytes(read_rows(Path(folder) / log), records, extra)
+    atomic_write_bytes(Path(folder) / table, data)
     return sha256_bytes(data)
 
 
-def read_table(folder: Path) -> list[dict[str, Any]]:
-    """An agent run's rows (``calls`` decoded), checked against the manifest's checksum."""
+def read_table(folder: Path, target: bool = False) -> list[dict[str, Any]]:
+    """An agent (or target) run's rows (``calls`` decoded), checked against the manifest's
+    checksum."""
     import pyarrow.parquet as pq
 
     from layerlab._io import sha256_file
     from layerlab.archive.manifest import read_manifest
 
     folder = Path(folder)
-    path = folder / AGENT_TABLE
-    want = (read_manifest(folder).get("agent") or {}).get("table_sha256")
+    name, key = (TARGET_TABLE, "target") if target else (AGENT_TABLE, "agent")
+    path = folder / name
+    want = (read_manifest(folder).get(key) or {}).get("table_sha256")
     if want is None or not path.exists():
-        raise ValueError(f"{folder}: not an agent run (no {AGENT_TABLE} named by its manifest)")
+        raise ValueError(f"{folder}: not {'a' if target else 'an'} {key} run (no {name} named by its manifest)")
     if sha256_file(path) != want:
         raise ValueError(
             f"{path}: checksum differs from the manifest's (continue the run with --resume)"

@@ -24,12 +24,13 @@ from layerlab.archive import Record, samplelog
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.harness.agent import AgentLoop, conversation_hash
 from layerlab.harness.live import calls
-from layerlab.harness.live.agentlog import agent_request, agent_row, transcript
+from layerlab.harness.live.agentlog import agent_request, agent_row, call_rows, target_row, transcript
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.progress import RecordWriter, progress_line
-from layerlab.harness.live.settings import AgentMode, LiveConfig
+from layerlab.harness.live.settings import AgentMode, LiveConfig, LiveRunError
 from layerlab.harness.prepare import PreparedScenario
 from layerlab.harness.step import Reading, RecordContext, RecordStep
+from layerlab.harness.targets import Target, TargetError, TargetSpec, load_target, run_record
 from layerlab.models.cache import ResponseCache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
@@ -48,6 +49,8 @@ def routes_for(
     local = local or {}
     routes: dict[str, Route] = {}
     for m in config.models:
+        if config.target is not None:
+            continue  # the user's system answers: no provider route
         if m in local:
             spec = models_mod.lookup(m)
             routes[m] = Route(
@@ -133,7 +136,8 @@ class Engine:
         )  # fmt: skip
         self.cache, self.run_id, self.want_samples = ctx.cache, ctx.run_id, ctx.want_samples
         self.budget, self.counters, self.rng, self.routes = budget, counters, rng, routes
-        self.litellm = import_litellm()
+        self.litellm = import_litellm() if ctx.config.target is None else None
+        self.target: Target | None = None  # loaded on the first target record
         # the arms once, not a spec lookup per record
         self.arms = {m: mitigations.arm(m) for m in ctx.config.mitigations}
         self.stopped = False
@@ -189,6 +193,8 @@ class Engine:
     async def record(self, cell: Cell) -> Made | None:
         """The cell's record, sample entry and agent row, or None when the budget stopped the
         run."""
+        if self.config.target is not None:
+            return self.target_record(cell)
         if self.config.agent is not None:
             return await self.agent_record(cell, self.config.agent)
         provider, name = split_model(cell.model)
@@ -256,6 +262,36 @@ class Engine:
         )  # fmt: skip
         entry["transcript"] = transcript(loop)
         return done.record, entry, row
+
+    def target_record(self, cell: Cell) -> Made:
+        """A target record: the user's system answers through the record's faulted tools (one
+        record at a time: a record's session is served only while it is in flight)."""
+        if self.target is None:
+            assert isinstance(self.config.target, TargetSpec)
+            try:
+                self.target = load_target(self.config.target)
+            except TargetError as exc:
+                raise LiveRunError(str(exc)) from None
+        provider, name = split_model(cell.model)
+        context = RecordContext(self.corpus, self.key, provider, name, self.run_id)
+        td = run_record(self.target, cell.task, self.prepared[cell.scenario],
+                        self.arms[cell.mode], context, cell.replicate)  # fmt: skip
+        if td.reply.failure:
+            self.counters.failures += 1
+        rec, row = td.done.record, target_row(td.done.record, td)
+        if not self.want_samples:
+            return rec, None, row
+        entry = samplelog.entry(rec, cell.task, self.key[cell.task.task_id], td.done.gate,
+                                td.raw, td.done.out)  # fmt: skip
+        entry.update(reply_format=td.reply.format, tool_calls=call_rows(td.tools.calls))
+        if td.error:
+            entry["target_error"] = td.error
+        return rec, entry, row
+
+    def close(self) -> None:
+        """Close the target (an HTTP target's tool server), if one was loaded."""
+        if self.target is not None:
+            self.target.close()
 
     async def drain(
         self,
@@ -340,6 +376,7 @@ async def run_in_process(
     try:
         await engine.drain(cells, ctx.concurrency, emit)
     finally:
+        engine.close()
         ctx.cache.close()
         writer.log.close()
         writer.tick(final=True)

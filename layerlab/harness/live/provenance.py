@@ -19,6 +19,7 @@ from layerlab.archive import Record
 from layerlab.corpus.build import Corpus
 from layerlab.harness.live.budget import Counters
 from layerlab.harness.live.settings import LiveConfig, sampling
+from layerlab.harness.targets.spec import TargetSpec
 from layerlab.models.routing import endpoint_label, split_model
 from layerlab.system import prompt
 
@@ -43,6 +44,11 @@ def agent_versions() -> dict[str, str]:
     return {"tools": TOOLS_VERSION, "agent_prompt": AGENT_PROMPT_VERSION}
 
 
+def target_of(config: LiveConfig) -> TargetSpec:
+    assert isinstance(config.target, TargetSpec)
+    return config.target
+
+
 def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     """``live-`` and a hash of everything that determines the records: merged archives never
     count a run twice, and a resume with other settings is refused."""
@@ -56,6 +62,11 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
         del ident["config"]["agent"]
     else:
         ident["agent"] = agent_versions()
+    if config.target is None:  # model runs keep the ids they had before targets
+        del ident["config"]["target"]
+    else:  # the target's identity: its settings only as their hash
+        ident["config"]["target"] = target_of(config).identity()
+        ident["tools"] = agent_versions()["tools"]
     ident = {
         **ident,
         "prompt": prompt.PROMPT_VERSION,
@@ -106,6 +117,10 @@ def manifest(
         agent=(
             archive.UNSET if config.agent is None
             else {**asdict(config.agent), **agent_versions()}
+        ),
+        target=(
+            archive.UNSET if config.target is None
+            else {**target_of(config).manifest(), "tools": agent_versions()["tools"]}
         ),
         expected_records=len(config.models)
         * len(config.scenarios)

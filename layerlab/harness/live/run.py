@@ -155,7 +155,7 @@ def run_live(
 
     with _local_servers(config, local_servers, say) as local:
         bases = {m: [s.api_base for s in servers] for m, servers in local.items()}
-        if preflight and pending:
+        if preflight and pending and config.target is None:  # a target is checked, not asked
             wanted = None if config.task_ids is None else set(config.task_ids)
             tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
             first = _first_cell(corpus, scenarios, config, tasks, prepared)
@@ -179,8 +179,9 @@ def run_live(
                 out, [], provenance.manifest(config, corpus, scenario_hash, n_tasks, started)
             )
         trim_torn_tail(plog)
-        if config.agent is not None:
-            trim_torn_tail(out / agentlog.AGENT_LOG)
+        rows = _rows_log(config)
+        if rows is not None:
+            trim_torn_tail(out / rows)
         if report.dropped:
             rewrite_progress(plog, done)
         written: dict[tuple[Any, ...], Record] = {}
@@ -189,7 +190,7 @@ def run_live(
             corpus, key, config, prepared, cache, plan["run_id"], concurrency, samples is not None
         )
         todo, total = todo_cells(corpus, config, done, counters)
-        alog = ProgressLog(out / agentlog.AGENT_LOG) if config.agent is not None else None
+        alog = ProgressLog(out / rows) if rows is not None else None
         writer = RecordWriter(plog, counters, total, progress, samples, written, alog)
         try:
             if n_workers > 1 and not bases:
@@ -220,6 +221,9 @@ def run_live(
     if config.agent is not None:  # the step table first; the manifest names its checksum
         table = agentlog.write_table(out, records)
         m = dataclasses.replace(m, agent={**m.agent, "table_sha256": table})
+    if config.target is not None and isinstance(m.target, dict):
+        table = agentlog.write_table(out, records, target=True)
+        m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
     final = archive.write_run(out, records, m)
     if records:
         results.write_results(out, records, final)  # per-model rates, next to the archive
@@ -249,6 +253,13 @@ def run_live(
     ]
     msg = "\n".join([*notes, msg, _error_line(errors)])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), run.cache_folder)
+
+
+def _rows_log(config: LiveConfig) -> str | None:
+    """The per-record rows log of an agent or target run (None: a single-call run)."""
+    if config.target is not None:
+        return agentlog.TARGET_LOG
+    return agentlog.AGENT_LOG if config.agent is not None else None
 
 
 def _resumed(out: Path, plan: Mapping[str, Any], resume: bool) -> dict[str, Any] | None:

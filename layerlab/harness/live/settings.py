@@ -20,6 +20,8 @@ from layerlab.corpus.build import Corpus
 from layerlab.corpus.spec import SpecError
 from layerlab.faults.scenario import Scenario
 from layerlab.harness import deterministic as harness
+from layerlab.harness.targets.spec import PROVIDER as TARGET_PROVIDER
+from layerlab.harness.targets.spec import TargetError, TargetSpec, parse_target
 from layerlab.models import local as models_mod
 from layerlab.models.cache import default_cache_dir
 from layerlab.models.llm import ProviderSettings
@@ -107,8 +109,21 @@ class LiveConfig:
     seed: int | None = None
     # None: single-call mode (the harness searches, the model reads); else agent mode
     agent: AgentMode | None = None
+    # None: a model answers; else the user's system under test answers (``--target``), and
+    # ``models`` is its one ``target/NAME``
+    target: TargetSpec | str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.target, str):
+            object.__setattr__(self, "target", parse_target(self.target))
+        if isinstance(self.target, TargetSpec):
+            if self.models and self.models != (self.target.model,):
+                raise ValueError("--target replaces -m/--model: give one or the other")
+            if self.agent is not None:
+                raise ValueError("--target with --agent: a target calls the tools itself")
+            object.__setattr__(self, "models", (self.target.model,))
+        elif any(split_model(m)[0] == TARGET_PROVIDER for m in self.models):
+            raise ValueError(f"-m/--model {self.models[0]!r}: a target is given with --target")
         if self.replicates < 1:
             raise ValueError("replicates must be >= 1")
         settings = self.settings
@@ -149,6 +164,14 @@ class LiveConfig:
             bad_ids = [t for t in self.task_ids if t not in known]
             if bad_ids:
                 raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
+        if isinstance(self.target, TargetSpec):
+            from layerlab.harness.targets import check_target
+
+            try:
+                check_target(self.target)
+            except TargetError as exc:
+                raise LiveRunError(str(exc)) from None
+            return
         for m in self.models:
             check_model_name(m)
 

@@ -34,6 +34,8 @@ def worker_processes(config: LiveConfig, local: Mapping[str, Sequence[str]], cel
     import multiprocessing
 
     wanted = workers_from_env() or os.cpu_count() or 1
+    if config.target is not None:  # the user's system (and its tool server) lives here
+        return 1
     if local or config.share_replies or cells < 2 * wanted:
         return 1
     if "fork" not in multiprocessing.get_all_start_methods():

@@ -1,0 +1,273 @@
+"""The system-under-test interface: what a target gets per record, what it returns, and the
+record step that runs it and scores the result.
+
+Per record the benchmark builds the record's faulted tools (:class:`~layerlab.harness.tools.ToolBox`:
+the scenario's index, access and tool faults, the arm's contract and mitigations) and hands the
+target a :class:`TargetRequest`: the question, its answer kind, the session id and those tools.
+Whatever the target returns is read as the reply contract (:func:`read_reply`):
+
+* a structured reply — a :class:`TargetReply`, a reader output, or a dict/JSON object with
+  ``status`` (``answered``/``abstained``), ``answer`` and ``citations`` (a dict without
+  ``status`` counts as answered when it has an answer);
+* **free text** — a string that is not the JSON contract: the answer is the text, its citations
+  the known document ids it mentions (removed from the answer). It is labelled ``free_text`` in
+  the target table and the sample log, never passed off as structured; exact match (E) then
+  rarely holds, ``contained`` says whether the text states the value.
+
+A target that raises (or a service that fails) ends the record as ``provider_error``; a reply
+that is neither gives ``malformed_reply``. The record is scored by the one scorer over what the
+target's tool calls delivered (:func:`layerlab.harness.tools.finish`), exactly as an agent's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from layerlab._io import canonical_json
+from layerlab.corpus.build import Task
+from layerlab.harness.prepare import PreparedScenario
+from layerlab.harness.step import Done, Reading, RecordContext
+from layerlab.harness.targets.spec import TargetSpec
+from layerlab.harness.tools import OPEN, SEARCH, ToolBox, finish
+from layerlab.mitigations import Arm
+from layerlab.system import prompt, retrieval
+from layerlab.system.reader import ReaderOutput
+
+REPLY_FORMATS = ("structured", "free_text", "none")
+
+
+class ToolError(RuntimeError):
+    """A tool call that returned an error, raised by :meth:`TargetRequest.retriever` (``search``
+    and ``open_document`` return the error as their result instead): ``code`` is the tool's
+    error code (``unavailable``, ``denied``, ``invalid_payload``, ``not_found``, ``refused``...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message = code, message
+
+
+@dataclass(frozen=True)
+class Document:
+    """One retrieved document as :meth:`TargetRequest.retriever` returns it (LangChain's shape:
+    ``page_content`` and ``metadata``, with ``doc_id`` and the operational metadata)."""
+
+    page_content: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def doc_id(self) -> str:
+        return str(self.metadata.get("doc_id", ""))
+
+
+@dataclass(frozen=True)
+class TargetReply:
+    """The reply contract: ``answered`` with an answer and the doc ids it cites, or
+    ``abstained`` (a structured non-answer) with a reason."""
+
+    status: str
+    answer: str | None = None
+    citations: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+def documents(obs: Mapping[str, Any]) -> list[Document]:
+    """A tool observation's results as :class:`Document` objects (text apart, metadata with)."""
+    return [
+        Document(str(r.get("text", "")), {k: v for k, v in r.items() if k != "text"})
+        for r in obs.get("results") or ()
+    ]
+
+
+class TargetRequest:
+    """What a target gets for one record.
+
+    ``question``, ``answer_kind`` (what kind of value is asked: duration, amount, ...),
+    ``session_id`` (the request's session; evidence of another session is a fault), ``settings``
+    (the ``--target-setting`` values), and the record's faulted tools:
+
+    * ``search(query, top_k=3)`` and ``open_document(doc_id)`` return the tool's observation:
+      ``{"status": "ok"|"partial", "results": [{doc_id, text, status, effective_year, version,
+      owner, access_scope, tenant, session_id, truncated}, ...]}`` or ``{"status": "error",
+      "error": {"code", "message"}}`` (and ``"refused"`` when a mitigation refused): errors are
+      returned, never raised;
+    * ``retriever(query)`` returns a list of :class:`Document` and raises :class:`ToolError` when
+      the tool fails (a retriever has no other way to say so).
+    """
+
+    def __init__(self, tools: ToolBox, settings: Mapping[str, Any] | None = None) -> None:
+        self._tools = tools
+        self.question = tools.task.question
+        self.answer_kind = tools.task.answer_kind
+        self.session_id = tools.session_id
+        self.settings = dict(settings or {})
+
+    def call(self, name: str, args: Any) -> dict[str, Any]:
+        """One tool call by name (``search`` or ``open_document``) with its JSON arguments."""
+        return self._tools.call(name, args, len(self._tools.calls) + 1)
+
+    def search(self, query: str, top_k: int = retrieval.TOP_K) -> dict[str, Any]:
+        return self.call(SEARCH, {"query": query, "top_k": top_k})
+
+    def open_document(self, doc_id: str) -> dict[str, Any]:
+        return self.call(OPEN, {"doc_id": doc_id})
+
+    def retriever(self, query: str) -> list[Document]:
+        obs = self.search(query)
+        if obs.get("status") in ("error", "refused"):
+            err = obs.get("error") or {}
+            if isinstance(err, str):
+                raise ToolError("refused", err)
+            raise ToolError(str(err.get("code", "error")), str(err.get("message", "")))
+        return documents(obs)
+
+
+class Target(Protocol):
+    """A loaded target: answers one request (the raw reply, read by :func:`read_reply`)."""
+
+    spec: TargetSpec
+
+    def answer(self, request: TargetRequest) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+# --- reading the reply ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadReply:
+    """A target's reply as read: the reader output (None: no usable reply), its format
+    (:data:`REPLY_FORMATS`) and the failure, if any."""
+
+    out: ReaderOutput | None
+    format: str
+    failure: str | None = None
+
+
+def _id_pattern(doc_id: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![\w-])" + re.escape(doc_id) + r"(?![\w-])")
+
+
+def free_text(text: str, known: Iterable[str]) -> ReaderOutput:
+    """A free-text reply: the known doc ids it mentions are its citations (in the order
+    mentioned), the text without them (and the brackets left empty) its answer."""
+    found: list[tuple[int, str]] = []
+    answer = text
+    for d in sorted(set(known), key=len, reverse=True):
+        m = _id_pattern(d).search(text)
+        if m:
+            found.append((m.start(), d))
+            answer = _id_pattern(d).sub("", answer)
+    answer = re.sub(r"\(\s*[,;]?\s*\)|\[\s*[,;]?\s*\]", "", answer)
+    answer = re.sub(r"\s+", " ", answer).strip(" \t\n,;:")
+    cites = tuple(d for _, d in sorted(found))
+    if not answer:
+        return ReaderOutput("abstained", None, (), "empty reply")
+    return ReaderOutput("answered", answer, cites)
+
+
+def _cites(value: Any) -> tuple[str, ...] | None:
+    """Citations from a list of ids, of documents (``metadata['doc_id']``) or of dicts."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        return None
+    out = []
+    for v in value:
+        meta = getattr(v, "metadata", None)
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(meta, Mapping) and meta.get("doc_id"):
+            out.append(str(meta["doc_id"]))
+        elif isinstance(v, Mapping) and v.get("doc_id"):
+            out.append(str(v["doc_id"]))
+        else:
+            return None
+    return tuple(dict.fromkeys(out))
+
+
+def read_reply(raw: Any, known: Iterable[str]) -> ReadReply:
+    """Read a target's raw reply (see the module docstring)."""
+    if isinstance(raw, ReaderOutput):
+        return ReadReply(raw, "structured")
+    if isinstance(raw, TargetReply):
+        raw = {"status": raw.status, "answer": raw.answer, "citations": list(raw.citations),
+               "reason": raw.reason}  # fmt: skip
+    if isinstance(raw, str):
+        try:
+            obj = json.loads(raw.strip().removeprefix("```json").strip("`\n "))
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and ("status" in obj or "answer" in obj):
+            raw = obj
+        else:
+            return ReadReply(free_text(raw, known), "free_text")
+    if not isinstance(raw, Mapping):
+        return ReadReply(None, "none", "malformed_reply")
+    obj = dict(raw)
+    if "status" not in obj:
+        ans = obj.get("answer")
+        obj["status"] = "answered" if ans not in (None, "") else "abstained"
+    cites = _cites(obj.get("citations", []))
+    if cites is None:
+        return ReadReply(None, "none", "malformed_reply")
+    obj["citations"] = list(cites)
+    try:
+        return ReadReply(prompt.parse_reply(canonical_json(obj)), "structured")
+    except prompt.MalformedReply:
+        return ReadReply(None, "none", "malformed_reply")
+
+
+# --- the record step --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetDone:
+    """A finished target record: the scored record, the reply as read, the ToolBox (its calls
+    are the target table's row) and, for the private sample log, the raw reply and any error."""
+
+    done: Done
+    reply: ReadReply
+    tools: ToolBox
+    raw: str | None
+    error: str | None
+    kind: str = "python"
+
+
+def request_hash(spec: TargetSpec, task: Task, session_id: str) -> str:
+    """The record's request hash (its ``prompt_hash``): the target's identity and the request."""
+    ident = {"target": spec.identity(), "question": task.question,
+             "answer_kind": task.answer_kind, "session_id": session_id}  # fmt: skip
+    return hashlib.sha256(canonical_json(ident).encode()).hexdigest()
+
+
+def run_record(
+    target: Target,
+    task: Task,
+    prepared: PreparedScenario,
+    arm: str | Arm,
+    ctx: RecordContext,
+    replicate: int = 0,
+) -> TargetDone:
+    """One record of a target: its faulted tools, the target's reply, the one scorer."""
+    tools = ToolBox(task, prepared, arm)
+    request = TargetRequest(tools, target.spec.options())
+    raw, error = None, None
+    try:
+        raw = target.answer(request)
+    except Exception as exc:  # the system under test failed: a failure of the record, not ours
+        error = f"{type(exc).__name__}: {exc}"[:500]
+    if error is not None:
+        reply = ReadReply(None, "none", "provider_error")
+    else:
+        known = [*tools.evidence, *prepared.index]
+        reply = read_reply(raw, known)
+    reading = Reading(reply.out, request_hash(target.spec, task, tools.session_id), reply.failure)
+    done = finish(tools, ctx, reading, replicate)
+    shown = None if raw is None else (raw if isinstance(raw, str) else repr(raw))[:4000]
+    return TargetDone(done, reply, tools, shown, error, target.spec.kind)

@@ -1,0 +1,78 @@
+"""HTTP targets: ``--target http://host:port/path``, a service in any language.
+
+layerlab serves the record's faulted tools on localhost (:mod:`~layerlab.harness.targets.toolserver`)
+and POSTs each question to the service as JSON::
+
+    {"question": "...", "answer_kind": "duration", "session_id": "s-1a2b3c4d",
+     "tools_url": "http://127.0.0.1:PORT"}
+
+The service searches through ``tools_url`` (``POST {tools_url}/search {"session_id", "query",
+"top_k"}``, ``POST {tools_url}/open_document {"session_id", "doc_id"}``) and answers with the
+reply contract as JSON (``{"status": "answered", "answer": "...", "citations": ["doc-id"]}`` or
+``{"status": "abstained", "reason": "..."}``); a ``text/plain`` answer is read as free text. An
+HTTP error or a timeout (setting ``timeout``, seconds, default 60) ends the record as
+``provider_error``. Settings named ``header.NAME`` are sent as request headers (e.g.
+``--target-setting header.Authorization=...``: a secret-looking name is hashed, never stored).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from layerlab.harness.targets.base import TargetRequest
+from layerlab.harness.targets.spec import TargetError, TargetSpec
+from layerlab.harness.targets.toolserver import ToolServer
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def reachable(spec: TargetSpec) -> None:
+    """Refuse a URL nothing answers at, in one line, before anything is written."""
+    from layerlab.harness.live.calls import unreachable
+
+    why = unreachable(spec.ref)
+    if why is not None:
+        raise TargetError(f"--target {spec.ref}: nothing answers there ({why}); start the service first")
+
+
+class HttpTarget:
+    """A service that answers POSTed questions through layerlab's tool server."""
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+        opts = spec.options()
+        try:
+            self.timeout = float(opts.get("timeout", DEFAULT_TIMEOUT_S))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise TargetError(f"--target-setting timeout={opts['timeout']!r}: expected seconds") from None
+        self.headers = {k.removeprefix("header."): str(v) for k, v in opts.items()
+                        if k.startswith("header.")}  # fmt: skip
+        self.server = ToolServer()
+
+    def answer(self, request: TargetRequest) -> Any:
+        with self.server.serving(request) as tools_url:
+            body = json.dumps({"question": request.question, "answer_kind": request.answer_kind,
+                               "session_id": request.session_id, "tools_url": tools_url})  # fmt: skip
+            req = urllib.request.Request(
+                self.spec.ref, data=body.encode(), method="POST",
+                headers={"Content-Type": "application/json", "Accept": "application/json",
+                         **self.headers},
+            )  # fmt: skip
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
+                    data = resp.read().decode("utf-8", "replace")
+                    kind = resp.headers.get_content_type()
+            except urllib.error.HTTPError as exc:
+                raise RuntimeError(f"the service answered HTTP {exc.code}") from None
+        if kind == "application/json":
+            try:
+                return json.loads(data)
+            except json.JSONDecodeError:
+                return None  # said JSON, is not: a malformed reply
+        return data
+
+    def close(self) -> None:
+        self.server.close()

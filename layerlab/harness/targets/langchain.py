@@ -1,0 +1,135 @@
+"""LangChain targets: ``--target langchain:pkg.module:factory``.
+
+The factory is called once per run with a ``langchain_core`` ``BaseRetriever`` and a ``BaseTool``
+(``search``), both over the faulted tools of whichever record is being answered (and
+``settings=`` when it takes that keyword), and returns a Runnable. Each record invokes it with
+``{"question": ..., "session_id": ..., "answer_kind": ...}``. Example::
+
+    def factory(retriever, tool):
+        def answer(inp):
+            docs = retriever.invoke(inp["question"])
+            return {"answer": docs[0].page_content if docs else "", "source_documents": docs[:1]}
+        return RunnableLambda(answer)
+
+The retriever returns ``Document`` objects (``metadata`` holds ``doc_id`` and the operational
+metadata) and an empty list when the tool fails; the tool returns the observation as JSON (the
+error included). The reply is read from the output: a string (or a message's content) is free
+text; a dict gives the answer from the first of ``answer``, ``output``, ``result`` and the
+sources from ``source_documents``, ``context``, ``citations`` (documents, dicts with ``doc_id``,
+or ids) — the settings ``answer_key`` and ``sources_key`` name other keys. A dict with an answer
+but no sources is free text (its citations are the doc ids it mentions).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from typing import Any
+
+from layerlab.harness.targets.base import TargetRequest, documents
+from layerlab.harness.targets.python import _takes, load_attr
+from layerlab.harness.targets.spec import TargetError, TargetSpec
+
+ANSWER_KEYS = ("answer", "output", "result")
+SOURCE_KEYS = ("source_documents", "context", "citations")
+INSTALL_HINT = "a LangChain target needs langchain-core: pip install 'layerlab[study]'"
+
+_CURRENT: contextvars.ContextVar[TargetRequest] = contextvars.ContextVar("layerlab_target")
+
+
+def _request() -> TargetRequest:
+    try:
+        return _CURRENT.get()
+    except LookupError:
+        raise RuntimeError("the layerlab retriever/tool is used outside a record") from None
+
+
+def components() -> tuple[Any, Any]:
+    """(a ``BaseRetriever``, the ``search`` ``BaseTool``) over the current record's tools."""
+    try:
+        from langchain_core.documents import Document
+        from langchain_core.retrievers import BaseRetriever
+        from langchain_core.tools import StructuredTool
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise TargetError(INSTALL_HINT) from exc
+
+    class FaultedRetriever(BaseRetriever):
+        """layerlab's faulted search tool as a retriever: documents, or [] on a tool error."""
+
+        top_k: int = 3
+
+        def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Any]:
+            obs = _request().search(query, self.top_k)
+            return [Document(page_content=d.page_content, metadata=d.metadata)
+                    for d in documents(obs)]  # fmt: skip
+
+    def search(query: str, top_k: int = 3) -> str:
+        """Search the company's policy documents: results with text and metadata, or an error."""
+        return json.dumps(_request().search(query, top_k))
+
+    tool = StructuredTool.from_function(func=search, name="search")
+    return FaultedRetriever(), tool
+
+
+def _pick(out: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
+    for k in keys:
+        if k in out:
+            return True, out[k]
+    return False, None
+
+
+class LangChainTarget:
+    """A Runnable from the user's factory, invoked once per record."""
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+        factory = load_attr(spec)
+        opts = spec.options()
+        self.answer_keys = (str(opts["answer_key"]),) if "answer_key" in opts else ANSWER_KEYS
+        self.source_keys = (str(opts["sources_key"]),) if "sources_key" in opts else SOURCE_KEYS
+        retriever, tool = components()
+        try:
+            if _takes(factory, "settings"):
+                self.chain = factory(retriever, tool, settings=opts)
+            else:
+                self.chain = factory(retriever, tool)
+        except Exception as exc:
+            raise TargetError(
+                f"--target {spec.spec}: the factory failed ({type(exc).__name__}: {exc})"
+            ) from None
+        if not hasattr(self.chain, "invoke"):
+            raise TargetError(
+                f"--target {spec.spec}: the factory returned a {type(self.chain).__name__}, "
+                "not a Runnable (expected an object with invoke())"
+            )
+
+    def answer(self, request: TargetRequest) -> Any:
+        token = _CURRENT.set(request)
+        try:
+            out = self.chain.invoke({"question": request.question,
+                                     "session_id": request.session_id,
+                                     "answer_kind": request.answer_kind})  # fmt: skip
+        finally:
+            _CURRENT.reset(token)
+        return self.reply(out)
+
+    def reply(self, out: Any) -> Any:
+        """The chain's output as a reply (see the module docstring)."""
+        content = getattr(out, "content", None)
+        if isinstance(content, str):
+            return content
+        if not isinstance(out, dict) or "status" in out:
+            return out
+        has_answer, answer = _pick(out, self.answer_keys)
+        has_sources, sources = _pick(out, self.source_keys)
+        answer = getattr(answer, "content", answer)
+        if not has_answer:
+            return out
+        if not has_sources:
+            return answer if isinstance(answer, str) else out  # free text: ids it mentions
+        if isinstance(sources, str):
+            sources = [sources]
+        return {"answer": answer, "citations": list(sources or [])}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,93 @@
+"""Python targets: ``--target python:pkg.module:function``.
+
+The attribute is a function of one :class:`~layerlab.harness.targets.base.TargetRequest`, or a
+class: it is instantiated once per run (with no arguments, or with ``settings=`` when its
+``__init__`` takes that keyword) and its ``answer`` method (else ``__call__``) answers each
+request. The module is imported from ``sys.path`` plus the current folder. Example::
+
+    def answer(req):
+        docs = req.retriever(req.question)            # raises ToolError on a tool error
+        best = docs[0] if docs else None
+        return {"status": "answered", "answer": best.page_content[:40],
+                "citations": [best.doc_id]} if best else {"status": "abstained"}
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from layerlab.harness.targets.base import TargetRequest
+from layerlab.harness.targets.spec import TargetError, TargetSpec
+
+
+def load_attr(spec: TargetSpec) -> Any:
+    """The object ``module:attr`` names; :class:`TargetError` (one line) when it cannot be."""
+    module, _, attr = spec.ref.partition(":")
+    where = f"--target {spec.spec}"
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.append(here)  # a user's module next to where the command runs
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module
+        raise TargetError(
+            f"{where}: no module named {missing!r} (is its folder on PYTHONPATH or the current folder?)"
+        ) from None
+    except Exception as exc:  # the user's module failed while importing
+        raise TargetError(
+            f"{where}: importing {module!r} failed ({type(exc).__name__}: {exc})"
+        ) from None
+    obj: Any = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise TargetError(f"{where}: module {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TargetError(
+            f"{where}: {attr!r} is a {type(obj).__name__}, not callable (expected a function or a class)"
+        )
+    return obj
+
+
+def _takes(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def instantiate(obj: Any, spec: TargetSpec) -> Any:
+    """A class is instantiated (with ``settings=`` when it takes it); a function is itself."""
+    if not inspect.isclass(obj):
+        return obj
+    try:
+        return obj(settings=spec.options()) if _takes(obj, "settings") else obj()
+    except Exception as exc:
+        raise TargetError(
+            f"--target {spec.spec}: creating {spec.ref.partition(':')[2]}() failed "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+
+
+class PythonTarget:
+    """A Python function or object answering :class:`TargetRequest` objects."""
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+        obj = instantiate(load_attr(spec), spec)
+        self._fn: Callable[[TargetRequest], Any] = getattr(obj, "answer", None) or obj
+        if not callable(self._fn):
+            raise TargetError(f"--target {spec.spec}: the object has no answer() and is not callable")
+
+    def answer(self, request: TargetRequest) -> Any:
+        return self._fn(request)
+
+    def close(self) -> None:
+        pass
