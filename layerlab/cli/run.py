@@ -26,6 +26,7 @@ from layerlab.cli.app import (
     _load_mitigations,
     _load_scenarios,
     _spec_fail,
+    _target_spec,
     mitigation_app,
     run_app,
 )
@@ -122,7 +123,13 @@ _AGENT_HELP = {
     "steps": "Agent mode: tool-calling turns before the final reply (1-16).",
     "protocol": "Agent mode: native (provider tool calls), json_action (a JSON action per reply) "
     "or auto (json_action for local models, native otherwise).",
+    "target": "Your own RAG system instead of -m: python:MODULE:FUNC, langchain:MODULE:FACTORY "
+    "or an http(s):// URL; it answers through the faulted tools (README: Test your own RAG system).",
+    "name": "The target's name in the archive (its records' model).",
+    "version": "The target's version string, kept in the manifest.",
+    "setting": "A target setting key=value (repeatable); secret-looking keys are hashed, never stored.",
 }
+
 
 @run_app.command("live")
 def run_live(
@@ -184,6 +191,10 @@ def run_live(
     agent: bool = typer.Option(False, "--agent", help=_AGENT_HELP["agent"]),
     max_steps: int = typer.Option(4, "--max-steps", help=_AGENT_HELP["steps"]),
     tool_protocol: str = typer.Option("auto", "--tool-protocol", help=_AGENT_HELP["protocol"]),
+    target: str = typer.Option(None, "--target", help=_AGENT_HELP["target"]),
+    target_name: str = typer.Option("", "--target-name", help=_AGENT_HELP["name"]),
+    target_version: str = typer.Option("", "--target-version", help=_AGENT_HELP["version"]),
+    target_setting: list[str] = typer.Option(None, "--target-setting", help=_AGENT_HELP["setting"]),
     local_servers: int = typer.Option(
         None,
         "--local-servers",
@@ -268,7 +279,8 @@ def run_live(
         _check_run(given, out)
         _run_config(ctx, config_path, out, given, corpus_dir, scenarios_path, progress)
         return
-    if not model:
+    spec = _target_spec(target, target_name, target_version, target_setting, model)
+    if not model and spec is None:
         raise _fail("-m/--model: give at least one model (or a run configuration with --config)")
     run = live.RunSettings(
         budget=budget,
@@ -280,7 +292,7 @@ def run_live(
         max_error_rate=max_error_rate,
         seed=retry_seed,
     )
-    _check_run(run, out, api_base or (), model)
+    _check_run(run, out, api_base or (), model or ())
     task_ids = _task_ids(tasks) if tasks is not None else None
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
@@ -295,7 +307,7 @@ def run_live(
             api_bases=tuple(api_base or ()),
         )
         config = live.LiveConfig(
-            models=tuple(model),
+            models=tuple(model or ()),
             scenarios=tuple(scenario or scen),
             mitigations=tuple(mode or contract_arms()),
             task_ids=task_ids,
@@ -305,6 +317,7 @@ def run_live(
             response_format=response_format,  # checked by LiveConfig
             seed=seed,
             agent=live.AgentMode.auto(model, tool_protocol, max_steps) if agent else None,
+            target=spec,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
@@ -408,7 +421,8 @@ _CONFIG_OWNS = (
     "model", "scenario", "mode", "tasks", "api_base", "replicates", "share_replies",
     "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
     "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
-    "sample_log", "agent", "max_steps", "tool_protocol",
+    "sample_log", "agent", "max_steps", "tool_protocol", "target", "target_name", "target_version",
+    "target_setting",
 )  # fmt: skip
 
 

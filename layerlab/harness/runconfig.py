@@ -31,6 +31,10 @@ refused) and stored with the run, every URL in it recorded as ``local`` or ``rem
     gate: {min: {S:clean: 0.6}, max: {GF:stale_index: 0.1}}   # layerlab gate RUN --config run.yaml
     agent: {protocol: auto, max_steps: 4}   # agent mode: the model calls the faulted tools
 
+Your own system instead of ``models`` (README, "Test your own RAG system")::
+
+    target: {spec: "python:my_rag.app:answer", name: my-rag, version: "1.4", settings: {top_k: 3}}
+
 Every ``run live`` setting a paper reports has a key here; the flags it owns are refused next to
 ``--config`` rather than silently ignored.
 
@@ -139,12 +143,31 @@ class AgentSpec(BaseModel):
     max_steps: int = Field(4, ge=1, le=16)
 
 
-class RunConfigSpec(BaseModel):
-    """A run: models with their endpoints and settings, scenarios, mitigations, tasks, budget."""
+class TargetEntry(BaseModel):
+    """The system under test instead of models (``run live --target``): ``spec`` is
+    ``python:MODULE:ATTR``, ``langchain:MODULE:FACTORY`` or an http(s) URL."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    models: list[ModelEntry] = Field(min_length=1)
+    spec: str = Field(min_length=1)
+    name: str = ""
+    version: str = ""
+    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    def target(self) -> Any:
+        from layerlab.harness.targets import parse_target
+
+        return parse_target(self.spec, self.name, self.version, self.settings)
+
+
+class RunConfigSpec(BaseModel):
+    """A run: models with their endpoints and settings (or a target), scenarios, mitigations,
+    tasks, budget."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    models: list[ModelEntry] = Field(default_factory=list)
+    target: TargetEntry | None = None  # the user's own system instead of models
     defaults: _Settings = _Settings()
     scenarios: list[str] | None = None  # default: every scenario of the DSL
     mitigations: list[str] | None = None  # default: the contract arms (strict, repair)
@@ -206,6 +229,17 @@ def _checks(
 ) -> Callable[[RunConfigSpec], list[tuple[tuple[Any, ...], str]]]:
     def check(c: RunConfigSpec) -> list[tuple[tuple[Any, ...], str]]:
         out: list[tuple[tuple[Any, ...], str]] = []
+        if not c.models and c.target is None:
+            out.append((("models",), "expected at least one model (or a target)"))
+        if c.models and c.target is not None:
+            out.append((("target",), "a target replaces the models: give one or the other"))
+        if c.target is not None:
+            from layerlab.harness.targets import TargetError
+
+            try:
+                c.target.target()
+            except TargetError as exc:
+                out.append((("target", "spec"), str(exc).removeprefix("--target: ")))
         seen: set[str] = set()
         for i, m in enumerate(c.models):
             if m.model in seen:
@@ -315,6 +349,14 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
         if spec.limit is not None
         else (tuple(t.task_id for t in pool) if spec.tasks is not None else None)
     )
+    if spec.target is not None:  # the user's system: one run, no provider settings
+        s = spec.settings_for(ModelEntry(model=spec.target.spec))
+        cfg = live.LiveConfig(
+            models=(), scenarios=tuple(spec.scenarios or all_scenarios),
+            mitigations=tuple(spec.mitigations or contract_arms()), task_ids=task_ids,
+            settings=s["settings"], replicates=spec.replicates, target=spec.target.target(),
+        )  # fmt: skip
+        return [Group(cfg.models, cfg, None, "")]
     groups: dict[tuple[Any, ...], list[str]] = {}
     eff: dict[tuple[Any, ...], dict[str, Any]] = {}
     for m in spec.models:

@@ -173,7 +173,9 @@ def read_table(folder: Path, target: bool = False) -> list[dict[str, Any]]:
     path = folder / name
     want = (read_manifest(folder).get(key) or {}).get("table_sha256")
     if want is None or not path.exists():
-        raise ValueError(f"{folder}: not {'a' if target else 'an'} {key} run (no {name} named by its manifest)")
+        raise ValueError(
+            f"{folder}: not {'a' if target else 'an'} {key} run (no {name} named by its manifest)"
+        )
     if sha256_file(path) != want:
         raise ValueError(
             f"{path}: checksum differs from the manifest's (continue the run with --resume)"

@@ -24,7 +24,13 @@ from layerlab.archive import Record, samplelog
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.harness.agent import AgentLoop, conversation_hash
 from layerlab.harness.live import calls
-from layerlab.harness.live.agentlog import agent_request, agent_row, call_rows, target_row, transcript
+from layerlab.harness.live.agentlog import (
+    agent_request,
+    agent_row,
+    call_rows,
+    target_row,
+    transcript,
+)
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.progress import RecordWriter, progress_line
 from layerlab.harness.live.settings import AgentMode, LiveConfig, LiveRunError

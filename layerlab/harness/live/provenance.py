@@ -115,11 +115,11 @@ def manifest(
         seeds="per record, derived from (seed, model, scenario, mode, task, replicate); "
         "sent to local models always (seed 0 unless given), to other providers only when given",
         agent=(
-            archive.UNSET if config.agent is None
-            else {**asdict(config.agent), **agent_versions()}
+            archive.UNSET if config.agent is None else {**asdict(config.agent), **agent_versions()}
         ),
         target=(
-            archive.UNSET if config.target is None
+            archive.UNSET
+            if config.target is None
             else {**target_of(config).manifest(), "tools": agent_versions()["tools"]}
         ),
         expected_records=len(config.models)

@@ -35,7 +35,9 @@ def reachable(spec: TargetSpec) -> None:
 
     why = unreachable(spec.ref)
     if why is not None:
-        raise TargetError(f"--target {spec.ref}: nothing answers there ({why}); start the service first")
+        raise TargetError(
+            f"--target {spec.ref}: nothing answers there ({why}); start the service first"
+        )
 
 
 class HttpTarget:
@@ -47,7 +49,9 @@ class HttpTarget:
         try:
             self.timeout = float(opts.get("timeout", DEFAULT_TIMEOUT_S))  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise TargetError(f"--target-setting timeout={opts['timeout']!r}: expected seconds") from None
+            raise TargetError(
+                f"--target-setting timeout={opts['timeout']!r}: expected seconds"
+            ) from None
         self.headers = {k.removeprefix("header."): str(v) for k, v in opts.items()
                         if k.startswith("header.")}  # fmt: skip
         self.server = ToolServer()

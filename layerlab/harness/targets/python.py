@@ -50,7 +50,7 @@ def load_attr(spec: TargetSpec) -> Any:
         obj = getattr(obj, part)
     if not callable(obj):
         raise TargetError(
-            f"{where}: {attr!r} is a {type(obj).__name__}, not callable (expected a function or a class)"
+            f"{where}: {attr!r} is not callable (a {type(obj).__name__}; expected a function or a class)"
         )
     return obj
 
@@ -84,7 +84,9 @@ class PythonTarget:
         obj = instantiate(load_attr(spec), spec)
         self._fn: Callable[[TargetRequest], Any] = getattr(obj, "answer", None) or obj
         if not callable(self._fn):
-            raise TargetError(f"--target {spec.spec}: the object has no answer() and is not callable")
+            raise TargetError(
+                f"--target {spec.spec}: the object has no answer() and is not callable"
+            )
 
     def answer(self, request: TargetRequest) -> Any:
         return self._fn(request)

@@ -67,9 +67,13 @@ class TargetSpec:
                     "--target-setting (hashed, never stored) or in the service's environment"
                 )
             if not re.fullmatch(r"https?://[^/\s:]+(:\d{1,5})?(/\S*)?", self.ref):
-                raise TargetError(f"{where}: expected an http(s) URL like http://localhost:8000/answer")
+                raise TargetError(
+                    f"{where}: expected an http(s) URL like http://localhost:8000/answer"
+                )
         elif not _REF.fullmatch(self.ref):
-            raise TargetError(f"{where}: expected {self.kind}:MODULE:ATTR, e.g. {self.kind}:my_rag.app:answer")
+            raise TargetError(
+                f"{where}: expected {self.kind}:MODULE:ATTR, e.g. {self.kind}:my_rag.app:answer"
+            )
         if not self.name:
             default = self.ref.rsplit(":", 1)[-1] if self.kind != "http" else "http-service"
             object.__setattr__(self, "name", default)
