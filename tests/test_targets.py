@@ -31,6 +31,7 @@ from layerlab.harness.targets import (
 )
 from layerlab.harness.targets.toolserver import ToolServer
 from layerlab.harness.tools import ToolBox
+from tests.test_plugins import _TABLE10, _python, site  # noqa: F401  (site: a fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TASKS = ("finance-01-q1", "it_ops-01-q2", "pto-01-q1")
@@ -271,6 +272,13 @@ def test_cli_target_run_provenance_free_text_and_resume(tmp_path: Path, capsys) 
             "--scenario", "stale_index", "--out", str(out), "--no-progress",
             "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     assert main([*args, "--sample-log", str(log)]) == 0, capsys.readouterr().err
+    said = capsys.readouterr().out
+    assert "target: prose 0.3 (python: user_targets:free_text), the system under test" in said
+    assert json.loads((out / "results.json").read_text())["target"]["name"] == "prose"
+    html = tmp_path / "report.html"
+    assert main(["report", str(out), "--out", str(html)]) == 0
+    page = html.read_text()
+    assert "prose 0.3 (python: user_targets:free_text), the system under test" in page
     man = archive.read_manifest(out)
     t = man["target"]
     assert man["models"] == ["target/prose"]
@@ -333,3 +341,26 @@ def test_target_spec_names_and_run_config(corpus, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="target") as exc:
         runconfig.load_run_config(cfg, ["clean"], ["strict"], [])
     assert "unknown kind 'ftp'" in str(exc.value)
+
+
+def test_a_plugin_guard_runs_with_a_target_and_gets_its_table10_row(
+    site: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A team's own guard (an installed plug-in) on its own target: the run takes the arm, and
+    Table 10's builder takes the target archive."""
+    run = tmp_path / "run"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from layerlab.cli import main; "
+        "sys.exit(main(sys.argv[2:]))"
+    )
+    res = _python(code, site, str(FIXTURES), "run", "live", "--target",
+                  "python:user_targets:extractive", "--mitigation", "strict", "--mitigation",
+                  "toy_guard", "--limit", "16", "--out", str(run), "--no-progress",
+                  "--cache-dir", str(tmp_path / "cache"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert archive.read_manifest(run)["mitigations"] == ["strict", "toy_guard"]
+    t10 = _python(_TABLE10, site, str(run))
+    assert t10.returncode == 0, t10.stderr
+    row = json.loads(t10.stdout.split("ROW ", 1)[1])
+    assert row["layer(s)"] == "completeness" and row["target scenario(s)"] == "partial_timeout"

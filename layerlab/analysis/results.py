@@ -60,7 +60,8 @@ def with_derived(df: pd.DataFrame) -> pd.DataFrame:
     if "grounded_cited_false_positive" in df or "grounded_cited" not in df:
         return df
     return df.assign(
-        grounded_cited_false_positive=df["grounded_cited"].astype(bool) & ~df["success"].astype(bool)
+        grounded_cited_false_positive=df["grounded_cited"].astype(bool)
+        & ~df["success"].astype(bool)
     )
 
 
@@ -75,7 +76,14 @@ def rate(sub: pd.DataFrame, label: str) -> dict[str, Any]:
     missing = int(sub[label].isna().sum())
     k = int(sub[label].fillna(False).astype(bool).sum())
     if missing:
-        return {"k": k, "n": n, "rate": None, "ci_low": None, "ci_high": None, "not_recorded": missing}
+        return {
+            "k": k,
+            "n": n,
+            "rate": None,
+            "ci_low": None,
+            "ci_high": None,
+            "not_recorded": missing,
+        }
     r = cluster_rate(sub, label, design="tasks")
     return {
         "k": k,
@@ -206,9 +214,11 @@ def for_run(
     save reading them back; they must be what the folder holds."""
     folder = Path(folder)
     m = archive.read_manifest(folder) if manifest is None else manifest
-    frame = records_frame(folder) if records is None else pd.DataFrame([r.__dict__ for r in records])
+    frame = (
+        records_frame(folder) if records is None else pd.DataFrame([r.__dict__ for r in records])
+    )
     res = summarize(frame)
-    return {
+    out = {
         "run_id": m["run_id"],
         "complete": bool(m.get("complete")),
         "records": int(m.get("records", 0)),
@@ -216,6 +226,18 @@ def for_run(
         **res,
         "usage": usage_summary(m),
     }
+    if isinstance(m.get("target"), dict):  # a target run: the system under test, named
+        out["target"] = {k: m["target"].get(k) for k in ("kind", "name", "version", "ref")}
+    return out
+
+
+def target_line(target: Mapping[str, Any]) -> str:
+    """A target in one line: ``NAME VERSION (KIND: REF), the system under test``."""
+    version = f" {target['version']}" if target.get("version") else ""
+    return (
+        f"{target.get('name')}{version} ({target.get('kind')}: {target.get('ref')}), "
+        "the system under test (records: provider target)"
+    )
 
 
 COST_BASIS = "litellm's price table (US dollars)"
@@ -353,9 +375,7 @@ def error_summary(res: dict[str, Any]) -> list[str]:
     """One line per model whose records include malformed replies or provider errors."""
     lines = []
     for m in res["models"]:
-        bad = {
-            short: sum(c[short]["k"] for c in m["arms"].values()) for short in FAILURES.values()
-        }
+        bad = {short: sum(c[short]["k"] for c in m["arms"].values()) for short in FAILURES.values()}
         if any(bad.values()):
             parts = [f"{v} {k.replace('_', ' ')}" for k, v in bad.items() if v]
             lines.append(

@@ -16,7 +16,7 @@ import pandas as pd
 
 from layerlab.faults.roles import load_roles
 from layerlab.mitigations import contract_pair
-from layerlab.models.agents import is_reference
+from layerlab.models.agents import is_reference, is_target
 
 # --- the one constant block: arm column, outcome, unit key, blocks, small-sample rule -----------
 ARM = "mitigation"  # the arm column (archive schema v2)
@@ -25,6 +25,7 @@ UNIT_COLUMNS = ("provider", "model")  # one provider–model unit
 # The two kinds of unit, in table order; statistics are computed per block, never pooled.
 BLOCK_MODELS = "real models"
 BLOCK_REFERENCE = "reference agents (deterministic baselines)"
+BLOCK_TARGETS = "targets (systems under test)"  # a user's own pipeline: ``run live --target``
 MIN_UNITS = 5  # fewer units: tasks-only intervals about these units, said so
 ALPHA = 0.05
 N_BOOT = 10_000
@@ -93,18 +94,22 @@ def unit_labels(df: pd.DataFrame) -> pd.Series:
 
 
 def blocks(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The records split by kind of unit: real models first, then reference agents.
+    """The records split by kind of unit: real models first, then reference agents, then
+    targets (users' own systems).
 
     Every table and figure that counts both computes each block on its own (the reference
     agents are deterministic baselines; pooling them with models would misstate both).
     Empty blocks are left out.
     """
     ref = df["provider"].astype(str).map(is_reference).astype(bool)
+    target = df["provider"].astype(str).map(is_target).astype(bool)
     out = {}
-    if (~ref).any():
-        out[BLOCK_MODELS] = df[~ref]
+    if (~ref & ~target).any():
+        out[BLOCK_MODELS] = df[~ref & ~target]
     if ref.any():
         out[BLOCK_REFERENCE] = df[ref]
+    if target.any():  # a user's system is never pooled with models
+        out[BLOCK_TARGETS] = df[target]
     return out
 
 

@@ -527,6 +527,8 @@ def _print_results(out: Path) -> None:
     if not p.exists():
         return
     res = json.loads(p.read_text(encoding="utf-8"))
+    if res.get("target"):
+        typer.echo(f"target: {results.target_line(res['target'])}")
     for ref, title in (
         (False, "Results by model"),
         (True, "Reference agents (deterministic baselines, not models)"),

@@ -317,7 +317,9 @@ def finish(tools: ToolBox, ctx: RecordContext, reading: Reading, replicate: int 
     rec, labels = evaluate(
         tools.task, ctx.key, ctx.corpus, tools.prepared, tools.arm.name, g, out,
         provider=ctx.provider, model=ctx.model, run_id=ctx.run_id,
-        prompt_hash=reading.prompt_hash, failure=reading.failure, replicate=replicate,
+        # a record that never reached a reader (a refusal) has no prompt (archive schema)
+        prompt_hash=reading.prompt_hash if g.inp is not None else "",
+        failure=reading.failure, replicate=replicate,
         invalid_calls=sum(not c.valid for c in tools.calls),
     )  # fmt: skip
     return Done(rec, labels, g, out)

@@ -34,6 +34,16 @@ AGENTS = {
 }
 
 
+TARGET_PROVIDER = "target"
+"""The provider of a target run's records: the user's own system, neither a model nor a
+reference agent (``layerlab.harness.targets``)."""
+
+
+def is_target(provider: str) -> bool:
+    """Whether a provider's records come from a user's system under test (``run live --target``)."""
+    return provider == TARGET_PROVIDER
+
+
 def is_reference(provider: str) -> bool:
     """Whether a provider's records come from a deterministic reference agent, not a model."""
     return provider in REFERENCE_PROVIDERS

@@ -21,9 +21,11 @@ from typing import Any
 import pandas as pd
 
 from layerlab.analysis.results import is_reference
+from layerlab.models.agents import is_target
 
 REAL_MODEL = "real model"
 REFERENCE_AGENT = "reference agent (deterministic baseline)"
+TARGET = "target (your system under test)"
 MISSING = "–"  # an empty cell (NaN / None)
 P_FLOOR = 1e-10  # p-values below this are printed as "< 1e-10"
 
@@ -34,7 +36,10 @@ _LOW = re.compile(r"^(?P<pre>.*?)95% low(?P<post>.*)$")
 
 
 def unit_kind(provider: str) -> str:
-    """``"real model"`` or ``"reference agent (deterministic baseline)"`` for a unit's provider."""
+    """``"real model"``, ``"reference agent (deterministic baseline)"`` or ``"target (your
+    system under test)"`` for a unit's provider."""
+    if is_target(provider):
+        return TARGET
     return REFERENCE_AGENT if is_reference(provider) else REAL_MODEL
 
 
@@ -214,7 +219,13 @@ def table(df: pd.DataFrame, index: Sequence[str] | str | None = None) -> pd.Data
         shown.pop(low)
         shown.pop(high)
     out = pd.DataFrame({names[c]: v for c, v in shown.items()})
-    idx = [index] if isinstance(index, str) else list(index) if index is not None else _index_columns(frame)
+    idx = (
+        [index]
+        if isinstance(index, str)
+        else list(index)
+        if index is not None
+        else _index_columns(frame)
+    )
     idx = [names.get(c, c) for c in idx]
     if idx:
         out = out.set_index(idx)

@@ -166,6 +166,8 @@ def _provenance_block(p: dict[str, Any]) -> str:
     for k in ("models", "scenarios", "mitigations", "conditions", "arms", "tasks"):
         if k in m:
             items.append((k, ", ".join(map(str, m[k]))))
+    if isinstance(m.get("target"), dict):  # a target run: the system under test beside models
+        items.append(("target", results.target_line(m["target"])))
     prov = archive.provenance_of(m)
     if prov:
         items.append(("provenance", ", ".join(f"{a}={b}" for a, b in sorted(prov.items()))))

@@ -29,15 +29,25 @@ from layerlab.harness.targets.toolserver import ToolServer
 DEFAULT_TIMEOUT_S = 60.0
 
 
-def reachable(spec: TargetSpec) -> None:
-    """Refuse a URL nothing answers at, in one line, before anything is written."""
-    from layerlab.harness.live.calls import unreachable
+def reachable(spec: TargetSpec, timeout: float = 5.0) -> None:
+    """Refuse a URL nothing accepts a connection at, in one line, before anything is written."""
+    import socket
+    import urllib.parse
 
-    why = unreachable(spec.ref)
-    if why is not None:
-        raise TargetError(
-            f"--target {spec.ref}: nothing answers there ({why}); start the service first"
-        )
+    u = urllib.parse.urlsplit(spec.ref)
+    try:
+        port = u.port or (443 if u.scheme == "https" else 80)
+        with socket.create_connection((u.hostname or "", port), timeout=timeout):
+            return
+    except TimeoutError:
+        why = f"no answer within {timeout:g} s"
+    except ValueError:
+        why = "the port is not a number in 1-65535"
+    except OSError as exc:
+        why = (exc.strerror or type(exc).__name__).lower()
+    raise TargetError(
+        f"--target {spec.ref}: nothing answers there ({why}); start the service first"
+    )
 
 
 class HttpTarget:
