@@ -62,10 +62,11 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
         del ident["config"]["agent"]
     else:
         ident["agent"] = agent_versions()
+    cfg: dict[str, Any] = ident["config"]  # type: ignore[assignment]
     if config.target is None:  # model runs keep the ids they had before targets
-        del ident["config"]["target"]
+        del cfg["target"]
     else:  # the target's identity: its settings only as their hash
-        ident["config"]["target"] = target_of(config).identity()
+        cfg["target"] = target_of(config).identity()
         ident["tools"] = agent_versions()["tools"]
     ident = {
         **ident,

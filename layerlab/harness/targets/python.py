@@ -63,12 +63,13 @@ def _takes(fn: Callable[..., Any], name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def instantiate(obj: Any, spec: TargetSpec) -> Any:
+def instantiate(obj: Any, spec: TargetSpec) -> Any:  # obj: the user's function or class
     """A class is instantiated (with ``settings=`` when it takes it); a function is itself."""
     if not inspect.isclass(obj):
         return obj
     try:
-        return obj(settings=spec.options()) if _takes(obj, "settings") else obj()
+        make: Callable[..., Any] = obj
+        return make(settings=spec.options()) if _takes(obj, "settings") else make()
     except Exception as exc:
         raise TargetError(
             f"--target {spec.spec}: creating {spec.ref.partition(':')[2]}() failed "

@@ -112,8 +112,8 @@ class ToolServer:
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self._httpd.server_address[1]
+        return f"http://127.0.0.1:{port}"
 
     @contextlib.contextmanager
     def serving(self, request: TargetRequest) -> Iterator[str]:
