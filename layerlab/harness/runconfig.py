@@ -233,6 +233,8 @@ def _checks(
             out.append((("models",), "expected at least one model (or a target)"))
         if c.models and c.target is not None:
             out.append((("target",), "a target replaces the models: give one or the other"))
+        if c.agent is not None and c.target is not None:
+            out.append((("agent",), "a target calls the tools itself: no agent mode with a target"))
         if c.target is not None:
             from layerlab.harness.targets import TargetError
 
