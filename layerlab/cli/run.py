@@ -191,6 +191,9 @@ def run_live(
     agent: bool = typer.Option(False, "--agent", help=_AGENT_HELP["agent"]),
     max_steps: int = typer.Option(4, "--max-steps", help=_AGENT_HELP["steps"]),
     tool_protocol: str = typer.Option("auto", "--tool-protocol", help=_AGENT_HELP["protocol"]),
+    retriever: str = typer.Option(
+        "tfidf_domain_validity", help="Registered retriever (the tool's first stage), e.g. bm25."
+    ),
     target: str = typer.Option(None, "--target", help=_AGENT_HELP["target"]),
     target_name: str = typer.Option("", "--target-name", help=_AGENT_HELP["name"]),
     target_version: str = typer.Option("", "--target-version", help=_AGENT_HELP["version"]),
@@ -318,6 +321,7 @@ def run_live(
             seed=seed,
             agent=live.AgentMode.auto(model, tool_protocol, max_steps) if agent else None,
             target=spec,
+            retriever=retriever,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None

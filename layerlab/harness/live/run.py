@@ -230,7 +230,9 @@ def run_live(
     _tidy(out, began)
     notes = [report.describe()] if report.dropped else []
     if config.agent is not None and records:
-        notes += agentlog.tool_use_notes(list(agentlog.read_rows(out / agentlog.AGENT_LOG).values()))
+        notes += agentlog.tool_use_notes(
+            list(agentlog.read_rows(out / agentlog.AGENT_LOG).values())
+        )
     if interrupted:
         raise RunInterrupted(out, plan["run_id"], len(records), plan["expected_records"])
     if fatal is not None:

@@ -150,6 +150,12 @@ class LiveConfig:
 
     def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
         """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
+        if self.retriever not in retrieval.REGISTRY:
+            known = list(retrieval.REGISTRY)
+            raise LiveRunError(
+                f"--retriever: unknown retriever {self.retriever!r}"
+                f"{did_you_mean(self.retriever, known)}; known: {known}"
+            )
 
         unknown = [s for s in self.scenarios if s not in scenarios]
         if unknown:
