@@ -34,7 +34,7 @@ def test_bm25_ranks_by_term_overlap_and_one_query_equals_the_batch(
     # the required document (current or superseded version of the policy) is in BM25's top 3
     # for most questions: a real first stage, not a random one
     hits = 0
-    for i, t in enumerate(corpus.tasks[:20]):
+    for t in corpus.tasks[:20]:
         top = r.search([t.question]).docs(0)
         hits += any(d.policy_id == t.policy_id for d in top)
     assert hits >= 16
