@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives local-mitigations local-agent local-replicates lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline local-replicates lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -134,6 +134,21 @@ local-mitigations: $(LOCAL_STAMP) ## A real model over every mitigation arm (Tab
 # an hour on 2 cores; each record's steps stay on one server, --concurrency 2).
 local-agent: $(LOCAL_STAMP) ## A real model as an agent calling the faulted tools (resumable).
 	$(call local_run,local_model_agent,--agent --concurrency 2)
+# The worked example of a user's own pipeline (notebook 13): a LangChain chain over BM25 and the
+# local Qwen model behind an OpenAI-compatible server, run as a target on 16 stratified tasks,
+# every scenario and every matrix arm (1,728 records; the chain memoises identical prompts).
+user-pipeline: $(LOCAL_STAMP) ## A team's LangChain chain (BM25 + local model) as a target, every arm (resumable).
+	@$(BIN)/layerlab models serve qwen2.5-coder-1.5b --port 8140 --threads 2 & pid=$$!; \
+	  trap "kill $$pid" EXIT; \
+	  for i in $$(seq 120); do curl -sf http://127.0.0.1:8140/v1/models >/dev/null && break; sleep 1; done; \
+	  resume=; [ -e out/user_pipelines/my-rag-chain/manifest.json ] && resume=--resume; \
+	  PYTHONPATH=notebooks $(BIN)/layerlab run live --target langchain:my_rag_chain:make_chain \
+	    --target-name my-rag-chain --target-version 1.0 --target-setting base_url=http://127.0.0.1:8140/v1 \
+	    --retriever bm25 --tasks data/specs/local_model_tasks.txt --limit 16 $(MATRIX_ARMS) \
+	    --out out/user_pipelines/my-rag-chain --no-progress $$resume || exit $$?; \
+	  mkdir -p data/archives/user_pipelines/my-rag-chain; \
+	  cp out/user_pipelines/my-rag-chain/{records.parquet,manifest.json,results.json,target.parquet} data/archives/user_pipelines/my-rag-chain/
+	$(MAKE) --no-print-directory checksums
 local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 replicates (within-task variability; resumable).
 	$(call local_run,local_model_replicates,--temperature 0.7 --replicates 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)
 

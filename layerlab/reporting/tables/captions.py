@@ -135,7 +135,11 @@ def effects_design(eff: stats.Effects) -> str:
 def units_phrase(df: pd.DataFrame) -> str:
     """``a/x, b/y (N records, T tasks)``: the units of one block, for captions."""
     units = sorted(set(stats.unit_labels(df)))
-    how = stats.sampling_phrase(df[~df["provider"].map(stats.is_reference)])
+    from layerlab.models.agents import is_target
+
+    # decoding is said of models layerlab asked; a target decodes as its own code does
+    asked = df["provider"].map(lambda p: not (stats.is_reference(p) or is_target(p)))
+    how = stats.sampling_phrase(df[asked])
     return f"{', '.join(units)} ({len(df)} records, {df['task_id'].nunique()} tasks" + (
         f"; {how})" if how else ")"
     )

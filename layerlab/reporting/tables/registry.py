@@ -57,6 +57,11 @@ INPUTS = {
     "contract arms (data/archives/local_model_mitigations)",
     "agent_records": "the records of the agent-mode archive (data/archives/local_model_agent)",
     "agent_rows": "that archive's per-record step table (agent.parquet)",
+    "user_records": "the contract arms' records of the user-pipeline archive (data/archives/"
+    "user_pipelines): a team's own LangChain chain over BM25 and a local model, as a target",
+    "user_analysis": "analysis.stats.analyse of those records on strict success",
+    "user_matrix": "the specificity matrix of the user-pipeline archive (every matrix arm)",
+    "user_matrix_records": "that archive's records, as the matrix reads them",
 }
 
 
@@ -133,6 +138,9 @@ TABLES = (
         agentmode.agent_vs_single,
         ("agent_single", "agent_records", "agent_rows"),
     ),
+    Table("user_table4", rates.table4, ("user_records",)),
+    Table("user_table5", effects.table5, ("user_analysis",)),
+    Table("user_table10", specificity.table10, ("user_matrix", "user_matrix_records")),
     Table("specificity_margin", effects.margin_table, ("analysis",), appendix=True, recompute=True),
     Table(
         "table5_crosscheck", effects.crosscheck_table, ("analysis",), appendix=True, recompute=True
