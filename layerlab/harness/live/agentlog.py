@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from layerlab._io import atomic_write_bytes, canonical_json, sha256_bytes
-from layerlab.archive import Record
+from layerlab.archive import Record, agenttable
 from layerlab.archive.schema import sort_key
 from layerlab.harness.agent import AgentLoop
 from layerlab.models.routing import response_format_for
 
 AGENT_LOG = "agent.jsonl"
-AGENT_TABLE = "agent.parquet"
+AGENT_TABLE = agenttable.AGENT_TABLE
 KEY = ("provider", "model", "scenario", "mitigation", "task_id", "replicate")
-SUMMARY = ("steps", "tool_calls", "invalid_calls", "retries_after_fault", "step_limit", "protocol")
+SUMMARY = agenttable.SUMMARY
 
 
 def agent_request(req: Mapping[str, Any], response_format: str, local: bool) -> dict[str, Any]:
@@ -100,20 +100,7 @@ def table_bytes(rows: Mapping[tuple[Any, ...], dict[str, Any]], records: Iterabl
     chosen = [rows[sort_key(r)] for r in recs]
     cols: dict[str, list[Any]] = {k: [r[k] for r in chosen] for k in (*KEY, *SUMMARY)}
     cols["calls"] = [canonical_json(r["calls"]) for r in chosen]
-    schema = pa.schema(
-        [
-            *[pa.field(k, pa.string(), nullable=False) for k in KEY[:-1]],
-            pa.field("replicate", pa.int32(), nullable=False),
-            *[
-                pa.field(k, pa.int16(), nullable=False)
-                for k in ("steps", "tool_calls", "invalid_calls", "retries_after_fault")
-            ],
-            pa.field("step_limit", pa.bool_(), nullable=False),
-            pa.field("protocol", pa.string(), nullable=False),
-            pa.field("calls", pa.string(), nullable=False),
-        ]
-    )
-    return parquet_bytes(pa.table(cols, schema=schema))
+    return parquet_bytes(pa.table(cols, schema=agenttable.SCHEMA))
 
 
 def write_table(folder: Path, records: Sequence[Record]) -> str:
