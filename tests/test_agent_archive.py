@@ -175,3 +175,37 @@ def test_agent_table_columns(agent_run, tmp_path) -> None:
 
 def test_call_outcomes_are_the_tools_outcomes() -> None:
     assert agenttable.CALL_OUTCOMES == tools.OUTCOMES
+
+
+# --- the data dictionary documents the step table ----------------------------------------------
+
+
+def test_the_dictionary_documents_the_agent_table_its_calls_and_manifest_key(agent_run) -> None:
+    from layerlab import paths
+    from layerlab.reporting import dictionary
+    from layerlab.scoring.score import DIAGNOSTICS
+
+    assert dictionary.missing_entries() == []
+    committed = (paths.DATA / "DATA_DICTIONARY.md").read_text(encoding="utf-8")
+    assert committed == dictionary.render(), "run `layerlab dictionary` and commit"
+    section = committed.split("## Agent step table", 1)[1]
+    for name in agenttable.SCHEMA.names:
+        assert f"| `{name}` |" in section
+    for field in agenttable.CALL_FIELDS:
+        assert f"| `{field}` |" in section.split("### Per-call fields", 1)[1]
+    for d in ("tool_misuse", "step_limit"):
+        assert d in DIAGNOSTICS and f"`{d}` — agent mode" in committed
+    # the manifest's agent key: every field a run writes is documented, and nothing else
+    manifest = archive.read_manifest(agent_run)
+    assert set(manifest["agent"]) == set(dictionary.AGENT_MANIFEST_FIELDS)
+    s = dictionary.annotated_schema(agenttable.SCHEMA)
+    assert s.field("steps").metadata[b"description"].startswith(b"model calls")
+
+
+def test_a_call_field_without_a_meaning_fails(monkeypatch) -> None:
+    from layerlab.reporting import dictionary
+
+    meanings = dict(dictionary.CALL_FIELD_MEANINGS)
+    del meanings["after_fault"]
+    monkeypatch.setattr(dictionary, "CALL_FIELD_MEANINGS", meanings)
+    assert dictionary.missing_entries() == ["agent call field 'after_fault' has no meaning"]
