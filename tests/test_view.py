@@ -156,55 +156,16 @@ def test_empty_state_names_the_filter_no_record_has() -> None:
 
 # --- agent records: the whole transcript, step by step, verdict first -------------------------
 
-AGENT_TASKS = "hr-05-q1,it_ops-09-q3"
-
-
-def _agent_run(out: Path, model: str, *extra: str, env: dict[str, str] | None = None) -> Path:
-    from typer.testing import CliRunner
-
-    from layerlab.cli import app
-
-    log = out.parent / f"{out.name}.jsonl"
-    res = CliRunner().invoke(
-        app,
-        ["run", "live", "-m", model, "--agent", "--tasks", AGENT_TASKS, "--out", str(out),
-         "--cache-dir", str(out.parent / "cache"), "--sample-log", str(log), "--no-progress",
-         *extra],
-        env=env,
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    return log
-
 
 @pytest.fixture(scope="module")
 def agent_logs(tmp_path_factory) -> dict[str, Path]:
-    """Sample logs of agent runs: the reference agent (json_action, every scenario), and the fake
-    server's ``badtools`` (two invalid calls) and ``endless`` (the step limit), native."""
-    from fake_openai import FakeOpenAI
+    """Sample logs of agent runs (tests/agentruns.py): the reference agent (json_action, every
+    scenario), the fake server's ``badtools`` and ``endless`` (native), and a single-call run."""
+    import agentruns
 
     root = tmp_path_factory.mktemp("agentview")
-    logs = {
-        "ref": _agent_run(root / "ref", "layerlab/extractive", "--tool-protocol", "json_action")
-    }
-    logs["single"] = root / "single.jsonl"
-    from typer.testing import CliRunner
-
-    from layerlab.cli import app
-
-    res = CliRunner().invoke(
-        app,
-        ["run", "live", "-m", "layerlab/extractive", "--tasks", AGENT_TASKS, "--scenario",
-         "clean", "--out", str(root / "single"), "--cache-dir", str(root / "cache"),
-         "--sample-log", str(logs["single"]), "--no-progress"],
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    with FakeOpenAI() as fake:
-        for model, extra in (("badtools", ()), ("endless", ("--max-steps", "2"))):
-            logs[model] = _agent_run(
-                root / model, f"openai/{model}", "--api-base", fake.base, "--tool-protocol",
-                "native", "--scenario", "clean", *extra, env={"OPENAI_API_KEY": "sk-test"},
-            )  # fmt: skip
-    return logs
+    agentruns.make(root)
+    return {name: root / f"{name}.jsonl" for name in ("ref", "single", "badtools", "endless")}
 
 
 def test_agent_entries_are_versioned_and_single_call_entries_unchanged(agent_logs) -> None:
