@@ -265,3 +265,20 @@ def test_agent_records_render_and_filter_by_the_new_diagnostics(agent_logs, tmp_
         at = [first.index(s) for s in ("Verdict", "<b>agent</b>", "Steps: ", "still calling"
                                         if diag == "step_limit" else "final reply")]  # fmt: skip
         assert at == sorted(at)
+
+
+def test_the_explorer_lists_filters_and_shows_agent_records(agent_logs) -> None:
+    from layerlab.reporting import explore
+
+    rows = [r for p in agent_logs.values() for r in explore.load_rows(p)]
+    assert {"step_limit", "tool_misuse"} <= set(explore.choices(rows, "diagnostic"))
+    ended = explore.select(rows, diagnostic="step_limit")
+    assert ended and all(r["model"] == "endless+agent" for r in ended)
+    html = explore.records_html(ended)
+    assert "step limit reached" in html and "still calling search (no final reply)" in html
+    html = explore.records_html(explore.select(rows, diagnostic="tool_misuse"))
+    assert "<code>delete_index {}</code>" in html and "invalid call" in html
+    # a run folder: the archived per-call log (tools and outcomes only)
+    folder = explore.load_rows(agent_logs["badtools"].parent / "badtools")
+    html = explore.records_html(explore.select(folder, diagnostic="tool_misuse"))
+    assert "2 invalid" in html and "<code>delete_index</code> → " in html
