@@ -209,3 +209,42 @@ def test_a_call_field_without_a_meaning_fails(monkeypatch) -> None:
     del meanings["after_fault"]
     monkeypatch.setattr(dictionary, "CALL_FIELD_MEANINGS", meanings)
     assert dictionary.missing_entries() == ["agent call field 'after_fault' has no meaning"]
+
+
+# --- merging agent runs keeps their step table ---------------------------------------------------
+
+
+def _run(out: Path, *extra: str) -> Path:
+    res = runner.invoke(
+        app,
+        ["run", "live", "-m", "layerlab/extractive", "--agent", "--tasks", TASKS, "--out",
+         str(out), "--cache-dir", str(out.parent / "cache"), "--no-progress", *extra],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_merging_agent_runs_keeps_one_step_row_per_record(tmp_path) -> None:
+    a = _run(tmp_path / "a", "--tool-protocol", "json_action", "--scenario", "clean")
+    b = _run(tmp_path / "b", "--tool-protocol", "json_action", "--scenario", "wrong_session")
+    res = runner.invoke(app, ["archive", "merge", str(a), str(b), "--out", str(tmp_path / "m")])
+    assert res.exit_code == 0, res.output
+    code, out = _check(tmp_path / "m")
+    assert code == 0 and "agent mode (json_action, up to 4 tool-calling turns)" in out, out
+    merged = _rows(tmp_path / "m")
+    assert sorted(merged, key=str) == sorted(_rows(a) + _rows(b), key=str)
+    # agent runs merge only with agent runs of the same settings; nothing is written otherwise
+    n = _run(tmp_path / "n", "--tool-protocol", "native", "--scenario", "stale_index")
+    s = tmp_path / "s"
+    res = runner.invoke(
+        app,
+        ["run", "live", "-m", "layerlab/extractive", "--tasks", TASKS, "--scenario",
+         "stale_index", "--out", str(s), "--cache-dir", str(tmp_path / "cache"), "--no-progress"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    for other, says in ((n, "agent settings differ"), (s, "a single-call run")):
+        res = runner.invoke(
+            app, ["archive", "merge", str(a), str(other), "--out", str(tmp_path / "x")]
+        )
+        assert res.exit_code != 0 and says in res.output, res.output
+        assert not (tmp_path / "x").exists()
