@@ -178,6 +178,7 @@ def test_the_report_says_agent_mode_and_shows_steps_per_scenario(agent_runs) -> 
     share = bad["invalid_calls"].sum() / bad["tool_calls"].sum()
     assert f"openai/badtools+agent clean {len(bad)} " in agent
     assert f"{share:.1%} ({bad['invalid_calls'].sum()})" in agent
+    assert "table_sha256=" in _text(_section(html, "provenance"))  # the manifest's agent key
     end = _rows(root / "endless")
     assert end["step_limit"].all()
     assert re.search(

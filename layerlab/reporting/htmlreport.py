@@ -199,7 +199,7 @@ def _provenance_block(p: dict[str, Any]) -> str:
     prov = archive.provenance_of(m)
     if prov:
         items.append(("provenance", ", ".join(f"{a}={b}" for a, b in sorted(prov.items()))))
-    for k in ("settings", "calls", "controls"):
+    for k in ("settings", "calls", "controls", "agent"):
         if k in m and m[k] is not None:
             items.append((k, ", ".join(f"{a}={b}" for a, b in sorted(m[k].items()))))
     if m.get("sources"):
