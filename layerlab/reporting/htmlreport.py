@@ -33,7 +33,6 @@ SECTIONS = (  # in page order; a section with nothing to show is left out
     ("models", "Results by model"),
     ("baselines", "Reference agents (baseline)"),
     ("scenarios", "By model and scenario"),
-    ("agent", "Agent mode"),
     ("diagnostics", "Diagnostics"),
     ("figures", "Figures"),
     ("study", "Focused study"),
