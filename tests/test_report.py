@@ -139,3 +139,65 @@ def test_figures_show_only_the_measures_that_vary(flat_s_model: Path, both_html:
     assert "Not drawn for models: strict success S is 0.000 in every cell" in figs
     long = findings.long_rates(results.summarize(results.records_frame(flat_s_model)), False)
     assert not findings.varying(long) and findings.varying(pd.DataFrame({"rate": [0.0, 0.5]}))
+
+
+# --- agent runs: the mode and the per-scenario steps ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def agent_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """Agent runs (tests/agentruns.py) and each run's terminal output."""
+    import agentruns
+
+    root = tmp_path_factory.mktemp("agentreport")
+    return root, agentruns.make(root)
+
+
+def _rows(folder: Path) -> pd.DataFrame:
+    from layerlab.harness.live.agentlog import read_table
+
+    return pd.DataFrame(read_table(folder))
+
+
+def test_the_report_says_agent_mode_and_shows_steps_per_scenario(agent_runs) -> None:
+    root, _ = agent_runs
+    html = htmlreport.build([root / "ref", root / "badtools", root / "endless", REF])
+    assert "agent" in _sections(html)
+    agent = " ".join(_text(_section(html, "agent")).split())
+    assert "JSON actions" in agent and "native tool calls" in agent
+    assert "up to 4 tool-calling turns" in agent and "up to 2 tool-calling turns" in agent
+    rows = _rows(root / "ref")
+    miss = rows[rows["scenario"] == "missing_tool_output"]
+    line = re.search(
+        r"layerlab/extractive\+agent\s+missing_tool_output\s+(\d+)\s+(\S+)\s+(\S+)", agent
+    )
+    assert line and int(line[1]) == len(miss)
+    assert float(line[2]) == pytest.approx(miss["steps"].mean(), abs=0.005)
+    assert float(line[3]) == pytest.approx(miss["tool_calls"].mean(), abs=0.005)
+    bad = _rows(root / "badtools")
+    share = bad["invalid_calls"].sum() / bad["tool_calls"].sum()
+    assert f"openai/badtools+agent clean {len(bad)} " in agent
+    assert f"{share:.1%} ({bad['invalid_calls'].sum()})" in agent
+    assert "table_sha256=" in _text(_section(html, "provenance"))  # the manifest's agent key
+    end = _rows(root / "endless")
+    assert end["step_limit"].all()
+    assert re.search(
+        rf"openai/endless\+agent clean {len(end)} 3\.00 2\.00 0\.0% \(0\) \S+ 100\.0% \({len(end)}\)",
+        agent,
+    )
+
+
+def test_single_call_reports_have_no_agent_section(agent_runs, ref_html: str) -> None:
+    root, _ = agent_runs
+    assert "agent" not in _sections(ref_html)
+    assert "Agent step table" not in ref_html  # the glossary as before: single-call pages unchanged
+    assert "Agent step table" in htmlreport.build([root / "ref"])
+    assert "agent" not in _sections(htmlreport.build([root / "single"]))
+
+
+def test_run_live_prints_agent_mode_and_steps_only_for_agent_runs(agent_runs) -> None:
+    _, out = agent_runs
+    assert "agent mode: the model calls the faulted tools itself through JSON actions" in out["ref"]
+    assert "Agent steps by model and scenario (arms pooled)" in out["ref"]
+    assert "up to 2 tool-calling turns" in out["endless"] and "100.0% (4)" in out["endless"]
+    assert "agent mode" not in out["single"] and "Agent steps" not in out["single"]

@@ -152,3 +152,133 @@ def test_empty_state_names_the_filter_no_record_has() -> None:
     assert f"clearing scenario shows {n}" in html
     # the committed notebook's static view keeps its exact output (nbval compares it)
     assert "(showing the first 3)" in explore.records_html(rows, 3)
+
+
+# --- agent records: the whole transcript, step by step, verdict first -------------------------
+
+
+@pytest.fixture(scope="module")
+def agent_logs(tmp_path_factory) -> dict[str, Path]:
+    """Sample logs of agent runs (tests/agentruns.py): the reference agent (json_action, every
+    scenario), the fake server's ``badtools`` and ``endless`` (native), and a single-call run."""
+    import agentruns
+
+    root = tmp_path_factory.mktemp("agentview")
+    agentruns.make(root)
+    return {name: root / f"{name}.jsonl" for name in ("ref", "single", "badtools", "endless")}
+
+
+def test_agent_entries_are_versioned_and_single_call_entries_unchanged(agent_logs) -> None:
+    from layerlab.archive import samplelog
+    from layerlab.archive.agenttable import SUMMARY
+    from layerlab.harness.live.agentlog import read_table
+
+    single = samplelog.read(agent_logs["single"])
+    assert single and all(
+        e["v"] == 2 and "agent" not in e and "transcript" not in e for e in single
+    )
+    ref = samplelog.read(agent_logs["ref"])
+    assert {e["v"] for e in ref} == {samplelog.AGENT_ENTRY_VERSION}
+    rows = {
+        tuple(r[k] for k in archive.KEYS): r for r in read_table(agent_logs["ref"].parent / "ref")
+    }
+    for e in ref:
+        row = rows[tuple(e[k] for k in archive.KEYS)]
+        assert e["agent"] == {k: row[k] for k in (*SUMMARY, "calls")}
+        assert e["transcript"][0]["role"] == "system"
+    # a log may hold both kinds: an agent run appends to a single-call log
+    assert samplelog.not_a_sample_log(agent_logs["single"]) is None
+    assert samplelog.not_a_sample_log(agent_logs["ref"]) is None
+
+
+def test_the_viewer_shows_an_agent_records_steps_verdict_first(agent_logs, tmp_path) -> None:
+    rows, private = viewer.load(list(agent_logs.values()))
+    assert private
+    agent = [r for r in rows if r["model"].endswith("+agent")]
+    assert agent and all("transcript" not in r and r["steps"] is not None for r in agent)
+    by = {(r["model"], r["scenario"], r["mitigation"], r["task_id"]): r for r in agent}
+    # json_action: a transient fault, a retry, then an abstention
+    r = by[("extractive+agent", "missing_tool_output", "strict", "hr-05-q1")]
+    assert r["agent"]["retries_after_fault"] == 1 and r["agent"]["protocol"] == "json_action"
+    first, second = (t["calls"][0] for t in r["steps"])
+    assert first["tool"] == "search" and '"top_k":3' in first["args"]
+    assert (first["status"], first["after_fault"], second["after_fault"]) == (
+        "unavailable",
+        False,
+        True,
+    )
+    assert r["final"]["parse"] == "final reply" and r["final"]["step"] == 3
+    # the documents delivered, with their metadata and only a short excerpt of their text
+    ok = by[("extractive+agent", "clean", "strict", "hr-05-q1")]
+    docs = ok["steps"][0]["calls"][0]["docs"]
+    assert [d["doc_id"] for d in docs][:1] == ["hr-05-b"] and docs[0]["status"] == "current"
+    assert all(len(d["excerpt"]) <= 160 for d in docs)
+    full = next(e for e in json.loads(agent_logs["ref"].read_text().splitlines()[0])["transcript"]
+                if e["role"] == "user" and "Tool result" in e["content"])["content"]  # fmt: skip
+    longest = max((d["text"] for d in json.loads(full.split("\n", 1)[1])["results"]), key=len)
+    html = viewer.build(list(agent_logs.values()))
+    assert len(longest) > 160 and longest not in html  # never the whole evidence text
+    # native, invalid calls: an unknown tool, then bad arguments
+    bad = by[("badtools+agent", "clean", "strict", "hr-05-q1")]
+    assert bad["diagnostic"] == "tool_misuse" and bad["agent"]["invalid_calls"] == 2
+    c1, c2 = bad["steps"][0]["calls"][0], bad["steps"][1]["calls"][0]
+    assert (c1["tool"], c1["valid"], c1["status"]) == ("delete_index", False, "invalid_call")
+    assert (c2["tool"], c2["valid"], c2["args"]) == ("search", False, '{"query":"","top_k":99}')
+    assert c2["message"] == "query must be a non-empty string"
+    # native, the step limit: still calling a tool when told to answer
+    end = by[("endless+agent", "clean", "strict", "hr-05-q1")]
+    assert end["diagnostic"] == "step_limit" and end["outcome"] == "failed"
+    assert end["agent"]["step_limit"] and len(end["steps"]) == 2 and end["final"]["step"] == 3
+    assert end["final"]["parse"] == "still calling search (no final reply)"
+    assert "tool call search(" in end["final"]["reply"]
+
+
+def test_the_viewer_shows_an_archived_agent_runs_steps(agent_logs) -> None:
+    rows, private = viewer.load([agent_logs["badtools"].parent / "badtools"])
+    assert not private and rows
+    for r in rows:
+        assert r["agent"]["invalid_calls"] == 2 and r["diagnostic"] == "tool_misuse"
+        calls = [c for t in r["steps"] for c in t["calls"]]
+        assert [c["valid"] for c in calls][:2] == [False, False]
+        assert all("docs" not in c and "args" not in c for c in calls)  # the archive keeps neither
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node here")
+def test_the_agent_script_parses(agent_logs, tmp_path: Path) -> None:
+    js = tmp_path / "v.js"
+    js.write_text(_script(viewer.build(list(agent_logs.values()))))
+    subprocess.run(["node", "--check", str(js)], check=True, capture_output=True, timeout=60)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless Chromium here")
+def test_agent_records_render_and_filter_by_the_new_diagnostics(agent_logs, tmp_path) -> None:
+    rows, _ = viewer.load(list(agent_logs.values()))
+    f = tmp_path / "v.html"
+    f.write_text(viewer.build(list(agent_logs.values())))
+    for diag, says in (("step_limit", "step limit reached"), ("tool_misuse", "invalid call")):
+        n = sum(r["diagnostic"] == diag for r in rows)
+        dom = _dom(f"file://{f}#diagnostic={diag}")
+        assert n and f"{n} of {len(rows)} records" in _count(dom)
+        first = dom.split('<details class="rec"')[1].split('<details class="rec"')[0]
+        assert says in first
+        # verdict first: the verdict, the agent's step fields, each step, then the final reply
+        at = [first.index(s) for s in ("Verdict", "<b>agent</b>", "Steps: ", "still calling"
+                                        if diag == "step_limit" else "final reply")]  # fmt: skip
+        assert at == sorted(at)
+
+
+def test_the_explorer_lists_filters_and_shows_agent_records(agent_logs) -> None:
+    from layerlab.reporting import explore
+
+    rows = [r for p in agent_logs.values() for r in explore.load_rows(p)]
+    assert {"step_limit", "tool_misuse"} <= set(explore.choices(rows, "diagnostic"))
+    ended = explore.select(rows, diagnostic="step_limit")
+    assert ended and all(r["model"] == "endless+agent" for r in ended)
+    html = explore.records_html(ended)
+    assert "step limit reached" in html and "still calling search (no final reply)" in html
+    html = explore.records_html(explore.select(rows, diagnostic="tool_misuse"))
+    assert "<code>delete_index {}</code>" in html and "invalid call" in html
+    # a run folder: the archived per-call log (tools and outcomes only)
+    folder = explore.load_rows(agent_logs["badtools"].parent / "badtools")
+    html = explore.records_html(explore.select(folder, diagnostic="tool_misuse"))
+    assert "2 invalid" in html and "<code>delete_index</code> → " in html

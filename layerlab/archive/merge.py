@@ -12,6 +12,7 @@ from typing import Any
 from layerlab.archive.io import write_run
 from layerlab.archive.manifest import Manifest, read_manifest
 from layerlab.archive.provenance import MIXED, combine_provenance, provenance_of
+from layerlab.archive.schema import ArchiveError
 from layerlab.archive.vet import check_path, load_records
 
 
@@ -37,6 +38,7 @@ def merge(
         seen.add(m["run_id"])
         manifests.append((str(s), m))
     prov = combine_provenance([(name, provenance_of(m)) for name, m in manifests], allow_mixed)
+    agent = _agent_settings(manifests)
     records = load_records([Path(s) for s in sources])
     run_id = "merge-" + hashlib.sha256("\x1f".join(sorted(seen)).encode()).hexdigest()[:12]
     mixed = [f for f, v in prov.items() if v == MIXED]
@@ -63,4 +65,54 @@ def merge(
         notes.append(f"mixed provenance ({', '.join(mixed)} differ), merged with --allow-mixed")
     if notes:
         manifest = replace(manifest, note="; ".join(notes))
+    if agent is not None:  # the step table first; the manifest names its checksum
+        sha = _write_agent_table([Path(s) for s in sources], records, Path(out))
+        manifest = replace(manifest, agent={**agent, "table_sha256": sha})
     return write_run(Path(out), records, manifest)
+
+
+def _agent_settings(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """The agent settings the sources share (None: no source is an agent run); agent runs merge
+    only with agent runs of the same protocol, step limit and versions."""
+    agents = [(name, m.get("agent")) for name, m in manifests]
+    if all(a is None for _, a in agents):
+        return None
+    single = [name for name, a in agents if a is None]
+    if single:
+        raise ArchiveError(
+            f"{single[0]}: a single-call run; agent runs (manifest key 'agent') merge only with "
+            "agent runs (the merged agent.parquet needs a row per record)"
+        )
+    first_name, first = agents[0]
+    want = {k: v for k, v in first.items() if k != "table_sha256"}  # type: ignore[union-attr]
+    for name, a in agents[1:]:
+        got = {k: v for k, v in a.items() if k != "table_sha256"}  # type: ignore[union-attr]
+        if got != want:
+            diff = sorted(k for k in {*got, *want} if got.get(k) != want.get(k))
+            raise ArchiveError(
+                f"{name}: agent settings differ from {first_name}'s ({', '.join(diff)}); agent "
+                "runs merge only with the same protocol, step limit and versions"
+            )
+    return want
+
+
+def _write_agent_table(sources: Sequence[Path], records: Sequence[Any], out: Path) -> str:
+    """The merged ``agent.parquet``: the sources' rows of the merged records (each source
+    already checked: one row per record); its SHA-256."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from layerlab._io import atomic_write_bytes, sha256_bytes
+    from layerlab.archive.agenttable import AGENT_TABLE, SCHEMA
+    from layerlab.archive.io import parquet_bytes
+    from layerlab.archive.schema import KEYS, sort_key
+
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for s in sources:
+        for r in pq.read_table(s / AGENT_TABLE).to_pylist():
+            rows[tuple(r[k] for k in KEYS)] = r
+    chosen = [rows[sort_key(r)] for r in sorted(records, key=sort_key)]
+    data = parquet_bytes(pa.Table.from_pylist(chosen, schema=SCHEMA))
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / AGENT_TABLE, data)
+    return sha256_bytes(data)

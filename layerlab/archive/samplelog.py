@@ -25,6 +25,12 @@ from layerlab.corpus.build import AnswerKeyEntry, Task
 from layerlab.system.reader import ReaderOutput
 
 SAMPLE_LOG_VERSION = 2  # 2: verdicts carry grounded_cited, contained, token_f1 (archive schema 4)
+AGENT_ENTRY_VERSION = 3
+"""An agent-mode record's entry (``run live --agent``): a version-2 entry whose ``reply`` is the
+agent's last reply, plus ``agent`` (its step fields and per-call log, as ``agent.parquet`` holds
+them) and ``transcript`` (the whole conversation: instructions, question, every action and tool
+result, evidence text included). Single-call entries stay version 2; a log may hold both."""
+VERSIONS = (SAMPLE_LOG_VERSION, AGENT_ENTRY_VERSION)
 
 
 class SampleLogError(ValueError):
@@ -37,12 +43,13 @@ def outcome(rec: Record | dict[str, Any]) -> str:
     ``success`` (S holds), ``safe_non_answer`` (a non-answer where none was safe to give),
     ``grounded_wrong`` (grounded yet not S: a groundedness false positive), ``wrong`` (answered,
     not S), ``abstained`` (a structured non-answer where an answer was expected), ``failed``
-    (malformed reply or provider error) and ``ended_early`` (the record ended before the reader).
+    (malformed reply, provider error, or an agent stopped by its step limit) and ``ended_early``
+    (the record ended before the reader).
     """
     r = rec if isinstance(rec, dict) else rec.__dict__
     if r["success"]:
         return "success"
-    if r["diagnostic"] in ("malformed_reply", "provider_error"):
+    if r["diagnostic"] in ("malformed_reply", "provider_error", "step_limit"):
         return "failed"
     if r["grounded_false_positive"]:
         return "grounded_wrong"
@@ -149,6 +156,21 @@ def entry(
     }
 
 
+def agent_entry(
+    e: dict[str, Any], row: dict[str, Any], transcript: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """An agent record's entry: ``e`` (:func:`entry` with the agent's last reply) with its step
+    fields and per-call log (``row``: its ``agent.parquet`` row) and the whole conversation."""
+    from layerlab.archive.agenttable import SUMMARY
+
+    return {
+        **e,
+        "v": AGENT_ENTRY_VERSION,
+        "agent": {**{k: row[k] for k in SUMMARY}, "calls": list(row["calls"])},
+        "transcript": transcript,
+    }
+
+
 def check_path(path: Path, run_folder: Path) -> Path:
     """Refuse a sample-log path inside the run folder (the run folder is shareable; the log
     holds replies and expected answers). Return the resolved path."""
@@ -166,7 +188,7 @@ def check_path(path: Path, run_folder: Path) -> Path:
         if problem:
             raise SampleLogError(
                 f"--sample-log {path}: an existing file that is not a layerlab sample log "
-                f"(version {SAMPLE_LOG_VERSION}): {problem}; it is left unchanged: give a new path"
+                f"(version {' or '.join(map(str, VERSIONS))}): {problem}; it is left unchanged: give a new path"
             )
     return p
 
@@ -189,7 +211,7 @@ def not_a_sample_log(path: Path) -> str | None:
         return "its first line is not a JSON sample-log entry"
     if not isinstance(e, dict) or any(k not in e for k in (*KEYS, "verdict", "v")):
         return "its first line is not a sample-log entry (no record key, verdict or version)"
-    if e["v"] != SAMPLE_LOG_VERSION:
+    if e["v"] not in VERSIONS:
         return f"its entries are version {e['v']!r}"
     return None
 

@@ -87,6 +87,14 @@ def check_path(path: Path) -> dict[str, Any]:
         raise ArchiveError(
             f"{arch}: records from runs {sorted(run_ids - allowed)} not named by the manifest"
         )
+    agent = None
+    if not study and m.get("agent") is not None:  # an agent run: its step table, one row a record
+        from layerlab.archive import agenttable
+
+        keys = list(zip(*(table.column(k).to_pylist() for k in KEYS), strict=True))
+        rows = agenttable.check(path, m, keys)
+        agent = {"protocol": m["agent"].get("protocol"), "max_steps": m["agent"].get("max_steps"),
+                 "rows": rows}  # fmt: skip
     expected = m.get("expected_records")
     complete = (
         m.get("complete") is True
@@ -109,6 +117,7 @@ def check_path(path: Path) -> dict[str, Any]:
         "partial": not complete,
         "provenance": provenance_of(m),
         "models": list(m.get("models", [])),
+        **({"agent": agent} if agent is not None else {}),
     }
 
 

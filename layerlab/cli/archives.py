@@ -52,11 +52,22 @@ def archive_check(
                 f"run {rep['run_id']} did not finish ({how})"
             )
         else:
-            typer.echo(f"ok   {p}: {rep['records']} records, run {rep['run_id']}")
+            typer.echo(f"ok   {p}: {rep['records']} records, run {rep['run_id']}{_agent(rep)}")
     if bad:
         raise typer.Exit(1)
     if partial:
         raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def _agent(rep: dict) -> str:
+    """An agent run's mode and step table, as ``archive check`` states it (else nothing)."""
+    a = rep.get("agent")
+    if not a:
+        return ""
+    return (
+        f"; agent mode ({a['protocol']}, up to {a['max_steps']} tool-calling turns), "
+        f"agent.parquet {a['rows']} rows"
+    )
 
 
 @archive_app.command("migrate")

@@ -142,7 +142,11 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
         )
     if "expected" in row:
         verdict.append(f"<p><b>expected</b>: <code>{esc(row['expected'])}</code></p>")
+    if row.get("agent"):
+        verdict.append(_agent_line(row["agent"]))
     verdict.append("</div>")
+    if row.get("steps") is not None:
+        verdict.append(_steps_html(row))
     contract = row.get("contract")
     path = [
         f'<details class="path"><summary>Path: stage {esc(row.get("stage"))}'
@@ -205,6 +209,68 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
         + "".join(verdict)
         + "".join(path)
         + "</details>"
+    )
+
+
+def _agent_line(a: Mapping[str, Any]) -> str:
+    """An agent record's step fields, one line (as the viewer shows them)."""
+    from layerlab.reporting.page import esc
+
+    return (
+        f"<p><b>agent</b>: {esc(a['protocol'])} · {a['steps']} step(s) · {a['tool_calls']} tool "
+        f"call(s) · {a['invalid_calls']} invalid · {a['retries_after_fault']} retr(ies) after a "
+        "fault · " + ("step limit reached" if a["step_limit"] else "within the step limit") + "</p>"
+    )
+
+
+def _steps_html(row: Mapping[str, Any]) -> str:
+    """An agent record's steps (:mod:`layerlab.reporting.transcript`), collapsed: per turn each
+    action, its outcome and the documents delivered, then the final reply and its parse."""
+    from layerlab.reporting.page import esc
+
+    items = []
+    for t in row["steps"]:
+        calls = []
+        for c in t["calls"]:
+            said = c["status"] if c["outcome"] == c["status"] else f"{c['status']} · {c['outcome']}"
+            line = (
+                f"<code>{esc(c['tool'])}{' ' + esc(c['args']) if 'args' in c else ''}</code> → "
+                f'<span class="b {"ok" if c["valid"] and c["outcome"] == "ok" else "bad"}">'
+                f"{esc(said)}</span>"
+                + ("" if c["valid"] else " <b>invalid call</b>")
+                + (' <span class="muted">(after a fault)</span>' if c["after_fault"] else "")
+                + (f' <span class="muted">{esc(c["message"])}</span>' if c.get("message") else "")
+            )
+            if "n_docs" in c:
+                line += f" · {c['n_docs']} document(s)"
+            if c.get("docs"):
+                line += " · " + ", ".join(
+                    f"<code>{esc(d['doc_id'])}</code> ({esc(d['status'])}, {esc(d['effective_year'])}"
+                    + (", truncated" if d["truncated"] else "")
+                    + ")"
+                    for d in c["docs"]
+                )
+            calls.append(line)
+        items.append(
+            f'<li value="{t["step"]}">'
+            + ("<br>".join(calls) or '<span class="muted">no tool call</span>')
+            + "</li>"
+        )
+    final = row.get("final")
+    if final:
+        items.append(
+            f'<li value="{final["step"]}"><b>{esc(final["parse"])}</b>'
+            + (
+                f"<details><summary>raw reply</summary><pre>{esc(final['reply'])}</pre></details>"
+                if final.get("reply") is not None
+                else ""
+            )
+            + "</li>"
+        )
+    n = sum(len(t["calls"]) for t in row["steps"])
+    return (
+        f'<details class="path"><summary>Steps: {len(row["steps"])} tool-calling turn(s), '
+        f"{n} call(s)</summary><ol>" + "".join(items) + "</ol></details>"
     )
 
 

@@ -21,6 +21,7 @@ from typing import get_args
 import pyarrow as pa
 
 from layerlab import archive
+from layerlab.archive import agenttable
 
 # The arm column of the record archive (schema v2).
 ARM = "mitigation"
@@ -103,7 +104,9 @@ def _arms() -> str:
     spec = load_mitigations()
     parts = []
     for name, arm in spec.arms.items():
-        what = arm.description or ("a stack of " + ", ".join(arm.kinds) if arm.is_stack else arm.kinds[0])
+        what = arm.description or (
+            "a stack of " + ", ".join(arm.kinds) if arm.is_stack else arm.kinds[0]
+        )
         tag = " (the baseline: no mitigation)" if name == spec.baseline else ""
         parts.append(f"`{name}`{tag} — {what.rstrip('.')}")
     return "; ".join(parts) + " — from `data/specs/mitigations.yaml` (`layerlab mitigation list`)"
@@ -122,9 +125,10 @@ def _study_arms() -> str:
     from layerlab.mitigations import load_mitigations
 
     spec = load_mitigations()
-    return "; ".join(
-        f"`{a}` — {(spec.arms[a].description or a).rstrip('.')}" for a in ARMS
-    ) + " — stacks of `data/specs/mitigations.yaml`"
+    return (
+        "; ".join(f"`{a}` — {(spec.arms[a].description or a).rstrip('.')}" for a in ARMS)
+        + " — stacks of `data/specs/mitigations.yaml`"
+    )
 
 
 def _diagnostics() -> str:
@@ -298,6 +302,100 @@ STUDY_COLUMNS: dict[str, Column] = {
     ),
 }
 
+
+def _protocols() -> str:
+    from layerlab.system.agentprompt import PROTOCOLS
+
+    what = {
+        "native": "the provider's own tool calling (OpenAI-style `tools`/`tool_calls`)",
+        "json_action": "one JSON action per reply, schema-constrained where the server supports "
+        "it (local models on llama.cpp)",
+    }
+    return "; ".join(f"`{p}` — {what.get(p, '')}" for p in PROTOCOLS)
+
+
+def _call_outcomes() -> str:
+    return _listing(CALL_OUTCOME_MEANINGS)
+
+
+_COUNT = "an integer ≥ 0 (a native turn may make several calls)"
+
+AGENT_COLUMNS: dict[str, Column] = {
+    "provider": RECORD_COLUMNS["provider"],
+    "model": Column(
+        "the model name as in `records.parquet`: an agent's ends in `+agent` (the model acting "
+        "as an agent is another unit, never pooled with its single-call records)",
+        "free text ending in `+agent`, e.g. `qwen2.5-coder-1.5b+agent`, `extractive+agent`",
+    ),
+    "scenario": RECORD_COLUMNS["scenario"],
+    "mitigation": RECORD_COLUMNS["mitigation"],
+    "task_id": RECORD_COLUMNS["task_id"],
+    "replicate": RECORD_COLUMNS["replicate"],
+    "steps": Column(
+        "model calls the record made (its turns), the final reply's included; the step limit "
+        "allows `max_steps` tool-calling turns, then one more for the final reply",
+        "`1` … `max_steps + 1`",
+    ),
+    "tool_calls": Column("tool calls the agent made (every call, valid or not)", _COUNT),
+    "invalid_calls": Column(
+        "tool calls whose arguments broke the tool's schema (an unknown tool, a missing or "
+        "ill-typed argument); any makes V false (diagnostic `tool_misuse` when the record fails)",
+        "`0` … `tool_calls`",
+    ),
+    "retries_after_fault": Column(
+        "tool calls made right after a call that ended in a fault (outcome `partial`, `empty`, "
+        "`unavailable`, `rejected`, `denied` or `not_found`)",
+        "`0` … `tool_calls`",
+    ),
+    "step_limit": Column(
+        "the agent used every tool-calling turn and was told to answer (`steps > max_steps`); "
+        "a record still calling tools then ends with diagnostic `step_limit`",
+        _FLAG,
+    ),
+    "protocol": Column(
+        "how the tool calls were carried (as the manifest's `agent.protocol`)", _protocols
+    ),
+    "calls": Column(
+        "the per-call log as canonical JSON: a list, one object per tool call in order (fields "
+        "below); public fields only — never evidence text, a query or an answer",
+        "a JSON list (`[]` when the agent called no tool)",
+    ),
+}
+
+CALL_FIELD_MEANINGS: dict[str, str] = {
+    "step": "the turn (1-based model call) that made the call",
+    "tool": "the tool the agent named (`search`, `open_document`, or an unknown name: an invalid call)",
+    "valid": "the call met the tool's schema (false exactly when `outcome` is `invalid`)",
+    "outcome": "what came back (values below)",
+    "doc_ids": "the ids of the public corpus documents the call delivered to the agent, in "
+    "order (`[]` when none); the only document ids an archive holds (`records.parquet` keeps "
+    "none), never their text",
+    "payloads": "tool payloads the call fetched (a mitigation's retries included; `0` for a call "
+    "that never reached the tool)",
+    "after_fault": "the call came right after a call that ended in a fault (a retry after a fault)",
+}
+
+CALL_OUTCOME_MEANINGS: dict[str, str] = {
+    "ok": "the contract accepted the payload and it has results",
+    "partial": "accepted, but the tool reports partial output or a result is truncated",
+    "empty": "accepted, no results",
+    "unavailable": "no usable tool output",
+    "rejected": "the payload failed the contract",
+    "denied": "permission denied",
+    "not_found": "`open_document`: no such document in the index",
+    "refused": "a mitigation refused: the record ends with a structured non-answer",
+    "invalid": "the agent's call broke the tool's schema (unknown tool, bad arguments)",
+}
+
+AGENT_MANIFEST_FIELDS: dict[str, str] = {
+    "protocol": "the tool protocol (`native` or `json_action`), as every row's `protocol`",
+    "max_steps": "the step limit: tool-calling turns an agent may take before its final reply",
+    "tools": "the tool definitions' version (`layerlab.tools/v…`)",
+    "agent_prompt": "the agent prompt's version (`layerlab.agent-prompt/v…`)",
+    "table_sha256": "SHA-256 of `agent.parquet` (`layerlab archive check` verifies it)",
+}
+
+
 ARCHIVES: tuple[tuple[str, str, pa.Schema, Mapping[str, Column], tuple[str, ...]], ...] = (
     (
         "Record archive",
@@ -314,6 +412,14 @@ ARCHIVES: tuple[tuple[str, str, pa.Schema, Mapping[str, Column], tuple[str, ...]
         archive.STUDY_SCHEMA,
         STUDY_COLUMNS,
         archive.STUDY_KEYS,
+    ),
+    (
+        "Agent step table",
+        "`agent.parquet` of an agent run folder (`run live --agent`; its manifest has `agent`): "
+        "one row per record of `records.parquet` (the same keys), its steps and per-call log",
+        agenttable.SCHEMA,
+        AGENT_COLUMNS,
+        archive.KEYS,
     ),
 )
 
@@ -336,10 +442,38 @@ def missing_entries() -> list[str]:
     for title, _, schema, cols, _ in ARCHIVES:
         problems += [f"{title}: column {n!r} has no entry" for n in schema.names if n not in cols]
         problems += [f"{title}: entry {n!r} names no column" for n in cols if n not in schema.names]
-    problems += [f"diagnostic {d!r} has no meaning" for d in DIAGNOSTICS if d not in DIAGNOSTIC_MEANINGS]
-    problems += [f"diagnostic meaning {d!r} names no label" for d in DIAGNOSTIC_MEANINGS if d not in DIAGNOSTICS]
+    problems += [
+        f"diagnostic {d!r} has no meaning" for d in DIAGNOSTICS if d not in DIAGNOSTIC_MEANINGS
+    ]
+    problems += [
+        f"diagnostic meaning {d!r} names no label"
+        for d in DIAGNOSTIC_MEANINGS
+        if d not in DIAGNOSTICS
+    ]
     problems += [f"stage {s!r} has no meaning" for s in stage_values() if s not in STAGE_MEANINGS]
-    problems += [f"manifest key {k!r} has no meaning" for k, c in manifest_entries().items() if not c.meaning]
+    problems += [
+        f"manifest key {k!r} has no meaning" for k, c in manifest_entries().items() if not c.meaning
+    ]
+    problems += [
+        f"agent call field {k!r} has no meaning"
+        for k in agenttable.CALL_FIELDS
+        if k not in CALL_FIELD_MEANINGS
+    ]
+    problems += [
+        f"agent call field meaning {k!r} names no field"
+        for k in CALL_FIELD_MEANINGS
+        if k not in agenttable.CALL_FIELDS
+    ]
+    problems += [
+        f"call outcome {o!r} has no meaning"
+        for o in agenttable.CALL_OUTCOMES
+        if o not in CALL_OUTCOME_MEANINGS
+    ]
+    problems += [
+        f"call outcome meaning {o!r} names no outcome"
+        for o in CALL_OUTCOME_MEANINGS
+        if o not in agenttable.CALL_OUTCOMES
+    ]
     return problems
 
 
@@ -380,12 +514,41 @@ def render() -> str:
                 f"| `{f.name}` | {f.type}{', nullable' if f.nullable else ''} | {_cell(c.meaning)} | {_cell(c.vocab()) or '—'} |"
             )
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _agent_sections())
+
+
+def _agent_sections() -> list[str]:
+    """The agent step table's per-call fields and the manifest's ``agent`` key."""
+    lines = [
+        "### Per-call fields of `calls` (agent step table)",
+        "",
+        "| field | JSON type | meaning |",
+        "|---|---|---|",
+    ]
+    json_type = {int: "integer", str: "string", bool: "boolean", list: "list of strings"}
+    for k, types in agenttable.CALL_FIELDS.items():
+        lines.append(f"| `{k}` | {json_type[types[0]]} | {_cell(CALL_FIELD_MEANINGS[k])} |")
+    lines += [
+        "",
+        f"`outcome` values: {_cell(_call_outcomes())}.",
+        "",
+        "### The manifest's `agent` key",
+        "",
+        _cell(manifest_entries()["agent"].meaning)[:1].upper()
+        + _cell(manifest_entries()["agent"].meaning)[1:]
+        + "; absent from single-call runs. Its fields:",
+        "",
+        "| field | meaning |",
+        "|---|---|",
+        *[f"| `{k}` | {_cell(v)} |" for k, v in AGENT_MANIFEST_FIELDS.items()],
+        "",
+    ]
+    return lines
 
 
 def annotated_schema(schema: pa.Schema = archive.SCHEMA) -> pa.Schema:
     """``schema`` with each field's meaning as Parquet field metadata (``description``)."""
-    cols = RECORD_COLUMNS if schema.equals(archive.SCHEMA) else STUDY_COLUMNS
+    cols = next((c for _, _, sch, c, _ in ARCHIVES if schema.equals(sch)), STUDY_COLUMNS)
     return pa.schema(
         [f.with_metadata({b"description": cols[f.name].meaning.encode()}) for f in schema],
         metadata=schema.metadata,

@@ -139,6 +139,35 @@ def _answerable() -> dict[str, bool]:
     return {n: s.spec.answerable for n, s in load_scenarios().items()}
 
 
+def _agent_parts(paths_: Sequence[Path]) -> list[str]:
+    """Per agent run folder: its mode and its per-scenario steps (none for single-call runs)."""
+    from layerlab.reporting import agentsummary
+
+    parts = []
+    for p in paths_:
+        got = agentsummary.of_folder(p)
+        if got is None:
+            continue
+        agent, table = got
+        parts += [
+            f"<h3>{page.esc(str(p))}</h3>",
+            page.para(agentsummary.describe(agent) + ".", "muted"),
+            page.table(table, nowrap=True),
+        ]
+    if parts:
+        parts.append(
+            page.para(
+                "From each run's agent.parquet (one row per record), arms pooled: mean model "
+                "calls (steps, the final reply's included) and tool calls per record, the share "
+                "of tool calls whose arguments broke the tool's schema, mean calls made right "
+                "after a call that ended in a fault, and the share of records that used every "
+                "tool-calling turn.",
+                "muted",
+            )
+        )
+    return parts
+
+
 def _provenance_block(p: dict[str, Any]) -> str:
     m = p["manifest"]
     items: list[tuple[str, Any]] = [("path", p["path"]), ("archive sha256", p["sha256"])]
@@ -171,7 +200,7 @@ def _provenance_block(p: dict[str, Any]) -> str:
     prov = archive.provenance_of(m)
     if prov:
         items.append(("provenance", ", ".join(f"{a}={b}" for a, b in sorted(prov.items()))))
-    for k in ("settings", "calls", "controls"):
+    for k in ("settings", "calls", "controls", "agent"):
         if k in m and m[k] is not None:
             items.append((k, ", ".join(f"{a}={b}" for a, b in sorted(m[k].items()))))
     if m.get("sources"):
@@ -186,9 +215,14 @@ def _provenance_block(p: dict[str, Any]) -> str:
     return out
 
 
-def _glossary() -> str:
+def _glossary(agent: bool = False) -> str:
+    """The archives' columns; the agent step table's only when an agent run is reported."""
+    from layerlab.archive.agenttable import SCHEMA as AGENT_SCHEMA
+
     parts = []
     for title, where, schema, cols, _ in dictionary.ARCHIVES:
+        if schema is AGENT_SCHEMA and not agent:
+            continue
         rows = [
             {
                 "column": f.name,
@@ -313,6 +347,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
                 [f'<div class="baseline">{page.para(BASELINE_NOTE)}{base}</div>'],
             )
         )
+    agent_parts = _agent_parts(inp.record_paths) if res is not None else []
     if res is not None:
         scen_parts = []
         for m in models + agents:
@@ -329,6 +364,8 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
             )
             scen_parts.append(page.table(_scenario_table(m, answerable), nowrap=True))
         sections.append(("scenarios", "By model and scenario", scen_parts))
+        if agent_parts:
+            sections.append(("agent", "Agent mode", agent_parts))
         diag = _diagnostic_table(res)
         sections.append(
             (
@@ -396,7 +433,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
         for p in inp.provenance
     ]
     sections.append(("provenance", "Provenance and metadata", [page.kv_table(overview), *prov]))
-    sections.append(("glossary", "Glossary", [_glossary()]))
+    sections.append(("glossary", "Glossary", [_glossary(agent=bool(agent_parts))]))
     body = [
         f"<h1>{page.esc(title)}</h1>",
         page.para(

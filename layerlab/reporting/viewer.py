@@ -48,6 +48,43 @@ function fill() {
     sel.addEventListener('change', () => go(current(), 1));
   }
 }
+function agentLine(a) {
+  return '<p class="agent"><b>agent</b>: ' + esc(a.protocol) + ' · ' + a.steps + ' step' + (a.steps === 1 ? '' : 's') + ' · ' +
+    a.tool_calls + ' tool call' + (a.tool_calls === 1 ? '' : 's') + ' · ' +
+    '<span class="' + (a.invalid_calls ? 'bad' : '') + '">' + a.invalid_calls + ' invalid</span> · ' +
+    a.retries_after_fault + ' retr' + (a.retries_after_fault === 1 ? 'y' : 'ies') + ' after a fault · ' +
+    (a.step_limit ? '<span class="bad">step limit reached</span>' : 'within the step limit') + '</p>';
+}
+function callLine(c) {
+  const ok = c.valid && (c.status === 'ok' || c.outcome === 'ok');
+  let s = '<code>' + esc(c.tool) + (c.args !== undefined ? ' ' + esc(c.args) : '') + '</code> → <span class="badge ' + (ok ? 'ok' : 'bad') + '">' +
+    esc(c.outcome === c.status ? c.status : c.status + ' · ' + c.outcome) + '</span>' +
+    (c.valid ? '' : ' <b class="bad">invalid call</b>') + (c.after_fault ? ' <span class="muted">(after a fault)</span>' : '') +
+    (c.message ? ' <span class="muted">' + esc(c.message) + '</span>' : '');
+  if (c.n_docs !== undefined) s += ' · ' + c.n_docs + ' document' + (c.n_docs === 1 ? '' : 's');
+  if (c.docs && c.docs.length) {
+    s += '<table><thead><tr><th>doc</th><th>status</th><th>year</th><th>v</th><th>session</th><th>truncated</th></tr></thead><tbody>' +
+      c.docs.map(d => '<tr><td><code>' + esc(d.doc_id) + '</code></td><td>' + esc(d.status) + '</td><td>' + esc(d.effective_year) + '</td><td>' +
+        esc(d.version) + '</td><td>' + esc(d.session_id ?? '—') + '</td><td>' + (d.truncated ? 'yes' : '') + '</td></tr>').join('') + '</tbody></table>' +
+      '<details><summary>evidence text (excerpts)</summary><ul>' + c.docs.map(d => '<li><code>' + esc(d.doc_id) + '</code> ' + esc(d.excerpt) + '</li>').join('') + '</ul></details>';
+  } else if (c.docs) { s += ' · no documents'; }
+  return s;
+}
+function steps(r) {
+  const n = r.steps.reduce((a, t) => a + t.calls.length, 0);
+  let s = '<details class="path steps" open><summary>Steps: ' + r.steps.length + ' tool-calling turn' + (r.steps.length === 1 ? '' : 's') + ', ' + n + ' call' + (n === 1 ? '' : 's') + '</summary><ol>';
+  for (const t of r.steps) {
+    s += '<li value="' + t.step + '">' + (t.text ? '<span class="muted">' + esc(t.text) + '</span><br>' : '') +
+      (t.calls.length ? t.calls.map(callLine).join('<br>') : '<span class="muted">no tool call</span>') + '</li>';
+  }
+  if (r.final) {
+    s += '<li value="' + r.final.step + '"><b>' + esc(r.final.parse) + '</b>' +
+      (r.parsed ? ': ' + esc(r.parsed.status) + (r.parsed.answer !== null ? ' — answer <code>' + esc(r.parsed.answer) + '</code>' : '') +
+        ' citations ' + esc((r.parsed.citations || []).join(', ') || 'none') : '') +
+      (r.final.reply !== null ? '<details><summary>raw reply</summary><pre>' + esc(r.final.reply) + '</pre></details>' : '') + '</li>';
+  }
+  return s + '</ol></details>';
+}
 function chip(name, v) { return '<span class="badge ' + (v ? 'ok' : 'bad') + '">' + name + ' ' + (v ? '✓' : '✗') + '</span>'; }
 function card(r) {
   const v = r.verdict || {};
@@ -65,7 +102,8 @@ function card(r) {
   if (r.parsed) verdict += '<p><b>reply</b>: ' + esc(r.parsed.status) + (r.parsed.answer !== null ? ' — answer <code>' + esc(r.parsed.answer) + '</code>' : '') +
     ' citations ' + esc((r.parsed.citations || []).join(', ') || 'none') + (r.parsed.reason ? ' — reason: ' + esc(r.parsed.reason) : '') + '</p>';
   if (r.expected !== undefined) verdict += '<p><b>expected</b>: <code>' + esc(r.expected) + '</code></p>';
-  verdict += '</div>';
+  if (r.agent) verdict += agentLine(r.agent);
+  verdict += '</div>' + (r.steps ? steps(r) : '');
   let path = '<details class="path"><summary>Path: stage ' + esc(r.stage) + (r.contract ? ', contract ' + esc(r.contract.outcome) : '') + '</summary>';
   path += '<p>policy <code>' + esc(r.policy_id) + '</code>' + (r.domain ? ' · domain ' + esc(r.domain) : '') + ' · run <code>' + esc(r.run_id) + '</code>' +
     (r.tool_status ? ' · tool status ' + esc(r.tool_status) : '') + '</p>';
@@ -177,6 +215,8 @@ details.rec { border: 1px solid var(--line); border-radius: 6px; padding: 6px 10
 details.rec > summary { line-height: 1.9; }
 .q { margin: 2px 0 0 18px; } .verdict { margin: 6px 0 0 18px; } .verdict h4 { margin: 6px 0 2px; }
 details.path { margin: 6px 0 4px 18px; }
+details.steps ol { margin: 4px 0; padding-left: 28px; } details.steps li { margin: 4px 0; }
+.bad { color: var(--bad); }
 .badge.outcome.success, .badge.outcome.safe_non_answer { color: var(--ok); border-color: var(--ok); }
 .badge.outcome.grounded_wrong, .badge.outcome.wrong, .badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
 .pager { margin: 8px 0; } .pager button, #count button { margin-right: 4px; }
@@ -200,9 +240,16 @@ def _from_archive(path: Path) -> list[dict[str, Any]]:
         questions = {t.task_id: t.question for t in corpus_mod.load().tasks}
     except Exception:  # the corpus is optional here: labels alone still make a view
         questions = {}
+    steps = _agent_rows(path)
     rows = []
     for r in recs:
         d = dict(r.__dict__)
+        extra: dict[str, Any] = {}
+        step = steps.get(archive.sort_key(r))
+        if step is not None:
+            from layerlab.reporting import transcript
+
+            extra = {"agent": transcript.summary(step), **transcript.from_row(step)}
         rows.append(
             {
                 **{
@@ -220,9 +267,31 @@ def _from_archive(path: Path) -> list[dict[str, Any]]:
                 "question": questions.get(r.task_id, ""),
                 "outcome": samplelog.outcome(d),
                 "verdict": {k: d[k] for k in (*archive.LABELS, *archive.SCORES)},
+                **extra,
             }
         )
     return rows
+
+
+def _entry_view(e: dict[str, Any]) -> dict[str, Any]:
+    """A sample-log entry as the page carries it: an agent record's conversation as steps."""
+    if "transcript" not in e:
+        return e
+    from layerlab.reporting import transcript
+
+    r = {k: v for k, v in e.items() if k not in ("transcript", "agent")}
+    if isinstance(e.get("agent"), dict):
+        r["agent"] = transcript.summary(e["agent"])
+    return {**r, **transcript.from_entry(e)}
+
+
+def _agent_rows(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """An agent run folder's step rows by record key (empty for any other archive)."""
+    if not path.is_dir() or archive.read_manifest(path).get("agent") is None:
+        return {}
+    from layerlab.harness.live.agentlog import read_table
+
+    return {tuple(r[k] for k in archive.KEYS): r for r in read_table(path)}
 
 
 def load(paths_: Sequence[Path]) -> tuple[list[dict[str, Any]], bool]:
@@ -234,7 +303,7 @@ def load(paths_: Sequence[Path]) -> tuple[list[dict[str, Any]], bool]:
             raise ViewError(f"{p}: does not exist (expected a sample log, run folder or archive)")
         if p.is_file() and p.suffix in (".jsonl", ".json", ".log"):
             try:
-                rows += samplelog.read(p)
+                rows += [_entry_view(e) for e in samplelog.read(p)]
             except samplelog.SampleLogError as exc:
                 raise ViewError(str(exc)) from None
             private = True

@@ -264,3 +264,76 @@ def opening(messages: list[dict[str, Any]]) -> dict[str, str]:
                 "session_id": head["Request session id"],
             }
     raise ValueError("no question in the conversation")
+
+
+def protocol_of(messages: list[dict[str, Any]]) -> str | None:
+    """The protocol of an agent conversation, judged by its instructions (None: not one)."""
+    for m in messages:
+        if m.get("role") == "system":
+            for p, text in SYSTEM.items():
+                if m.get("content") == text:
+                    return p
+    return None
+
+
+def turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An agent conversation's tool-calling turns, in order (either protocol): per turn the
+    assistant's text beside its calls (native; None under ``json_action``, whose text is the
+    action) and its ``calls``, each ``{"tool", "args", "observation"}`` — the arguments as the
+    agent sent them (decoded from JSON where they are JSON) and the observation the call got
+    (None when the conversation holds none)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role, content = m.get("role"), m.get("content")
+        if role == "assistant":
+            calls: list[dict[str, Any]] = []
+            for c in m.get("tool_calls") or []:
+                fn = c.get("function") or {}
+                args: Any = fn.get("arguments")
+                try:
+                    args = json.loads(args)
+                except (TypeError, ValueError):
+                    pass  # not JSON: shown as sent
+                calls.append({"tool": fn.get("name"), "args": args, "observation": None,
+                              "id": c.get("id") or ""})  # fmt: skip
+            text = content if m.get("tool_calls") else None
+            if not m.get("tool_calls"):
+                try:
+                    calls = [
+                        {"tool": c.name, "args": c.args, "observation": None, "id": ""}
+                        for c in parse_action(content).calls
+                    ]
+                except prompt.MalformedReply:
+                    text = content
+            out.append({"text": text, "calls": calls})
+        elif out and (
+            role == "tool" or (role == "user" and str(content or "").startswith(TOOL_RESULT + " ("))
+        ):
+            body = content if role == "tool" else str(content).split("\n", 1)[-1]
+            try:
+                obs: Any = json.loads(body)
+            except (TypeError, ValueError):
+                obs = {"status": "error", "error": {"code": "unreadable", "message": str(body)}}
+            open_ = [c for c in out[-1]["calls"] if c["observation"] is None]
+            same = [c for c in open_ if role == "tool" and c["id"] == m.get("tool_call_id")]
+            if same or open_:
+                (same or open_)[0]["observation"] = obs
+    for t in out:
+        for c in t["calls"]:
+            del c["id"]
+    return out
+
+
+def final_parse(protocol: str, reply: str | None) -> str:
+    """What a record's last reply was, in a few words: the final reply, tool calls (past the
+    step limit), or why it is no action (malformed)."""
+    if reply is None:
+        return "no reply (the provider failed)"
+    parse = parse_native if protocol == "native" else parse_action
+    try:
+        turn = parse(reply)
+    except prompt.MalformedReply as exc:
+        return f"malformed: {exc}"
+    if turn.out is not None:
+        return "final reply"
+    return "still calling " + ", ".join(c.name for c in turn.calls) + " (no final reply)"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from layerlab._io import atomic_write_bytes, canonical_json, sha256_bytes
-from layerlab.archive import Record
+from layerlab.archive import Record, agenttable
 from layerlab.archive.schema import sort_key
 from layerlab.harness.agent import AgentLoop
 from layerlab.harness.targets.base import TargetDone
@@ -30,12 +30,12 @@ from layerlab.harness.tools import ToolCall
 from layerlab.models.routing import response_format_for
 
 AGENT_LOG = "agent.jsonl"
-AGENT_TABLE = "agent.parquet"
+AGENT_TABLE = agenttable.AGENT_TABLE
 TARGET_LOG = "target.jsonl"  # a target run's rows: the same fields and ``reply``
 TARGET_TABLE = "target.parquet"
 TARGET_EXTRA = ("reply",)  # structured, free_text or none (see harness.targets.base)
 KEY = ("provider", "model", "scenario", "mitigation", "task_id", "replicate")
-SUMMARY = ("steps", "tool_calls", "invalid_calls", "retries_after_fault", "step_limit", "protocol")
+SUMMARY = agenttable.SUMMARY
 
 
 def agent_request(req: Mapping[str, Any], response_format: str, local: bool) -> dict[str, Any]:
@@ -133,20 +133,11 @@ def table_bytes(
     cols: dict[str, list[Any]] = {k: [r[k] for r in chosen] for k in (*KEY, *SUMMARY, *extra)}
     cols["calls"] = [canonical_json(r["calls"]) for r in chosen]
     cols = {f: cols[f] for f in (*KEY, *SUMMARY, *extra, "calls")}
-    schema = pa.schema(
-        [
-            *[pa.field(k, pa.string(), nullable=False) for k in KEY[:-1]],
-            pa.field("replicate", pa.int32(), nullable=False),
-            *[
-                pa.field(k, pa.int16(), nullable=False)
-                for k in ("steps", "tool_calls", "invalid_calls", "retries_after_fault")
-            ],
-            pa.field("step_limit", pa.bool_(), nullable=False),
-            pa.field("protocol", pa.string(), nullable=False),
-            *[pa.field(k, pa.string(), nullable=False) for k in extra],
-            pa.field("calls", pa.string(), nullable=False),
-        ]
-    )
+    schema = agenttable.SCHEMA
+    if extra:  # a target run's table: the step fields, then ``reply``, then the calls
+        at = schema.get_field_index("calls")
+        for k, name in enumerate(extra):
+            schema = schema.insert(at + k, pa.field(name, pa.string(), nullable=False))
     return parquet_bytes(pa.table(cols, schema=schema))
 
 

@@ -266,8 +266,7 @@ class Engine:
             done.record, cell.task, self.key[cell.task.task_id], done.gate,
             loop.replies[-1] if loop.replies else None, done.out,
         )  # fmt: skip
-        entry["transcript"] = transcript(loop)
-        return done.record, entry, row
+        return done.record, samplelog.agent_entry(entry, row, transcript(loop)), row
 
     def target_record(self, cell: Cell) -> Made:
         """A target record: the user's system answers through the record's faulted tools (one

@@ -1,0 +1,208 @@
+"""An agent run's step table (``agent.parquet``): its schema, and its check against the folder.
+
+An agent run (``run live --agent``) keeps, beside ``records.parquet``, one row per record of its
+step fields (:mod:`layerlab.harness.live.agentlog` writes it); the manifest's ``agent`` key names
+its SHA-256 (``agent.table_sha256``). ``layerlab archive check`` runs :func:`check` on every run
+folder whose manifest has ``agent``: the file is there, matches the checksum, has exactly one
+row per record (the same keys), and its values agree with one another and with the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from layerlab.archive.schema import KEYS, ArchiveError
+
+AGENT_TABLE = "agent.parquet"
+COUNTS = ("steps", "tool_calls", "invalid_calls", "retries_after_fault")
+SUMMARY = (*COUNTS, "step_limit", "protocol")
+COLUMNS = (*KEYS, *SUMMARY, "calls")
+
+SCHEMA = pa.schema(
+    [
+        *[pa.field(k, pa.string(), nullable=False) for k in KEYS[:-1]],
+        pa.field("replicate", pa.int32(), nullable=False),
+        *[pa.field(k, pa.int16(), nullable=False) for k in COUNTS],
+        pa.field("step_limit", pa.bool_(), nullable=False),
+        pa.field("protocol", pa.string(), nullable=False),
+        pa.field("calls", pa.string(), nullable=False),
+    ]
+)
+"""``agent.parquet``'s columns (in order) and types."""
+
+CALL_FIELDS: dict[str, tuple[type, ...]] = {
+    "step": (int,),
+    "tool": (str,),
+    "valid": (bool,),
+    "outcome": (str,),
+    "doc_ids": (list,),
+    "payloads": (int,),
+    "after_fault": (bool,),
+}
+"""The fields of each entry of ``calls`` (a JSON list, one entry per tool call) and their types."""
+
+CALL_OUTCOMES = (
+    "ok",
+    "partial",
+    "empty",
+    "unavailable",
+    "rejected",
+    "denied",
+    "not_found",
+    "refused",
+    "invalid",
+)
+"""A call's ``outcome`` values (:data:`layerlab.harness.tools.OUTCOMES`; a test keeps them equal)."""
+
+
+def _fail(path: Path, what: str) -> ArchiveError:
+    return ArchiveError(f"{path}: {what}")
+
+
+def _key_text(key: tuple[Any, ...]) -> str:
+    return "/".join(str(v) for v in key)
+
+
+def check(folder: Path, manifest: dict[str, Any], record_keys: list[tuple[Any, ...]]) -> int:
+    """Check an agent run folder's ``agent.parquet`` against its manifest's ``agent`` key and
+    its records' keys; raise :class:`ArchiveError` (one line naming the file and what differs).
+    Returns the table's row count."""
+    import pyarrow.parquet as pq
+
+    from layerlab._io import sha256_file
+    from layerlab.system.agentprompt import PROTOCOLS
+
+    path = Path(folder) / AGENT_TABLE
+    agent = manifest.get("agent")
+    if not isinstance(agent, dict):
+        raise _fail(Path(folder) / "manifest.json", "its 'agent' key is not an object")
+    want = agent.get("table_sha256")
+    if not isinstance(want, str):
+        raise _fail(
+            Path(folder) / "manifest.json",
+            f"'agent' names no table_sha256 (the checksum of {AGENT_TABLE})",
+        )
+    if not path.exists():
+        raise _fail(path, "missing (the manifest's agent.table_sha256 names it)")
+    got = sha256_file(path)
+    if got != want:
+        raise _fail(
+            path,
+            f"checksum {got[:12]}… differs from the manifest's agent.table_sha256 {want[:12]}… "
+            "(modified or truncated)",
+        )
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise _fail(path, f"not a readable Parquet table ({exc})") from None
+    names = table.column_names
+    if list(names) != list(COLUMNS):
+        missing = [c for c in COLUMNS if c not in names]
+        extra = [c for c in names if c not in COLUMNS]
+        raise _fail(
+            path,
+            f"columns differ from the step table's: missing {missing}, extra {extra}"
+            if missing or extra
+            else f"columns in the order {names}, expected {list(COLUMNS)}",
+        )
+    for f in SCHEMA:
+        t = table.schema.field(f.name).type
+        if t != f.type:
+            raise _fail(path, f"column {f.name!r} has type {t}, expected {f.type}")
+        if table.column(f.name).null_count:
+            raise _fail(path, f"column {f.name!r} has null values")
+    rows = table.to_pylist()
+    _check_keys(path, rows, record_keys)
+    for r in rows:
+        _check_row(path, r, agent, PROTOCOLS)
+    return len(rows)
+
+
+def _check_keys(path: Path, rows: list[dict[str, Any]], record_keys: list[tuple[Any, ...]]) -> None:
+    keys = [tuple(r[k] for k in KEYS) for r in rows]
+    seen: set[tuple[Any, ...]] = set()
+    for k in keys:
+        if k in seen:
+            raise _fail(path, f"two rows for the record {_key_text(k)}")
+        seen.add(k)
+    recs = set(record_keys)
+    missing = sorted(recs - seen)
+    extra = sorted(seen - recs)
+    if missing:
+        raise _fail(
+            path,
+            f"no row for {len(missing)} record(s) of records.parquet, e.g. {_key_text(missing[0])}",
+        )
+    if extra:
+        raise _fail(
+            path,
+            f"{len(extra)} row(s) for no record of records.parquet, e.g. {_key_text(extra[0])}",
+        )
+
+
+def _check_row(path: Path, r: dict[str, Any], agent: dict[str, Any], protocols: Any) -> None:
+    """One row's values: agreeing with one another, with its calls and with the manifest."""
+    key = _key_text(tuple(r[k] for k in KEYS))
+
+    def bad(what: str) -> ArchiveError:
+        return _fail(path, f"record {key}: {what}")
+
+    if r["protocol"] not in protocols:
+        raise bad(f"protocol {r['protocol']!r}; expected one of {list(protocols)}")
+    if agent.get("protocol") not in (None, r["protocol"]):
+        raise bad(
+            f"protocol {r['protocol']!r}, the manifest's agent.protocol is {agent['protocol']!r}"
+        )
+    for c in COUNTS:
+        if r[c] < 0:
+            raise bad(f"{c} is {r[c]}; expected a count ≥ 0")
+    if r["steps"] < 1:
+        raise bad(f"steps is {r['steps']}; every record makes at least one model call")
+    try:
+        calls = json.loads(r["calls"])
+    except ValueError:
+        raise bad("calls is not JSON (expected a list of per-call objects)") from None
+    if not isinstance(calls, list):
+        raise bad(f"calls is a JSON {type(calls).__name__}; expected a list")
+    for i, c in enumerate(calls, 1):
+        if not isinstance(c, dict) or set(c) != set(CALL_FIELDS):
+            have = sorted(c) if isinstance(c, dict) else type(c).__name__
+            raise bad(f"call {i} has fields {have}; expected {sorted(CALL_FIELDS)}")
+        for k, types in CALL_FIELDS.items():
+            v = c[k]
+            if not isinstance(v, types) or (types == (int,) and isinstance(v, bool)):
+                raise bad(f"call {i}'s {k} is {v!r}; expected {types[0].__name__}")
+        if c["outcome"] not in CALL_OUTCOMES:
+            raise bad(
+                f"call {i}'s outcome is {c['outcome']!r}; expected one of {list(CALL_OUTCOMES)}"
+            )
+        if c["valid"] != (c["outcome"] != "invalid"):
+            raise bad(f"call {i} is valid={c['valid']} with outcome {c['outcome']!r}")
+        if not 1 <= c["step"] <= r["steps"]:
+            raise bad(f"call {i} is at step {c['step']}; the record made {r['steps']} step(s)")
+        if c["payloads"] < 0:
+            raise bad(f"call {i}'s payloads is {c['payloads']}; expected a count ≥ 0")
+    turns = len({c["step"] for c in calls})
+    derived = {
+        "tool_calls": len(calls),
+        "invalid_calls": sum(not c["valid"] for c in calls),
+        "retries_after_fault": sum(c["after_fault"] for c in calls),
+    }
+    for k, v in derived.items():
+        if r[k] != v:
+            raise bad(f"{k} is {r[k]}, its calls say {v}")
+    if r["steps"] < turns:
+        raise bad(f"steps is {r['steps']}, fewer than its {turns} tool-calling turn(s)")
+    limit = agent.get("max_steps")
+    if isinstance(limit, int):
+        if turns > limit:
+            raise bad(f"{turns} tool-calling turns, the manifest's agent.max_steps is {limit}")
+        if r["step_limit"] != (r["steps"] > limit):
+            raise bad(
+                f"step_limit is {r['step_limit']} with {r['steps']} steps and agent.max_steps "
+                f"{limit} (expected step_limit exactly when steps > max_steps)"
+            )
