@@ -540,27 +540,14 @@ def _print_results(out: Path) -> None:
         df = results.table(res, reference=ref)
         if not df.empty:
             report.print_wide(df, f"{title}: rate [95% interval]")
-    _print_agent(out)
+    from layerlab.reporting import agentsummary
+
+    agentsummary.print_for(out, typer.echo)  # an agent run's mode and steps per scenario
     if res.get("usage"):  # cost and time over every invocation of the run
         report.print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
     for line in results.error_summary(res):
         typer.echo(f"errors: {line}")
     typer.echo(f"results: {p} (interval: {res['interval']})")
-
-
-def _print_agent(out: Path) -> None:
-    """An agent run's mode and per-scenario steps (nothing for a single-call run)."""
-    from layerlab.reporting import agentsummary
-    from layerlab.reporting import terminal as report
-
-    try:
-        got = agentsummary.of_folder(out)
-    except ValueError as exc:  # the step table cannot be read: say so, keep the rest
-        typer.echo(f"agent steps: {exc}")
-        return
-    if got is not None:
-        typer.echo(agentsummary.describe(got[0]))
-        report.print_wide(got[1], "Agent steps by model and scenario (arms pooled)")
 
 
 class _Bar:

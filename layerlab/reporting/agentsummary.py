@@ -10,6 +10,7 @@ its results; a single-call run has no such table and its output is unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,18 @@ def of_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame] | None:
     from layerlab.harness.live.agentlog import read_table
 
     return agent, step_table(read_table(Path(folder)))
+
+
+def print_for(folder: Path, echo: Callable[[str], None]) -> None:
+    """An agent run's mode and per-scenario steps on the terminal (nothing for a single-call
+    run; a step table that cannot be read is said in one line)."""
+    from layerlab.reporting import terminal
+
+    try:
+        got = of_folder(folder)
+    except ValueError as exc:
+        echo(f"agent steps: {exc}")
+        return
+    if got is not None:
+        echo(describe(got[0]))
+        terminal.print_wide(got[1], "Agent steps by model and scenario (arms pooled)")

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     )
     from layerlab.reporting.tables.specificity import table10, table10_cells
     from layerlab.reporting.tables.study import table7, table7_by_condition
+    from layerlab.reporting.tables.userpipeline import user_table4, user_table5, user_table10
     from layerlab.reporting.tables.variability import (
         coverage_table,
         exchangeability_table,
@@ -89,6 +90,9 @@ _OWNER = {
     "table8": "rates",
     "table9": "rates",
     "table_answer_quality": "rates",
+    "user_table4": "userpipeline",
+    "user_table5": "userpipeline",
+    "user_table10": "userpipeline",
 }
 
 __all__ = [
@@ -125,6 +129,9 @@ __all__ = [
     "table8",
     "table9",
     "table_answer_quality",
+    "user_table10",
+    "user_table4",
+    "user_table5",
 ]
 
 

@@ -64,6 +64,11 @@ CAPTIONS = {
     "calls per record; tool calls per record; invalid calls: share of tool calls whose arguments "
     "broke the tool's schema; retries after fault: tool calls made right after a faulted call, "
     "per record; step limit: share of records that used every tool-calling turn.",
+    "user_table4": "A team's own pipeline (the worked example: a LangChain chain over BM25 and "
+    "the local Qwen model, run as a target): Table 4's rows.",
+    "user_table5": "A team's own pipeline (the worked example): Table 5's rows.",
+    "user_table10": "A team's own pipeline (the worked example): Table 10's rows, every "
+    "mitigation on the pipeline's own records.",
     "answer_quality": "Supplementary: answer quality of the answered records by scenario and arm, "
     "beside strict exact match E (which S uses, unchanged): containment (the normalised expected "
     "answer appears in the normalised answer as whole tokens, RGB-style), right value with extra "

@@ -31,6 +31,7 @@ from layerlab.reporting.tables import (
     rates,
     specificity,
     study,
+    userpipeline,
     variability,
 )
 from layerlab.reporting.tables.captions import CAPTIONS
@@ -138,9 +139,9 @@ TABLES = (
         agentmode.agent_vs_single,
         ("agent_single", "agent_records", "agent_rows"),
     ),
-    Table("user_table4", rates.table4, ("user_records",)),
-    Table("user_table5", effects.table5, ("user_analysis",)),
-    Table("user_table10", specificity.table10, ("user_matrix", "user_matrix_records")),
+    Table("user_table4", userpipeline.user_table4, ("user_records",)),
+    Table("user_table5", userpipeline.user_table5, ("user_analysis",)),
+    Table("user_table10", userpipeline.user_table10, ("user_matrix", "user_matrix_records")),
     Table("specificity_margin", effects.margin_table, ("analysis",), appendix=True, recompute=True),
     Table(
         "table5_crosscheck", effects.crosscheck_table, ("analysis",), appendix=True, recompute=True
