@@ -408,3 +408,37 @@ def test_qwen_acts_as_an_agent_on_one_record(tmp_path, monkeypatch) -> None:
     assert row["tool_calls"] >= 1 and row["invalid_calls"] == 0 and not row["step_limit"]
     (rec,) = archive.read_records(out / archive.ARCHIVE)
     assert rec.diagnostic != "malformed_reply"
+
+
+def test_a_budget_spent_mid_record_leaves_it_for_resume_and_the_steps_in_the_cache(
+    tmp_path,
+) -> None:
+    """The call budget counts every step; a record whose steps outrun it is not written (its
+    finished steps wait in the cache), and a resume with a new budget completes the run to
+    the records of an unbudgeted one."""
+    from fake_openai import FakeOpenAI
+
+    from layerlab.cli.app import EXIT_INCOMPLETE
+
+    with FakeOpenAI() as fake:
+        full = _live(fake, "tools", tmp_path / "full" / "run", "--scenario", "missing_tool_output",
+                     "--temperature", "0")  # fmt: skip
+        assert full.exit_code == 0, full.output
+        args = ["--scenario", "missing_tool_output", "--temperature", "0"]
+        asked_full = len([b for b in fake.bodies if b.get("tools")])
+        cut = _live(fake, "tools", tmp_path / "cut" / "run", *args, "--budget", "4")
+        assert cut.exit_code == EXIT_INCOMPLETE, cut.output
+        out = tmp_path / "cut" / "run"
+        partial = archive.read_records(out / archive.ARCHIVE)
+        assert len(partial) < 6  # 3 steps a record: 4 calls finish at most one record per task
+        done = _live(fake, "tools", tmp_path / "cut" / "run", *args, "--budget", "100", "--resume")
+        assert done.exit_code == 0, done.output
+        # every step asked once over both invocations: those asked before the budget ran out
+        # came from the cache (the cut run has its own cache folder)
+        steps = [b for b in fake.bodies if b.get("tools")][asked_full:]
+        assert len(steps) == 9 == len({canonical_json(b["messages"]) for b in steps})
+        a = archive.read_records(tmp_path / "full" / "run" / archive.ARCHIVE)
+        b = archive.read_records(out / archive.ARCHIVE)
+        assert [(r.task_id, r.mitigation, r.diagnostic) for r in a] == [
+            (r.task_id, r.mitigation, r.diagnostic) for r in b
+        ]
