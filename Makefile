@@ -130,8 +130,8 @@ local-mitigations: $(LOCAL_STAMP) ## A real model over every mitigation arm (Tab
 	$(call local_run,local_model_mitigations,$(MATRIX_ARMS))
 # The same model as an agent (layerlab run live --agent): it calls the faulted search and
 # open_document tools itself, one JSON action per reply (json_action), up to 4 tool-calling turns,
-# on the same 40 tasks, every scenario, strict and repair (720 records, about 1,500 calls: about
-# an hour on 2 cores; each record's steps stay on one server, --concurrency 2).
+# on the same 40 tasks, every scenario, strict and repair (720 records; about 1,000 model calls, the
+# rest shared or cached: about 90 minutes on 2 cores; each record's steps stay on one server).
 local-agent: $(LOCAL_STAMP) ## A real model as an agent calling the faulted tools (resumable).
 	$(call local_run,local_model_agent,--agent --concurrency 2)
 # The worked example of a user's own pipeline (notebook 13): a LangChain chain over BM25 and the
