@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import archive
+from layerlab import archive, paths
 from layerlab._io import canonical_json
 from layerlab.cli import app
 from layerlab.corpus.build import load, load_answer_key
@@ -35,6 +35,8 @@ from layerlab.models.agents import agent_action
 from layerlab.system import agentprompt as ap
 
 runner = CliRunner()
+# the fetched models live in the real user cache; each test gets a private cache (conftest)
+USER_CACHE = paths.user_cache()
 
 
 @pytest.fixture(scope="module")
@@ -369,7 +371,7 @@ def test_qwen_acts_as_an_agent_on_one_record(tmp_path, monkeypatch) -> None:
     """The committed agent archive's model, one clean record (two or three calls)."""
     from layerlab.models import local as models
 
-    cache = models.paths.user_cache()
+    cache = USER_CACHE
     monkeypatch.setenv("LAYERLAB_CACHE", str(cache))
     qwen = "qwen2.5-coder-1.5b"
     if not models.is_fetched(models.lookup(qwen)):

@@ -9,6 +9,7 @@ scenario with the real local model."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,8 @@ from layerlab import archive, paths
 from layerlab.cli import app
 
 runner = CliRunner()
+# the fetched models live in the real user cache; each test gets a private cache (conftest)
+USER_CACHE = paths.user_cache()
 ARCHIVE = paths.USER_PIPELINES / "my-rag-chain"
 sys.path.insert(0, str(paths.NOTEBOOKS))  # the user's module sits beside the notebook that uses it
 
@@ -138,14 +141,15 @@ def test_the_chain_with_the_real_local_model(tmp_path: Path, monkeypatch) -> Non
 
     from layerlab.models import local as models
 
-    cache = models.paths.user_cache()
+    cache = USER_CACHE
+    monkeypatch.setenv("LAYERLAB_CACHE", str(cache))  # the fetched model, not the test's cache
     if not models.is_fetched(models.lookup("qwen2.5-coder-1.5b")):
         pytest.fail("qwen2.5-coder-1.5b is not fetched (make test-slow fetches it)")
     port = 8157
     server = subprocess.Popen(
         [sys.executable, "-m", "layerlab", "models", "serve", "qwen2.5-coder-1.5b", "--port",
          str(port), "--threads", "2"],  # fmt: skip
-        env={**__import__("os").environ, "LAYERLAB_CACHE": str(cache)},
+        env={**os.environ, "LAYERLAB_CACHE": str(cache)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
