@@ -444,3 +444,18 @@ def test_a_budget_spent_mid_record_leaves_it_for_resume_and_the_steps_in_the_cac
         assert [(r.task_id, r.mitigation, r.diagnostic) for r in a] == [
             (r.task_id, r.mitigation, r.diagnostic) for r in b
         ]
+
+
+def test_call_sequences_count_each_records_tools_in_order() -> None:
+    from layerlab.analysis.agentmode import call_sequences
+
+    rows = [
+        {"calls": [{"tool": "search"}, {"tool": "open_document"}]},
+        {"calls": [{"tool": "search"}, {"tool": "open_document"}]},
+        {"calls": []},
+    ]
+    t = call_sequences(rows)
+    assert t.to_dict("records") == [
+        {"tool calls": "search > open_document", "records": 2},
+        {"tool calls": "(no tool call)", "records": 1},
+    ]

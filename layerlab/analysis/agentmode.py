@@ -19,9 +19,9 @@ import pandas as pd
 
 from layerlab.analysis.effects import paired_effects
 from layerlab.analysis.units import N_BOOT, arm_order, scenario_order
+from layerlab.models.agents import AGENT_SUFFIX
 
 SINGLE, AGENT = "single_call", "agent"
-AGENT_SUFFIX = "+agent"  # layerlab.harness.live.settings.AGENT_SUFFIX (not imported: no harness here)
 KEY = ["provider", "model", "scenario", "mitigation", "task_id", "replicate"]
 OUTCOME = "safe_resolution"
 
@@ -88,6 +88,7 @@ def compare_modes(
         )  # fmt: skip
         design = eff.describe()
         rates = sub.groupby(["scenario", "mode"])[OUTCOME].mean().unstack("mode")
+        gf = sub.groupby(["scenario", "mode"])["grounded_false_positive"].mean().unstack("mode")
         judged = sub.groupby("scenario")["answerable"].first()
         t = eff.table.set_index("scenario")
         for s in t.index:
@@ -102,12 +103,8 @@ def compare_modes(
                     "ci_low": t.loc[s, "ci_low"],
                     "ci_high": t.loc[s, "ci_high"],
                     "tasks": int(t.loc[s, "n_pairs"]),
-                    "gf_single_call": sub[(sub["scenario"] == s) & (sub["mode"] == SINGLE)][
-                        "grounded_false_positive"
-                    ].mean(),
-                    "gf_agent": sub[(sub["scenario"] == s) & (sub["mode"] == AGENT)][
-                        "grounded_false_positive"
-                    ].mean(),
+                    "gf_single_call": gf.loc[s, SINGLE],
+                    "gf_agent": gf.loc[s, AGENT],
                 }
             )
     out = pd.DataFrame(parts)
@@ -116,3 +113,11 @@ def compare_modes(
     out.attrs["design"] = design
     out.attrs["units"] = sorted(set(both["provider"] + "/" + both["model"]))
     return out
+
+
+def call_sequences(rows: Sequence[Mapping[str, Any]], top: int = 8) -> pd.DataFrame:
+    """The agent's tool-call sequences (tool names only), most frequent first: ``records`` per
+    sequence over an agent table's rows."""
+    seqs = [" > ".join(c["tool"] for c in r["calls"]) or "(no tool call)" for r in rows]
+    counts = pd.Series(seqs).value_counts().rename("records").rename_axis("tool calls")
+    return counts.reset_index().head(top)

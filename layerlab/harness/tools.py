@@ -186,7 +186,6 @@ class ToolBox:
         self.refusal: str | None = None
         self.actions: list[str] = []
         self.waited_s = 0.0
-        self._retriever: dict[str, retrieval.Retriever] = {}
 
     # --- the tools ---------------------------------------------------------------------------
 
@@ -226,7 +225,7 @@ class ToolBox:
         def fetch(n: int, retr: str) -> tuple[ContractResult, ReaderInput | None]:
             if own and n == 0 and retr == prep.retriever:
                 return prep.checked(contract, task, 0, retr)  # exactly the single call's reply
-            r = self._fitted(retr)
+            r = prep.fitted(retr)  # fitted once per scenario and retriever
             scores = r.score([query], [task.domain])[0]
             order = np.argsort(-scores, kind="stable")[:top_k]
             keep = [int(j) for j in order if not np.isneginf(scores[j])]
@@ -251,11 +250,6 @@ class ToolBox:
         task, prep = self.task, self.prepared
         cr = self.arm.contract.check(prep.scenario.transport(sent, prep.tool_context(task, n)))
         return cr, (reader_input(task, cr.payload) if cr.payload is not None else None)
-
-    def _fitted(self, name: str) -> retrieval.Retriever:
-        if name not in self._retriever:
-            self._retriever[name] = self.prepared.fitted(name)
-        return self._retriever[name]
 
     def _take(self, g: Gate) -> str:
         """Fold one call's gate into the record: delivered evidence, refusal, last failure."""

@@ -44,6 +44,12 @@ def is_target(provider: str) -> bool:
     return provider == TARGET_PROVIDER
 
 
+AGENT_SUFFIX = "+agent"
+"""Appended to an agent-mode record's model name: the model acting as an agent is another system
+under test than the same model reading one search's results, so its records are another unit
+and are never pooled with single-call records (``local/qwen2.5-coder-1.5b+agent``)."""
+
+
 def is_reference(provider: str) -> bool:
     """Whether a provider's records come from a deterministic reference agent, not a model."""
     return provider in REFERENCE_PROVIDERS

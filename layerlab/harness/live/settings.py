@@ -23,6 +23,7 @@ from layerlab.harness import deterministic as harness
 from layerlab.harness.targets.spec import PROVIDER as TARGET_PROVIDER
 from layerlab.harness.targets.spec import TargetError, TargetSpec, parse_target
 from layerlab.models import local as models_mod
+from layerlab.models.agents import AGENT_SUFFIX
 from layerlab.models.cache import default_cache_dir
 from layerlab.models.llm import ProviderSettings
 from layerlab.models.routing import api_base_problem, environment_endpoint_problem, split_model
@@ -77,12 +78,6 @@ class AgentMode:
             local = bool(models) and all(map(models_mod.is_local, models))
             protocol = "json_action" if local else "native"
         return AgentMode(protocol, max_steps)
-
-
-AGENT_SUFFIX = "+agent"
-"""Appended to an agent-mode record's model name: the model acting as an agent is another system
-under test than the same model reading one search's results, so its records are another unit
-and are never pooled with single-call records (``local/qwen2.5-coder-1.5b+agent``)."""
 
 
 @dataclass(frozen=True)
