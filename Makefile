@@ -30,26 +30,43 @@ venv: $(STAMP) ## Create .venv from the hash-locked requirements (done by the ta
 
 # The local model runtime, llama-cpp-python[server], is a source package: its sdist (sha256 in
 # requirements-llama.lock) is compiled once into a wheel kept in the user cache, then installed
-# with its server dependencies from the hash-locked requirements-local.lock.
+# with its server dependencies from the hash-locked requirements-local.lock. The wheel folder is
+# keyed by the build flags and, for a native build, by this CPU's instruction sets
+# (layerlab/models/runtime.py), so a wheel made for another CPU is rebuilt, never loaded; its
+# build.json (flags, the CPU features it needs) is checked before it is installed, and the
+# install ends with one real completion (`layerlab models check`).
 CACHE := $(or $(LAYERLAB_CACHE),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/layerlab,$(HOME)/.cache/layerlab))
 LLAMA_VERSION := $(shell sed -n 's/^llama-cpp-python==\([^ ]*\).*/\1/p' requirements-llama.lock)
-LLAMA_WHEELS := $(CACHE)/wheels/$(shell $(PYTHON) -c 'import platform,sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')
-LOCAL_STAMP := $(VENV)/.local-$(shell cat requirements-local.lock requirements-llama.lock | cksum | cut -d' ' -f1)
-# build only what the CPU here runs; no multimodal helpers (the benchmark is text only). These
-# are the flags the measured build used.
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+# for the CPU here, without llama.cpp's AMX kernels (they crash with a general-protection fault
+# on CPUs that list AMX), and no multimodal helpers (the benchmark is text only). On a CPU where
+# it fails, `make local LLAMA_CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON
+# -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON ...'` builds the portable one.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+LLAMA_KEY := $(shell $(PYTHON) layerlab/models/runtime.py key "$(LLAMA_CMAKE_ARGS)")
+LLAMA_WHEELS := $(CACHE)/wheels/$(shell $(PYTHON) -c 'import platform,sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')-$(LLAMA_KEY)
+LOCAL_STAMP := $(VENV)/.local-$(shell cat requirements-local.lock requirements-llama.lock | cksum | cut -d' ' -f1)-$(LLAMA_KEY)
 
 $(LOCAL_STAMP): $(STAMP) requirements-local.lock requirements-llama.lock
-	@if ! ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
-	  echo "building llama-cpp-python $(LLAMA_VERSION) once (compiles llama.cpp: 10-60 min on 2 cores; cached in $(LLAMA_WHEELS))"; \
+	@if ! [ -e $(LLAMA_WHEELS)/build.json ] || ! ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) once (compiles llama.cpp for this CPU: about 6.5 min on 2 idle cores; cached in $(LLAMA_WHEELS))"; \
+	  echo "  LLAMA_CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)"; \
+	  rm -rf $(LLAMA_WHEELS).part; began=$$(date +%s); \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip wheel --quiet --disable-pip-version-check \
-	    --no-deps --require-hashes -r requirements-llama.lock -w $(LLAMA_WHEELS); fi
+	    --no-cache-dir --no-deps --require-hashes -r requirements-llama.lock -w $(LLAMA_WHEELS).part || exit $$?; \
+	  $(BIN)/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps --no-index \
+	    --find-links $(LLAMA_WHEELS).part llama-cpp-python==$(LLAMA_VERSION) || exit $$?; \
+	  $(BIN)/python layerlab/models/runtime.py record $(LLAMA_WHEELS).part "$(LLAMA_CMAKE_ARGS)" $$(( $$(date +%s) - began )) || exit $$?; \
+	  rm -rf $(LLAMA_WHEELS); mv $(LLAMA_WHEELS).part $(LLAMA_WHEELS); fi
+	$(BIN)/python layerlab/models/runtime.py verify $(LLAMA_WHEELS)/build.json
 	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-local.lock
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-index --find-links $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+	$(BIN)/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps --no-index --find-links $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+	cp $(LLAMA_WHEELS)/build.json $(VENV)/llama-build.json
+	$(BIN)/layerlab models fetch smollm2-135m
+	$(BIN)/layerlab models check smollm2-135m
 	rm -f $(VENV)/.local-*
 	touch $@
 
-local: $(LOCAL_STAMP) ## Install the local model runtime (llama.cpp server; built once, then cached).
+local: $(LOCAL_STAMP) ## Install the local model runtime (llama.cpp server; built once for this CPU, cached; ends with one real completion).
 
 models: $(LOCAL_STAMP) ## Install the runtime and fetch the registered local models into the user cache.
 	$(BIN)/layerlab models fetch

@@ -84,6 +84,65 @@ def models_fetch(
         typer.echo(f"{spec.name}: {path}")
 
 
+@models_app.command("check")
+def models_check(
+    name: str = typer.Argument("smollm2-135m", help="A fetched model to complete with."),
+) -> None:
+    """Prove the installed runtime on this CPU: its build flags and needed CPU features, then one
+    real completion (a benchmark reader prompt, one token). `make local` ends with it."""
+    from layerlab.models import local as models
+    from layerlab.models import runtime
+
+    spec = _model_spec(name)
+    try:
+        version = models.runtime_version()
+        models.check_build()
+    except models.ModelError as exc:
+        raise _fail(str(exc)) from None
+    if not models.is_fetched(spec):
+        raise _fail(f"{spec.name} is not fetched; run `layerlab models fetch {spec.name}`")
+    build = runtime.installed()
+    if build is None:
+        typer.echo(
+            f"runtime: llama-cpp-python {version} (no build record: not installed by make local)"
+        )
+    else:
+        typer.echo(
+            f'runtime: llama-cpp-python {version}, LLAMA_CMAKE_ARGS="{build["cmake_args"]}"; '
+            f"llama.cpp CPU paths {' '.join(build.get('compiled') or []) or 'none'}; needs "
+            f"{len(build['needs'])} CPU feature(s) (build.json), all on this CPU "
+            f"({runtime.cpu_model()})"
+        )
+    try:
+        got = runtime.selftest(models.model_path(spec), _reader_prompt(), n_ctx=spec.context)
+    except runtime.RuntimeCrash as exc:
+        code = exc.returncode
+        what = f"; {runtime.advice(code, build)}" if code is not None else ""
+        raise _fail(f"local/{spec.name}: {exc}{what}") from None
+    usage = got.get("usage", {})
+    typer.echo(
+        f"runtime ok: local/{spec.name} completed a real reader prompt "
+        f"({usage.get('prompt_tokens', '?')} prompt tokens, 1 generated) in {got.get('seconds')} s"
+    )
+
+
+def _reader_prompt() -> list[dict[str, str]]:
+    """The benchmark's first reader prompt (clean scenario, strict arm, first task)."""
+    from layerlab.corpus import build as corpus_mod
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.harness.prepare import prepare
+    from layerlab.harness.step import gate
+    from layerlab.system import prompt
+
+    corpus = corpus_mod.load()
+    prep = prepare(corpus, load_scenarios()["clean"])
+    for task in corpus.tasks:
+        g = gate(task, prep, "strict")
+        if g.inp is not None:
+            return prompt.messages(g.inp)
+    raise RuntimeError("no task of the clean scenario reaches the reader")
+
+
 @models_app.command("serve")
 def models_serve(
     name: str = typer.Argument(..., help="Model name."),
@@ -115,11 +174,15 @@ def models_serve(
         stop = True
 
     signal.signal(signal.SIGTERM, _stop)
+    died = None
     try:
-        while not stop and server.process.poll() is None:
-            time.sleep(0.5)
+        while not stop and died is None:
+            died = server.death()  # the server ended by itself: a crash, not a stop
+            time.sleep(0.2)
     except KeyboardInterrupt:
         pass
     finally:
         server.stop()
+    if died is not None:
+        raise _fail(died)
     typer.echo("stopped")

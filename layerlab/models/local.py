@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from layerlab import paths
 from layerlab._io import sha256_file
 from layerlab.corpus.spec import SpecError, SpecProblem, load_yaml_as
+from layerlab.models import runtime
 from layerlab.registry import did_you_mean
 
 PREFIX = "local/"
@@ -312,12 +313,27 @@ class LocalServer:
     settings: ServerSettings
     process: subprocess.Popen[bytes]
     log: Path
+    stopping: bool = False
 
     @property
     def api_base(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def death(self) -> str | None:
+        """One line saying that the server's process has ended (how, its last log lines, the
+        log's path and what to do), or None while it runs or after :meth:`stop` ended it."""
+        code = self.process.poll()
+        if code is None or self.stopping:
+            return None
+        return (
+            f"local/{self.spec.name}: its llama.cpp server (port {self.port}) "
+            f"{runtime.describe_exit(code)}; last log lines: {_log_tail(self.log) or '(none)'}; "
+            f"log: {self.log}; {runtime.advice(code, runtime.installed())}"
+        )
+
     def stop(self, timeout: float = 10.0) -> None:
+        self.stopping = True
+        _RUNNING.pop(self.api_base, None)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -335,7 +351,24 @@ def _log_tail(path: Path, n: int = 5) -> str:
     return " | ".join(lines[-n:])
 
 
-def _ready(api_base: str) -> bool:
+_RUNNING: dict[str, LocalServer] = {}
+"""The servers this process started and has not stopped, by API base."""
+
+
+def started_here(api_base: str | None) -> bool:
+    """Whether ``api_base`` is a local server this process started and has not stopped."""
+    return (api_base or "") in _RUNNING
+
+
+def death_at(api_base: str | None) -> str | None:
+    """If ``api_base`` is a local server this process started and its process has ended, the
+    one line that says so (:meth:`LocalServer.death`); None otherwise."""
+    server = _RUNNING.get(api_base or "")
+    return None if server is None else server.death()
+
+
+def answers(api_base: str) -> bool:
+    """Whether a server answers its model list at ``api_base`` (within 2 s)."""
     try:
         with urllib.request.urlopen(api_base + "/models", timeout=2) as r:
             return bool(r.status == 200)
@@ -350,6 +383,30 @@ def _die_with_parent() -> None:
     import signal
 
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def server_command(spec: ModelSpec, port: int, settings: ServerSettings) -> list[str]:
+    """The command that serves ``spec`` on 127.0.0.1:``port`` (llama-cpp-python's server)."""
+    cmd = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path(spec)),
+        "--model_alias", spec.name, "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", str(settings.n_ctx), "--n_threads", str(settings.n_threads),
+        "--n_threads_batch", str(settings.n_threads), "--seed", str(settings.seed),
+        "--verbose", "False",
+    ]  # fmt: skip
+    if spec.chat_format:
+        cmd += ["--chat_format", spec.chat_format]
+    return cmd
+
+
+def check_build() -> None:
+    """Refuse (:class:`ModelError`) an installed runtime whose build record says it needs CPU
+    features this CPU lacks: it would die on an illegal instruction."""
+    build = runtime.installed()
+    if build is not None:
+        missing = runtime.missing_features(build)
+        if missing:
+            raise ModelError(runtime.refusal(build, missing, sys.prefix))
 
 
 def start(
@@ -373,19 +430,12 @@ def start(
         n_threads=n_threads or 1,
         chat_format=spec.chat_format,
     )
+    check_build()
     port = port or free_port()
     logdir = paths.user_cache() / "servers"
     logdir.mkdir(parents=True, exist_ok=True)
     log = logdir / f"{spec.name}-{port}.log"
-    cmd = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path(spec)),
-        "--model_alias", spec.name, "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", str(settings.n_ctx), "--n_threads", str(settings.n_threads),
-        "--n_threads_batch", str(settings.n_threads), "--seed", str(settings.seed),
-        "--verbose", "False",
-    ]  # fmt: skip
-    if spec.chat_format:
-        cmd += ["--chat_format", spec.chat_format]
+    cmd = server_command(spec, port, settings)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             cmd,
@@ -398,11 +448,9 @@ def start(
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ModelError(
-                f"{spec.name}: the server exited with code {proc.returncode} before answering "
-                f"({_log_tail(log)}); full log: {log}"
-            )
-        if _ready(server.api_base):
+            raise ModelError(f"{server.death()} (before it answered)")
+        if answers(server.api_base):
+            _RUNNING[server.api_base] = server
             return server
         time.sleep(0.25)
     server.stop()
@@ -477,6 +525,7 @@ def provenance(spec: ModelSpec, servers: Sequence[LocalServer]) -> dict[str, Any
         "file_sha256": spec.file.sha256,
         "packages": [f"{p.name}=={p.version}" for p in spec.packages],
         "runtime": f"llama-cpp-python {runtime_version()}",
+        "runtime_build": runtime.provenance(),
         "server": servers[0].settings.as_dict() if servers else None,
         "server_sampler_defaults": sampler_defaults(),
         "servers": len(servers),
@@ -491,7 +540,9 @@ __all__ = [
     "SpecError",
     "SpecProblem",
     "cpu_seconds",
+    "death_at",
     "fetch",
+    "started_here",
     "is_fetched",
     "is_local",
     "load_registry",
@@ -500,5 +551,6 @@ __all__ = [
     "provenance",
     "runtime_version",
     "serve",
+    "server_command",
     "start",
 ]

@@ -56,6 +56,7 @@ def bench_local_model(
     from layerlab.harness.prepare import prepare
     from layerlab.harness.step import gate
     from layerlab.models import local as models
+    from layerlab.models import runtime
     from layerlab.models.llm import ProviderSettings
     from layerlab.system import prompt
 
@@ -127,6 +128,7 @@ def bench_local_model(
             d_runs.append(timed(direct))
             h_runs.append(timed(through_harness))
             loads.append(load_1m())
+        speed = runtime_speed(server.api_base, bodies)
     n = len(bodies)
     d = statistics.median(t for t, _ in d_runs)
     h = statistics.median(t for t, _ in h_runs)
@@ -154,7 +156,52 @@ def bench_local_model(
         "harness_fixed_seconds": round(fixed, 2),
         "end_to_end_ratio": round(d / h, 3),
         "throughput_ratio": ratio,
+        "runtime_speed": speed,
+        "runtime_build": runtime.provenance(),
+        "server_threads": server.settings.n_threads,
         "load_average_1m": loads,
+    }
+
+
+def _post(api_base: str, body: dict[str, Any]) -> tuple[float, dict[str, int]]:
+    import urllib.request
+
+    r = urllib.request.Request(
+        api_base + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(r, timeout=600) as resp:
+        usage = json.loads(resp.read())["usage"]
+    return time.perf_counter() - t0, usage
+
+
+def runtime_speed(api_base: str, bodies: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The server's prompt and generation speed on ``bodies`` (real reader prompts, the reply
+    schema as a grammar, as a run asks), from split timings: each prompt is asked first for one
+    token (its prompt evaluated afresh: the previous prompt differs) and then in full (the
+    server reuses the evaluated prompt, so that time is the generation's). ``calls_per_second``
+    is calls over the sum of both (one call's cost)."""
+    from layerlab.models.routing import response_format_for
+
+    fmt = response_format_for("json_schema", local=True)
+    t_prompt = t_gen = 0.0
+    p_tok = g_tok = 0
+    for b in bodies:
+        body = {**b, "response_format": fmt}
+        t, usage = _post(api_base, {**body, "max_tokens": 1})
+        t_prompt, p_tok = t_prompt + t, p_tok + int(usage["prompt_tokens"])
+        t, usage = _post(api_base, body)
+        t_gen, g_tok = t_gen + t, g_tok + int(usage["completion_tokens"])
+    n = len(bodies)
+    return {
+        "calls": n,
+        "calls_per_second": round(n / (t_prompt + t_gen), 4),
+        "prompt_tokens_per_second": round(p_tok / t_prompt, 1),
+        "generation_tokens_per_second": round(g_tok / t_gen, 2),
+        "prompt_tokens_mean": round(p_tok / n, 1),
+        "completion_tokens_mean": round(g_tok / n, 1),
     }
 
 

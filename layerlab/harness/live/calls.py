@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from layerlab.harness.live.budget import Budget, Counters
-from layerlab.harness.live.settings import LiveRunError
+from layerlab.harness.live.settings import LiveRunError, ServerDied
 from layerlab.models.llm import ProviderSettings, retry_after_of
 from layerlab.models.routing import Route, endpoint_label, redact, split_model
 from layerlab.system import prompt
@@ -194,6 +194,9 @@ async def call(
                 raise LiveRunError(
                     f"{route.model}: {problem} ({_describe_error(exc, base)})"
                 ) from None
+            died = await server_death(base, exc)
+            if died is not None:  # no retry can help, and no record should say provider_error
+                raise ServerDied(died) from None
             if last_error is not None:
                 last_error[:] = [_describe_error(exc, base)]
             if not _retryable(exc) or attempt == settings.attempts:
@@ -201,6 +204,31 @@ async def call(
             counters.retries += 1
             await asyncio.sleep(settings.delay(attempt, rng, retry_after_of(exc)))
     return None, "provider_error"
+
+
+DEATH_WAIT_S = 30.0
+"""How long a refused or reset connection to a local server waits to tell a dying server from a
+live one: the socket closes a moment (under load, or while a core is written, seconds) before
+the dying process can be reaped; a server that answers its model list is alive."""
+
+
+async def server_death(api_base: str | None, exc: BaseException) -> str | None:
+    """The one line saying that the local server at ``api_base`` (one this process started)
+    has died, or None: it runs, or ``api_base`` is not such a server."""
+    from layerlab.models import local as models
+
+    if not models.started_here(api_base):
+        return None
+    text = f"{type(exc).__name__} {exc}".lower()
+    wait = DEATH_WAIT_S if isinstance(exc, ConnectionError) or "connect" in text else 0.0
+    deadline = time.monotonic() + wait
+    while True:
+        why = models.death_at(api_base)
+        if why is not None or time.monotonic() >= deadline:
+            return why
+        if await asyncio.to_thread(models.answers, api_base):
+            return None  # alive: the failure was the request's, not the server's
+        await asyncio.sleep(0.05)
 
 
 # litellm models whose price litellm does not know (asked once per process: pricing an unknown

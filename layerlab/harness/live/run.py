@@ -51,6 +51,7 @@ from layerlab.harness.live.settings import (
     LiveRunError,
     RunInterrupted,
     RunSettings,
+    ServerDied,
 )
 from layerlab.harness.live.workers import run_workers, worker_processes
 from layerlab.harness.prepare import PreparedScenario, prepare
@@ -387,9 +388,12 @@ async def _preflight(
             route = routes[model]
             seed = None if route.seed_base is None else record_seed(route.seed_base, model, *ident)
             last: list[str] = []
-            reply, failure = await calls.call(
-                litellm, route, msgs, seed, config.settings, budget, counters, rng, last
-            )
+            try:
+                reply, failure = await calls.call(
+                    litellm, route, msgs, seed, config.settings, budget, counters, rng, last
+                )
+            except ServerDied as exc:
+                raise LiveRunError(f"{exc}; nothing written") from None
             if reply is not None or failure is not None:
                 counters.cache_misses += 1
             if reply is not None:

@@ -39,6 +39,10 @@ class LiveRunError(RuntimeError):
     """A run that cannot go on (bad settings, fatal provider error, resume mismatch)."""
 
 
+class ServerDied(LiveRunError):
+    """A local model server this run started has died (its message says how and what to do)."""
+
+
 class RunInterrupted(KeyboardInterrupt):
     """A run stopped by Ctrl-C (or SIGTERM, which the CLI turns into one) after its records so
     far were saved: the progress log, and the run folder as a partial archive (``--resume``
