@@ -813,6 +813,10 @@ CASES += [
     Case("cfg-missing-file", CFG.replace("run.yaml", "nope.yaml"), r"nope\.yaml: cannot read file \(.*No such file"),
     Case("cfg-malformed-yaml", CFG, r"run\.yaml:\d+: not valid YAML", files={"run.yaml": "models: [\n"}),
     Case("cfg-not-a-mapping", CFG, r"run\.yaml:1: expected a mapping", files={"run.yaml": "- layerlab/extractive\n"}),
+    # issue 34, item 2: a secret in a bad input is never echoed
+    Case("target-setting-not-key-value-hides-a-secret",
+         "run live --target python:x:y --target-setting sk-proj-Q7v9XkT2mN4pL8rS1wY6zA3b --out {t}/run",
+         r"^error: --target-setting '\(secret: not stored\)': expected key=value$", code=2),
     Case("cfg-no-models", CFG, r"run\.yaml:1: models: expected at least one model \(or a target\)", files={"run.yaml": "limit: 2\n"}),
     Case("cfg-empty-models", CFG, r"run\.yaml:1: models: expected at least one model \(or a target\)", files={"run.yaml": "models: []\n"}),
     Case("cfg-unknown-key", CFG, r"run\.yaml:3: colour: unknown key", files={"run.yaml": _M + "colour: blue\n"}),
