@@ -20,9 +20,11 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def canonical_json(obj: Any) -> str:
@@ -152,6 +154,88 @@ def stale_temporaries(folder: Path, before: float) -> list[Path]:
         except OSError:
             continue
     return gone
+
+
+# --- output folders written whole: a sibling temporary, renamed into place -------------------
+
+
+class FolderRefused(OSError):
+    """An output folder a command will not replace: the message names it and why, and says that
+    nothing changed."""
+
+
+def _leftovers(out: Path) -> tuple[list[Path], list[Path]]:
+    """The temporaries :func:`replace_folder` leaves beside ``out`` when killed: (``.NAME.xxxx/``
+    being filled, ``.NAME.old.xxxx/`` holding the replaced folder as ``x``), by name and shape
+    (a flat folder of files; a folder holding only ``x``), never anything else."""
+    fresh, old = [], []
+    pat = re.compile(rf"\.{re.escape(out.name)}\.(old\.)?[A-Za-z0-9_]{{8}}")
+    try:
+        siblings = list(out.parent.iterdir())
+    except OSError:
+        return fresh, old
+    for p in siblings:
+        m = pat.fullmatch(p.name)
+        if not m or p.is_symlink() or not p.is_dir():
+            continue
+        with contextlib.suppress(OSError):
+            inside = list(p.iterdir())
+            if m.group(1) and [q.name for q in inside] in ([], ["x"]):
+                old.append(p)
+            elif not m.group(1) and all(q.is_file() and not q.is_symlink() for q in inside):
+                fresh.append(p)
+    return sorted(fresh), sorted(old)
+
+
+def sweep_leftovers(out: Path) -> list[Path]:
+    """Remove what a killed :func:`replace_folder` left beside ``out``; when ``out`` itself is
+    missing, the folder it was replacing (``.NAME.old.xxxx/x``) is first put back as ``out``.
+    Return the temporaries removed."""
+    import shutil
+
+    out = Path(out)
+    fresh, old = _leftovers(out)
+    for p in old:
+        if not out.exists() and (p / "x").is_dir():
+            (p / "x").rename(out)  # the kill came between the two renames: restore
+    for p in [*fresh, *old]:
+        shutil.rmtree(p, ignore_errors=True)
+    return [*fresh, *old]
+
+
+def replace_folder(out: Path, fill: Callable[[Path], T], refuse: Callable[[Path], str | None]) -> T:
+    """Write the folder ``out`` whole: ``fill`` writes into a new sibling ``.NAME.xxxx/``, which
+    is then renamed to ``out`` (a folder ``out`` that was there is moved aside first, removed
+    after). ``refuse(out)`` says why ``out`` may not be replaced (None: it may), raised as
+    :class:`FolderRefused` before anything is written. On any exit (an error, Ctrl-C, SIGTERM)
+    the temporaries are removed and ``out`` is as it was; a SIGKILL's are swept by the next call
+    (:func:`sweep_leftovers`). Returns what ``fill`` returns."""
+    import shutil
+
+    out = Path(out)
+    sweep_leftovers(out)
+    problem = refuse(out)
+    if problem:
+        raise FolderRefused(errno.EEXIST, f"{out}: {problem}; nothing changed")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    old = None
+    try:
+        result = fill(tmp)
+        tmp.chmod(0o777 & ~current_umask())
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            out.rename(old / "x")
+        tmp.rename(out)
+    except BaseException:
+        if old is not None and (old / "x").exists() and not out.exists():
+            (old / "x").rename(out)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return result
 
 
 # --- file modes: shareable outputs honour the umask, private files are the owner's -----------

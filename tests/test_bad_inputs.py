@@ -530,6 +530,10 @@ def _roles(old: str = "", new: str = "") -> object:
     return text
 
 
+def _user_corpus(_: Path) -> str:
+    return (Path(__file__).parent / "fixtures" / "user_corpus.jsonl").read_text()
+
+
 def _run_copy(change: object = None) -> object:
     """A copy of the reference archive's run folder, then ``change(folder)``."""
 
@@ -639,6 +643,27 @@ CASES = [
          files={"taken": "mine\n"}),
     Case("build-domain-not-file-name", "corpus build --spec {t}/refunds.yaml --out {t}/corpus",
          r"refunds\.yaml:1: domain: domain 'returns' must match", files={"refunds.yaml": _spec()}),
+    # issue 34, item 1: a corpus command replaces only a corpus folder; anything else is refused
+    Case("build-over-a-run-folder", "corpus build --out {t}/run",
+         r"^error: \S+run: not empty and not a corpus folder \(its manifest\.json is an archive's, kind 'live'\); .*; nothing changed$",
+         files={"run": _run_copy()}),
+    Case("import-over-a-run-folder", "corpus import {t}/mine.jsonl --out {t}/run",
+         r"^error: \S+run: not empty and not a corpus folder \(its manifest\.json is an archive's, kind 'live'\); .*; nothing changed$",
+         files={"mine.jsonl": _user_corpus, "run": _run_copy()}),
+    Case("import-over-a-folder-with-a-manifest", "corpus import {t}/mine.jsonl --out {t}/webapp",
+         r"^error: \S+webapp: not empty and not a corpus folder \(its manifest\.json is not a corpus manifest\); .*; nothing changed$",
+         files={"mine.jsonl": _user_corpus, "webapp/manifest.json": "{}\n", "webapp/src/app.js": "x\n"}),
+    Case("import-over-a-folder-without-a-manifest", "corpus import {t}/mine.jsonl --out {t}/notes",
+         r"^error: \S+notes: not empty and not a corpus folder \(no manifest\.json; holds 'todo\.txt'\); .*; nothing changed$",
+         files={"mine.jsonl": _user_corpus, "notes/todo.txt": "mine\n"}),
+    Case("import-over-a-broken-manifest", "corpus import {t}/mine.jsonl --out {t}/half",
+         r"^error: \S+half: not empty and not a corpus folder \(its manifest\.json is not valid JSON\); .*; nothing changed$",
+         files={"mine.jsonl": _user_corpus, "half/manifest.json": '{"corpus": '}),
+    Case("build-over-a-corpus-folder-with-other-files", "corpus build --out {t}/corpus",
+         r"^error: \S+corpus: a corpus folder that also holds 'notes\.txt', which replacing it would delete; .*; nothing changed$",
+         files={"corpus": lambda p: shutil.copytree(paths.CORPUS_DIR, p) and None, "corpus/notes.txt": "mine\n"}),
+    Case("import-out-a-file", "corpus import {t}/mine.jsonl --out {t}/taken",
+         r"--out \S+taken: is an existing file, expected a folder", files={"mine.jsonl": _user_corpus, "taken": "mine\n"}),
     # scenario check / list, and the roles file
     Case("scen-unknown-operator", "scenario check {t}/s.yaml", r"s\.yaml:26: scenarios\[1\]\.faults\[0\]\.op: unknown fault operator 'nosuch'; expected one of",
          files={"s.yaml": _scen("op: serve_superseded", "op: nosuch")}),
@@ -788,6 +813,10 @@ CASES += [
     Case("cfg-missing-file", CFG.replace("run.yaml", "nope.yaml"), r"nope\.yaml: cannot read file \(.*No such file"),
     Case("cfg-malformed-yaml", CFG, r"run\.yaml:\d+: not valid YAML", files={"run.yaml": "models: [\n"}),
     Case("cfg-not-a-mapping", CFG, r"run\.yaml:1: expected a mapping", files={"run.yaml": "- layerlab/extractive\n"}),
+    # issue 34, item 2: a secret in a bad input is never echoed
+    Case("target-setting-not-key-value-hides-a-secret",
+         "run live --target python:x:y --target-setting sk-proj-Q7v9XkT2mN4pL8rS1wY6zA3b --out {t}/run",
+         r"^error: --target-setting '\(secret: not stored\)': expected key=value$", code=2),
     Case("cfg-no-models", CFG, r"run\.yaml:1: models: expected at least one model \(or a target\)", files={"run.yaml": "limit: 2\n"}),
     Case("cfg-empty-models", CFG, r"run\.yaml:1: models: expected at least one model \(or a target\)", files={"run.yaml": "models: []\n"}),
     Case("cfg-unknown-key", CFG, r"run\.yaml:3: colour: unknown key", files={"run.yaml": _M + "colour: blue\n"}),

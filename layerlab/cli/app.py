@@ -154,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the last guard: a bug, reported in one line
         if os.environ.get("LAYERLAB_DEBUG"):
             raise
-        first = (str(exc).splitlines() or [""])[0][:200]
+        from layerlab.harness.targets.spec import redact_secrets
+
+        first = redact_secrets((str(exc).splitlines() or [""])[0])[:200]
         typer.echo(
             f"error: unexpected {type(exc).__name__}: {first} (a bug: please report it; "
             "LAYERLAB_DEBUG=1 shows the traceback)",

@@ -4,7 +4,7 @@ mitigations — and the audits that need no model."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -105,20 +105,48 @@ def spec_lint(
         raise typer.Exit(1)
 
 
+def _check_corpus_out(out: Path) -> None:
+    """Refuse, before any work, an ``--out`` a corpus command may not write: one line naming
+    it (a run folder, a folder of other files, a file); a corpus folder is replaced."""
+    from layerlab.corpus.build import corpus_folder_problem
+
+    if out.is_dir() or out.is_symlink():  # before _check_out, whose probe touches the folder
+        problem = corpus_folder_problem(out)
+        if problem:
+            raise _fail(f"{out}: {problem}; nothing changed")
+    _check_out(out)
+
+
+def _write_corpus(c: Any, key: Any, out: Path) -> dict[str, Any]:
+    """Write the corpus folder whole (through a sibling temporary); one line if it cannot be."""
+    from layerlab._io import FolderRefused
+    from layerlab.corpus import build as corpus_mod
+
+    try:
+        return corpus_mod.write_folder(c, key, out)
+    except FolderRefused as exc:
+        raise _fail(str(exc.strerror)) from None
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise _fail(f"--out {out}: {where}{exc.strerror or exc} (nothing changed)") from None
+
+
 @corpus_app.command("build")
 def corpus_build(
-    out: Path = typer.Option(paths.CORPUS_DIR, help="Output folder."),
+    out: Path = typer.Option(
+        paths.CORPUS_DIR, help="Output corpus folder (new, empty, or a corpus folder: replaced)."
+    ),
     spec: Path = typer.Option(paths.CORPUS_SPEC_DIR, help="Spec folder (one YAML per domain)."),
 ) -> None:
     """Build documents.jsonl, tasks.jsonl, answer_key.jsonl, domains.json and a manifest."""
     from layerlab.corpus import build as corpus_mod
 
-    _check_out(out)
+    _check_corpus_out(out)
     try:
         c, key = corpus_mod.build_from_specs(spec)
     except SpecError as exc:
         raise _spec_fail(exc, "spec problem(s); nothing written") from None
-    manifest = corpus_mod.write(c, key, out)
+    manifest = _write_corpus(c, key, out)
     counts = manifest["counts"]
     typer.echo(
         f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policy units, "
@@ -163,18 +191,14 @@ def corpus_import(
     One line per problem (file:line: field: what was expected); nothing is
     written unless the whole file is valid. See README, "Your own documents".
     """
-    from layerlab.corpus import build as corpus_mod
     from layerlab.corpus import userdocs
 
-    _check_out(out)
+    _check_corpus_out(out)
     try:
         c, key = userdocs.import_corpus(src)
     except SpecError as exc:
         raise _spec_fail(exc, "problem(s); nothing written") from None
-    try:
-        manifest = corpus_mod.write_folder(c, key, out)
-    except OSError as exc:
-        raise _fail(f"--out {out}: {exc}") from None
+    manifest = _write_corpus(c, key, out)
     counts = manifest["counts"]
     typer.echo(
         f"wrote {out}: {counts['domains']} domains, {counts['policy_units']} policies, "

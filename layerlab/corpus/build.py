@@ -368,36 +368,69 @@ def write(corpus: Corpus, key: AnswerKey, out: Path) -> dict[str, Any]:
 
 
 def write_folder(corpus: Corpus, key: AnswerKey, out: Path | str) -> dict[str, Any]:
-    """Write the corpus folder (:func:`write`) all at once: into a
-    temporary sibling folder first, then renamed into place, so an error leaves ``out`` as it
-    was. An existing ``out`` must be empty or a corpus folder (it is replaced)."""
-    import shutil
-    import tempfile
+    """Write the corpus folder (:func:`write`) all at once: into a temporary sibling folder
+    first, then renamed into place (:func:`layerlab._io.replace_folder`), so an error, Ctrl-C
+    or a kill leaves ``out`` as it was. ``out`` must be missing, empty or a corpus folder
+    (:func:`corpus_folder_problem`; it is replaced); anything else raises
+    :class:`~layerlab._io.FolderRefused` and nothing changes."""
+    from layerlab._io import replace_folder
 
-    from layerlab._io import current_umask
+    return replace_folder(Path(out), lambda tmp: write(corpus, key, tmp), corpus_folder_problem)
+
+
+def _not_a_corpus(manifest: Any) -> str | None:
+    """What a ``manifest.json`` is when it is not a corpus manifest, or None. A corpus manifest
+    (what :func:`write` writes) holds ``corpus``, ``spec_hash``, ``counts`` and the checksums of
+    corpus files only, and no ``kind`` (run, study and other archives' manifests have one)."""
+    if not isinstance(manifest, dict):
+        return "its manifest.json is not a corpus manifest"
+    if "kind" in manifest or "run_id" in manifest:
+        return f"its manifest.json is an archive's, kind {manifest.get('kind') or 'run'!r}"
+    files = manifest.get("files")
+    ok = (
+        isinstance(manifest.get("corpus"), str)
+        and isinstance(manifest.get("spec_hash"), str)
+        and isinstance(manifest.get("counts"), dict)
+        and isinstance(files, dict)
+        and {"documents.jsonl", "tasks.jsonl"} <= set(files) <= set(FILES)
+    )
+    return None if ok else "its manifest.json is not a corpus manifest"
+
+
+def corpus_folder_problem(out: Path | str) -> str | None:
+    """Why a corpus command may not write the folder ``out``, or None: it must be missing,
+    empty, or a corpus folder (its manifest says so, :func:`_not_a_corpus`) holding only the
+    corpus files, which it replaces. Nothing is read but the folder's names and manifest."""
+    import json
 
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
-        raise OSError("not empty and not a corpus folder; expected a new or empty folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    old = None
+    if out.is_symlink():
+        return "is a symbolic link, expected a folder"
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return "is an existing file, expected a folder"
+    names = sorted(p.name for p in out.iterdir())
+    if not names:
+        return None
+    expected = "expected a new or empty folder, or a corpus folder (which is replaced)"
+    if "manifest.json" not in names:
+        return (
+            f"not empty and not a corpus folder (no manifest.json; holds {names[0]!r}); {expected}"
+        )
     try:
-        manifest = write(corpus, key, tmp)
-        tmp.chmod(0o777 & ~current_umask())
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            out.rename(old / "x")
-        tmp.rename(out)
-    except BaseException:
-        if old is not None and (old / "x").exists() and not out.exists():
-            (old / "x").rename(out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    return manifest
+        what = _not_a_corpus(json.loads((out / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        what = "its manifest.json is not valid JSON"
+    if what:
+        return f"not empty and not a corpus folder ({what}); {expected}"
+    extra = [n for n in names if n not in (*FILES, "manifest.json")]
+    if extra:
+        return (
+            f"a corpus folder that also holds {extra[0]!r}, which replacing it would delete; "
+            "move that out, or choose a new or empty folder"
+        )
+    return None
 
 
 class CorpusError(ValueError):

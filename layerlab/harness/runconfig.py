@@ -313,10 +313,60 @@ def load_gate(path: Path) -> GateSpec:
 
 
 def stored_config(text: str) -> str:
-    """The run configuration as the run folder keeps it: as given, except that every URL in it
-    (endpoints, and any in a comment) is replaced by ``local`` or ``remote``: a shareable folder
-    holds no host, port or credentials (credentials are refused before, :func:`load_run_config`)."""
-    return redact_urls(text)
+    """The run configuration as the run folder keeps it: as given, except that every secret is
+    replaced by ``'(secret: not stored)'`` (a target setting that is one by its name or value,
+    any other value shaped like one: :func:`~layerlab.harness.targets.spec.is_secret`; the
+    manifest keeps the settings' hash) and every URL (endpoints, and any in a comment) by
+    ``local`` or ``remote``: a shareable folder holds no secret, host or port (credentials in an
+    endpoint are refused before, :func:`load_run_config`)."""
+    from layerlab.harness.targets.spec import SECRET_MARK, redact_secrets
+
+    spans, values = _secret_spans(text)
+    for start, end in sorted(spans, reverse=True):  # from the end: earlier offsets hold
+        keep = "\n" if text[start:end].endswith("\n") else ""  # a block scalar's last newline
+        text = f"{text[:start]}'{SECRET_MARK}'{keep}{text[end:]}"
+    return redact_urls(redact_secrets(text, values))  # and any left in comments
+
+
+def _secret_spans(text: str) -> tuple[set[tuple[int, int]], list[str]]:
+    """The (start, end) character offsets in ``text`` of the YAML values that are secrets: a
+    ``target.settings`` value by its name or shape, any other scalar by its shape; and those
+    values. Each node is visited once (an alias is its anchor's node)."""
+    import yaml
+
+    from layerlab.harness.targets.spec import is_secret, secret_shape
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:  # not reached: the file was loaded before the run
+        return set(), []
+    spans: set[tuple[int, int]] = set()
+    values: list[str] = []
+    seen: set[int] = set()
+
+    def mark(n: yaml.Node) -> None:
+        spans.add((n.start_mark.index, n.end_mark.index))
+        values.append(str(n.value))
+
+    def walk(n: yaml.Node | None, settings: bool, path: tuple[str, ...]) -> None:
+        if n is None or id(n) in seen:
+            return
+        seen.add(id(n))
+        if isinstance(n, yaml.ScalarNode):
+            if secret_shape(n.value):
+                mark(n)
+            return
+        pairs = n.value if isinstance(n, yaml.MappingNode) else [(None, v) for v in n.value]
+        for k, v in pairs:
+            name = k.value if isinstance(k, yaml.ScalarNode) else ""
+            if settings and isinstance(v, yaml.ScalarNode) and is_secret(name, v.value):
+                seen.add(id(v))
+                mark(v)
+                continue
+            walk(v, path + (name,) == ("target", "settings"), (*path, str(name)))
+
+    walk(root, False, ())
+    return spans, values
 
 
 def endpoints(spec: RunConfigSpec) -> tuple[list[str], list[str]]:

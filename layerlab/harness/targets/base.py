@@ -261,7 +261,7 @@ def run_record(
     try:
         raw = target.answer(request)
     except Exception as exc:  # the system under test failed: a failure of the record, not ours
-        error = f"{type(exc).__name__}: {exc}"[:500]
+        error = target.spec.redact(f"{type(exc).__name__}: {exc}")[:500]  # never a secret
     if error is not None:
         reply = ReadReply(None, "none", "provider_error")
     else:

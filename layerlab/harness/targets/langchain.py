@@ -95,7 +95,9 @@ class LangChainTarget:
                 self.chain = factory(retriever, tool)
         except Exception as exc:
             raise TargetError(
-                f"--target {spec.spec}: the factory failed ({type(exc).__name__}: {exc})"
+                spec.redact(
+                    f"--target {spec.spec}: the factory failed ({type(exc).__name__}: {exc})"
+                )
             ) from None
         if not hasattr(self.chain, "invoke"):
             raise TargetError(

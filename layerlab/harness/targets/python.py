@@ -41,7 +41,7 @@ def load_attr(spec: TargetSpec) -> Any:
         ) from None
     except Exception as exc:  # the user's module failed while importing
         raise TargetError(
-            f"{where}: importing {module!r} failed ({type(exc).__name__}: {exc})"
+            spec.redact(f"{where}: importing {module!r} failed ({type(exc).__name__}: {exc})")
         ) from None
     obj: Any = mod
     for part in attr.split("."):
@@ -72,8 +72,10 @@ def instantiate(obj: Any, spec: TargetSpec) -> Any:  # obj: the user's function 
         return make(settings=spec.options()) if _takes(obj, "settings") else make()
     except Exception as exc:
         raise TargetError(
-            f"--target {spec.spec}: creating {spec.ref.partition(':')[2]}() failed "
-            f"({type(exc).__name__}: {exc})"
+            spec.redact(
+                f"--target {spec.spec}: creating {spec.ref.partition(':')[2]}() failed "
+                f"({type(exc).__name__}: {exc})"
+            )
         ) from None
 
 
