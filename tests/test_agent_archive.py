@@ -248,3 +248,163 @@ def test_merging_agent_runs_keeps_one_step_row_per_record(tmp_path) -> None:
         )
         assert res.exit_code != 0 and says in res.output, res.output
         assert not (tmp_path / "x").exists()
+
+
+# --- unfinished agent and target runs: PARTIAL (exit 3) until their table is written -----------
+
+
+class _Killed(BaseException):
+    """Stands for a kill at the end of a run, before its per-record table is written."""
+
+
+def _stopped(out: Path, *args: str) -> Path:
+    """``run live ARGS --out OUT`` stopped just before it writes its agent or target table: the
+    folder as it is during a run or after a kill (the manifest written at the start: no records,
+    no table_sha256)."""
+    from layerlab.harness.live import agentlog
+
+    def kill(*_a: object, **_k: object) -> str:
+        raise _Killed
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(agentlog, "write_table", kill)
+        mp.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # user_targets
+        with pytest.raises(_Killed):
+            runner.invoke(
+                app,
+                ["run", "live", *args, "--tasks", TASKS, "--scenario", "clean", "--out", str(out),
+                 "--cache-dir", str(out.parent / "cache"), "--no-progress"],
+            )  # fmt: skip
+    m = archive.read_manifest(out)
+    assert m["complete"] is False and m["records"] == 0
+    assert (out / "records.jsonl").stat().st_size > 0  # records were made, none archived yet
+    return out
+
+
+AGENT = ("-m", "layerlab/extractive", "--agent", "--tool-protocol", "json_action")
+TARGET = ("--target", "python:user_targets:extractive")
+
+
+@pytest.fixture(scope="module")
+def unfinished(tmp_path_factory) -> dict[str, Path]:
+    """An agent run and a target run as they are while running (or once killed), a
+    budget-stopped agent run (some records, its table written; its own reply cache, so that the
+    budget is spent) and a complete target run."""
+    root = tmp_path_factory.mktemp("unfinished")
+    runs = {"agent": _stopped(root / "agent", *AGENT), "target": _stopped(root / "target", *TARGET)}
+    for name, args in (("budget", (*AGENT, "--budget", "7")), ("target_done", TARGET)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+            res = runner.invoke(
+                app,
+                ["run", "live", *args, "--tasks", TASKS, "--scenario", "clean", "--out",
+                 str(root / name), "--cache-dir", str(root / f"{name}-cache"), "--no-progress"],
+            )  # fmt: skip
+        assert res.exit_code == (3 if name == "budget" else 0), res.output
+        runs[name] = root / name
+    return runs
+
+
+@pytest.mark.parametrize("kind", ["agent", "target"])
+def test_a_running_or_killed_run_checks_partial(unfinished, kind) -> None:
+    code, out = _check(unfinished[kind])
+    assert code == 3, out
+    assert out.startswith(f"PARTIAL {unfinished[kind]}: 0 of 4 records") and "--resume" in out
+    assert len(out.strip().splitlines()) == 1
+    rep = archive.check_path(unfinished[kind])
+    assert rep["partial"] and rep[kind]["rows"] is None
+
+
+def test_a_budget_stopped_agent_run_checks_partial_with_its_table(unfinished) -> None:
+    code, out = _check(unfinished["budget"])
+    n = archive.check_path(unfinished["budget"])["records"]
+    assert code == 3 and f"PARTIAL {unfinished['budget']}: {n} of 4 records" in out, out
+    assert 0 < n < 4 and archive.check_path(unfinished["budget"])["agent"]["rows"] == n
+
+
+@pytest.mark.parametrize("kind", ["agent", "target"])
+def test_report_and_view_read_unfinished_runs(unfinished, kind, tmp_path) -> None:
+    from layerlab.reporting import htmlreport, viewer
+
+    with_records = unfinished["budget" if kind == "agent" else "target_done"]
+    html = htmlreport.build([unfinished[kind], with_records])
+    assert (
+        str(unfinished[kind]) in html and archive.read_manifest(unfinished[kind])["run_id"] in html
+    )
+    assert "<th>complete</th><td>False</td>" in html.replace("\n", "")
+    rows, _ = viewer.load([unfinished[kind], with_records])
+    assert len(rows) == archive.check_path(with_records)["records"]
+    for cmd in ("report", "view"):
+        res = runner.invoke(
+            app, [cmd, str(unfinished[kind]), str(with_records), "--out", str(tmp_path / cmd)]
+        )
+        assert res.exit_code == 0 and (tmp_path / cmd).exists(), res.output
+
+
+def test_a_budget_stopped_agent_runs_report_shows_its_steps_and_that_it_is_partial(
+    unfinished,
+) -> None:
+    from layerlab.reporting import htmlreport
+
+    html = htmlreport.build([unfinished["budget"]]).replace("\n", "")
+    assert "<th>complete</th><td>False</td>" in html and "Agent mode" in html
+
+
+@pytest.mark.parametrize("kind", ["agent", "target"])
+def test_a_run_with_records_must_name_its_table(unfinished, kind, tmp_path) -> None:
+    """Only a run with no records yet may lack the table's checksum; a complete run, or one
+    with records, that names none fails (exit 1) as before."""
+    src = unfinished["budget" if kind == "agent" else "target_done"]
+    for complete in (True, False):
+        run = tmp_path / f"{complete}"
+        shutil.copytree(src, run)
+        m = archive.read_manifest(run)
+        del m[kind]["table_sha256"]
+        m["complete"] = complete
+        archive.write_manifest(run, m)
+        code, out = _check(run)
+        assert code == 1, out
+        assert f"'{kind}' names no table_sha256 (the checksum of {kind}.parquet)" in out
+
+
+def test_a_complete_target_run_checks_its_table(unfinished, tmp_path) -> None:
+    done = unfinished["target_done"]
+    code, out = _check(done)
+    assert code == 0, out
+    assert archive.check_path(done)["target"] == {"rows": 4}
+    run = _copy(done, tmp_path)
+    (run / "target.parquet").unlink()
+    code, out = _check(run)
+    assert code == 1 and out == (
+        f"FAIL {run / 'target.parquet'}: missing (the manifest's target.table_sha256 names it)\n"
+    )
+    shutil.copy(done / "target.parquet", run / "target.parquet")
+    t = pq.read_table(run / "target.parquet").to_pylist()
+    t[0]["steps"] += 1
+    schema = agenttable.table_schema("target")
+    (run / "target.parquet").write_bytes(parquet_bytes(pa.Table.from_pylist(t, schema=schema)))
+    code, out = _check(run)
+    assert code == 1 and "target.parquet: checksum" in out and "target.table_sha256" in out
+    t[0]["steps"] -= 1
+    for edit, says in (
+        (lambda rows: rows[0].update(reply="prose"), "reply 'prose'; expected one of"),
+        (lambda rows: rows.pop(), "no row for 1 record(s) of records.parquet"),
+    ):
+        rows = [dict(r) for r in t]
+        edit(rows)
+        (run / "target.parquet").write_bytes(
+            parquet_bytes(pa.Table.from_pylist(rows, schema=schema))
+        )
+        m = archive.read_manifest(run)
+        m["target"]["table_sha256"] = sha256_file(run / "target.parquet")
+        archive.write_manifest(run, m)
+        code, out = _check(run)
+        assert code == 1 and f"{run / 'target.parquet'}: " in out and says in out, out
+
+
+def test_the_target_tables_reply_formats_are_the_targets() -> None:
+    from layerlab.harness.live import agentlog
+    from layerlab.harness.targets.base import REPLY_FORMATS
+
+    assert agenttable.REPLY_FORMATS == REPLY_FORMATS
+    assert agentlog.TARGET_TABLE == "target.parquet" and agentlog.TARGET_EXTRA == ("reply",)

@@ -5,6 +5,10 @@ step fields (:mod:`layerlab.harness.live.agentlog` writes it); the manifest's ``
 its SHA-256 (``agent.table_sha256``). ``layerlab archive check`` runs :func:`check` on every run
 folder whose manifest has ``agent``: the file is there, matches the checksum, has exactly one
 row per record (the same keys), and its values agree with one another and with the manifest.
+A target run (``run live --target``) keeps ``target.parquet`` (the same columns and ``reply``),
+named by ``target.table_sha256`` and checked the same way (its keys, columns and reply formats).
+A run writes its table when it stops; until then (while it runs, or once killed) its manifest,
+written at the start, names no checksum and holds no records: such a run reads as partial.
 """
 
 from __future__ import annotations
@@ -67,49 +71,76 @@ def _key_text(key: tuple[Any, ...]) -> str:
     return "/".join(str(v) for v in key)
 
 
-def check(folder: Path, manifest: dict[str, Any], record_keys: list[tuple[Any, ...]]) -> int:
-    """Check an agent run folder's ``agent.parquet`` against its manifest's ``agent`` key and
-    its records' keys; raise :class:`ArchiveError` (one line naming the file and what differs).
-    Returns the table's row count."""
+TARGET_TABLE = "target.parquet"
+TARGET_EXTRA = ("reply",)
+"""A target run's table (``run live --target``): the step table's columns with ``reply`` (its
+format, :data:`layerlab.harness.targets.base.REPLY_FORMATS`) before ``calls``."""
+REPLY_FORMATS = ("structured", "free_text", "none")
+
+
+def table_schema(kind: str = "agent") -> pa.Schema:
+    """The per-record table's columns and types: ``agent.parquet``'s, or ``target.parquet``'s."""
+    if kind == "agent":
+        return SCHEMA
+    at = SCHEMA.get_field_index("calls")
+    schema = SCHEMA
+    for k, name in enumerate(TARGET_EXTRA):
+        schema = schema.insert(at + k, pa.field(name, pa.string(), nullable=False))
+    return schema
+
+
+def check(
+    folder: Path, manifest: dict[str, Any], record_keys: list[tuple[Any, ...]], kind: str = "agent"
+) -> int | None:
+    """Check a run folder's per-record table (``kind`` "agent": ``agent.parquet``, named by the
+    manifest's ``agent`` key; "target": ``target.parquet``, named by its ``target`` key) against
+    the manifest and its records' keys; raise :class:`ArchiveError` (one line naming the file
+    and what differs). Returns the table's row count, or None for an unfinished run that has
+    not written it yet (a run writes its table and names its checksum only when it stops; until
+    then its manifest says it is not complete and holds no records)."""
     import pyarrow.parquet as pq
 
     from layerlab._io import sha256_file
     from layerlab.system.agentprompt import PROTOCOLS
 
-    path = Path(folder) / AGENT_TABLE
-    agent = manifest.get("agent")
+    name = AGENT_TABLE if kind == "agent" else TARGET_TABLE
+    path = Path(folder) / name
+    agent = manifest.get(kind)
     if not isinstance(agent, dict):
-        raise _fail(Path(folder) / "manifest.json", "its 'agent' key is not an object")
+        raise _fail(Path(folder) / "manifest.json", f"its {kind!r} key is not an object")
     want = agent.get("table_sha256")
+    if want is None and manifest.get("complete") is not True and not record_keys:
+        return None  # started or killed before its first stop: the table comes with the records
     if not isinstance(want, str):
         raise _fail(
             Path(folder) / "manifest.json",
-            f"'agent' names no table_sha256 (the checksum of {AGENT_TABLE})",
+            f"{kind!r} names no table_sha256 (the checksum of {name})",
         )
     if not path.exists():
-        raise _fail(path, "missing (the manifest's agent.table_sha256 names it)")
+        raise _fail(path, f"missing (the manifest's {kind}.table_sha256 names it)")
     got = sha256_file(path)
     if got != want:
         raise _fail(
             path,
-            f"checksum {got[:12]}… differs from the manifest's agent.table_sha256 {want[:12]}… "
+            f"checksum {got[:12]}… differs from the manifest's {kind}.table_sha256 {want[:12]}… "
             "(modified or truncated)",
         )
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as exc:
         raise _fail(path, f"not a readable Parquet table ({exc})") from None
-    names = table.column_names
-    if list(names) != list(COLUMNS):
-        missing = [c for c in COLUMNS if c not in names]
-        extra = [c for c in names if c not in COLUMNS]
+    schema = table_schema(kind)
+    names, columns = table.column_names, schema.names
+    if list(names) != list(columns):
+        missing = [c for c in columns if c not in names]
+        extra = [c for c in names if c not in columns]
         raise _fail(
             path,
             f"columns differ from the step table's: missing {missing}, extra {extra}"
             if missing or extra
-            else f"columns in the order {names}, expected {list(COLUMNS)}",
+            else f"columns in the order {names}, expected {list(columns)}",
         )
-    for f in SCHEMA:
+    for f in schema:
         t = table.schema.field(f.name).type
         if t != f.type:
             raise _fail(path, f"column {f.name!r} has type {t}, expected {f.type}")
@@ -118,7 +149,14 @@ def check(folder: Path, manifest: dict[str, Any], record_keys: list[tuple[Any, .
     rows = table.to_pylist()
     _check_keys(path, rows, record_keys)
     for r in rows:
-        _check_row(path, r, agent, PROTOCOLS)
+        if kind == "agent":
+            _check_row(path, r, agent, PROTOCOLS)
+        elif r["reply"] not in REPLY_FORMATS:
+            raise _fail(
+                path,
+                f"record {_key_text(tuple(r[k] for k in KEYS))}: reply {r['reply']!r}; "
+                f"expected one of {list(REPLY_FORMATS)}",
+            )
     return len(rows)
 
 

@@ -87,14 +87,18 @@ def check_path(path: Path) -> dict[str, Any]:
         raise ArchiveError(
             f"{arch}: records from runs {sorted(run_ids - allowed)} not named by the manifest"
         )
-    agent = None
-    if not study and m.get("agent") is not None:  # an agent run: its step table, one row a record
+    agent = target = None
+    if not study and (m.get("agent") is not None or m.get("target") is not None):
         from layerlab.archive import agenttable
 
+        # an agent or target run: its per-record table, one row a record (None: not yet written)
         keys = list(zip(*(table.column(k).to_pylist() for k in KEYS), strict=True))
-        rows = agenttable.check(path, m, keys)
-        agent = {"protocol": m["agent"].get("protocol"), "max_steps": m["agent"].get("max_steps"),
-                 "rows": rows}  # fmt: skip
+        if m.get("agent") is not None:
+            rows = agenttable.check(path, m, keys)
+            agent = {"protocol": m["agent"].get("protocol"),
+                     "max_steps": m["agent"].get("max_steps"), "rows": rows}  # fmt: skip
+        if m.get("target") is not None:
+            target = {"rows": agenttable.check(path, m, keys, kind="target")}
     expected = m.get("expected_records")
     complete = (
         m.get("complete") is True
@@ -118,6 +122,7 @@ def check_path(path: Path) -> dict[str, Any]:
         "provenance": provenance_of(m),
         "models": list(m.get("models", [])),
         **({"agent": agent} if agent is not None else {}),
+        **({"target": target} if target is not None else {}),
     }
 
 

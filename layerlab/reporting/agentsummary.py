@@ -87,12 +87,15 @@ def step_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def of_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame] | None:
-    """An agent run folder's mode and step table (None for any other folder or file)."""
+    """An agent run folder's mode and step table (None for any other folder or file; no rows
+    for an unfinished run that has not written its table yet)."""
     agent = agent_mode(folder)
     if agent is None:
         return None
     from layerlab.harness.live.agentlog import read_table
 
+    if agent.get("table_sha256") is None:  # archive.check_path allows it only with no records
+        return agent, step_table([])
     return agent, step_table(read_table(Path(folder)))
 
 

@@ -286,8 +286,12 @@ def _entry_view(e: dict[str, Any]) -> dict[str, Any]:
 
 
 def _agent_rows(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """An agent run folder's step rows by record key (empty for any other archive)."""
-    if not path.is_dir() or archive.read_manifest(path).get("agent") is None:
+    """An agent run folder's step rows by record key (empty for any other archive, and for an
+    unfinished agent run that has not written its table yet: it has no records either)."""
+    if not path.is_dir():
+        return {}
+    agent = archive.read_manifest(path).get("agent")
+    if not isinstance(agent, dict) or agent.get("table_sha256") is None:
         return {}
     from layerlab.harness.live.agentlog import read_table
 

@@ -32,8 +32,8 @@ from layerlab.models.routing import response_format_for
 AGENT_LOG = "agent.jsonl"
 AGENT_TABLE = agenttable.AGENT_TABLE
 TARGET_LOG = "target.jsonl"  # a target run's rows: the same fields and ``reply``
-TARGET_TABLE = "target.parquet"
-TARGET_EXTRA = ("reply",)  # structured, free_text or none (see harness.targets.base)
+TARGET_TABLE = agenttable.TARGET_TABLE
+TARGET_EXTRA = agenttable.TARGET_EXTRA  # structured, free_text or none (harness.targets.base)
 KEY = ("provider", "model", "scenario", "mitigation", "task_id", "replicate")
 SUMMARY = agenttable.SUMMARY
 
@@ -133,11 +133,8 @@ def table_bytes(
     cols: dict[str, list[Any]] = {k: [r[k] for r in chosen] for k in (*KEY, *SUMMARY, *extra)}
     cols["calls"] = [canonical_json(r["calls"]) for r in chosen]
     cols = {f: cols[f] for f in (*KEY, *SUMMARY, *extra, "calls")}
-    schema = agenttable.SCHEMA
-    if extra:  # a target run's table: the step fields, then ``reply``, then the calls
-        at = schema.get_field_index("calls")
-        for k, name in enumerate(extra):
-            schema = schema.insert(at + k, pa.field(name, pa.string(), nullable=False))
+    # a target run's table: the step fields, then ``reply``, then the calls
+    schema = agenttable.table_schema("target" if extra else "agent")
     return parquet_bytes(pa.table(cols, schema=schema))
 
 
