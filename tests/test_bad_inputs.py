@@ -736,6 +736,10 @@ CASES += [
     # reply cache is opened: the run folder is never made, the empty cache stays (cache_made)
     Case("live-model-without-provider", "run live -m gpt-nothing --tasks hr-01-q1 --out {t}/run",
          r"^error: --model: 'gpt-nothing' names no provider \(write provider/name, e\.g\. openai/gpt-4o-mini\)"),
+    Case("live-max-steps-without-agent", LIVE + " --max-steps 2",
+         r"--max-steps: an agent-mode setting; give --agent too", code=2),
+    Case("live-tool-protocol-without-agent", LIVE + " --tool-protocol native",
+         r"--tool-protocol: an agent-mode setting; give --agent too", code=2),
     Case("live-model-empty", "run live -m '' --tasks hr-01-q1 --out {t}/run",
          r"--model '': expected provider/name, e.g. openai/gpt-4o-mini"),
     Case("live-model-unknown-local", "run live -m local/nosuch --tasks hr-01-q1 --out {t}/run",

@@ -27,6 +27,7 @@ from layerlab.cli.app import (
     _load_scenarios,
     _spec_fail,
     _target_spec,
+    _usage,
     mitigation_app,
     run_app,
 )
@@ -282,6 +283,12 @@ def run_live(
         _check_run(given, out)
         _run_config(ctx, config_path, out, given, corpus_dir, scenarios_path, progress)
         return
+    if not agent:  # agent-mode flags do nothing in single-call mode: refused, not ignored
+        for name, flag in (("max_steps", "--max-steps"), ("tool_protocol", "--tool-protocol")):
+            source = ctx.get_parameter_source(name)
+            if source is not None and source.name == "COMMANDLINE":
+                raise _usage(f"{flag}: an agent-mode setting; give --agent too (it does nothing "
+                             "in single-call mode)")  # fmt: skip
     spec = _target_spec(target, target_name, target_version, target_setting, model)
     if not model and spec is None:
         raise _fail("-m/--model: give at least one model (or a run configuration with --config)")
