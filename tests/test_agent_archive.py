@@ -402,9 +402,7 @@ def test_a_complete_target_run_checks_its_table(unfinished, tmp_path) -> None:
         assert code == 1 and f"{run / 'target.parquet'}: " in out and says in out, out
 
 
-def test_the_target_tables_reply_formats_are_the_targets() -> None:
+def test_the_target_table_is_named_as_the_writer_names_it() -> None:
     from layerlab.harness.live import agentlog
-    from layerlab.harness.targets.base import REPLY_FORMATS
 
-    assert agenttable.REPLY_FORMATS == REPLY_FORMATS
     assert agentlog.TARGET_TABLE == "target.parquet" and agentlog.TARGET_EXTRA == ("reply",)

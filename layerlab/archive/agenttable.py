@@ -74,8 +74,10 @@ def _key_text(key: tuple[Any, ...]) -> str:
 TARGET_TABLE = "target.parquet"
 TARGET_EXTRA = ("reply",)
 """A target run's table (``run live --target``): the step table's columns with ``reply`` (its
-format, :data:`layerlab.harness.targets.base.REPLY_FORMATS`) before ``calls``."""
+format) before ``calls``."""
 REPLY_FORMATS = ("structured", "free_text", "none")
+"""How a target's reply was read: a structured reply, free text, or none (it failed); the
+targets label their replies with these (:mod:`layerlab.harness.targets.base`)."""
 
 
 def table_schema(kind: str = "agent") -> pa.Schema:

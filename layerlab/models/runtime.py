@@ -214,17 +214,15 @@ def needs(cmake_args: str, compiled: list[str], built_on: list[str]) -> list[str
     return [f for f in ISA_FLAGS if f in want]
 
 
-def build_record(
-    cmake_args: str, seconds: float | None, python: str = sys.executable
-) -> dict[str, Any]:
-    """The build record of a wheel just built and installed into ``python``'s environment."""
+def build_record(cmake_args: str, seconds: float | None) -> dict[str, Any]:
+    """The build record of a wheel just built and installed into this environment."""
     from importlib.metadata import version
 
-    compiled = system_info(python)
+    compiled = system_info()
     here = isa()
     return {
         "schema": BUILD_SCHEMA,
-        "llama_cpp_python": version("llama_cpp_python") if python == sys.executable else None,
+        "llama_cpp_python": version("llama_cpp_python"),
         "cmake_args": cmake_args.strip(),
         "native": is_native(cmake_args),
         "compiled": compiled,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from layerlab._io import canonical_json
+from layerlab.archive.agenttable import REPLY_FORMATS as REPLY_FORMATS  # the table's vocabulary
 from layerlab.corpus.build import Task
 from layerlab.harness.prepare import PreparedScenario
 from layerlab.harness.step import Done, Reading, RecordContext
@@ -37,8 +38,6 @@ from layerlab.harness.tools import OPEN, SEARCH, ToolBox, finish
 from layerlab.mitigations import Arm
 from layerlab.system import prompt, retrieval
 from layerlab.system.reader import ReaderOutput
-
-REPLY_FORMATS = ("structured", "free_text", "none")
 
 
 class ToolError(RuntimeError):
