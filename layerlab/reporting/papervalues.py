@@ -376,7 +376,7 @@ def stray_verdicts(tex: str, words: Iterable[str], names: Iterable[str]) -> list
     must be a ``\\vVerdict...`` macro, which carries the current table's verdict)."""
     body = re.sub(r"\\v[A-Za-z]+", " ", prose(tex))
     body = re.sub(r"\\[A-Za-z]+|[{}~]", " ", body)
-    found = []
+    found: list[str] = []
     vocab = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
     named = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
     if not vocab or not named:
