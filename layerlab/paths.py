@@ -52,7 +52,7 @@ TABLES = ARTIFACTS / "paper" / "tables"
 FIGURES = ARTIFACTS / "figures"
 REPRODUCTION = ARTIFACTS / "paper" / "REPRODUCTION.md"
 ARTIFACT_DIRS = ("paper/tables", "figures")
-ARTIFACT_FILES = ("paper/REPRODUCTION.md",)
+ARTIFACT_FILES = ("paper/REPRODUCTION.md", "paper/generated/values.tex")  # the prose's macros
 
 
 def user_cache() -> Path:

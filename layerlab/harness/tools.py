@@ -23,11 +23,13 @@ scorer's R, G and V are computed over.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from layerlab._io import canonical_json
 from layerlab.corpus.build import Task
 from layerlab.harness.prepare import PreparedScenario, session_for
 from layerlab.harness.step import (
@@ -186,11 +188,24 @@ class ToolBox:
         self.refusal: str | None = None
         self.actions: list[str] = []
         self.waited_s = 0.0
+        self.observed: list[str] = []  # each observation returned, as canonical JSON, in order
 
     # --- the tools ---------------------------------------------------------------------------
 
     def call(self, name: str, args: Any, step: int) -> dict[str, Any]:
-        """Make one tool call for the agent; returns its observation (a JSON object)."""
+        """Make one tool call for the agent; returns its observation (a JSON object), which
+        joins :meth:`input_hash` as it was delivered (before the caller can change it)."""
+        obs = self._call(name, args, step)
+        self.observed.append(canonical_json(obs))
+        return obs
+
+    def input_hash(self) -> str:
+        """What the agent or target saw: the SHA-256 of the canonical JSON list of every
+        observation delivered, in order (a model's counterpart is its prompt hash). Two arms
+        whose calls delivered the same observations have the same input hash."""
+        return hashlib.sha256(f"[{','.join(self.observed)}]".encode()).hexdigest()
+
+    def _call(self, name: str, args: Any, step: int) -> dict[str, Any]:
         after = bool(self.calls) and self.calls[-1].outcome in FAULTS
         checked, problem = _check_args(name, args)
         if checked is None:

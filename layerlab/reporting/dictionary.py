@@ -360,6 +360,14 @@ AGENT_COLUMNS: dict[str, Column] = {
         "below); public fields only — never evidence text, a query or an answer",
         "a JSON list (`[]` when the agent called no tool)",
     ),
+    "input_hash": Column(
+        "what the agent or target saw: SHA-256 of the canonical JSON list of the tool "
+        "observations delivered to it, in order (a model's counterpart is `prompt_hash`); "
+        "Table 5's identical-inputs column compares it between arms. Absent from tables written "
+        "before it was recorded: their inputs read as not recorded",
+        "64 hex characters; **null** for a row carried over from a log that predates it (a "
+        "resumed run)",
+    ),
 }
 
 CALL_FIELD_MEANINGS: dict[str, str] = {

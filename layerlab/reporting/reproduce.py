@@ -1,7 +1,8 @@
 """`layerlab reproduce`: execute every notebook with papermill, in order, and report what it wrote.
 
 Executed copies go to a git-ignored folder (``out/notebooks``); the notebooks write the paper's
-tables and figures through the library. ``quick`` shrinks costly parameters and writes its
+tables and figures through the library, and then the prose's macros are written from those tables
+(:mod:`layerlab.reporting.papervalues`). ``quick`` shrinks costly parameters and writes its
 artifacts to a scratch folder instead of the repo. :func:`compare` checks a regenerated artifact
 tree against the committed one (the freshness check of ``make test``).
 """
@@ -194,6 +195,7 @@ def run(
                     for f in futures:
                         f.cancel()
                     raise failed[0].exception()  # type: ignore[misc]
+        _write_values(root)
         timings = {**last, **{k: round(v, 1) for k, v in took.items()}}
         atomic_write_text(out / TIMINGS, json.dumps(timings, indent=2, sort_keys=True) + "\n")
     finally:
@@ -207,6 +209,16 @@ def run(
         Written(p, "new" if p not in before else "changed" if before[p] != h else "unchanged")
         for p, h in sorted(after.items())
     ]
+
+
+def _write_values(root: Path) -> None:
+    """The prose's macros (``paper/generated/values.tex``) from the tables just written."""
+    from layerlab.reporting import papervalues
+
+    try:
+        papervalues.write(root / "paper" / "tables", root / "paper" / papervalues.VALUES_FILE)
+    except papervalues.ValuesError as exc:
+        raise ReproduceError(f"paper/{papervalues.VALUES_FILE}: {exc}") from None
 
 
 def compare(regenerated: Path, committed: Path = paths.COMMITTED_ARTIFACTS) -> list[str]:
