@@ -232,12 +232,23 @@ def check(quick: bool = False) -> list[str]:
         return compare(Path(tmp) / "artifacts")
 
 
+def kernelspec(name: str = "python3") -> dict[str, str]:
+    """The notebook metadata JupyterLab writes for the installed kernel ``name`` (its display
+    name, language and name): committed notebooks carry exactly this, so opening and saving one
+    changes nothing."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
+
+
 def strip_volatile(nb_path: Path) -> None:
     """Drop papermill's timing metadata and widget state (random ids) so a committed notebook
     changes only with its outputs."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
+    nb.metadata["kernelspec"] = kernelspec()  # what JupyterLab writes when it opens the notebook
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)  # widget state carries random model ids
     for cell in nb.cells:
