@@ -18,11 +18,8 @@ from typing import Any
 
 from layerlab import paths
 
-QUICK_PARAMETERS: dict[str, dict[str, Any]] = {
-    "06_bootstrap_intervals.ipynb": {"n_boot": 1000},
-    "09_specificity_matrix.ipynb": {"n_boot": 1000},
-    "11_real_models.ipynb": {"n_boot": 1000},
-}
+# --quick's settings, each passed to the notebooks whose parameters cell declares it
+QUICK_PARAMETERS: dict[str, Any] = {"n_boot": 1000}
 # Notebooks --quick leaves out: they write no table or figure (the live matrix re-runs the
 # reference agents to check they reproduce the committed archive, which `make test` also checks).
 QUICK_SKIP = frozenset({"04_live_matrix.ipynb"})
@@ -74,7 +71,24 @@ def _kernel_manager() -> Any:
             # one folder per kernel: concurrent kernels never race for the same socket names
             self.ip = os.path.join(tempfile.mkdtemp(dir=folder), "kernel")
 
+        async def _async_interrupt_kernel(self) -> None:
+            # jupyter_client interrupts a kernel before it asks it to shut down, and ipykernel
+            # then logs "KeyboardInterrupt caught in kernel" (a different notebook each run).
+            # papermill shuts a kernel down once its cells are done, so there is nothing to
+            # interrupt; a kernel that does not stop is killed after the shutdown request.
+            if not self.shutting_down:
+                await super()._async_interrupt_kernel()
+
     return IPCKernelManager
+
+
+def quick_parameters(nb: Path) -> dict[str, Any]:
+    """The :data:`QUICK_PARAMETERS` that notebook ``nb`` declares (papermill warns about any
+    other, and a notebook that declares one must get it)."""
+    import papermill as pm
+
+    declared = pm.inspect_notebook(str(nb))
+    return {k: v for k, v in QUICK_PARAMETERS.items() if k in declared}
 
 
 class ReproduceError(RuntimeError):
@@ -152,7 +166,7 @@ def run(
             with lock:
                 on_start(nb, i, len(nbs))
         t0 = time.monotonic()
-        params = QUICK_PARAMETERS.get(nb.name, {}) if quick else {}
+        params = quick_parameters(nb) if quick else {}
         try:
             pm.execute_notebook(
                 str(nb),
