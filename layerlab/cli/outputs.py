@@ -253,8 +253,9 @@ def reproduce_cmd(
             except reproduce.ReproduceError as exc:
                 raise _fail(str(exc)) from None
             bar.update(task, description="done", eta="")
-    for w in written:
-        typer.echo(f"{w.status:9} {w.path}")
+    for w in written:  # what changed; the unchanged are counted (the list is in git status)
+        if w.status != "unchanged":
+            typer.echo(f"{w.status:9} {w.path}")
     counts = {s: sum(w.status == s for w in written) for s in ("new", "changed", "unchanged")}
     typer.echo(
         f"{len(written)} artifacts: {counts['new']} new, {counts['changed']} changed, "

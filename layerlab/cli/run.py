@@ -559,35 +559,33 @@ def _print_results(out: Path) -> None:
 
 class _Bar:
     """The live run's progress bar; its ETA comes from a smoothed rate that counts cache hits
-    apart (:class:`~layerlab.harness.live.progress.Eta`)."""
+    apart (:class:`~layerlab.harness.live.progress.Eta`). At 80 columns the bar narrows and the
+    counters are cut, never the record total."""
 
     def __init__(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
         from layerlab.harness.live.progress import Eta
 
-        self.p = Progress(
-            TextColumn("records"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.description}"),
-            TextColumn("{task.fields[eta]}"),
-            transient=False,
-        )
+        self.p: Any = None
         self.task: Any = None
         self.eta = Eta()
 
     def update(self, counters: Any, total: int) -> None:
         import time
 
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.table import Column
+
         from layerlab.harness.live.progress import format_eta
 
         if self.task is None:
+            whole, cut = Column(no_wrap=True, min_width=2 * len(str(total)) + 1), Column(ratio=1, no_wrap=True)
+            self.p = Progress(TextColumn("records"), BarColumn(bar_width=12), MofNCompleteColumn(table_column=whole),
+                              TextColumn("{task.description}", table_column=cut), TextColumn("{task.fields[eta]}"))  # fmt: skip
             self.p.start()
             self.task = self.p.add_task("", total=total, eta=format_eta(None))
         c = counters
         self.eta.update(time.monotonic(), c.records, c.cache_hits)
-        desc = f"calls {c.calls}  cache hits {c.cache_hits}  retries {c.retries}  failures {c.failures}"
+        desc = f"calls {c.calls} hits {c.cache_hits} retries {c.retries} failures {c.failures}"
         eta = format_eta(self.eta.remaining(c.records, total))
         self.p.update(self.task, completed=c.records, description=desc, eta=eta)
 
