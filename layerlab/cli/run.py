@@ -528,33 +528,10 @@ def _report_run(out: Path, log: Any, message: str) -> None:
 
 
 def _print_results(out: Path) -> None:
-    """The per-model results table of a run folder (from its results.json), and error lines."""
-    import json
+    """The run's results from its results.json (a target run's findings per layer first)."""
+    from layerlab.reporting import runs
 
-    from layerlab.analysis import results
-    from layerlab.reporting import terminal as report
-
-    p = out / results.RESULTS
-    if not p.exists():
-        return
-    res = json.loads(p.read_text(encoding="utf-8"))
-    if res.get("target"):
-        typer.echo(f"target: {results.target_line(res['target'])}")
-    for ref, title in (
-        (False, "Results by model"),
-        (True, "Reference agents (deterministic baselines, not models)"),
-    ):
-        df = results.table(res, reference=ref)
-        if not df.empty:
-            report.print_wide(df, f"{title}: rate [95% interval]")
-    from layerlab.reporting import agentsummary
-
-    agentsummary.print_for(out, typer.echo)  # an agent run's mode and steps per scenario
-    if res.get("usage"):  # cost and time over every invocation of the run
-        report.print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
-    for line in results.error_summary(res):
-        typer.echo(f"errors: {line}")
-    typer.echo(f"results: {p} (interval: {res['interval']})")
+    runs.print_run_results(out, typer.echo)
 
 
 class _Bar:
