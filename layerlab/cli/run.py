@@ -45,7 +45,7 @@ def run_deterministic(
         None,
         "--mitigation",
         help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
-        "default the contract arms.",
+        "default the contract arms; 'all': the baseline and every matrix arm.",
     ),
     spec_path: Path = typer.Option(
         paths.MITIGATION_SPEC, "--mitigations", help="Mitigations spec file."
@@ -64,7 +64,7 @@ def run_deterministic(
     scen = _load_scenarios(scenarios_path)
     spec = _load_mitigations(spec_path)
     try:
-        arms = [spec.arm(m) for m in (mitigation or spec.contract_arms)]
+        arms = [spec.arm(m) for m in (spec.expand(mitigation) or spec.contract_arms)]
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
     try:
@@ -84,7 +84,7 @@ def run_deterministic(
 def mitigation_run(
     out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
     mitigation: list[str] = typer.Option(
-        None, "--mitigation", help="Arm (repeatable); default every matrix arm."
+        None, "--mitigation", help="Arm (repeatable); default (or 'all') every matrix arm."
     ),
     reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
     spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
@@ -101,7 +101,8 @@ def mitigation_run(
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
     try:
-        for m in mitigation or []:
+        mitigation = list(spec.expand(mitigation))
+        for m in mitigation:
             spec.arm(m)
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
@@ -154,7 +155,7 @@ def run_live(
         "--mitigation",
         "--mode",
         help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml; "
-        "default the contract arms.",
+        "default the contract arms; 'all': the baseline and every matrix arm.",
     ),
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
@@ -319,7 +320,7 @@ def run_live(
         config = live.LiveConfig(
             models=tuple(model or ()),
             scenarios=tuple(scenario or scen),
-            mitigations=tuple(mode or contract_arms()),
+            mitigations=_load_mitigations(paths.MITIGATION_SPEC).expand(mode) or contract_arms(),
             task_ids=task_ids,
             settings=settings,
             replicates=replicates,
