@@ -155,10 +155,11 @@ class MitigationSet:
 def _check(f: MitigationFile) -> list[tuple[tuple[Any, ...], str]]:
     problems: list[tuple[tuple[Any, ...], str]] = []
     seen: dict[str, str] = {}
-    for what, items in (("mitigations", f.mitigations), ("stacks", f.stacks)):
-        for i, x in enumerate(items):
-            if x.name == ALL:
-                problems.append(((what, i, "name"), f"{ALL!r} is reserved (--mitigation {ALL})"))
+    names = [("mitigations", i, e.name) for i, e in enumerate(f.mitigations)]
+    names += [("stacks", i, st.name) for i, st in enumerate(f.stacks)]
+    for what, i, name in names:
+        if name == ALL:
+            problems.append(((what, i, "name"), f"{ALL!r} is reserved (--mitigation {ALL})"))
     for i, e in enumerate(f.mitigations):
         if e.name in seen:
             problems.append((("mitigations", i, "name"), f"duplicate name {e.name!r}"))
