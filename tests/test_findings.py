@@ -57,7 +57,7 @@ def test_each_layer_says_what_the_system_did_and_what_its_guard_changes(found: d
     )
     g = stale["guard"]
     assert g["arm"] == "freshness_guard" and g["measured"] and (g["resolved"], g["n"]) == (16, 16)
-    assert "in this run 0 → 16 of 16 safely resolved" in g["line"]
+    assert "in this run 0 of 16 → 16 of 16 safely resolved" in g["line"]
     # the verdict is the specificity matrix's, not a copy of its rule
     from layerlab.analysis import specificity
 
@@ -169,6 +169,13 @@ def test_a_findings_line_follows_the_spec_texts(chain: pd.DataFrame, tmp_path: P
     expected = load_scenarios()["corrupted_metadata"].spec.expected_behaviour
     assert bare["guard"] is None and bare["line"].endswith(f"; expected: {expected}.")
     assert bare["line"].startswith("metadata (corrupted_metadata): not resolved in 16 of 16")
+
+
+def test_a_guard_without_records_on_its_scenario_says_so(chain: pd.DataFrame) -> None:
+    part = chain[~((chain["mitigation"] == "freshness_guard") & (chain["scenario"] == "stale_index"))]
+    got = layers.unit_findings(part, n_boot=200)
+    g = _layer(got, "stale_index")["guard"]
+    assert not g["measured"] and "no record paired with the baseline on stale_index" in g["line"]
 
 
 def test_a_guard_not_in_the_run_says_how_to_measure_it(chain: pd.DataFrame) -> None:

@@ -85,6 +85,12 @@ def _guard(
         )
         return out
     cells = mx.cells[(mx.cells["mitigation"] == guard) & (mx.cells["scenario"] == scenario)]
+    if cells.empty:  # the arm ran, but not on this scenario (an unfinished run)
+        out["line"] = (
+            f"Its guard `{guard}` ({desc}) has no record paired with the baseline on {scenario} "
+            "in this run: finish the run (--resume) to measure what it changes."
+        )
+        return out
     sub = df[(df[ARM] == guard) & (df["scenario"] == scenario)]
     after = int(_flag(sub, "safe_resolution").sum())
     row = rows.loc[guard]
@@ -103,7 +109,8 @@ def _guard(
         verdict=str(row["verdict"]),
     )
     out["line"] = (
-        f"Its guard `{guard}` ({desc}): in this run {before} → {after} of {n} safely resolved "
+        f"Its guard `{guard}` ({desc}): in this run {before} of {n} → {after} of {len(sub)} safely "
+        f"resolved "
         f"({_pp(c['estimate'])} points [{_pp(c['band_low'])}, {_pp(c['band_high'])}], "
         f"simultaneous 95% band); verdict {row['verdict']}"
         + (f" ({'; '.join(flagged)})" if flagged else "")
