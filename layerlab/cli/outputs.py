@@ -18,6 +18,7 @@ from layerlab.cli.app import (
     _check_out_file,
     _fail,
     _load_corpus,
+    _usage,
     app,
 )
 
@@ -125,7 +126,10 @@ def compare_cmd(
         "local model and the reference agents).",
     ),
     outcome: str = typer.Option(
-        "success", "--outcome", help="Binary archive label compared (e.g. safe_resolution)."
+        None,
+        "--outcome",
+        help="Binary archive label compared (default success; e.g. safe_resolution). Not with "
+        "--matrix, which judges each scenario by its own outcome.",
     ),
     n_boot: int = typer.Option(2_000, "--n-boot", min=100, help="Bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
@@ -150,19 +154,26 @@ def compare_cmd(
         _check_out_file(json_out, "--json")
     try:
         if matrix:
-            blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed)
-            for name, mx in blocks.items():
+            if outcome is not None:
+                raise _usage(f"--outcome {outcome}: not with --matrix (the matrix judges each "
+                             "scenario by its own outcome: S where answerable, safe resolution "
+                             "where unsafe)")  # fmt: skip
+            doc = {}
+            for name, (mx, df) in compare.matrix_blocks(run, n_boot=n_boot, seed=seed).items():
                 terminal.print_wide(
-                    compare.display_matrix(mx), f"Mitigation matrix of {run} ({name})"
+                    compare.display_matrix(mx, df), f"Mitigation matrix of {run} ({name})"
                 )
                 typer.echo(f"note: {mx.note}")
+                outs = compare.matrix_outcomes(mx, df).to_dict(orient="records")
+                doc[name] = {"summary": mx.summary.to_dict(orient="records"), "on_target": outs}
+            typer.echo(f"note: {compare.MATRIX_OUTCOME_NOTE}")
             if json_out is not None:
-                doc = {n: mx.summary.to_dict(orient="records") for n, mx in blocks.items()}
                 atomic_write_text(json_out, json.dumps(doc, indent=2, sort_keys=True, default=str))
             return
         rep = compare.compare(
-            run, others or (), outcome=outcome, n_boot=n_boot, seed=seed, paper=not no_paper
-        )
+            run, others or (), outcome=outcome or "success", n_boot=n_boot, seed=seed,
+            paper=not no_paper,
+        )  # fmt: skip
     except (compare.CompareError, ValueError) as exc:
         raise _fail(f"{exc} (nothing written)") from None
     for c in rep.comparisons:
@@ -176,7 +187,7 @@ def compare_cmd(
         typer.echo(f"note: {note}")
     if rep.comparisons:
         typer.echo(
-            f"{outcome} in %, 95% intervals (rates: Wilson clustered by task; differences this run "
+            f"{rep.outcome} in %, 95% intervals (rates: Wilson clustered by task; differences this run "
             f"minus the other, paired by task: {rep.comparisons[0].note})"
         )
     if json_out is not None:

@@ -45,7 +45,7 @@ def run_deterministic(
         None,
         "--mitigation",
         help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
-        "default the contract arms.",
+        "default the contract arms; 'all': the baseline and every matrix arm.",
     ),
     spec_path: Path = typer.Option(
         paths.MITIGATION_SPEC, "--mitigations", help="Mitigations spec file."
@@ -64,7 +64,7 @@ def run_deterministic(
     scen = _load_scenarios(scenarios_path)
     spec = _load_mitigations(spec_path)
     try:
-        arms = [spec.arm(m) for m in (mitigation or spec.contract_arms)]
+        arms = [spec.arm(m) for m in (spec.expand(mitigation) or spec.contract_arms)]
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
     try:
@@ -84,7 +84,7 @@ def run_deterministic(
 def mitigation_run(
     out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
     mitigation: list[str] = typer.Option(
-        None, "--mitigation", help="Arm (repeatable); default every matrix arm."
+        None, "--mitigation", help="Arm (repeatable); default (or 'all') every matrix arm."
     ),
     reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
     spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
@@ -101,7 +101,8 @@ def mitigation_run(
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
     try:
-        for m in mitigation or []:
+        mitigation = list(spec.expand(mitigation))
+        for m in mitigation:
             spec.arm(m)
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
@@ -154,7 +155,7 @@ def run_live(
         "--mitigation",
         "--mode",
         help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml; "
-        "default the contract arms.",
+        "default the contract arms; 'all': the baseline and every matrix arm.",
     ),
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
@@ -319,7 +320,7 @@ def run_live(
         config = live.LiveConfig(
             models=tuple(model or ()),
             scenarios=tuple(scenario or scen),
-            mitigations=tuple(mode or contract_arms()),
+            mitigations=_load_mitigations(paths.MITIGATION_SPEC).expand(mode) or contract_arms(),
             task_ids=task_ids,
             settings=settings,
             replicates=replicates,
@@ -528,33 +529,10 @@ def _report_run(out: Path, log: Any, message: str) -> None:
 
 
 def _print_results(out: Path) -> None:
-    """The per-model results table of a run folder (from its results.json), and error lines."""
-    import json
+    """The run's results from its results.json (a target run's findings per layer first)."""
+    from layerlab.reporting import runs
 
-    from layerlab.analysis import results
-    from layerlab.reporting import terminal as report
-
-    p = out / results.RESULTS
-    if not p.exists():
-        return
-    res = json.loads(p.read_text(encoding="utf-8"))
-    if res.get("target"):
-        typer.echo(f"target: {results.target_line(res['target'])}")
-    for ref, title in (
-        (False, "Results by model"),
-        (True, "Reference agents (deterministic baselines, not models)"),
-    ):
-        df = results.table(res, reference=ref)
-        if not df.empty:
-            report.print_wide(df, f"{title}: rate [95% interval]")
-    from layerlab.reporting import agentsummary
-
-    agentsummary.print_for(out, typer.echo)  # an agent run's mode and steps per scenario
-    if res.get("usage"):  # cost and time over every invocation of the run
-        report.print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
-    for line in results.error_summary(res):
-        typer.echo(f"errors: {line}")
-    typer.echo(f"results: {p} (interval: {res['interval']})")
+    runs.print_run_results(out, typer.echo)
 
 
 class _Bar:

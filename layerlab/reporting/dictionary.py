@@ -62,6 +62,12 @@ DIAGNOSTIC_MEANINGS: dict[str, str] = {
     "words around it (contained, not an exact match)",
 }
 
+# What a diagnostics table counts beside the labels (never a value of the archive's column).
+TABLE_DIAGNOSTIC_MEANINGS: dict[str, str] = {
+    "safe_non_answer": "a structured non-answer on an unsafe scenario: its safe resolution, not "
+    "a failure (the record's diagnostic keeps the layer it met, e.g. availability)",
+}
+
 # Meaning of each stage value: where the record ended.
 STAGE_MEANINGS: dict[str, str] = {
     "reader": "the payload was accepted and the reader (model or agent) replied",

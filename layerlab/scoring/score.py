@@ -57,6 +57,16 @@ DIAGNOSTICS = (
     "tool_misuse",
     "step_limit",
 )
+# What a diagnostics *table* counts a record as: a structured non-answer on an unsafe scenario is
+# its safe resolution, not a failure, whatever layer the fault hit (the archive's ``diagnostic``
+# keeps that layer: a target that abstains on an unavailable tool stays ``availability``).
+SAFE_NON_ANSWER = "safe_non_answer"
+
+
+def table_diagnostic(diagnostic: str, success: bool, safe_resolution: bool) -> str:
+    """The label a diagnostics table counts a record under: :data:`SAFE_NON_ANSWER` for a safe
+    resolution that is not a strict success (a correct abstention), else its ``diagnostic``."""
+    return SAFE_NON_ANSWER if safe_resolution and not success else diagnostic
 
 
 @dataclass(frozen=True)
