@@ -524,3 +524,13 @@ def test_a_target_request_reaches_no_scenario_and_no_index(corpus, scen) -> None
         vars(request)
     # the tools still work through the request
     assert request.search(task.question)["status"] == "ok" and len(tools.calls) == 1
+
+
+def test_a_kept_request_calls_no_tools_after_its_record(corpus, key, scen, tmp_path) -> None:
+    import user_targets
+
+    user_targets.KEPT.clear()
+    _, r = _run(corpus, key, {"clean": scen["clean"]}, tmp_path, "python:user_targets:keeps")
+    assert r.complete and user_targets.KEPT
+    with pytest.raises(RuntimeError, match="its record has ended"):
+        user_targets.KEPT[0].search("anything")

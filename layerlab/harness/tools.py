@@ -155,14 +155,10 @@ def _check_args(name: str, args: Any) -> tuple[dict[str, Any] | None, str]:
 _SHOWN = tuple(f.name for f in fields(Evidence) if f.name != "rank")
 
 
-ERROR_CODES = ("invalid_call", "not_found", "invalid_payload", "unavailable", "denied",
-               "refused")  # fmt: skip
-"""The codes of an error observation's ``error`` (a partial one passes on the tool's own code,
-e.g. ``timeout``)."""
-
-
 def tool_error(code: str, message: str) -> dict[str, str]:
-    """An observation's ``error``: always ``{"code", "message"}``, in every status."""
+    """An observation's ``error``: always ``{"code", "message"}``, in every status. The codes:
+    ``invalid_call``, ``not_found``, ``invalid_payload``, ``unavailable``, ``denied``,
+    ``refused``; a partial result passes on the tool's own (e.g. ``timeout``)."""
     return {"code": code, "message": message}
 
 

@@ -14,8 +14,9 @@ Whatever the target returns is read as the reply contract (:func:`read_reply`):
   the target table and the sample log, never passed off as structured; exact match (E) then
   rarely holds, ``contained`` says whether the text states the value.
 
-A target that raises (or a service that fails) ends the record as ``provider_error``; a reply
-that is neither gives ``malformed_reply``. The record is scored by the one scorer over what the
+A target that raises (or a service that fails) ends the record as ``provider_error`` — also
+after a mitigation refused one of its calls: the failure is the record's, never passed off as
+the refusal's abstention; a reply that is neither gives ``malformed_reply``. The record is scored by the one scorer over what the
 target's tool calls delivered (:func:`layerlab.harness.tools.finish`), exactly as an agent's.
 """
 
