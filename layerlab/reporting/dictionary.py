@@ -44,8 +44,10 @@ DIAGNOSTIC_MEANINGS: dict[str, str] = {
     "availability": "the tool returned no usable output; the record ended before the reader",
     "authorisation": "the tool denied access to the evidence; the record ended before the reader",
     "tool_contract": "the payload failed the tool schema and the arm rejected it (strict contract)",
-    "malformed_reply": "the reply was not the JSON reply contract (counted as a failure, not a refusal)",
-    "provider_error": "the provider call failed after every retry (counted as a failure)",
+    "malformed_reply": "the reply was not the JSON reply contract (counted as a failure, not a refusal; "
+    "it comes before the tool's fault and a refusal)",
+    "provider_error": "the provider call failed after every retry, or a target raised (counted as a "
+    "failure; it comes before the tool's fault and a refusal)",
     "abstained": "the reader gave a structured non-answer although the record reached it",
     "session_state": "delivered evidence came from another tenant's session",
     "completeness": "the tool output was partial or truncated",

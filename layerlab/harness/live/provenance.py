@@ -207,11 +207,14 @@ def error_summary(
     records: Sequence[Record], models: Sequence[str], config: LiveConfig | None = None
 ) -> dict[str, dict[str, int]]:
     """Per model: records that asked it (``called``), and how many ended in ``provider_error``
-    or ``malformed_reply``."""
+    or ``malformed_reply``. A target is asked on every record, a refused one included (a
+    refusal ends the record before a model's reader, never before the target)."""
     out: dict[str, dict[str, int]] = {}
+    every = config is not None and config.target is not None
     for m in models:
         provider, name = config.record_model(m) if config is not None else split_model(m)
-        mine = [r for r in records if (r.provider, r.model) == (provider, name) and r.prompt_hash]
+        mine = [r for r in records if (r.provider, r.model) == (provider, name)
+                and (every or r.prompt_hash)]  # fmt: skip
         out[m] = {
             "called": len(mine),
             "provider_error": sum(r.diagnostic == "provider_error" for r in mine),
