@@ -102,6 +102,16 @@ def _check_out_file(out: Path, flag: str = "--out") -> None:
         raise _fail(f"{flag} {out}: {problem} (nothing written)")
 
 
+def _not_installed(exc: Exception, args: list[str]) -> str | None:
+    """The one line for a command that needs an extra that is not installed, or the repository."""
+    from layerlab import extras, paths
+
+    if isinstance(exc, paths.NotInRepo):
+        return str(exc)
+    words = [a for a in args[:2] if not a.startswith("-")]
+    return extras.missing_line(exc, " ".join(["layerlab", *words]))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every error becomes one line on stderr and an exit code, never a traceback
     (set LAYERLAB_DEBUG=1 to see the traceback of an unexpected error)."""
@@ -154,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the last guard: a bug, reported in one line
         if os.environ.get("LAYERLAB_DEBUG"):
             raise
+        refused = _not_installed(exc, args)
+        if refused:
+            typer.echo(f"error: {refused}", err=True)
+            return 2
         from layerlab.harness.targets.spec import redact_secrets
 
         first = redact_secrets((str(exc).splitlines() or [""])[0])[:200]
