@@ -65,8 +65,8 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     cfg: dict[str, Any] = ident["config"]  # type: ignore[assignment]
     if config.target is None:  # model runs keep the ids they had before targets
         del cfg["target"]
-    else:  # the target's identity: its settings only as their hash
-        cfg["target"] = target_of(config).identity()
+    else:  # the target's identity: its settings only as their hash, its code's fingerprint
+        cfg["target"] = target_of(config).run_identity()
         ident["tools"] = agent_versions()["tools"]
     ident = {
         **ident,

@@ -123,6 +123,10 @@ def run_live(
     )  # fmt: skip
     run.check(out, config.settings.api_bases, config.models)
     config.check(corpus, scenarios)
+    if config.target is not None:  # the target's code in the run id (targets/identity.py)
+        from layerlab.harness.targets.identity import with_code
+
+        config = dataclasses.replace(config, target=with_code(provenance.target_of(config), say))
     n_tasks = len(config.task_ids) if config.task_ids is not None else len(corpus.tasks)
     plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
     old = _resumed(out, plan, resume)
