@@ -79,6 +79,18 @@ def _target_spec(
     return spec
 
 
+def _shard_flag(value: str | None) -> str | None:
+    """``--shard I/N`` checked where it is parsed (a usage error, exit 2)."""
+    from layerlab.harness.live.shards import parse_shard
+
+    if value is not None:
+        try:
+            parse_shard(value)
+        except ValueError:
+            raise typer.BadParameter(f"expected I/N with 1 <= I <= N, e.g. 2/4 (got {value!r})") from None
+    return value
+
+
 def _usage(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(2)
