@@ -63,7 +63,8 @@ PAPER = _CHECKOUT / "paper"
 def live_archives() -> list[Path]:
     """The committed archives of the live matrix: every real local model, then the reference
     agents (tables compute each kind on its own, never pooled)."""
-    return [*archives_in(LOCAL_MODEL_ARCHIVES), ARCHIVES / "reference_agents"]
+    ref = ARCHIVES / "reference_agents"  # absent when installed from a wheel
+    return [*archives_in(LOCAL_MODEL_ARCHIVES), *([ref] if (ref / "records.parquet").exists() else [])]
 
 
 def archives_in(folder: Path) -> list[Path]:
