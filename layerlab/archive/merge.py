@@ -95,7 +95,7 @@ def _whole_shards(manifests: list[tuple[str, dict[str, Any]]]) -> bool | None:
             raise ArchiveError(
                 f"{parts[0][0]}: run {run_id} is given " + (
                     "whole and in shards" if None in counts else
-                    f"in shards of different counts ({sorted(counts)})"
+                    f"in shards of different counts ({sorted(c for c in counts if c is not None)})"
                 ) + "; give one run's N shards (run live --shard I/N) once each"
             )  # fmt: skip
         (count,) = counts
