@@ -127,7 +127,8 @@ def default_sources(run: Source) -> list[Path]:
         folder = paths.LOCAL_MODEL_ARCHIVES / str(model)
         if prov == "local" and (folder / archive.ARCHIVE).exists():
             out.append(folder)
-    return [*out, paths.ARCHIVES / "reference_agents"]
+    ref = paths.ARCHIVES / "reference_agents"  # not shipped in the wheel
+    return [*out, *([ref] if (ref / archive.ARCHIVE).exists() else [])]
 
 
 def _kind(unit: str, other: str) -> str:

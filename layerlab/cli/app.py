@@ -106,6 +106,18 @@ def _target_spec(
     return spec
 
 
+def _shard_flag(value: str | None) -> str | None:
+    """``--shard I/N`` checked where it is parsed (a usage error, exit 2)."""
+    from layerlab.harness.live.shards import parse_shard
+
+    if value is not None:
+        try:
+            parse_shard(value)
+        except ValueError:
+            raise typer.BadParameter(f"expected I/N with 1 <= I <= N, e.g. 2/4 (got {value!r})") from None
+    return value
+
+
 def _usage(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(2)
@@ -127,6 +139,16 @@ def _check_out_file(out: Path, flag: str = "--out") -> None:
     problem = writable_file_problem(out)
     if problem:
         raise _fail(f"{flag} {out}: {problem} (nothing written)")
+
+
+def _not_installed(exc: Exception, args: list[str]) -> str | None:
+    """The one line for a command that needs an extra that is not installed, or the repository."""
+    from layerlab import extras, paths
+
+    if isinstance(exc, paths.NotInRepo):
+        return str(exc)
+    words = [a for a in args[:2] if not a.startswith("-")]
+    return extras.missing_line(exc, " ".join(["layerlab", *words]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the last guard: a bug, reported in one line
         if os.environ.get("LAYERLAB_DEBUG"):
             raise
+        refused = _not_installed(exc, args)
+        if refused:
+            typer.echo(f"error: {refused}", err=True)
+            return 2
         from layerlab.harness.targets.spec import redact_secrets
 
         first = redact_secrets((str(exc).splitlines() or [""])[0])[:200]

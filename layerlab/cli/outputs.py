@@ -214,6 +214,7 @@ def reproduce_cmd(
     ),
 ) -> None:
     """Execute every notebook (papermill) and regenerate every table and figure, offline."""
+    paths.require_repo("layerlab reproduce")
     from layerlab.reporting import reproduce
 
     if compare_dir is not None or check:

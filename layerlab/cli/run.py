@@ -25,6 +25,7 @@ from layerlab.cli.app import (
     _load_corpus,
     _load_mitigations,
     _load_scenarios,
+    _shard_flag,
     _spec_fail,
     _target_spec,
     _usage,
@@ -240,16 +241,12 @@ def run_live(
         "Holds model replies: keep private.",
     ),
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
-    scenarios_path: Path = typer.Option(
-        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
-    ),
+    scenarios_path: Path = typer.Option(paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
-    limit: int = typer.Option(
-        None,
-        "--limit",
-        min=1,
-        help="Ask only N tasks, stratified by domain and policy unit (seeded: --limit-seed).",
-    ),
+    limit: int = typer.Option(None, "--limit", min=1, help="Ask only N tasks, stratified by domain "
+                              "and policy unit (seeded: --limit-seed)."),  # fmt: skip
+    shard: str = typer.Option(None, "--shard", help="I/N: run shard I of N of the tasks (CI jobs; "
+                              "`archive merge` of the N folders is the whole run).", callback=_shard_flag),  # fmt: skip
     limit_seed: int = typer.Option(0, "--limit-seed", help="Seed of the --limit selection."),
     sample_log: Path = typer.Option(
         None,
@@ -275,6 +272,8 @@ def run_live(
     from layerlab.models.llm import ProviderSettings
 
     if config_path is not None:
+        if shard is not None:
+            raise _fail("--shard: not with --config yet (give the run's flags instead)")
         given = live.RunSettings(
             resume=resume,
             retry_errors=retry_errors,
@@ -330,6 +329,7 @@ def run_live(
             agent=live.AgentMode.auto(model, tool_protocol, max_steps) if agent else None,
             target=spec,
             retriever=retriever,
+            shard=shard,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None

@@ -287,7 +287,17 @@ def _findings(res: dict[str, Any] | None, df: pd.DataFrame | None, n_study: int)
 def _figures(res: dict[str, Any]) -> list[str]:
     """Figures of the measures whose rates vary (a measure flat in every cell says nothing drawn);
     a note names the flat ones."""
-    from layerlab.reporting import figures, findings
+    from layerlab import extras
+    from layerlab.reporting import findings
+
+    try:
+        from layerlab.reporting import figures
+    except ModuleNotFoundError as exc:  # installed without the figure stack
+        module = extras.missing_module(exc)
+        if module is None:
+            raise
+        return [page.para(f"Figures left out: they need {module} ({extras.install_hint(module)}).",
+                          "muted")]  # fmt: skip
 
     out = []
     for ref, what in ((False, "models"), (True, "reference agents (baselines, not models)")):
