@@ -362,6 +362,12 @@ def view_cmd(
         help="Sample logs (--sample-log), run folders or archives.",
     ),
     out: Path = typer.Option(Path("view.html"), "--out", help="The HTML file to write."),
+    evidence: bool = typer.Option(
+        True,
+        "--evidence/--no-evidence",
+        help="Archived records: show the evidence path recomputed from the corpus (checked "
+        "against each record's prompt hash or tool calls); --no-evidence: labels only.",
+    ),
 ) -> None:
     """A self-contained HTML viewer of records: choose run, model, scenario and mitigation; filter
     by outcome and diagnostic; verdict first, the path below. From a sample log it is private."""
@@ -369,7 +375,7 @@ def view_cmd(
 
     _check_out_file(out)
     try:
-        viewer.write(inputs, out)
+        viewer.write(inputs, out, evidence=evidence)
     except viewer.ViewError as exc:
         raise _fail(f"{exc} (nothing written)") from None
     typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
