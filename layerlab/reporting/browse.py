@@ -4,7 +4,8 @@ JupyterLab.
 The same rows as ``layerlab view`` (:func:`layerlab.reporting.viewer.load`), rendered in Python so
 that a notebook shows them without a script: each record a collapsible block whose summary is the
 verdict (outcome, S/E/R/G/V, diagnostic), the reasons next, and the path (question, evidence,
-contract, mitigation actions, raw reply) in a collapsed block below. :func:`browser` adds widgets:
+contract, mitigation actions, raw reply; an archived record's evidence recomputed from the corpus,
+:mod:`layerlab.reporting.evidence`) in a collapsed block below. :func:`browser` adds widgets:
 the source, run, model, scenario, mitigation, outcome and diagnostic, and a pager over every
 matching record; exported to HTML without a kernel, it shows a static copy of its first page. An
 empty selection says which filter excludes everything. :mod:`layerlab.reporting.explore` re-exports

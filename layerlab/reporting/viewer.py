@@ -4,8 +4,10 @@ Choose the run, model, scenario and mitigation arm; filter by outcome and diagno
 shows its verdict first (outcome, S = E ∧ R ∧ G ∧ V, the diagnostic, then one reason per label) and
 its path below, collapsed: the question, the evidence the reader received, the contract's decision
 and the raw reply. From a sample log (``run live --sample-log``) every field is there; from an
-archive only the labels are (archives hold no replies), with each task's public question taken from
-the corpus. A page built from a sample log holds replies and expected answers: it is private, and
+archive the labels are (archives hold no replies), with each task's public question taken from
+the corpus and the record's evidence path recomputed from the corpus, checked against what the
+archive kept (:mod:`layerlab.reporting.evidence`; in its own element of the page, each shared
+path and text once). A page built from a sample log holds replies and expected answers: it is private, and
 says so at its top.
 
 The page is one file: every record travels as JSON inside it and a small inline script renders
