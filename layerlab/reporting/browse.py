@@ -257,9 +257,9 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
             f"<details><summary>raw reply</summary><pre>{esc(row['reply'])}</pre></details>"
         )
     if "reply" not in row and again is not None:
-        from layerlab.reporting import evidence
+        from layerlab.reporting.evidence import html as recomputed_html
 
-        path.append(evidence.html(again))
+        path.append(recomputed_html(again))
         path.append('<p class="muted">archive record: no reply is kept (run with --sample-log '
                     "to see it)</p>")  # fmt: skip
     elif "reply" not in row:
