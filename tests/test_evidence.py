@@ -83,7 +83,7 @@ def test_an_archive_records_page_shows_the_recomputed_path_and_no_reply(qwen_pag
     # the page's script renders it, labelled; the old "no evidence is kept" line is for
     # records without a recomputation only
     js = qwen_page.split("<script>\n", 1)[1]
-    assert "recomputed(r.recomputed)" in js and "EV.label" in js
+    assert "recomputed(r.recomputed, r)" in js and "EV.label" in js
     assert "recomputed from the corpus" in qwen_page.split("<script>")[0]  # the page's banner
 
 
@@ -98,6 +98,10 @@ def test_the_notebook_explorer_shows_the_same_path_when_a_record_is_shown() -> N
     assert "equals the record's prompt_hash" in plain and "raw reply" not in plain
     assert "no reply is kept" in plain and "serve_superseded()" in plain
     assert "as received (before the contract)" in plain and "after the contract" in plain
+    r = rows[0]
+    command = (f"layerlab explore --task {r['task_id']} --scenario stale_index --mitigation "
+               f"{r['mitigation']} --retriever tfidf_domain_validity")  # fmt: skip
+    assert command in plain  # the same path in a terminal
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node here")
@@ -128,6 +132,7 @@ def test_the_page_script_renders_the_recomputed_path(qwen_page: str, tmp_path: P
     assert "recomputed from the corpus" in plain and "what reached the reader" in plain
     assert "serve_superseded()" in plain and "no reply is kept" in plain
     assert "superseded" in plain and "raw reply" not in plain
+    assert "layerlab explore --task " in plain and "--retriever tfidf_domain_validity" in plain
 
 
 def test_other_settings_than_recorded_are_said_not_shown() -> None:

@@ -309,6 +309,10 @@ def explore_cmd(
         "extractive", "--reader", help="Deterministic reader: extractive or cautious."
     ),
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    retriever: str = typer.Option(
+        None, "--retriever", help="Registered retriever (default: the reported one; a live "
+        "run's manifest records its own, e.g. bm25)."
+    ),  # fmt: skip
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab.mitigations import load_mitigations
@@ -324,9 +328,16 @@ def explore_cmd(
         READERS.lookup(reader)
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
+    if retriever is not None:
+        from layerlab.system import retrieval
+
+        try:
+            retrieval.get(retriever)
+        except KeyError as exc:
+            raise _fail(f"--retriever: {exc.args[0]}") from None
     c, key = _load_corpus(corpus_dir)
     try:
-        t = explore.trace(task, scenario, mode, reader, corpus=c, key=key)
+        t = explore.trace(task, scenario, mode, reader, corpus=c, key=key, retriever=retriever)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
     typer.echo(explore.render(t))

@@ -259,7 +259,7 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
     if "reply" not in row and again is not None:
         from layerlab.reporting.evidence import html as recomputed_html
 
-        path.append(recomputed_html(again))
+        path.append(recomputed_html(again, row))
         path.append('<p class="muted">archive record: no reply is kept (run with --sample-log '
                     "to see it)</p>")  # fmt: skip
     elif "reply" not in row:

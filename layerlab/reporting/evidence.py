@@ -486,7 +486,7 @@ def _docs_html(ds: Sequence[Mapping[str, Any]]) -> str:
     )  # fmt: skip
 
 
-def html(x: Mapping[str, Any]) -> str:
+def html(x: Mapping[str, Any], row: Mapping[str, Any] | None = None) -> str:
     """A recomputed evidence path (:meth:`Recomputer.record`) as HTML (the notebook explorer's;
     the viewer's page renders the same in its script), marked as recomputed: the check
     first, then the faults, what was retrieved, the payloads before and after the contract (or
@@ -503,6 +503,12 @@ def html(x: Mapping[str, Any]) -> str:
     p = x.get("path")
     if p is None:
         return "".join(out) + "</div>"
+    if row is not None and not p.get("calls"):
+        out.append(
+            '<p class="muted">the same path in a terminal: <code>layerlab explore --task '
+            f"{esc(row['task_id'])} --scenario {esc(row['scenario'])} --mitigation "
+            f"{esc(row['mitigation'])} --retriever {esc(p['retriever'])}</code></p>"
+        )
     if p.get("faults"):
         out.append("<p><b>what the fault did</b></p><ul>"
                    + "".join(f"<li>{esc(f)}</li>" for f in p["faults"]) + "</ul>")  # fmt: skip

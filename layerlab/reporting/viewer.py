@@ -98,13 +98,14 @@ function docTable(ds) {
       '</td><td>' + (d.truncated ? 'yes' : '') + '</td></tr>').join('') + '</tbody></table>' +
     '<details><summary>evidence text</summary><ul>' + ds.map(d => '<li><code>' + esc(d.doc_id) + '</code> ' + esc(T(d.text)) + '</li>').join('') + '</ul></details>';
 }
-function recomputed(x) {
+function recomputed(x, r) {
   const P = (v) => (typeof v === 'number' ? EV.parts[v] : v);
   const q = x.path === null ? null : EV.paths[x.path];
   const p = q && {...q, faults: P(q.faults), retrieved: P(q.retrieved), reader: P(q.reader), actions: P(q.actions)};
   let s = '<div class="recomputed"><p><span class="badge recomputed">' + esc(EV.label) + '</span> <span class="muted">' + esc(EV.note) + '</span></p>' +
     '<p class="' + (x.status === 'match' ? 'muted' : 'bad') + '"><b>check</b>: ' + esc(EV.checks[x.check]) + '</p>';
   if (!p) return s + '</div>';
+  if (!p.calls) s += '<p class="muted">the same path in a terminal: <code>layerlab explore --task ' + esc(r.task_id) + ' --scenario ' + esc(r.scenario) + ' --mitigation ' + esc(r.mitigation) + ' --retriever ' + esc(p.retriever) + '</code></p>';
   if (p.faults) s += '<p><b>what the fault did</b></p><ul>' + p.faults.map(f => '<li>' + esc(f) + '</li>').join('') + '</ul>';
   if (p.retrieved) {
     s += '<p><b>retrieved</b> (' + esc(p.retriever) + ', before the transport faults)</p><table><thead><tr><th>rank</th><th>doc</th><th>status</th><th>year</th><th>v</th><th>domain</th><th>session</th><th>score</th></tr></thead><tbody>' +
@@ -168,7 +169,7 @@ function card(r) {
       '</tbody></table>';
   } else if (r.evidence) { path += '<p class="muted">no evidence reached the reader</p>'; }
   if (r.reply !== undefined && r.reply !== null) path += '<details><summary>raw reply</summary><pre>' + esc(r.reply) + '</pre></details>';
-  if (r.reply === undefined && r.recomputed) path += recomputed(r.recomputed) + '<p class="muted">archive record: no reply is kept (run with --sample-log to see it)</p>';
+  if (r.reply === undefined && r.recomputed) path += recomputed(r.recomputed, r) + '<p class="muted">archive record: no reply is kept (run with --sample-log to see it)</p>';
   else if (r.reply === undefined) path += '<p class="muted">archive record: no reply or evidence is kept (run with --sample-log to see them)</p>';
   path += '</details>';
   return '<details class="rec"><summary>' + head + '</summary>' + verdict + path + '</details>';
