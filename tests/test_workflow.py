@@ -475,8 +475,12 @@ def test_notebook_explorer_reads_an_archive_and_filters_with_widgets(
     by = {b.description: b for b in boxes}
     assert set(by) == {"run", "model", "scenario", "mitigation", "outcome", "diagnostic"}
     assert "archive record: no reply" in view.value and "Private" not in view.value
-    n = len(archive.read_records(out / archive.ARCHIVE))
-    assert f"{n} record(s)" in view.value
+    rows = explore.load_rows(out)
+    assert len(rows) == len(archive.read_records(out / archive.ARCHIVE))
+    start = explore.first_failure(rows)  # it opens on a failure, when the source has one
+    assert by["outcome"].value == start.get("outcome", "")
+    assert f"{len(explore.select(rows, **start))} record(s)" in view.value
+    assert "recomputed from the corpus" in view.value  # an archived record's evidence
     by["scenario"].value = "wrong_session"
     by["outcome"].value = "grounded_wrong"
     want = explore.select(explore.load_rows(out), scenario="wrong_session", outcome="grounded_wrong")

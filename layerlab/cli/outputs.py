@@ -322,6 +322,10 @@ def explore_cmd(
         "extractive", "--reader", help="Deterministic reader: extractive or cautious."
     ),
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    retriever: str = typer.Option(
+        None, "--retriever", help="Registered retriever (default: the reported one; a live "
+        "run's manifest records its own, e.g. bm25)."
+    ),  # fmt: skip
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab.mitigations import load_mitigations
@@ -337,9 +341,16 @@ def explore_cmd(
         READERS.lookup(reader)
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
+    if retriever is not None:
+        from layerlab.system import retrieval
+
+        try:
+            retrieval.get(retriever)
+        except KeyError as exc:
+            raise _fail(f"--retriever: {exc.args[0]}") from None
     c, key = _load_corpus(corpus_dir)
     try:
-        t = explore.trace(task, scenario, mode, reader, corpus=c, key=key)
+        t = explore.trace(task, scenario, mode, reader, corpus=c, key=key, retriever=retriever)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
     typer.echo(explore.render(t))
@@ -375,6 +386,12 @@ def view_cmd(
         help="Sample logs (--sample-log), run folders or archives.",
     ),
     out: Path = typer.Option(Path("view.html"), "--out", help="The HTML file to write."),
+    evidence: bool = typer.Option(
+        True,
+        "--evidence/--no-evidence",
+        help="Archived records: show the evidence path recomputed from the corpus (checked "
+        "against each record's prompt hash or tool calls); --no-evidence: labels only.",
+    ),
 ) -> None:
     """A self-contained HTML viewer of records: choose run, model, scenario and mitigation; filter
     by outcome and diagnostic; verdict first, the path below. From a sample log it is private."""
@@ -382,7 +399,7 @@ def view_cmd(
 
     _check_out_file(out)
     try:
-        viewer.write(inputs, out)
+        viewer.write(inputs, out, evidence=evidence)
     except viewer.ViewError as exc:
         raise _fail(f"{exc} (nothing written)") from None
     typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
