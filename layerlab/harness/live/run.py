@@ -171,6 +171,7 @@ def run_live(
                     )
                 )  # fmt: skip
         prepare_all()
+        target = _open_target(config)  # set up (its setup()) before anything is written
         # from here on the run folder is written
         out.mkdir(parents=True, exist_ok=True)
         _tidy(out, began)
@@ -188,7 +189,8 @@ def run_live(
         written: dict[tuple[Any, ...], Record] = {}
         n_workers = workers or worker_processes(config, bases, plan["expected_records"] - len(done))
         ctx = RunContext(
-            corpus, key, config, prepared, cache, plan["run_id"], concurrency, samples is not None
+            corpus, key, config, prepared, cache, plan["run_id"], concurrency, samples is not None,
+            target,
         )
         todo, total = todo_cells(corpus, config, done, counters)
         alog = ProgressLog(out / rows) if rows is not None else None
@@ -256,6 +258,20 @@ def run_live(
     ]
     msg = "\n".join([*notes, msg, _error_line(errors)])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), run.cache_folder)
+
+
+def _open_target(config: LiveConfig) -> Any:
+    """A target run's target, opened (loaded, instantiated, ``setup()``), or None."""
+    if config.target is None:
+        return None
+    from layerlab.harness.targets import TargetError, TargetSpec
+    from layerlab.harness.targets.execute import open_target
+
+    assert isinstance(config.target, TargetSpec)
+    try:
+        return open_target(config.target)
+    except TargetError as exc:
+        raise LiveRunError(f"{exc} (nothing written)") from None
 
 
 def _rows_log(config: LiveConfig) -> str | None:
