@@ -140,7 +140,8 @@ def run_live(
         cache = open_cache(run.cache_folder, say, flag_for(cache_dir))
     except CacheError as exc:
         raise LiveRunError(f"{exc} (nothing written)") from None
-    agents.register()
+    if config.target is None:  # a target run asks no provider: litellm is not imported
+        agents.register()
     per_model = plan["expected_records"] // max(1, len(config.models))
     pending = [  # a model whose records are all done is not asked again
         m for m in config.models if sum(k[:2] == config.record_model(m) for k in done) < per_model
