@@ -38,11 +38,14 @@ def _run(corpus, key, tmp: Path, target: Any, concurrency: int, **kw: Any) -> li
                          **kw)  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["slow_extractive", "async_extractive"])
-def test_a_target_at_concurrency_8_gives_the_serial_runs_bytes(corpus, key, tmp_path, name):
+@pytest.mark.parametrize(
+    "spec",
+    ["python:user_targets:slow_extractive", "python:user_targets:async_extractive",
+     "langchain:user_targets:lc_async_factory"],
+)  # fmt: skip
+def test_a_target_at_concurrency_8_gives_the_serial_runs_bytes(corpus, key, tmp_path, spec):
     import user_targets
 
-    spec = f"python:user_targets:{name}"
     user_targets.SEEN.clear()
     serial = _run(corpus, key, tmp_path / "serial", spec, 1)
     t0 = time.perf_counter()
