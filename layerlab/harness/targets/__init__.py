@@ -10,6 +10,11 @@ contract (status, answer, citations) or free text (:func:`read_reply`). Kinds:
 * :mod:`~layerlab.harness.targets.http` — ``http://host:port/path``: a service answering through
   layerlab's tool server (:mod:`~layerlab.harness.targets.toolserver`).
 
+A run opens its target once (:mod:`~layerlab.harness.targets.execute`: loaded, instantiated,
+settings checked (:mod:`~layerlab.harness.targets.options`) and ``setup()`` called before the run
+folder exists) and answers up to ``--concurrency`` records at once, each in a thread of its own
+(or awaited, for an async target), within a per-record timeout; ``close()`` once at the end.
+
 Faults act where they claim: the scenario's index in what ``search`` can return; its access,
 availability and payload faults in the tool's answer (the arm's contract, strict or repair, and
 its mitigations apply inside the tools); its session faults in the evidence's sessions. Each
