@@ -87,6 +87,7 @@ def test_a_record_past_its_timeout_is_a_labelled_provider_error_and_the_run_goes
     t0 = time.perf_counter()
     assert main(args) == 0, capsys.readouterr().err
     assert time.perf_counter() - t0 < 30
+    assert "target: 2 record(s) timed out (no reply within 0.5 s)" in capsys.readouterr().out
     recs = pd.read_parquet(out / "records.parquet").set_index("task_id")
     assert (recs.loc["pto-01-q1"].diagnostic == "provider_error").all()
     assert recs.drop("pto-01-q1").success.all()

@@ -295,6 +295,8 @@ class Engine:
         td = score_record(target.spec, tools, prepared, context, raw, error, cell.replicate)
         if td.reply.failure:
             self.counters.failures += 1
+        if error is not None and error.startswith("timeout:"):
+            self.counters.timed_out += 1
         rec, row = td.done.record, target_row(td.done.record, td)
         if not self.want_samples:
             return rec, None, row

@@ -233,6 +233,8 @@ def run_live(
         results.write_results(out, records, final)  # per-model rates, next to the archive
     _tidy(out, began)
     notes = [report.describe()] if report.dropped else []
+    if counters.timed_out:
+        notes.append(_timeouts_note(config, counters.timed_out))
     if config.agent is not None and records:
         notes += agentlog.tool_use_notes(
             list(agentlog.read_rows(out / agentlog.AGENT_LOG).values())
@@ -273,6 +275,18 @@ def _open_target(config: LiveConfig) -> Any:
         return open_target(config.target)
     except TargetError as exc:
         raise LiveRunError(f"{exc} (nothing written)") from None
+
+
+def _timeouts_note(config: LiveConfig, n: int) -> str:
+    from layerlab.harness.targets import TargetSpec
+    from layerlab.harness.targets.options import timeout_setting
+
+    assert isinstance(config.target, TargetSpec)
+    limit = timeout_setting(config.target, config.settings.timeout_s)
+    return (
+        f"target: {n} record(s) timed out (no reply within {limit:g} s), counted as provider "
+        "errors; --target-setting timeout=S gives each record more time"
+    )
 
 
 def _rows_log(config: LiveConfig) -> str | None:
