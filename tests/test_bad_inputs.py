@@ -577,6 +577,7 @@ LIVE = (
     "run live -m layerlab/extractive --tasks hr-01-q1 --scenario clean --no-progress --out {t}/run"
 )
 CFG = "run live --config {t}/run.yaml --out {t}/run --no-progress"
+TGT = "run live --target python:fixtures.user_targets:{} " + ONE[0] + " " + ONE[1] + " --out {{t}}/run --no-progress"
 _M = "models:\n  - model: layerlab/extractive\n"
 
 CASES = [
@@ -821,6 +822,24 @@ CASES += [
     Case("target-setting-not-key-value-hides-a-secret",
          "run live --target python:x:y --target-setting sk-proj-Q7v9XkT2mN4pL8rS1wY6zA3b --out {t}/run",
          r"^error: --target-setting '\(secret: not stored\)': expected key=value$", code=2),
+    # a target is loaded, instantiated and its settings checked before the run folder exists
+    Case("target-init-raises", TGT.format("InitFails"),
+         r"^error: --target python:fixtures\.user_targets:InitFails: creating InitFails\(\) failed \(RuntimeError: cannot open the index\)$", code=2),
+    Case("target-answer-not-callable", TGT.format("AnswerNotCallable"),
+         r"AnswerNotCallable: answer is not callable \(a str; expected a method answer\(self, request\)\)$", code=2),
+    Case("target-langchain-factory-fails", TGT.format("failing_factory").replace("python:", "langchain:"),
+         r"failing_factory: the factory failed \(ValueError: no such model\)$", code=2),
+    Case("target-setting-timeout-a-word", TGT.format("extractive") + " --target-setting timeout=abc",
+         r"^error: --target-setting timeout='abc': expected seconds, a number greater than 0$", code=2),
+    Case("target-setting-timeout-negative", TGT.format("extractive") + " --target-setting timeout=-1",
+         r"^error: --target-setting timeout='-1': expected seconds, a number greater than 0$", code=2),
+    Case("target-setting-concurrent-a-word", TGT.format("extractive") + " --target-setting concurrent=maybe",
+         r"^error: --target-setting concurrent='maybe': expected true or false$", code=2),
+    Case("target-setup-fails", TGT.format("SetupFails"),
+         r"SetupFails: setup\(\) failed \(ConnectionError: the vector store is down\) \(nothing written\)$", cache_made=True),
+    Case("cfg-target-timeout-negative", CFG,
+         r"--target-setting timeout=-1: expected seconds, a number greater than 0",
+         files={"run.yaml": "target: {spec: 'python:fixtures.user_targets:extractive', settings: {timeout: -1}}\nlimit: 1\n"}),
     Case("cfg-no-models", CFG, r"run\.yaml:1: models: expected at least one model \(or a target\)", files={"run.yaml": "limit: 2\n"}),
     Case("cfg-empty-models", CFG, r"run\.yaml:1: models: expected at least one model \(or a target\)", files={"run.yaml": "models: []\n"}),
     Case("cfg-unknown-key", CFG, r"run\.yaml:3: colour: unknown key", files={"run.yaml": _M + "colour: blue\n"}),

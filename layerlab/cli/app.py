@@ -153,7 +153,14 @@ def _not_installed(exc: Exception, args: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every error becomes one line on stderr and an exit code, never a traceback
-    (set LAYERLAB_DEBUG=1 to see the traceback of an unexpected error)."""
+    (set LAYERLAB_DEBUG=1 to see the traceback of an unexpected error). A thread a target left
+    running does not keep the process alive (:func:`~layerlab.harness.targets.execute.exit_past_leftovers`)."""
+    code = _main(argv)
+    execute = sys.modules.get("layerlab.harness.targets.execute")  # imported by target runs only
+    return execute.exit_past_leftovers(code) if execute is not None else code
+
+
+def _main(argv: list[str] | None) -> int:
 
     try:  # typer >= 0.20 vendors click; older typer raises click's own exceptions
         from typer._click import exceptions as click

@@ -9,7 +9,8 @@ by the machine's load average at start and end (timings on a loaded machine are 
 machine's: read them with the load). ``--json`` prints one JSON object per benchmark instead.
 
 Modules: ``report`` (the result shape, :func:`~.report.verdict`, and the printed table), ``suite``
-(the harness, CLI, bootstrap and coverage benchmarks), ``local_model`` (the harness against a
+(the harness, CLI, bootstrap and coverage benchmarks), ``target`` (a user's system that answers
+in 1 s, at concurrency 16), ``local_model`` (the harness against a
 llama.cpp server driven directly), ``cpu_profile`` (``--profile``) and ``run`` (the registry of
 benchmarks and :func:`~.run.main`).
 """

@@ -31,6 +31,7 @@ class Counters:
     retries: int = 0
     failures: int = 0
     skipped_done: int = 0
+    timed_out: int = 0  # a target's records that did not answer within its timeout
     # successful calls of this invocation: seconds from request sent to reply (queue time not
     # included) and the token counts the server reported; summarised in the manifest only
     latencies: list[float] = field(default_factory=list)

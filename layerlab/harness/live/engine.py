@@ -36,7 +36,14 @@ from layerlab.harness.live.progress import RecordWriter, progress_line
 from layerlab.harness.live.settings import AgentMode, LiveConfig, LiveRunError
 from layerlab.harness.prepare import PreparedScenario
 from layerlab.harness.step import Reading, RecordContext, RecordStep
-from layerlab.harness.targets import Target, TargetError, TargetSpec, load_target, run_record
+from layerlab.harness.targets import (
+    TargetError,
+    TargetSpec,
+    end_record,
+    score_record,
+    start_record,
+)
+from layerlab.harness.targets.execute import Runner, TargetExit, open_target
 from layerlab.models.cache import ResponseCache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
@@ -92,6 +99,7 @@ class RunContext:
     run_id: str
     concurrency: int  # concurrent requests of the run (a worker process gets its share)
     want_samples: bool  # whether records come with their sample-log entries
+    target: Any = None  # the opened target (execute.open_target) of a target run, else None
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,13 @@ class Engine:
         self.cache, self.run_id, self.want_samples = ctx.cache, ctx.run_id, ctx.want_samples
         self.budget, self.counters, self.rng, self.routes = budget, counters, rng, routes
         self.litellm = import_litellm() if ctx.config.target is None else None
-        self.target: Target | None = None  # loaded on the first target record
+        self.runner: Runner | None = None
+        if isinstance(ctx.config.target, TargetSpec):  # opened before the run folder exists
+            try:
+                target = ctx.target or open_target(ctx.config.target)
+            except TargetError as exc:
+                raise LiveRunError(str(exc)) from None
+            self.runner = Runner(target, ctx.config.settings.timeout_s)
         # the arms once, not a spec lookup per record
         self.arms = {m: mitigations.arm(m) for m in ctx.config.mitigations}
         self.stopped = False
@@ -199,8 +213,8 @@ class Engine:
     async def record(self, cell: Cell) -> Made | None:
         """The cell's record, sample entry and agent row, or None when the budget stopped the
         run."""
-        if self.config.target is not None:
-            return self.target_record(cell)
+        if self.runner is not None:
+            return await self.target_record(cell, self.runner)
         if self.config.agent is not None:
             return await self.agent_record(cell, self.config.agent)
         provider, name = split_model(cell.model)
@@ -268,21 +282,29 @@ class Engine:
         )  # fmt: skip
         return done.record, samplelog.agent_entry(entry, row, transcript(loop)), row
 
-    def target_record(self, cell: Cell) -> Made:
-        """A target record: the user's system answers through the record's faulted tools (one
-        record at a time: a record's session is served only while it is in flight)."""
-        if self.target is None:
-            assert isinstance(self.config.target, TargetSpec)
-            try:
-                self.target = load_target(self.config.target)
-            except TargetError as exc:
-                raise LiveRunError(str(exc)) from None
+    async def target_record(self, cell: Cell, runner: Runner) -> Made:
+        """A target record: the user's system answers through the record's faulted tools, in
+        its own thread (or task), up to ``--concurrency`` records in flight, each within the
+        target's timeout (:class:`~layerlab.harness.targets.execute.Runner`)."""
         provider, name = split_model(cell.model)
         context = RecordContext(self.corpus, self.key, provider, name, self.run_id)
-        td = run_record(self.target, cell.task, self.prepared[cell.scenario],
-                        self.arms[cell.mode], context, cell.replicate)  # fmt: skip
+        prepared, target = self.prepared[cell.scenario], runner.target
+        tools, request = start_record(target, cell.task, prepared, self.arms[cell.mode])
+        try:
+            raw, error = await runner.call(lambda: target.answer(request))
+        except TargetExit as exc:
+            where = f"{cell.task.task_id}/{cell.scenario}/{cell.mode}"
+            raise LiveRunError(
+                f"--target {target.spec.spec}: answer() {exc.how} on record {where} "
+                "(a target returns or raises; it must not end the process): the run stopped"
+            ) from None
+        finally:
+            end_record(request)
+        td = score_record(target.spec, tools, prepared, context, raw, error, cell.replicate)
         if td.reply.failure:
             self.counters.failures += 1
+        if error is not None and error.startswith("timeout:"):
+            self.counters.timed_out += 1
         rec, row = td.done.record, target_row(td.done.record, td)
         if not self.want_samples:
             return rec, None, row
@@ -294,9 +316,9 @@ class Engine:
         return rec, entry, row
 
     def close(self) -> None:
-        """Close the target (an HTTP target's tool server), if one was loaded."""
-        if self.target is not None:
-            self.target.close()
+        """Close the target (its ``close()``, an HTTP target's tool server), if there is one."""
+        if self.runner is not None:
+            self.runner.close()
 
     async def drain(
         self,

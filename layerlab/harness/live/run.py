@@ -145,7 +145,8 @@ def run_live(
         cache = open_cache(run.cache_folder, say, flag_for(cache_dir))
     except CacheError as exc:
         raise LiveRunError(f"{exc} (nothing written)") from None
-    agents.register()
+    if config.target is None:  # a target run asks no provider: litellm is not imported
+        agents.register()
     per_model = plan["expected_records"] // max(1, len(config.models))
     pending = [  # a model whose records are all done is not asked again
         m for m in config.models if sum(k[:2] == config.record_model(m) for k in done) < per_model
@@ -176,6 +177,7 @@ def run_live(
                     )
                 )  # fmt: skip
         prepare_all()
+        target = _open_target(config)  # set up (its setup()) before anything is written
         # from here on the run folder is written
         out.mkdir(parents=True, exist_ok=True)
         _tidy(out, began)
@@ -193,7 +195,8 @@ def run_live(
         written: dict[tuple[Any, ...], Record] = {}
         n_workers = workers or worker_processes(config, bases, plan["expected_records"] - len(done))
         ctx = RunContext(
-            corpus, key, work, prepared, cache, plan["run_id"], concurrency, samples is not None
+            corpus, key, work, prepared, cache, plan["run_id"], concurrency, samples is not None,
+            target,
         )
         todo, total = todo_cells(corpus, work, done, counters)
         alog = ProgressLog(out / rows) if rows is not None else None
@@ -235,6 +238,8 @@ def run_live(
         results.write_results(out, records, final)  # per-model rates, next to the archive
     _tidy(out, began)
     notes = [report.describe()] if report.dropped else []
+    if counters.timed_out:
+        notes.append(_timeouts_note(config, counters.timed_out))
     if config.agent is not None and records:
         notes += agentlog.tool_use_notes(
             list(agentlog.read_rows(out / agentlog.AGENT_LOG).values())
@@ -261,6 +266,32 @@ def run_live(
     ]
     msg = "\n".join([*notes, msg, _error_line(errors)])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), run.cache_folder)
+
+
+def _open_target(config: LiveConfig) -> Any:
+    """A target run's target, opened (loaded, instantiated, ``setup()``), or None."""
+    if config.target is None:
+        return None
+    from layerlab.harness.targets import TargetError, TargetSpec
+    from layerlab.harness.targets.execute import open_target
+
+    assert isinstance(config.target, TargetSpec)
+    try:
+        return open_target(config.target)
+    except TargetError as exc:
+        raise LiveRunError(f"{exc} (nothing written)") from None
+
+
+def _timeouts_note(config: LiveConfig, n: int) -> str:
+    from layerlab.harness.targets import TargetSpec
+    from layerlab.harness.targets.options import timeout_setting
+
+    assert isinstance(config.target, TargetSpec)
+    limit = timeout_setting(config.target, config.settings.timeout_s)
+    return (
+        f"target: {n} record(s) timed out (no reply within {limit:g} s), counted as provider "
+        "errors; --target-setting timeout=S gives each record more time"
+    )
 
 
 def _rows_log(config: LiveConfig) -> str | None:

@@ -11,6 +11,11 @@ contract (status, answer, citations) or free text (:func:`read_reply`). Kinds:
 * :mod:`~layerlab.harness.targets.http` — ``http://host:port/path``: a service answering through
   layerlab's tool server (:mod:`~layerlab.harness.targets.toolserver`).
 
+A run opens its target once (:mod:`~layerlab.harness.targets.execute`: loaded, instantiated,
+settings checked (:mod:`~layerlab.harness.targets.options`) and ``setup()`` called before the run
+folder exists) and answers up to ``--concurrency`` records at once, each in a thread of its own
+(or awaited, for an async target), within a per-record timeout; ``close()`` once at the end.
+
 Faults act where they claim: the scenario's index in what ``search`` can return; its access,
 availability and payload faults in the tool's answer (the arm's contract, strict or repair, and
 its mitigations apply inside the tools); its session faults in the evidence's sessions. Each
@@ -30,8 +35,11 @@ from layerlab.harness.targets.base import (
     TargetReply,
     TargetRequest,
     ToolError,
+    end_record,
     read_reply,
     run_record,
+    score_record,
+    start_record,
 )
 from layerlab.harness.targets.spec import (
     KINDS,
@@ -44,36 +52,33 @@ from layerlab.harness.targets.spec import (
 
 
 def load_target(spec: TargetSpec) -> Target:
-    """The loaded target (imports the module, calls the factory, starts the tool server);
-    :class:`TargetError` in one line when it cannot be used. Close it after the run."""
-    if spec.kind == "python":
-        from layerlab.harness.targets.python import PythonTarget
+    """The loaded target (imports the module, instantiates the class or calls the factory,
+    starts the tool server; settings checked); :class:`TargetError` in one line when it cannot
+    be used. A run opens it with :func:`~layerlab.harness.targets.execute.open_target` (which
+    calls its ``setup()``); close it after."""
+    from layerlab.harness.targets.execute import load
 
-        return PythonTarget(spec)
-    if spec.kind == "langchain":
-        from layerlab.harness.targets.langchain import LangChainTarget
-
-        return LangChainTarget(spec)
-    from layerlab.harness.targets.http import HttpTarget
-
-    return HttpTarget(spec)
+    target: Target = load(spec)
+    return target
 
 
 def check_target(spec: TargetSpec) -> None:
-    """Refuse a target that cannot be used, before a run writes anything: the module and its
-    attribute (imported, callable), or a URL that something answers at."""
+    """Refuse a target that cannot be used, before a run writes anything: its settings (typed
+    and ranged), a URL that something answers at, the module and its attribute imported and
+    instantiated (a class's ``__init__``, a LangChain factory), its ``answer`` callable. What it
+    loaded is kept for the run that follows (one instance per run)."""
     if spec.kind == "http":
         from layerlab.harness.targets.http import reachable
+        from layerlab.harness.targets.options import check_settings
 
+        check_settings(spec)
         reachable(spec)
-        return
-    from layerlab.harness.targets.python import load_attr
-
-    load_attr(spec)
+    load_target(spec)
 
 
 __all__ = [
     "KINDS", "PROVIDER", "REPLY_FORMATS", "Document", "ReadReply", "Target", "TargetDone",
-    "TargetError", "TargetReply", "TargetRequest", "TargetSpec", "ToolError", "check_target",
-    "load_target", "parse_settings", "parse_target", "read_reply", "run_record",
+    "TargetError", "TargetReply", "TargetRequest", "TargetSpec", "ToolError", "check_target", "end_record",
+    "load_target", "parse_settings", "parse_target", "read_reply", "run_record", "score_record",
+    "start_record",
 ]  # fmt: skip

@@ -181,23 +181,65 @@ class ReadReply:
     failure: str | None = None
 
 
+_RUN = re.compile(r"[\w-]+")
+"""A run of id characters: an id is mentioned where it starts and ends at a run's edges."""
+_BRACKETS = re.compile(r"\(\s*[,;]?\s*\)|\[\s*[,;]?\s*\]")
+
+
 def _id_pattern(doc_id: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w-])" + re.escape(doc_id) + r"(?![\w-])")
 
 
+def mentions(text: str, known: Iterable[str]) -> list[tuple[int, int, str]]:
+    """Every mention of a known doc id in ``text`` as (start, end, id): where the id stands
+    alone (no letter, digit, ``_`` or ``-`` on either side). Linear in the text: the text's
+    runs of id characters are read once and each span of 1..k runs (k: the most an id has) is
+    looked up, instead of one scan of the text per known id."""
+    by_runs: dict[int, set[str]] = {}
+    odd = []  # ids that start or end with another character: searched one by one
+    longest = 0
+    for d in set(known):
+        runs = _RUN.findall(d)
+        if runs and d.startswith(runs[0]) and d.endswith(runs[-1]):
+            by_runs.setdefault(len(runs), set()).add(d)
+            longest = max(longest, len(d))
+        elif d:
+            odd.append(d)
+    found: list[tuple[int, int, str]] = []
+    if by_runs:
+        spans = [m.span() for m in _RUN.finditer(text)]
+        for k, ids in by_runs.items():
+            for i in range(len(spans) - k + 1):
+                start, end = spans[i][0], spans[i + k - 1][1]
+                if end - start <= longest and text[start:end] in ids:
+                    found.append((start, end, text[start:end]))
+    for d in odd:
+        found += [(m.start(), m.end(), d) for m in _id_pattern(d).finditer(text)]
+    return found
+
+
 def free_text(text: str, known: Iterable[str]) -> ReaderOutput:
-    """A free-text reply: the known doc ids it mentions are its citations (in the order
-    mentioned), the text without them (and the brackets left empty) its answer."""
-    found: list[tuple[int, str]] = []
-    answer = text
-    for d in sorted(set(known), key=len, reverse=True):
-        m = _id_pattern(d).search(text)
-        if m:
-            found.append((m.start(), d))
-            answer = _id_pattern(d).sub("", answer)
-    answer = re.sub(r"\(\s*[,;]?\s*\)|\[\s*[,;]?\s*\]", "", answer)
+    """A free-text reply: the known doc ids it mentions are its citations (in the order first
+    mentioned), the text without them (the longer of two overlapping mentions removed, and
+    the brackets left empty) its answer. Linear in the text (:func:`mentions`)."""
+    found = mentions(text, known)
+    first: dict[str, int] = {}
+    for start, _end, d in found:
+        first[d] = min(start, first.get(d, start))
+    cites = tuple(d for _, d in sorted((p, d) for d, p in first.items()))
+    taken: list[tuple[int, int]] = []
+    covered = bytearray(len(text))  # 1 where a taken mention stands
+    for start, end, _d in sorted(found, key=lambda f: (f[0] - f[1], f[2], f[0])):
+        if covered.find(1, start, end) < 0:  # longer mentions first, no overlap
+            taken.append((start, end))
+            covered[start:end] = b"\x01" * (end - start)
+    parts, at = [], 0
+    for start, end in sorted(taken):
+        parts.append(text[at:start])
+        at = end
+    answer = "".join([*parts, text[at:]])
+    answer = _BRACKETS.sub("", answer)
     answer = re.sub(r"\s+", " ", answer).strip(" \t\n,;:")
-    cites = tuple(d for _, d in sorted(found))
     if not answer:
         return ReaderOutput("abstained", None, (), "empty reply")
     return ReaderOutput("answered", answer, cites)
@@ -278,6 +320,85 @@ def request_hash(spec: TargetSpec, task: Task, session_id: str) -> str:
     return hashlib.sha256(canonical_json(ident).encode()).hexdigest()
 
 
+MAX_REPLY_BYTES = 1 << 20
+"""A reply larger than this (1 MiB of text, or of strings in a structure) is not read."""
+MAX_REPLY_DEPTH = 64
+"""A reply nested deeper than this is not read."""
+
+
+def reply_problem(raw: Any) -> str | None:
+    """Why ``raw`` is too large or too deep to read (one line), or None. Linear, iterative
+    (a reply nested 100,000 deep is measured, never recursed into)."""
+    size, stack = 0, [(raw, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_REPLY_DEPTH:
+            return f"the reply is nested deeper than {MAX_REPLY_DEPTH} levels (not read)"
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, (bytes, bytearray)):
+            size += len(value)
+        elif isinstance(value, Mapping):
+            size += len(value)
+            stack.extend((v, depth + 1) for kv in value.items() for v in kv)
+        elif isinstance(value, (list, tuple)):
+            size += len(value)
+            stack.extend((v, depth + 1) for v in value)
+        else:
+            size += 1
+        if size > MAX_REPLY_BYTES:
+            return f"the reply is larger than {MAX_REPLY_BYTES // (1 << 20)} MiB (not read)"
+    return None
+
+
+def start_record(
+    target: Target, task: Task, prepared: PreparedScenario, arm: str | Arm
+) -> tuple[ToolBox, TargetRequest]:
+    """A record's faulted tools and the request the target gets."""
+    tools = ToolBox(task, prepared, arm)
+    return tools, TargetRequest(tools, target.spec.options())
+
+
+def end_record(request: TargetRequest) -> None:
+    """The record has ended (answered, failed or timed out): its request calls no more tools,
+    whoever kept it (a thread left running past its timeout included)."""
+    _TOOLBOXES.pop(request, None)
+
+
+def score_record(
+    spec: TargetSpec,
+    tools: ToolBox,
+    prepared: PreparedScenario,
+    ctx: RecordContext,
+    raw: Any,
+    error: str | None,
+    replicate: int = 0,
+) -> TargetDone:
+    """A record from the target's raw reply (or its error's one line): the reply read (capped
+    in size and depth: :func:`reply_problem`), the one scorer."""
+    problem = None if error is not None else reply_problem(raw)
+    if error is not None:
+        reply = ReadReply(None, "none", "provider_error")
+    elif problem is not None:
+        reply, error = ReadReply(None, "none", "malformed_reply"), problem
+    else:
+        known = [*tools.evidence, *prepared.index]
+        try:
+            reply = read_reply(raw, known)
+        except RecursionError:  # JSON text nested past the parser's limit
+            reply = ReadReply(None, "none", "malformed_reply")
+            error = f"the reply is nested deeper than {MAX_REPLY_DEPTH} levels (not read)"
+    reading = Reading(reply.out, request_hash(spec, tools.task, tools.session_id), reply.failure)
+    done = finish(tools, ctx, reading, replicate)
+    if raw is None:
+        shown = None
+    elif problem is not None:
+        shown = f"({type(raw).__name__}: {problem})"
+    else:
+        shown = (raw if isinstance(raw, str) else repr(raw))[:4000]
+    return TargetDone(done, reply, tools, shown, error, spec.kind)
+
+
 def run_record(
     target: Target,
     task: Task,
@@ -286,22 +407,14 @@ def run_record(
     ctx: RecordContext,
     replicate: int = 0,
 ) -> TargetDone:
-    """One record of a target: its faulted tools, the target's reply, the one scorer."""
-    tools = ToolBox(task, prepared, arm)
-    request = TargetRequest(tools, target.spec.options())
+    """One record of a target, in this thread: its faulted tools, the target's reply, the one
+    scorer (a run answers through :class:`~layerlab.harness.targets.execute.Runner`)."""
+    tools, request = start_record(target, task, prepared, arm)
     raw, error = None, None
     try:
         raw = target.answer(request)
     except Exception as exc:  # the system under test failed: a failure of the record, not ours
         error = target.spec.redact(f"{type(exc).__name__}: {exc}")[:500]  # never a secret
     finally:
-        _TOOLBOXES.pop(request, None)  # the record has ended: a kept request calls no tools
-    if error is not None:
-        reply = ReadReply(None, "none", "provider_error")
-    else:
-        known = [*tools.evidence, *prepared.index]
-        reply = read_reply(raw, known)
-    reading = Reading(reply.out, request_hash(target.spec, task, tools.session_id), reply.failure)
-    done = finish(tools, ctx, reading, replicate)
-    shown = None if raw is None else (raw if isinstance(raw, str) else repr(raw))[:4000]
-    return TargetDone(done, reply, tools, shown, error, target.spec.kind)
+        end_record(request)
+    return score_record(target.spec, tools, prepared, ctx, raw, error, replicate)

@@ -13,8 +13,11 @@ is answered: without it the tool server answers 401, nothing else can act inside
 answers with the
 reply contract as JSON (``{"status": "answered", "answer": "...", "citations": ["doc-id"]}`` or
 ``{"status": "abstained", "reason": "..."}``); a ``text/plain`` answer is read as free text. An
-HTTP error or a timeout (setting ``timeout``, seconds, default 60) ends the record as
-``provider_error``. Settings named ``header.NAME`` are sent as request headers (e.g.
+HTTP error or a timeout (setting ``timeout``, seconds, else the run's ``--timeout``) ends the
+record as ``provider_error``; a reply over 1 MiB is not read (``malformed_reply``). Questions are
+POSTed concurrently (up to ``--concurrency``; ``--target-setting concurrent=false``: one at a
+time); each record's calls carry its own token, so records of one session may be in flight
+together. Settings named ``header.NAME`` are sent as request headers (e.g.
 ``--target-setting header.Authorization=...``: a secret-looking name is hashed, never stored).
 """
 
@@ -25,11 +28,13 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from layerlab.harness.targets.base import TargetRequest
+from layerlab.harness.targets.base import MAX_REPLY_BYTES, TargetRequest
+from layerlab.harness.targets.options import timeout_setting
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 from layerlab.harness.targets.toolserver import ToolServer
 
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = 180.0
+"""The request timeout when neither the setting nor the run gives one (the runner sets it)."""
 
 
 def reachable(spec: TargetSpec, timeout: float = 5.0) -> None:
@@ -59,32 +64,31 @@ class HttpTarget:
     def __init__(self, spec: TargetSpec) -> None:
         self.spec = spec
         opts = spec.options()
-        try:
-            self.timeout = float(opts.get("timeout", DEFAULT_TIMEOUT_S))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise TargetError(
-                f"--target-setting timeout={opts['timeout']!r}: expected seconds"
-            ) from None
+        self.timeout: float | None = timeout_setting(spec, DEFAULT_TIMEOUT_S)
         self.headers = {k.removeprefix("header."): str(v) for k, v in opts.items()
                         if k.startswith("header.")}  # fmt: skip
         self.server = ToolServer()
 
     def answer(self, request: TargetRequest) -> Any:
+        # each record has its own token: records of one session may be in flight together
         with self.server.serving(request) as (tools_url, tools_token):
-            body = json.dumps({"question": request.question, "answer_kind": request.answer_kind,
-                               "session_id": request.session_id, "tools_url": tools_url,
-                               "tools_token": tools_token})  # fmt: skip
+            payload = json.dumps({"question": request.question, "answer_kind": request.answer_kind,
+                                  "session_id": request.session_id, "tools_url": tools_url,
+                                  "tools_token": tools_token})  # fmt: skip
             req = urllib.request.Request(
-                self.spec.ref, data=body.encode(), method="POST",
+                self.spec.ref, data=payload.encode(), method="POST",
                 headers={"Content-Type": "application/json", "Accept": "application/json",
                          **self.headers},
             )  # fmt: skip
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
-                    data = resp.read().decode("utf-8", "replace")
+                    body = resp.read(MAX_REPLY_BYTES + 1)
                     kind = resp.headers.get_content_type()
             except urllib.error.HTTPError as exc:
                 raise RuntimeError(f"the service answered HTTP {exc.code}") from None
+        if len(body) > MAX_REPLY_BYTES:
+            return body  # too large: the record says so (base.reply_problem), nothing read
+        data = body.decode("utf-8", "replace")
         if kind == "application/json":
             try:
                 return json.loads(data)

@@ -29,6 +29,12 @@ the answer from the first of ``answer``, ``output``, ``result`` and the sources 
 ``source_documents``, ``context``, ``citations`` (documents, dicts with ``doc_id``, or ids) — the
 settings ``answer_key`` and ``sources_key`` name other keys. A dict with an answer but no sources
 is free text (its citations are the doc ids it mentions).
+
+Records are invoked concurrently (``invoke`` in threads, up to ``--concurrency``); a chain that
+only runs asynchronously (a ``RunnableLambda`` of an ``async def``), or any chain with
+``--target-setting ainvoke=true``, is awaited with ``ainvoke``. A factory (or the chain it
+returns) that sets ``concurrent = False`` is invoked one record at a time; a chain with
+``setup()``/``close()`` has them called once per run.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import json
 from typing import Any
 
 from layerlab.harness.targets.base import TargetRequest, ToolError, documents, raise_for_error
+from layerlab.harness.targets.options import bool_setting
 from layerlab.harness.targets.python import _takes, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 from layerlab.harness.tools import OPEN, SEARCH
@@ -129,7 +136,7 @@ class LangChainTarget:
             kw["settings"] = opts
         try:
             self.chain = factory(retriever, search, **kw)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise TargetError(
                 spec.redact(
                     f"--target {spec.spec}: the factory failed ({type(exc).__name__}: {exc})"
@@ -140,13 +147,31 @@ class LangChainTarget:
                 f"--target {spec.spec}: the factory returned a {type(self.chain).__name__}, "
                 "not a Runnable (expected an object with invoke())"
             )
+        self.concurrent = bool(getattr(factory, "concurrent", True)) and bool(
+            getattr(self.chain, "concurrent", True)
+        )
+        wanted = bool_setting(spec, "ainvoke")
+        only_async = hasattr(self.chain, "afunc") and not hasattr(self.chain, "func")
+        self.is_async = bool(wanted) if wanted is not None else only_async
 
     def answer(self, request: TargetRequest) -> Any:
+        if self.is_async:
+            return self._aanswer(request)
         token = _CURRENT.set(request)
         try:
             out = self.chain.invoke({"question": request.question,
                                      "session_id": request.session_id,
                                      "answer_kind": request.answer_kind})  # fmt: skip
+        finally:
+            _CURRENT.reset(token)
+        return self.reply(out)
+
+    async def _aanswer(self, request: TargetRequest) -> Any:
+        token = _CURRENT.set(request)  # this record's task has a context of its own
+        try:
+            out = await self.chain.ainvoke({"question": request.question,
+                                            "session_id": request.session_id,
+                                            "answer_kind": request.answer_kind})  # fmt: skip
         finally:
             _CURRENT.reset(token)
         return self.reply(out)
@@ -169,5 +194,12 @@ class LangChainTarget:
             sources = [sources]
         return {"answer": answer, "citations": list(sources or [])}
 
+    def setup(self) -> None:
+        hook = getattr(self.chain, "setup", None)
+        if callable(hook):
+            hook()
+
     def close(self) -> None:
-        pass
+        hook = getattr(self.chain, "close", None)
+        if callable(hook):
+            hook()

@@ -39,7 +39,12 @@ def load_attr(spec: TargetSpec) -> Any:
         raise TargetError(
             f"{where}: no module named {missing!r} (is its folder on PYTHONPATH or the current folder?)"
         ) from None
-    except Exception as exc:  # the user's module failed while importing
+    except (Exception, SystemExit) as exc:  # the user's module failed (or exited) while importing
+        if isinstance(exc, SystemExit):
+            raise TargetError(
+                f"{where}: importing {module!r} called sys.exit({exc.code!r}) (SystemExit): a "
+                "target's module must not exit when imported"
+            ) from None
         raise TargetError(
             spec.redact(f"{where}: importing {module!r} failed ({type(exc).__name__}: {exc})")
         ) from None
@@ -70,7 +75,7 @@ def instantiate(obj: Any, spec: TargetSpec) -> Any:  # obj: the user's function 
     try:
         make: Callable[..., Any] = obj
         return make(settings=spec.options()) if _takes(obj, "settings") else make()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise TargetError(
             spec.redact(
                 f"--target {spec.spec}: creating {spec.ref.partition(':')[2]}() failed "
@@ -85,14 +90,33 @@ class PythonTarget:
     def __init__(self, spec: TargetSpec) -> None:
         self.spec = spec
         obj = instantiate(load_attr(spec), spec)
-        self._fn: Callable[[TargetRequest], Any] = getattr(obj, "answer", None) or obj
+        fn = getattr(obj, "answer", None) if not inspect.isfunction(obj) else None
+        self._fn: Callable[[TargetRequest], Any] = obj if fn is None else fn
+        if fn is not None and not callable(fn):
+            raise TargetError(
+                f"--target {spec.spec}: answer is not callable (a {type(fn).__name__}; "
+                "expected a method answer(self, request))"
+            )
         if not callable(self._fn):
             raise TargetError(
                 f"--target {spec.spec}: the object has no answer() and is not callable"
             )
+        self._obj = obj
+        self.concurrent = bool(getattr(obj, "concurrent", True))
+        call = getattr(self._fn, "__call__", None)  # noqa: B004 - a callable object's method
+        self.is_async = inspect.iscoroutinefunction(self._fn) or (
+            not inspect.isroutine(self._fn) and inspect.iscoroutinefunction(call)
+        )
 
     def answer(self, request: TargetRequest) -> Any:
         return self._fn(request)
 
+    def setup(self) -> None:
+        hook = getattr(self._obj, "setup", None) if not inspect.isfunction(self._obj) else None
+        if callable(hook):
+            hook()
+
     def close(self) -> None:
-        pass
+        hook = getattr(self._obj, "close", None) if not inspect.isfunction(self._obj) else None
+        if callable(hook):
+            hook()
