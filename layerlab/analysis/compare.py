@@ -352,9 +352,12 @@ def headline(c: Comparison) -> str:
     )
 
 
-def matrix_summary(run: Path | str, n_boot: int = 2_000, seed: int = 0) -> Mapping[str, Any]:
+def matrix_summary(
+    run: Path | str, n_boot: int = 2_000, seed: int = 0, delta: float | None = None
+) -> Mapping[str, Any]:
     """The mitigation matrix (Table 10) of a run's own records: per mitigation arm its target
-    gain, largest off-target change, margin and verdict, against the run's baseline arm."""
+    gain, largest off-target change, margin and verdict (equivalence margin ``delta``, default
+    :data:`layerlab.analysis.specificity.DELTA`), against the run's baseline arm."""
     from layerlab.analysis import specificity
     from layerlab.mitigations import load_mitigations
 
@@ -370,7 +373,8 @@ def matrix_summary(run: Path | str, n_boot: int = 2_000, seed: int = 0) -> Mappi
         raise CompareError(f"{run}: holds only the baseline arm {base!r}: no mitigation to judge")
     out: dict[str, Any] = {}
     for name, sub in stats.blocks(src.df).items():
-        mx = specificity.matrix(sub, n_boot=n_boot, seed=seed)
+        d = specificity.DELTA if delta is None else delta
+        mx = specificity.matrix(sub, n_boot=n_boot, seed=seed, delta=d)
         out[name] = mx
     return out
 
@@ -398,5 +402,6 @@ def display_matrix(mx: Any) -> pd.DataFrame:
             ],
             "margin pp": [pp(*r) for r in s[["margin", "margin low", "margin high"]].values],
             "verdict": s["verdict"],
+            "MDE pp (80% power)": [f"{100 * v:.0f}" if v == v else "-" for v in s["mde"]],
         }
     )

@@ -156,6 +156,7 @@ def compare_cmd(
                     compare.display_matrix(mx), f"Mitigation matrix of {run} ({name})"
                 )
                 typer.echo(f"note: {mx.note}")
+                typer.echo(f"verdicts at {mx.delta_text}; {mx.methods}")
             if json_out is not None:
                 doc = {n: mx.summary.to_dict(orient="records") for n, mx in blocks.items()}
                 atomic_write_text(json_out, json.dumps(doc, indent=2, sort_keys=True, default=str))
