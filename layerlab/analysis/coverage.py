@@ -12,18 +12,23 @@ Interval types and what they are judged against:
 - ``crossed below min units`` — what a crossed interval would claim about the population of
   models from too few units (not reported; shown to justify the rule);
 - ``margin plug-in percentile`` — the percentile interval of ``gain − max|change|`` (replaced);
-- ``Wilson, records independent`` — the old Table 4 interval, judged against the population.
+- ``Wilson, records independent`` — the old Table 4 interval, judged against the population;
+- ``reported (simultaneous band)`` — the band Table 10's verdict reads, scored as one interval:
+  covered when it covers every cell of the mitigation at once.
 
-Settings with no effect anywhere (``identical prompts``: both arms independent draws from the same
-per-task success probabilities, as two calls of one prompt to a sampled model) also score Table
-10's verdict (:func:`layerlab.analysis.specificity.judge`) on each archive: the truth is ``ineffective``, so
-``coverage`` is the share of null mitigations called ineffective and ``false flag`` the share
-called anything else (at most :data:`MAX_FALSE_FLAG`). Beside it, not reported: the old rule
+The settings (:mod:`layerlab.analysis.coverage_settings`) include the shapes users run: one unit x
+16, 40 and 80 tasks (a Beta(2,2) null, near-ceiling and rare-success targets, replicates with ICC
+0.2, +20 pp on the target, a +25 pp off-target gain). Every setting also scores Table 10's
+verdict (:func:`layerlab.analysis.specificity.judge`) against the verdict its truth calls for
+(:func:`~layerlab.analysis.coverage_settings.expected_verdict`): ``false flag`` is the share given
+a claim the truth contradicts — with no effect anywhere, called specific or over-broad (at most
+:data:`MAX_FALSE_FLAG` in every null setting); ``inconclusive`` is no claim; ``power`` the share
+given the verdict the truth calls for. Beside it in null settings, not reported: the old rule
 (one-sided, per-cell marginal intervals) and "some off-target marginal interval excludes zero".
 
 ``python -m layerlab.analysis.coverage --full`` runs the full size and writes
-``data/coverage/coverage.csv`` (committed; notebook 09 shows it); the test suite runs a reduced
-size.
+``data/coverage/coverage.csv`` (committed; notebook 10 shows it), settings in parallel over
+``--workers`` processes (default 2); the test suite runs a reduced size.
 """
 
 from __future__ import annotations

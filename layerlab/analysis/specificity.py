@@ -176,8 +176,9 @@ def judge(
             )
     if wide and not (harm or gain):
         worst = max(wide, key=lambda s: band[s][1] - band[s][0])
+        names = ", ".join(wide) if len(wide) <= 3 else f"{len(wide)} cells"
         reasons.append(
-            f"off-target {', '.join(wide)} not shown within ±{100 * delta:g} pp (widest: "
+            f"off-target {names} not shown within ±{100 * delta:g} pp (widest: "
             f"{worst} {_band_text(*band[worst])})"
         )
     reason = ""
