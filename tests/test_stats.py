@@ -285,14 +285,13 @@ def test_reduced_coverage_suite_runs_every_setting_and_interval() -> None:
     table = coverage.run(size=size)
     assert set(table["units"]) == {1, 2, 3, 9, 27}
     assert {"reported", "labelled", "not reported"} <= set(table["status"])
-    rep = table[table["status"] == "reported"]
+    # intervals only: a verdict row's "coverage" is the share not given a wrong claim, judged
+    # against the population's effects, which units with effects of their own may rightly defy
+    rep = table[(table["status"] == "reported") & (table["quantity"] != coverage.VERDICT)]
     assert rep["coverage"].min() >= 0.7, rep.sort_values("coverage").head()
     pooled = (rep["coverage"] * rep["checks"]).sum() / rep["checks"].sum()
     assert pooled >= 0.92
-    assert set(rep.loc[rep["units"] < stats.MIN_UNITS, "estimand"]) <= {
-        "these units",
-        *(coverage.expected_verdict(s) for s in coverage.all_settings()),
-    }
+    assert set(rep.loc[rep["units"] < stats.MIN_UNITS, "estimand"]) <= {"these units"}
     verdict = table[table["quantity"] == coverage.VERDICT]
     assert set(verdict["setting"]) == {s.name for s in coverage.all_settings()}
     assert verdict["false flag"].notna().all() and table["false flag"].isna().sum() == len(
