@@ -177,17 +177,21 @@ def test_verdict_gates_read_table_10(capsys) -> None:
     table = pd.read_csv(paths.ROOT / "paper" / "tables" / "table10.csv")
     expected = table[table["block"] == block].set_index("mitigation")["verdict"].to_dict()
     got = {}
+    at = "δ = 10 pp, power at +20 pp"  # the margin and the power every verdict line states
     for line in out[:-1]:
-        head, verdict = line.removesuffix(" (--no-over-broad)").split(": ", 1)
+        body, _, tail = line.rpartition(" (--no-over-broad; ")
+        assert tail.startswith(at), line
+        head, verdict = body.split(": ", 1)
+        verdict = verdict.split(" — ", 1)[0]  # the reason, when it is not specific
         status, _, name, where = head.split(" ", 3)
         assert where == f"[{block}]"
         got[name] = verdict
         assert status == ("FAIL" if verdict.startswith("over-broad") else "PASS")
     assert got == expected  # the same verdicts as the published Table 10
-    fails = [x for x in out if x.startswith("FAIL")]
+    fails = [x.split(" — ")[0].split(" (--")[0] for x in out if x.startswith("FAIL")]
     assert fails == [
-        f"FAIL verdict always_abstain [{block}]: over-broad (harm) (--no-over-broad)",
-        f"FAIL verdict ignore_metadata [{block}]: over-broad (harm) (--no-over-broad)",
+        f"FAIL verdict always_abstain [{block}]: over-broad (harm)",
+        f"FAIL verdict ignore_metadata [{block}]: over-broad (harm)",
     ]
     assert out[-1] == (
         f"gate FAILED on {MITIGATIONS}: 2 of 11 checks failed (verdicts: 2 of 11 failed)"
@@ -197,9 +201,34 @@ def test_verdict_gates_read_table_10(capsys) -> None:
     )
     assert rc == 1
     assert out == [
-        f"FAIL verdict validity_resolution [{block}]: ineffective (--specific validity_resolution)",
+        f"FAIL verdict validity_resolution [{block}]: ineffective — target gain's band "
+        "[-3.1, +3.1] pp lies below δ 10 pp (--specific validity_resolution; δ = 10 pp, power at "
+        "+20 pp, 1.00)",
         f"gate FAILED on {MITIGATIONS}: 1 of 2 checks failed (verdicts: 1 of 2 failed)",
     ]
+
+
+USER_CHAIN = paths.ARCHIVES / "user_pipelines" / "my-rag-chain"
+
+
+def test_inconclusive_is_not_a_pass_and_a_gate_can_require_power(capsys) -> None:
+    """16 tasks at one unit: the guard's gain is shown but ±10 pp off target is not, so
+    ``--specific`` fails and says why; ``--min-power`` fails on the design's power."""
+    rc, out, err = gate(capsys, USER_CHAIN, "--specific", "repair", "--n-boot", "500")
+    assert rc == 1 and err == [] and len(out) == 2
+    assert out[0].startswith("FAIL verdict repair [") and ": inconclusive — " in out[0]
+    assert "not shown within ±10 pp" in out[0] and "MDE +" in out[0]
+    assert "inconclusive is not a pass (--specific repair; δ = 10 pp" in out[0]
+    # δ is a setting: at ±50 pp the same guard is specific
+    rc, out, _ = gate(
+        capsys, USER_CHAIN, "--specific", "repair", "--delta", "0.5", "--n-boot", "500", "--verbose"
+    )
+    assert rc == 0 and out[0].startswith("PASS verdict repair [") and "specific (" in out[0]
+    assert "δ = 50 pp" in out[0]
+    rc, out, _ = gate(capsys, USER_CHAIN, "--min-power", "0.8", "--n-boot", "500")
+    assert rc == 1 and all(x.startswith("FAIL power ") for x in out[:-1]), out
+    assert "to show a +20 pp target gain; MDE +" in out[0] and "(--min-power 0.8)" in out[0]
+    assert out[-1].endswith("(powers: 11 of 11 failed)")
 
 
 def test_a_verdict_gate_on_a_run_without_mitigation_arms_is_bad_input(

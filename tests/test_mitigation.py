@@ -156,6 +156,11 @@ def test_the_committed_matrix_credits_each_layer_mitigation_and_flags_the_over_b
         assert (off["ci_high"] >= 0).all(), name  # no off-target cell moves the harmful way
         # nor does any off-target band exclude zero in either direction
         assert ((off["band_low"] <= 0) & (off["band_high"] >= 0)).all(), name
+        # and every off-target band is shown within ±δ (240 tasks: the equivalence holds)
+        assert (off["band_low"] >= -specificity.DELTA).all(), name
+        assert (off["band_high"] <= specificity.DELTA).all(), name
+    # no cell, constant ones included, has an interval of width zero
+    assert (committed.cells["ci_high"] > committed.cells["ci_low"]).all()
     assert s.loc["always_abstain", "verdict"] == "over-broad (harm)"
     assert c.loc[("always_abstain", "clean"), "estimate"] < -0.5
     assert s.loc["ignore_metadata", "verdict"].startswith("over-broad")
@@ -337,9 +342,15 @@ def test_a_large_off_target_gain_is_flagged_not_called_specific() -> None:
     assert row["off-target gain"] == "clean" and row["off-target harm"] == "-"
     cell = m.cells.set_index(["mitigation", "scenario"]).loc[("freshness_guard", "clean")]
     assert cell["band_low"] > 0 and cell["ci_low"] >= cell["band_low"]  # marginal inside band
-    # the same archive with the gain on the target only is specific
-    only = specificity.matrix(_synthetic_arm({"stale_index": 0.6}, seed=4), n_boot=1000)
-    assert only.summary.set_index("mitigation").loc["freshness_guard", "verdict"] == "specific"
+    # the same archive with the gain on the target only: 2 units x 80 tasks of noisy zeros
+    # cannot show every off-target change within ±10 pp, so it is inconclusive, saying why;
+    # with a margin of 30 pp it is specific
+    only_df = _synthetic_arm({"stale_index": 0.6}, seed=4)
+    only = specificity.matrix(only_df, n_boot=1000).summary.set_index("mitigation")
+    assert only.loc["freshness_guard", "verdict"] == "inconclusive"
+    assert "not shown within ±10 pp" in only.loc["freshness_guard", "reason"]
+    wide = specificity.matrix(only_df, n_boot=1000, delta=0.3).summary.set_index("mitigation")
+    assert wide.loc["freshness_guard", "verdict"] == "specific"
     # a harm and a gain at once are both named
     both = specificity.matrix(
         _synthetic_arm({"stale_index": 0.6, "clean": 0.33, "wrong_session": -0.33}, seed=4),
@@ -350,8 +361,10 @@ def test_a_large_off_target_gain_is_flagged_not_called_specific() -> None:
 
 
 def test_verdict_labels_name_the_direction() -> None:
-    assert specificity.verdict_label(0.1, [], []) == "specific"
-    assert specificity.verdict_label(0.0, [], []) == "ineffective"
+    # the full rule (δ, inconclusive) is tested in test_exact.py
+    assert specificity.verdict_label(0.1, [], [], 0.5) == "specific"
+    assert specificity.verdict_label(0.0, [], [], 0.05) == "ineffective"
+    assert specificity.verdict_label(0.0, [], [], 0.3) == "inconclusive"
     assert specificity.verdict_label(float("nan"), [], []) == "ineffective"
     assert specificity.verdict_label(0.5, ["clean"], []) == "over-broad (harm)"
     assert specificity.verdict_label(0.5, [], ["clean"]) == "over-broad (gain)"
@@ -360,7 +373,8 @@ def test_verdict_labels_name_the_direction() -> None:
 
 def _null_flag_rates(sims: int, n_boot: int) -> tuple[float, float]:
     """Over ``sims`` seeded identical-prompt archives (2 units x 80 tasks x 9 scenarios, truth 0
-    everywhere), the share the verdict does not call ineffective, and the old rule's share."""
+    everywhere), the share the verdict calls specific or over-broad, and the old rule's share of
+    anything but ineffective."""
     from layerlab.analysis import coverage, stats, synthetic
 
     setting = next(s for s in coverage.all_settings() if s.name.startswith("identical prompts, 2 units"))
@@ -372,20 +386,20 @@ def _null_flag_rates(sims: int, n_boot: int) -> tuple[float, float]:
         assert eff.design == "tasks"
         off = [s for s in p.scenarios if s != setting.target]
         rows = {r["interval"]: r["covered"] for r in coverage._verdict_rows(eff, setting.target, off)}
-        new += not rows["reported (simultaneous band, both directions)"]
+        new += not rows["reported (simultaneous band, δ equivalence)"]
         old += not rows["one-sided marginal, harm only (replaced)"]
     return new / sims, old / sims
 
 
 def test_null_mitigations_are_rarely_flagged() -> None:
-    """Both arms independent draws of the same prompts: the verdict calls at most 7% of them
-    anything but ineffective; the one-sided per-cell rule it replaced called far more."""
+    """Both arms independent draws of the same prompts: the verdict calls at most about 5% of
+    them specific or over-broad; the one-sided per-cell rule it replaced called far more."""
     new, old = _null_flag_rates(sims=120, n_boot=300)
-    assert new <= 0.07, new
+    assert new <= 0.07, new  # 120 archives: 5% plus about one Monte Carlo s.e.
     assert old > new
 
 
 @pytest.mark.slow
 def test_null_false_flag_rate_at_full_size() -> None:
     new, _ = _null_flag_rates(sims=1000, n_boot=1000)
-    assert new <= 0.07, new
+    assert new <= 0.05 + 0.01, new  # the goal, within 1.5 Monte Carlo s.e.

@@ -283,27 +283,33 @@ def test_table9_pooled_interval_is_cluster_aware() -> None:
 def test_reduced_coverage_suite_runs_every_setting_and_interval() -> None:
     size = coverage.Size(sims=10, n_boot=200, seed=11)
     table = coverage.run(size=size)
-    assert set(table["units"]) == {2, 3, 9, 27}
+    assert set(table["units"]) == {1, 2, 3, 9, 27}
     assert {"reported", "labelled", "not reported"} <= set(table["status"])
-    rep = table[table["status"] == "reported"]
+    # intervals only: a verdict row's "coverage" is the share not given a wrong claim, judged
+    # against the population's effects, which units with effects of their own may rightly defy
+    rep = table[(table["status"] == "reported") & (table["quantity"] != coverage.VERDICT)]
     assert rep["coverage"].min() >= 0.7, rep.sort_values("coverage").head()
     pooled = (rep["coverage"] * rep["checks"]).sum() / rep["checks"].sum()
     assert pooled >= 0.92
-    assert set(rep.loc[rep["units"] < stats.MIN_UNITS, "estimand"]) <= {
-        "these units",
-        "ineffective (no effect anywhere)",
-    }
+    assert set(rep.loc[rep["units"] < stats.MIN_UNITS, "estimand"]) <= {"these units"}
     verdict = table[table["quantity"] == coverage.VERDICT]
-    assert set(verdict["setting"]) == {s.name for s in coverage.all_settings() if coverage.is_null(s)}
+    assert set(verdict["setting"]) == {s.name for s in coverage.all_settings()}
     assert verdict["false flag"].notna().all() and table["false flag"].isna().sum() == len(
         table
     ) - len(verdict)
+    null = verdict[verdict["status"] == "reported"]
+    assert set(null.loc[null["estimand"] == "ineffective", "setting"]) == {
+        s.name for s in coverage.all_settings() if coverage.is_null(s)
+    }
 
 
 def test_committed_coverage_table_meets_the_requirement() -> None:
     table = coverage.load()
-    assert table["simulations"].min() >= coverage.FULL.sims
-    assert set(table["units"]) == {2, 3, 9, 27}
+    assert table["simulations"].min() >= min(coverage.FULL.sims, coverage.FULL.one_unit_sims)
+    assert set(table["units"]) == {1, 2, 3, 9, 27}
+    # the shapes users run: one unit x 16, 40 and 80 tasks, every kind of setting
+    one = set(table.loc[table["units"] == 1, "setting"])
+    assert one == {s.name for s in coverage.one_unit_settings()} and len(one) == 18
     assert coverage.failures(table).empty, coverage.failures(table)
     # the findings the rules rest on are in the table, not just asserted in prose
     rows = table.set_index(["setting", "quantity", "interval"])["coverage"]
@@ -317,13 +323,21 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     assert (
         rows["2 units", "effect, target", "crossed below min units"] >= 0.0
     )  # shown, not reported
-    # the verdict under the null: the reported rule at most 7% false flags, the old one more
-    assert "false flag" in table, "coverage.csv predates the verdict rows: run `make coverage`"
+    # the verdict under the null: the reported rule at most 5% false flags in every null
+    # setting, the old one more
+    assert "power" in table, "coverage.csv predates the δ verdict rows: run `make coverage`"
     null = "identical prompts, 2 units x 80 tasks x 9 scenarios"
     flags = table.set_index(["setting", "quantity", "interval"])["false flag"]
-    reported = flags[(null, coverage.VERDICT, "reported (simultaneous band, both directions)")]
+    reported = flags[(null, coverage.VERDICT, "reported (simultaneous band, δ equivalence)")]
     assert reported <= coverage.MAX_FALSE_FLAG
     assert flags[(null, coverage.VERDICT, "one-sided marginal, harm only (replaced)")] > reported
+    ff = coverage.false_flags(table)
+    assert len(ff) == 5 and max(ff.values()) <= coverage.MAX_FALSE_FLAG, ff
+    # power is reported for +20 pp on the target at each one-unit size
+    pw = coverage.powers(table)
+    assert {f"1 unit x {n} tasks, +20 pp target" for n in coverage.ONE_UNIT_TASKS} <= set(pw)
+    # the simultaneous band is scored as an interval of its own
+    assert (table["quantity"] == coverage.BAND).sum() == len(coverage.all_settings())
     skewed = ("2 units x 80 tasks, skewed difficulty", "effect, zero off-target", "reported")
     assert rows[skewed] >= coverage.REQUIRED
 

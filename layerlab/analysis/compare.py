@@ -354,10 +354,11 @@ def headline(c: Comparison) -> str:
 
 
 def matrix_blocks(
-    run: Path | str, n_boot: int = 2_000, seed: int = 0
+    run: Path | str, n_boot: int = 2_000, seed: int = 0, delta: float | None = None
 ) -> dict[str, tuple[Any, pd.DataFrame]]:
     """The mitigation matrix (Table 10) of a run's own records per block of units, with the
-    block's records: ``{block: (matrix, records)}`` (see :func:`matrix_summary`)."""
+    block's records: ``{block: (matrix, records)}`` (see :func:`matrix_summary`); verdicts at
+    the equivalence margin ``delta`` (default :data:`layerlab.analysis.specificity.DELTA`)."""
     from layerlab.analysis import specificity
     from layerlab.mitigations import load_mitigations
 
@@ -372,16 +373,20 @@ def matrix_blocks(
         )
     if len(arms) < 2:
         raise CompareError(f"{run}: holds only the baseline arm {base!r}: no mitigation to judge")
+    d = specificity.DELTA if delta is None else delta
     return {
-        name: (specificity.matrix(sub, n_boot=n_boot, seed=seed), sub)
+        name: (specificity.matrix(sub, n_boot=n_boot, seed=seed, delta=d), sub)
         for name, sub in stats.blocks(src.df).items()
     }
 
 
-def matrix_summary(run: Path | str, n_boot: int = 2_000, seed: int = 0) -> Mapping[str, Any]:
+def matrix_summary(
+    run: Path | str, n_boot: int = 2_000, seed: int = 0, delta: float | None = None
+) -> Mapping[str, Any]:
     """The mitigation matrix (Table 10) of a run's own records: per mitigation arm its target
-    gain, largest off-target change, margin and verdict, against the run's baseline arm."""
-    return {name: mx for name, (mx, _) in matrix_blocks(run, n_boot, seed).items()}
+    gain, largest off-target change, margin and verdict (equivalence margin ``delta``, default
+    :data:`layerlab.analysis.specificity.DELTA`), against the run's baseline arm."""
+    return {name: mx for name, (mx, _) in matrix_blocks(run, n_boot, seed, delta).items()}
 
 
 # the outcome each matrix cell is judged by (the scorer's safe_resolution), as a reader says it
@@ -466,5 +471,6 @@ def display_matrix(mx: Any, df: pd.DataFrame | None = None) -> pd.DataFrame:
             "margin pp": [pp(*r) for r in s[["margin", "margin low", "margin high"]].values],
             "verdict": s["verdict"],
             **extra,
+            "MDE pp (80% power)": [f"{100 * v:.0f}" if v == v else "-" for v in s["mde"]],
         }
     )

@@ -12,28 +12,31 @@ Interval types and what they are judged against:
 - ``crossed below min units`` — what a crossed interval would claim about the population of
   models from too few units (not reported; shown to justify the rule);
 - ``margin plug-in percentile`` — the percentile interval of ``gain − max|change|`` (replaced);
-- ``Wilson, records independent`` — the old Table 4 interval, judged against the population.
+- ``Wilson, records independent`` — the old Table 4 interval, judged against the population;
+- ``reported (simultaneous band)`` — the band Table 10's verdict reads, scored as one interval:
+  covered when it covers every cell of the mitigation at once.
 
-Settings with no effect anywhere (``identical prompts``: both arms independent draws from the same
-per-task success probabilities, as two calls of one prompt to a sampled model) also score Table
-10's verdict (:func:`layerlab.analysis.specificity.judge`) on each archive: the truth is ``ineffective``, so
-``coverage`` is the share of null mitigations called ineffective and ``false flag`` the share
-called anything else (at most :data:`MAX_FALSE_FLAG`). Beside it, not reported: the old rule
+The settings (:mod:`layerlab.analysis.coverage_settings`) include the shapes users run: one unit x
+16, 40 and 80 tasks (a Beta(2,2) null, near-ceiling and rare-success targets, replicates with ICC
+0.2, +20 pp on the target, a +25 pp off-target gain). Every setting also scores Table 10's
+verdict (:func:`layerlab.analysis.specificity.judge`) against the verdict its truth calls for
+(:func:`~layerlab.analysis.coverage_settings.expected_verdict`): ``false flag`` is the share given
+a claim the truth contradicts — with no effect anywhere, called specific or over-broad (at most
+:data:`MAX_FALSE_FLAG` in every null setting); ``inconclusive`` is no claim; ``power`` the share
+given the verdict the truth calls for. Beside it in null settings, not reported: the old rule
 (one-sided, per-cell marginal intervals) and "some off-target marginal interval excludes zero".
 
 ``python -m layerlab.analysis.coverage --full`` runs the full size and writes
-``data/coverage/coverage.csv`` (committed; notebook 09 shows it); the test suite runs a reduced
-size.
+``data/coverage/coverage.csv`` (committed; notebook 10 shows it), settings in parallel over
+``--workers`` processes (default 2); the test suite runs a reduced size.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,16 @@ import pandas as pd
 from layerlab import paths
 from layerlab.analysis import synthetic
 from layerlab.analysis.bootstrap import bootstrap
+from layerlab.analysis.coverage_settings import (  # the settings, re-exported for callers
+    FULL,
+    ONE_UNIT_TASKS,
+    REDUCED,
+    Size,
+    all_settings,
+    expected_verdict,
+    is_null,
+    one_unit_settings,
+)
 from layerlab.analysis.effects import Effects, effects_from_paired, specificity_margin
 from layerlab.analysis.rates import rate_interval
 from layerlab.analysis.units import ALPHA, MIN_UNITS, contract_arms
@@ -51,92 +64,11 @@ COVERAGE_DIR = paths.DATA / "coverage"
 COVERAGE_CSV = COVERAGE_DIR / "coverage.csv"
 NOMINAL = 0.95
 REQUIRED = 0.93  # every reported interval type must reach this in every setting
-MAX_FALSE_FLAG = 0.07  # Table 10's verdict may call at most this share of null mitigations
-VERDICT = "verdict, null mitigation"  # the quantity of the verdict rows
-
-
-def _null(setting: synthetic.Setting) -> synthetic.Setting:
-    """``setting`` with identical prompts in both arms over the nine DSL scenarios: no effect,
-    no effect heterogeneity, independent draws (truth exactly zero everywhere)."""
-    from layerlab.faults.scenario import load_scenarios
-
-    return replace(
-        setting,
-        effects=dict.fromkeys(load_scenarios(), 0.0),
-        unit_effect_sd=0.0,
-        task_effect_sd=0.0,
-        zero_effect="noisy",
-    )
-
-
-@functools.cache
-def all_settings() -> tuple[synthetic.Setting, ...]:
-    """The coverage settings, in table order (built on first use: the null settings span the
-    DSL's scenarios)."""
-    base = synthetic.Setting()
-    # the real archives' design: 2 small models x one question variant of 80 policies, most tasks
-    # near the floor and a few much easier (skewed difficulty)
-    small = replace(
-        base,
-        n_units=2,
-        n_policies=80,
-        variants=1,
-        task_dist="skewed",
-        base_rate=0.15,
-        task_sd=0.3,
-    )
-    return (
-        replace(base, name="9 units, moderate heterogeneity"),
-        replace(base, name="9 units, shared task effect", task_sd=0.15, task_effect_sd=0.25),
-        replace(base, name="9 units, strong heterogeneity", unit_sd=0.1, unit_effect_sd=0.15),
-        replace(
-            base,
-            name="9 units, no heterogeneity",
-            unit_sd=0.0,
-            unit_effect_sd=0.0,
-            task_sd=0.0,
-            task_effect_sd=0.0,
-        ),
-        replace(base, name="2 units", n_units=2),
-        replace(base, name="3 units", n_units=3),
-        replace(base, name="27 units", n_units=27),
-        replace(small, name="2 units x 80 tasks, skewed difficulty"),
-        replace(_null(small), name="identical prompts, 2 units x 80 tasks x 9 scenarios"),
-        replace(
-            _null(replace(base, n_policies=80, variants=1)),
-            name="identical prompts, 9 units x 80 tasks x 9 scenarios",
-        ),
-    )
-
-
-@dataclass(frozen=True)
-class Size:
-    """How big a coverage run is. Settings with fewer than ``MIN_UNITS`` units are cheap
-    and their tasks-only intervals sit closest to the requirement, so they get ``small_sims``
-    simulations (a smaller Monte Carlo error) when it is set; null settings (no effect anywhere,
-    where the verdict's false-flag rate is measured) get ``null_sims`` when it is set."""
-
-    sims: int
-    n_boot: int
-    seed: int = 0
-    small_sims: int | None = None
-    null_sims: int | None = None
-
-    def sims_for(self, setting: synthetic.Setting) -> int:
-        if self.null_sims is not None and is_null(setting):
-            return self.null_sims
-        if self.small_sims is not None and setting.n_units < MIN_UNITS:
-            return self.small_sims
-        return self.sims
-
-
-FULL = Size(sims=500, n_boot=1000, small_sims=2000, null_sims=2000)
-REDUCED = Size(sims=24, n_boot=300, null_sims=200)
-
-
-def is_null(setting: synthetic.Setting) -> bool:
-    """Whether ``setting`` has no effect in any scenario (the verdict's truth is ineffective)."""
-    return all(v == 0 for v in setting.effects.values())
+MAX_FALSE_FLAG = 0.05  # Table 10's verdict may call at most this share of null mitigations
+# specific or over-broad (inconclusive is no claim; ineffective is right)
+VERDICT = "verdict"  # the quantity of the verdict rows
+BAND = "effect, every cell together"  # the simultaneous band's rows: all cells covered at once
+VERDICT_SHARES = ("specific", "over-broad", "ineffective", "inconclusive")
 
 
 def _covers(lo: float, hi: float, truth: float) -> bool:
@@ -207,8 +139,8 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
             t["ci_high"][i],
             true_eff[i],
         )
-    if is_null(setting):
-        rows += _verdict_rows(eff, setting.target, [scen[i] for i in zero])
+    off_all = [s for i, s in enumerate(scen) if i != ti]
+    rows += _verdict_rows(eff, setting.target, off_all, expected_verdict(setting), true_eff)
     m = specificity_margin(eff, setting.target, [scen[i] for i in zero])
     true_margin = true_eff[ti] - np.abs(true_eff[zero]).max()
     add(
@@ -281,8 +213,9 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
             sample.true_rate_units + sample.true_effect_units,
         ),
     ):
-        sums = data[:, ti, :].astype(float)
-        r = rate_interval(sums, np.ones_like(sums))
+        reps = float(max(setting.replicates, 1))
+        sums = data[:, ti, :].astype(float) * reps
+        r = rate_interval(sums, np.full_like(sums, reps))
         rpop = r.design != "tasks"
         add(
             f"rate, {arm}",
@@ -308,71 +241,149 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
 
 
 def _verdict_rows(
-    eff: Effects, target: str, off_target: list[str]
+    eff: Effects,
+    target: str,
+    off_target: list[str],
+    expected: str | None = None,
+    truth: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
-    """Table 10's verdict on a null archive (truth: ineffective), beside the rules it replaced."""
+    """Table 10's verdict on one archive against the verdict its truth calls for (``expected``,
+    default ineffective: no effect anywhere): ``covered`` unless the verdict is another claim
+    (inconclusive is no claim), ``verdict`` the verdict itself; with ``truth`` (per scenario) the
+    simultaneous band's joint coverage; with no effect anywhere also the rules it replaced."""
     from layerlab.analysis import specificity
 
+    expected = specificity.INEFFECTIVE if expected is None else expected
     t = eff.table.set_index("scenario")
     j = specificity.judge(eff, [target], off_target)
-    lo, hi = t.loc[off_target, "ci_low"], t.loc[off_target, "ci_high"]
-    old_flag = bool((hi < 0).any()) or float(t.loc[target, "ci_low"]) > 0
-    any_marginal = bool(((lo > 0) | (hi < 0)).any())
     base = {
         "quantity": VERDICT,
         "design": eff.design,
-        "estimand": "ineffective (no effect anywhere)",
+        "estimand": expected,
         "width": float("nan"),
     }
-    return [
+    out = [
         {
             **base,
-            "interval": "reported (simultaneous band, both directions)",
+            "interval": "reported (simultaneous band, δ equivalence)",
             "status": "reported",
-            "covered": j.verdict == specificity.INEFFECTIVE,
-        },
-        {
-            **base,
-            "interval": "one-sided marginal, harm only (replaced)",
-            "status": "not reported",
-            "covered": not old_flag,
-        },
-        {
-            **base,
-            "interval": "some off-target marginal interval excludes 0",
-            "status": "not reported",
-            "covered": not any_marginal,
-        },
+            "covered": j.verdict in (expected, specificity.INCONCLUSIVE),
+            "verdict": j.verdict,
+            "called": j.verdict == expected,
+        }
     ]
+    if truth is not None:
+        scen = list(eff.paired.scenarios)
+        ok = all(_covers(*j.band[s], float(truth[scen.index(s)])) for s in [target, *off_target])
+        widths = [j.band[s][1] - j.band[s][0] for s in [target, *off_target]]
+        out.append(
+            {
+                "quantity": BAND,
+                "interval": "reported (simultaneous band)",
+                "design": eff.design,
+                "estimand": "population" if eff.design != "tasks" else "these units",
+                "status": "reported",
+                "covered": ok,
+                "width": float(np.mean(widths)),
+            }
+        )
+    if expected == specificity.INEFFECTIVE:
+        lo, hi = t.loc[off_target, "ci_low"], t.loc[off_target, "ci_high"]
+        old_flag = bool((hi < 0).any()) or float(t.loc[target, "ci_low"]) > 0
+        any_marginal = bool(((lo > 0) | (hi < 0)).any())
+        out += [
+            {
+                **base,
+                "interval": "one-sided marginal, harm only (replaced)",
+                "status": "not reported",
+                "covered": not old_flag,
+            },
+            {
+                **base,
+                "interval": "some off-target marginal interval excludes 0",
+                "status": "not reported",
+                "covered": not any_marginal,
+            },
+        ]
+    return out
+
+
+def _verdict_shares(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per verdict row group, the share of each verdict (specific, over-broad, ineffective,
+    inconclusive) and ``power``: the share given the verdict the truth calls for."""
+    v = frame[frame["verdict"].notna()]
+    keys = ["quantity", "interval", "design", "estimand", "status"]
+    if v.empty:
+        return pd.DataFrame(columns=[*keys, *VERDICT_SHARES, "power"])
+    word = v["verdict"].astype(str).str.split(" ").str[0]
+    shares = pd.crosstab([v[k] for k in keys], word, normalize="index").reindex(
+        columns=list(VERDICT_SHARES), fill_value=0.0
+    )
+    shares["power"] = v.groupby(keys, sort=False)["called"].mean()
+    return shares.reset_index()
+
+
+__all__ = [
+    "FULL",
+    "ONE_UNIT_TASKS",
+    "REDUCED",
+    "Size",
+    "all_settings",
+    "expected_verdict",
+    "is_null",
+    "one_unit_settings",
+    "run",
+]
+
+
+def _setting_rows(job: tuple[synthetic.Setting, int, int, int]) -> pd.DataFrame:
+    """Every simulation of one setting, aggregated (one job of :func:`run`)."""
+    setting, sims, seed0, n_boot = job
+    rows: list[dict[str, Any]] = []
+    for i in range(sims):
+        rows += one_simulation(setting, seed0 + 7 * i, n_boot)
+    frame = pd.DataFrame(rows)
+    if "verdict" not in frame:
+        frame["verdict"], frame["called"] = None, None
+    keys = ["quantity", "interval", "design", "estimand", "status"]
+    agg = (
+        frame.groupby(keys, sort=False)
+        .agg(covered=("covered", "mean"), width=("width", "mean"), checks=("covered", "size"))
+        .reset_index()
+    )
+    agg = agg.merge(_verdict_shares(frame), on=keys, how="left")
+    agg.insert(0, "units", setting.n_units)
+    agg.insert(0, "setting", setting.name)
+    agg["simulations"] = sims
+    return agg
 
 
 def run(
     settings: Sequence[synthetic.Setting] | None = None,
     size: Size = REDUCED,
+    workers: int = 1,
 ) -> pd.DataFrame:
     """The coverage table: setting × quantity × interval → coverage, mean width (pp), checks
     (default: every setting of :func:`all_settings`)."""
     settings = all_settings() if settings is None else settings
-    out = []
-    for k, setting in enumerate(settings):
-        sims = size.sims_for(setting)
-        rows: list[dict[str, Any]] = []
-        for i in range(sims):
-            rows += one_simulation(setting, size.seed + 1_000_003 * k + 7 * i, size.n_boot)
-        frame = pd.DataFrame(rows)
-        agg = (
-            frame.groupby(["quantity", "interval", "design", "estimand", "status"], sort=False)
-            .agg(covered=("covered", "mean"), width=("width", "mean"), checks=("covered", "size"))
-            .reset_index()
-        )
-        agg.insert(0, "units", setting.n_units)
-        agg.insert(0, "setting", setting.name)
-        agg["simulations"] = sims
-        out.append(agg)
+    jobs = [
+        (st, size.sims_for(st), size.seed + 1_000_003 * k, size.n_boot)
+        for k, st in enumerate(settings)
+    ]
+    if workers > 1:  # settings in parallel; each one's seeds fixed, so the table is the same
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            out = list(pool.map(_setting_rows, jobs))
+    else:
+        out = [_setting_rows(j) for j in jobs]
     table = pd.concat(out, ignore_index=True)
     table["coverage"] = table.pop("covered").round(4)
-    # the verdict rows' coverage is the share called ineffective: the rest are false flags
+    # the verdict rows' coverage is the share not given a wrong claim: the rest are false flags
+    # (under no effect anywhere: called specific or over-broad)
     table["false flag"] = (1 - table["coverage"]).where(table["quantity"] == VERDICT).round(4)
+    for c in (*VERDICT_SHARES, "power"):
+        table[c] = table.pop(c).astype(float).round(4)
     # binomial Monte Carlo standard error per simulation (checks within one are not independent)
     table["mc s.e."] = np.sqrt(
         table["coverage"] * (1 - table["coverage"]) / table["simulations"]
@@ -383,23 +394,38 @@ def run(
     return table
 
 
+def null_rows(table: pd.DataFrame) -> pd.Series:
+    """The reported verdict rows of settings with no effect anywhere."""
+    return (
+        (table["quantity"] == VERDICT)
+        & (table["status"] == "reported")
+        & (table["estimand"] == "ineffective")
+    )
+
+
 def failures(
     table: pd.DataFrame, required: float = REQUIRED, max_false_flag: float = MAX_FALSE_FLAG
 ) -> pd.DataFrame:
     """Reported interval types below the required coverage, and reported verdicts that call more
-    than ``max_false_flag`` of null mitigations anything but ineffective (should be empty)."""
+    than ``max_false_flag`` of null mitigations specific or over-broad (should be empty)."""
     rep = table["status"] == "reported"
     verdict = table["quantity"] == VERDICT
     low = ~verdict & (table["coverage"] < required)
-    flags = verdict & (table.get("false flag", 1 - table["coverage"]) > max_false_flag)
+    flags = null_rows(table) & (table["false flag"] > max_false_flag)
     return table[rep & (low | flags)]
 
 
 def false_flags(table: pd.DataFrame) -> dict[str, float]:
-    """Per null setting, the share of null mitigations Table 10's verdict does not call
-    ineffective."""
-    v = table[(table["quantity"] == VERDICT) & (table["status"] == "reported")]
+    """Per null setting, the share of null mitigations Table 10's verdict calls specific or
+    over-broad."""
+    v = table[null_rows(table)]
     return {str(r["setting"]): float(r["false flag"]) for _, r in v.iterrows()}
+
+
+def powers(table: pd.DataFrame) -> dict[str, float]:
+    """Per setting with an effect, the share of archives given the verdict its truth calls for."""
+    v = table[(table["quantity"] == VERDICT) & (table["status"] == "reported") & ~null_rows(table)]
+    return {str(r["setting"]): float(r["power"]) for _, r in v.iterrows()}
 
 
 def to_csv(table: pd.DataFrame) -> str:
@@ -435,9 +461,12 @@ def main(argv: list[str] | None = None) -> None:
         f"{MIN_UNITS} units and {FULL.null_sims} for null settings)",
     )
     ap.add_argument("--write", action="store_true", help=f"write {COVERAGE_CSV}")
+    ap.add_argument(
+        "--workers", type=int, default=2, help="processes (settings run in parallel; default 2)"
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    table = run(size=FULL if args.full else REDUCED)
+    table = run(size=FULL if args.full else REDUCED, workers=max(args.workers, 1))
     if args.write:
         write(table)
     bad = failures(table)
@@ -454,6 +483,7 @@ def main(argv: list[str] | None = None) -> None:
                 ),
                 "reported_below_required": len(bad),
                 "verdict_false_flag": false_flags(table),
+                "verdict_power": powers(table),
                 "max_false_flag": MAX_FALSE_FLAG,
                 "seconds": round(time.perf_counter() - t0, 1),
             },

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from layerlab.analysis import exact
 from layerlab.analysis.bootstrap import Paired, bootstrap, paired, point_estimates
 from layerlab.analysis.rates import t_over_z, two_way_variance, z_score
 from layerlab.analysis.units import (
@@ -60,6 +61,7 @@ class Effects:
     seed: int
     policy_level: bool
     alpha: float
+    methods: tuple[str, ...] = ()  # per scenario, the interval method (exact.cell_methods)
 
     def calibrated(self) -> NDArray[np.float64]:
         """Replicates rescaled around the estimate so their spread matches the interval's."""
@@ -92,7 +94,27 @@ class Effects:
                 "; raw percentile interval without small-sample correction: under-covers with "
                 "task effects shared across units or strong between-unit heterogeneity"
             )
-        return txt
+        return txt + "; " + self.method_phrase()
+
+    def method_phrase(self) -> str:
+        """Which interval method the cells used (:func:`layerlab.analysis.exact.cell_methods`)
+        and how the simultaneous band is calibrated: one clause for captions."""
+        used = list(dict.fromkeys(self.methods))
+        if used == [exact.BOOTSTRAP]:
+            cells = "every cell's interval from that bootstrap"
+        else:
+            cells = "cell intervals: " + "; ".join(
+                f"{exact.METHODS[m]} ({sum(x == m for x in self.methods)} of "
+                f"{len(self.methods)} cells)"
+                for m in used
+            )
+        band = (
+            "simultaneous band calibrated by a sign-flip permutation (max statistic over the "
+            f"cells, one sign per {'policy' if self.policy_level else 'task'})"
+            if self.design == "tasks"
+            else "simultaneous band from the bootstrap's max-|t|"
+        )
+        return f"{cells}; {band}"
 
 
 def paired_effects(
@@ -224,6 +246,14 @@ def effects_from_paired(
     cal = est + scale * (reps - est)
     lo, hi = np.nanquantile(cal, [alpha / 2, 1 - alpha / 2], axis=0)
     lo, hi = np.clip(lo, -1.0, 1.0), np.clip(hi, -1.0, 1.0)  # a difference of rates
+    # where the bootstrap collapses or under-covers (one unit, constant cells): the score interval
+    methods = exact.cell_methods(p)
+    sc = np.array([m != exact.BOOTSTRAP for m in methods])
+    if sc.any():
+        b, c, n = exact.discordant(p)
+        s_lo, s_hi = exact.score_interval(b[sc], c[sc], n[sc], z_score(alpha))
+        lo, hi = lo.copy(), hi.copy()
+        lo[sc], hi[sc] = s_lo, s_hi
     notes = []
     if U == 1:
         notes.append(
@@ -251,6 +281,7 @@ def effects_from_paired(
                 "n_pairs": int(p.valid[:, i, :].sum()),
                 "exactly_zero": zero,
                 "includes_zero": bool(lo[i] <= 0 <= hi[i]),
+                "method": methods[i],
             }
         )
     return Effects(
@@ -265,6 +296,7 @@ def effects_from_paired(
         seed,
         policy_level,
         alpha,
+        methods,
     )
 
 
@@ -302,25 +334,81 @@ def pick_design(
 # --- the specificity margin ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Band:
+    """A simultaneous band over some cells: bounds, the critical value each cell's interval used,
+    its standard error and pairs (what the power and the minimum detectable effect read)."""
+
+    low: NDArray[np.float64]
+    high: NDArray[np.float64]
+    crit: NDArray[np.float64]
+    se: NDArray[np.float64]
+    n: NDArray[np.float64]
+
+
+def band(eff: Effects, scenarios: Sequence[str], alpha: float | None = None) -> Band:
+    """Simultaneous band over ``scenarios``: all cover together at 1 − alpha.
+
+    Cells that vary share one critical value: the sign-flip permutation's max statistic when
+    tasks are resampled (one unit, or fewer than ``MIN_UNITS``:
+    :func:`layerlab.analysis.exact.signflip_crit`, each cell's interval then estimate ± crit ×
+    its task-clustered standard error, or its score interval), the bootstrap's max-|t| over the
+    calibrated replicates otherwise; constant cells (no spread) get a Bonferroni share of alpha.
+    Each cell's interval at its critical value is its method's (:func:`exact.cell_methods`): the
+    score interval from the discordant counts, or estimate ± crit × bootstrap sd. A constant cell
+    never gets a band of width zero.
+    """
+    alpha = eff.alpha if alpha is None else alpha
+    p = eff.paired
+    scen = list(p.scenarios)
+    idx = [scen.index(s) for s in scenarios]
+    k = len(idx)
+    est = point_estimates(p)[idx]
+    methods = np.array(eff.methods or exact.cell_methods(p))[idx]
+    live = ~exact.constant_cells(p)[idx]
+    cal = eff.calibrated()[:, idx]
+    sd = np.nanstd(cal, axis=0)
+    flip = eff.design == "tasks"  # tasks resampled: the band is calibrated by sign flips
+    clusters = p.policy if eff.policy_level else None
+    if flip:  # the sign-flip critical value is for the cluster-studentised mean
+        sd = exact.cluster_se(p, idx, clusters)
+    b, c, n = (x[idx] for x in exact.discordant(p))
+    crit = np.full(k, z_score(alpha / max(k, 1)))  # constant cells: their Bonferroni share
+    n_live = int(live.sum())
+    if n_live:
+        a_live = alpha * n_live / k
+        if flip:
+            c_live = exact.signflip_crit(
+                p,
+                [i for i, v in zip(idx, live, strict=True) if v],
+                a_live,
+                seed=eff.seed,
+                clusters=clusters,
+            )
+        else:
+            ok = live & (sd > 0)
+            zmax = np.nanmax(np.abs(cal[:, ok] - est[ok]) / sd[ok], axis=1) if ok.any() else None
+            c_live = (
+                float(np.nanquantile(zmax, 1 - a_live)) if zmax is not None else z_score(a_live)
+            )
+        crit[live] = c_live
+    # a difference of two rates lies in [-1, 1]; clipping the band there loses no coverage
+    lo, hi = np.clip(est - crit * sd, -1.0, 1.0), np.clip(est + crit * sd, -1.0, 1.0)
+    score = methods != exact.BOOTSTRAP
+    nn = np.maximum(n, 1.0)
+    se = np.where(score, np.sqrt(np.maximum((b + c) / nn - est**2, 0.0) / nn), sd)
+    if score.any():
+        s_lo, s_hi = exact.score_interval(b[score], c[score], n[score], crit[score])
+        lo[score], hi[score] = s_lo, s_hi
+    return Band(lo, hi, crit, se, n)
+
+
 def simultaneous_band(
     eff: Effects, scenarios: Sequence[str], alpha: float | None = None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Simultaneous (max-|t|) bootstrap band over ``scenarios``: all cover together at 1 − alpha.
-
-    Scenarios whose replicates do not vary (exactly-zero effects) get a band of width zero.
-    """
-    alpha = eff.alpha if alpha is None else alpha
-    idx = [list(eff.paired.scenarios).index(s) for s in scenarios]
-    est = point_estimates(eff.paired)[idx]
-    cal = eff.calibrated()[:, idx]
-    sd = np.nanstd(cal, axis=0)
-    live = sd > 0
-    if not live.any():
-        return est.copy(), est.copy()
-    zmax = np.nanmax(np.abs(cal[:, live] - est[live]) / sd[live], axis=1)
-    c = float(np.nanquantile(zmax, 1 - alpha))
-    # a difference of two rates lies in [-1, 1]; clipping the band there loses no coverage
-    return np.clip(est - c * sd, -1.0, 1.0), np.clip(est + c * sd, -1.0, 1.0)
+    """The bounds of :func:`band` over ``scenarios``: all cover together at 1 − alpha."""
+    bd = band(eff, scenarios, alpha)
+    return bd.low, bd.high
 
 
 def specificity_margin(

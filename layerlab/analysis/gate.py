@@ -18,9 +18,13 @@ point estimate. A threshold that matches no cell of the run is an input error, n
 a cell whose label some records did not record (an archive migrated from schema 3) fails.
 
 **Verdict gates** read Table 10 (:func:`layerlab.analysis.compare.matrix_summary`, with the
-paper's resamples and seed, so the verdicts are the table's): ``no_over_broad`` fails for every
-mitigation whose verdict is over-broad, ``specific`` for each named mitigation whose verdict is
-not ``specific`` (each kind of unit judged as its own block, as the table does).
+paper's resamples and seed, so the verdicts are the table's, at the equivalence margin δ of
+``delta``, default :data:`layerlab.analysis.specificity.DELTA`): ``no_over_broad`` fails for every
+mitigation whose verdict is over-broad *or inconclusive* (too few tasks to show it is not),
+``specific`` for each named mitigation whose verdict is not ``specific`` — inconclusive included,
+and the line says so (each kind of unit judged as its own block, as the table does). ``min_power``
+adds a check per judged mitigation: the design's power to show a target gain of
+:data:`~layerlab.analysis.specificity.POWER_EFFECT` must reach it.
 
 :class:`GateSpec` is the same set of checks as a run configuration's ``gate:`` section.
 """
@@ -60,8 +64,6 @@ _PATTERN = re.compile(
     r"(?P<measure>[A-Za-z_]+)(?::(?P<scenario>[^:@/=]+))?(?:@(?P<arm>[^:@/=]+))?(?:/(?P<model>.+))?"
 )
 Bound = Literal["min", "max"]
-OVER_BROAD = "over-broad"  # every over-broad verdict starts with it (specificity.verdict_label)
-SPECIFIC = "specific"
 
 
 class GateError(ValueError):
@@ -137,6 +139,8 @@ class GateSpec(BaseModel):
     no_over_broad: bool = False
     specific: list[str] = Field(default_factory=list)
     strict_ci: bool = False
+    delta: Share | None = None  # the verdicts' equivalence margin (default specificity.DELTA)
+    min_power: Share | None = None  # the power a verdict's design must reach at POWER_EFFECT
 
     def problems(self) -> list[tuple[tuple[Any, ...], str]]:
         """``(location, message)`` per key that is not a threshold (for the config loader)."""
@@ -162,7 +166,7 @@ class GateSpec(BaseModel):
 class Check:
     """One check's outcome and the line that reports it."""
 
-    kind: Literal["threshold", "verdict"]
+    kind: Literal["threshold", "verdict", "power"]
     passed: bool
     line: str
 
@@ -180,7 +184,9 @@ class Outcome:
 
     def summary(self) -> str:
         """One line: how many checks of each kind failed, or that all passed."""
-        counts = {k: [c for c in self.checks if c.kind == k] for k in ("threshold", "verdict")}
+        counts = {
+            k: [c for c in self.checks if c.kind == k] for k in ("threshold", "verdict", "power")
+        }
         n, bad = len(self.checks), len(self.failures)
         if not bad:
             kinds = ", ".join(f"{len(v)} {k}" for k, v in counts.items() if v)
@@ -298,13 +304,22 @@ def check_verdicts(
     specific: Sequence[str],
     n_boot: int,
     seed: int,
+    delta: float | None = None,
+    min_power: float | None = None,
 ) -> list[Check]:
     """Table 10's verdicts of the run's own mitigation arms against its baseline, per block:
-    with ``no_over_broad`` one check per mitigation, and one per ``specific`` name."""
-    from layerlab.analysis import compare
+    with ``no_over_broad`` one check per mitigation, one per ``specific`` name, and with
+    ``min_power`` one power check per mitigation judged (every one when no verdict gate is
+    asked for)."""
+    from layerlab.analysis import compare, specificity
     from layerlab.mitigations import load_mitigations
 
-    flag = "--no-over-broad" if no_over_broad else f"--specific {specific[0]}"
+    if no_over_broad:
+        flag = "--no-over-broad"
+    elif specific:
+        flag = f"--specific {specific[0]}"
+    else:
+        flag = f"--min-power {min_power}"
     spec = load_mitigations()
     base = spec.baseline
     judged = [a for a in arms if a != base]
@@ -320,27 +335,63 @@ def check_verdicts(
                 f"{did_you_mean(name, judged) or did_you_mean(name, spec.arms)}; "
                 f"it holds: {', '.join(judged) or 'only the baseline ' + base}"
             )
+    d = specificity.DELTA if delta is None else delta
     try:
-        blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed)
+        blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed, delta=d)
     except (compare.CompareError, ValueError) as exc:
         raise GateError(f"{flag}: {exc}") from None
     out = []
+    at = f"{specificity.delta_phrase(d)}, power at +{100 * specificity.POWER_EFFECT:g} pp"
     for block, mx in blocks.items():
-        verdicts = dict(zip(mx.summary["mitigation"], mx.summary["verdict"], strict=True))
+        rows = {str(r["mitigation"]): r for _, r in mx.summary.iterrows()}
+        powered = set(rows) if (no_over_broad or not specific) else set(specific)
         if no_over_broad:
-            for name, v in verdicts.items():
-                ok = not str(v).startswith(OVER_BROAD)
-                out.append(_verdict_line(ok, name, block, str(v), "--no-over-broad"))
+            for name, r in rows.items():
+                v = str(r["verdict"])
+                ok = not specificity.is_over_broad(v) and v != specificity.INCONCLUSIVE
+                out.append(_verdict_line(ok, name, block, r, "--no-over-broad", at))
         for name in specific:
-            if name in verdicts:
-                v = str(verdicts[name])
-                out.append(_verdict_line(v == SPECIFIC, name, block, v, f"--specific {name}"))
+            if name in rows:
+                r = rows[name]
+                ok = str(r["verdict"]) == specificity.SPECIFIC
+                out.append(_verdict_line(ok, name, block, r, f"--specific {name}", at))
+        if min_power is not None:
+            for name in (n for n in rows if n in powered):
+                out.append(_power_line(name, block, rows[name], min_power))
     return out
 
 
-def _verdict_line(ok: bool, name: str, block: str, verdict: str, flag: str) -> Check:
+def _verdict_line(
+    ok: bool, name: str, block: str, r: Mapping[str, Any], flag: str, at: str
+) -> Check:
+    from layerlab.analysis.specificity import INCONCLUSIVE
+
+    v = str(r["verdict"])
+    why = f" — {r['reason']}" if r.get("reason") else ""
+    if v == INCONCLUSIVE and not ok:
+        why += "; inconclusive is not a pass"
+    power = float(r.get("power", float("nan")))
+    pw = f", {power:.2f}" if power == power else ""
     return Check(
-        "verdict", ok, f"{'PASS' if ok else 'FAIL'} verdict {name} [{block}]: {verdict} ({flag})"
+        "verdict",
+        ok,
+        f"{'PASS' if ok else 'FAIL'} verdict {name} [{block}]: {v}{why} ({flag}; {at}{pw})",
+    )
+
+
+def _power_line(name: str, block: str, r: Mapping[str, Any], min_power: float) -> Check:
+    from layerlab.analysis.specificity import POWER_EFFECT
+
+    power, mde = float(r["power"]), float(r["mde"])
+    ok = power == power and power >= min_power
+    got = f"{power:.2f}" if power == power else "none (no target scenario)"
+    op = ">=" if ok else "<"
+    m = f"; MDE +{100 * mde:.0f} pp at 80% power" if mde == mde else ""
+    return Check(
+        "power",
+        ok,
+        f"{'PASS' if ok else 'FAIL'} power {name} [{block}]: {got} {op} {min_power:.2f} to show a "
+        f"+{100 * POWER_EFFECT:g} pp target gain{m} (--min-power {min_power:g})",
     )
 
 
@@ -353,6 +404,8 @@ def evaluate(
     n_boot: int = 10_000,
     seed: int = 0,
     allow_partial: bool = False,
+    delta: float | None = None,
+    min_power: float | None = None,
 ) -> Outcome:
     """Every check of a gate over the run folder or archive ``run``; :class:`GateError` on bad
     input (a missing or partial archive, a threshold that matches no cell, an unknown name)."""
@@ -360,10 +413,10 @@ def evaluate(
     from layerlab.analysis.units import ARM
 
     thresholds = list(thresholds)
-    if not thresholds and not no_over_broad and not specific:
+    if not thresholds and not no_over_broad and not specific and min_power is None:
         raise GateError(
-            "nothing to check: give --min/--max thresholds, --no-over-broad, --specific NAME "
-            "or --config FILE with a gate: section"
+            "nothing to check: give --min/--max thresholds, --no-over-broad, --specific NAME, "
+            "--min-power P or --config FILE with a gate: section"
         )
     try:
         src = compare.load(run)
@@ -378,7 +431,9 @@ def evaluate(
     outcome = Outcome(str(run))
     for t in thresholds:
         outcome.checks.extend(check_threshold(df, t, strict_ci))
-    if no_over_broad or specific:
+    if no_over_broad or specific or min_power is not None:
         arms = list(dict.fromkeys(df[ARM]))
-        outcome.checks.extend(check_verdicts(run, arms, no_over_broad, specific, n_boot, seed))
+        outcome.checks.extend(
+            check_verdicts(run, arms, no_over_broad, specific, n_boot, seed, delta, min_power)
+        )
     return outcome

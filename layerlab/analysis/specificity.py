@@ -23,8 +23,10 @@ from typing import Any
 import pandas as pd
 
 from layerlab import __version__, archive, paths
+from layerlab.analysis import exact
 from layerlab.analysis.bootstrap import point_estimates
-from layerlab.analysis.effects import Effects, arm_effects, simultaneous_band, specificity_margin
+from layerlab.analysis.effects import Effects, arm_effects, specificity_margin
+from layerlab.analysis.effects import band as effect_band
 from layerlab.analysis.provenance import records_frame
 from layerlab.analysis.units import blocks
 from layerlab.faults.scenario import Scenario, load_scenarios
@@ -32,20 +34,45 @@ from layerlab.harness import deterministic as harness
 from layerlab.mitigations import ARM_FILES, MitigationSet, load_mitigations, targets
 
 OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
-SPECIFIC, INEFFECTIVE = "specific", "ineffective"
+# the verdict vocabulary: its one owner (tables, gate, findings and notebooks read these)
+SPECIFIC, INEFFECTIVE, INCONCLUSIVE = "specific", "ineffective", "inconclusive"
+OVER_BROAD = "over-broad"  # every over-broad verdict starts with it: "over-broad (harm, gain)"
 HARM, GAIN = "harm", "gain"  # the directions an off-target change is named by
+VERDICTS = (
+    SPECIFIC,
+    f"{OVER_BROAD} ({HARM})",
+    f"{OVER_BROAD} ({GAIN})",
+    f"{OVER_BROAD} ({HARM}, {GAIN})",
+    INEFFECTIVE,
+    INCONCLUSIVE,
+)
+DELTA = 0.10  # the equivalence margin: an off-target change within ±DELTA counts as none
+POWER_EFFECT = 0.20  # the target gain the design's power is stated at
 VERDICT_RULE = (
     "Verdict, judged by one simultaneous 95% band over all of a mitigation's cells (target and "
-    "off-target together, family-wise): over-broad (harm) if some off-target cell's band lies "
-    "entirely below zero, over-broad (gain) if entirely above zero (it appears to solve a failure "
-    "of a layer it does not target), over-broad (harm, gain) if both; otherwise specific if the "
-    "target gain's band lies entirely above zero; otherwise ineffective. The per-cell intervals "
-    "are marginal: each covers its own effect 95% of the time, but with 8 off-target cells and no "
-    "effect at least one of them excludes zero in about a third of archives, so the verdict does "
-    "not read them (the coverage table measures how often a mitigation with no effect is called "
-    "anything but ineffective)."
+    "off-target together, family-wise) and the equivalence margin δ: over-broad (harm) if some "
+    "off-target cell's band lies entirely below zero, over-broad (gain) if entirely above zero (it "
+    "appears to solve a failure of a layer it does not target), over-broad (harm, gain) if both; "
+    "otherwise specific if the target gain's band lies entirely above zero and every off-target "
+    "band lies within ±δ (no off-target change larger than δ, shown); ineffective if the target "
+    "gain's band lies entirely below δ; otherwise inconclusive, with the cell whose band is too "
+    "wide and the smallest target gain the design would show with 80% power (MDE, from its pairs "
+    "and observed discordance). Inconclusive means too few tasks to tell, not no effect. The "
+    "per-cell intervals are marginal: each covers its own effect 95% of the time, but with 8 "
+    "off-target cells and no effect at least one of them excludes zero in about a third of "
+    "archives, so the verdict does not read them (the coverage table measures how often a "
+    "mitigation with no effect is called specific or over-broad)."
 )
 ARCHIVE_DIR = paths.ARCHIVES / "mitigations"
+
+
+def delta_phrase(delta: float = DELTA) -> str:
+    """How captions and the gate state the equivalence margin."""
+    return f"δ = {100 * delta:g} pp"
+
+
+def is_over_broad(verdict: str) -> bool:
+    return str(verdict).startswith(OVER_BROAD)
 
 
 @dataclass(frozen=True)
@@ -56,12 +83,22 @@ class Matrix:
     summary: pd.DataFrame
     baseline: str
     note: str
+    delta: float = DELTA
+    methods: str = ""  # which interval method each cell used and how the band is calibrated
+
+    @property
+    def delta_text(self) -> str:
+        """The equivalence margin as captions and the gate state it."""
+        return delta_phrase(self.delta)
 
 
 @dataclass(frozen=True)
 class Judgement:
     """One mitigation's verdict and the simultaneous band it was judged by (see
-    :data:`VERDICT_RULE`). ``harm``/``gain``: off-target scenarios whose band excludes zero."""
+    :data:`VERDICT_RULE`). ``harm``/``gain``: off-target scenarios whose band excludes zero;
+    ``wide``: off-target scenarios whose band is not within ±δ; ``reason``: why the verdict is not
+    specific (empty when it is); ``mde``: the smallest target gain the design shows with 80%
+    power; ``power``: its power at :data:`POWER_EFFECT`."""
 
     verdict: str
     target_low: float
@@ -69,14 +106,38 @@ class Judgement:
     harm: tuple[str, ...]
     gain: tuple[str, ...]
     band: dict[str, tuple[float, float]]
+    wide: tuple[str, ...] = ()
+    reason: str = ""
+    mde: float = float("nan")
+    power: float = float("nan")
+    delta: float = DELTA
 
 
-def verdict_label(target_low: float, harm: Sequence[str], gain: Sequence[str]) -> str:
-    """The verdict from the target's lower bound and the off-target cells flagged each way."""
+def verdict_label(
+    target_low: float,
+    harm: Sequence[str],
+    gain: Sequence[str],
+    target_high: float = float("nan"),
+    wide: Sequence[str] = (),
+    delta: float = DELTA,
+) -> str:
+    """The verdict from the target's band, the off-target cells flagged each way and those whose
+    band is not within ±``delta`` (:data:`VERDICT_RULE`). No target (nan bounds): over-broad,
+    ineffective when every off-target band is within ±δ, otherwise inconclusive."""
     dirs = [d for d, flagged in ((HARM, harm), (GAIN, gain)) if flagged]
     if dirs:
-        return f"over-broad ({', '.join(dirs)})"
-    return SPECIFIC if target_low > 0 else INEFFECTIVE
+        return f"{OVER_BROAD} ({', '.join(dirs)})"
+    if target_low != target_low:  # no target cell
+        return INCONCLUSIVE if wide else INEFFECTIVE
+    if target_low > 0 and not wide:
+        return SPECIFIC
+    if target_high < delta:
+        return INEFFECTIVE
+    return INCONCLUSIVE
+
+
+def _band_text(lo: float, hi: float) -> str:
+    return f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pp"
 
 
 def judge(
@@ -84,20 +145,50 @@ def judge(
     target: Sequence[str],
     off_target: Sequence[str],
     alpha: float | None = None,
+    delta: float = DELTA,
 ) -> Judgement:
     """The verdict of :data:`VERDICT_RULE` from one simultaneous band over ``target`` and
-    ``off_target`` cells (:func:`layerlab.analysis.stats.simultaneous_band`, the band the margin's interval
-    is projected from). Cells whose effect is exactly zero get a band of width zero at 0 and are
-    never flagged. With no target the verdict can only be over-broad or ineffective."""
+    ``off_target`` cells (:func:`layerlab.analysis.effects.band`, the band the margin's interval
+    is projected from), with the reason it is not specific, the design's minimum detectable
+    target gain at 80% power and its power at :data:`POWER_EFFECT`. With no target the verdict
+    can only be over-broad, ineffective or inconclusive."""
     cells = [*target, *off_target]
-    lo, hi = simultaneous_band(eff, cells, alpha)
+    bd = effect_band(eff, cells, alpha)
+    lo, hi = bd.low, bd.high
     k = len(target)
     band = {s: (float(a), float(b)) for s, a, b in zip(cells, lo, hi, strict=True)}
     harm = tuple(s for s in off_target if band[s][1] < 0)
     gain = tuple(s for s in off_target if band[s][0] > 0)
+    wide = tuple(s for s in off_target if band[s][0] < -delta or band[s][1] > delta)
     t_lo = float(lo[:k].min()) if k else float("nan")
     t_hi = float(hi[:k].min()) if k else float("nan")
-    return Judgement(verdict_label(t_lo, harm, gain), t_lo, t_hi, harm, gain, band)
+    verdict = verdict_label(t_lo, harm, gain, t_hi, wide, delta)
+    mde = power = float("nan")
+    reasons = []
+    if k:
+        j = int(lo[:k].argmin())  # the target cell that limits the gain
+        mde = exact.mde(float(bd.se[j]), float(bd.n[j]), float(bd.crit[j]))
+        power = exact.power_at(POWER_EFFECT, float(bd.se[j]), float(bd.n[j]), float(bd.crit[j]))
+        if not t_lo > 0 and not t_hi < delta:
+            reasons.append(
+                f"target {target[j]} band {_band_text(*band[target[j]])} includes 0 and reaches "
+                f"δ {100 * delta:g} pp"
+            )
+    if wide and not (harm or gain):
+        worst = max(wide, key=lambda s: band[s][1] - band[s][0])
+        names = ", ".join(wide) if len(wide) <= 3 else f"{len(wide)} cells"
+        reasons.append(
+            f"off-target {names} not shown within ±{100 * delta:g} pp (widest: "
+            f"{worst} {_band_text(*band[worst])})"
+        )
+    reason = ""
+    if verdict == INCONCLUSIVE:
+        reason = "; ".join(reasons)
+        if mde == mde:
+            reason += f"; MDE +{100 * mde:.0f} pp at 80% power"
+    elif verdict == INEFFECTIVE and k:
+        reason = f"target gain's band {_band_text(t_lo, t_hi)} lies below δ {100 * delta:g} pp"
+    return Judgement(verdict, t_lo, t_hi, harm, gain, band, wide, reason, mde, power, delta)
 
 
 def scenario_layers(scenarios: Mapping[str, Scenario] | None = None) -> dict[str, str]:
@@ -113,6 +204,7 @@ def matrix(
     seed: int = 0,
     policy_level: bool = False,
     alpha: float = 0.05,
+    delta: float = DELTA,
 ) -> Matrix:
     """The specificity matrix of every mitigation arm in ``df`` against the baseline arm."""
     spec = spec or load_mitigations()
@@ -124,7 +216,7 @@ def matrix(
     arms += [a for a in present if a not in arms and a != spec.baseline and a not in spec.arms]
     if not arms:
         raise ValueError("archives hold no mitigation arm besides the baseline")
-    cells, summary, note = [], [], ""
+    cells, summary, note, methods = [], [], "", ""
     for name in arms:
         eff = arm_effects(df, name, spec.baseline, OUTCOME, n_boot, seed, policy_level, alpha)
         note = eff.note
@@ -135,7 +227,8 @@ def matrix(
         t = eff.table.set_index("scenario")
         tgt_names = [scen[i] for i in ti]
         off_names = [scen[i] for i in oi]
-        j = judge(eff, tgt_names, off_names, alpha)
+        j = judge(eff, tgt_names, off_names, alpha, delta)
+        methods = eff.method_phrase()
         for s in scen:
             e = t.loc[s]
             cells.append(
@@ -150,6 +243,7 @@ def matrix(
                     "band_high": j.band[s][1],
                     "exactly_zero": bool(e["exactly_zero"]),
                     "n_pairs": int(e["n_pairs"]),
+                    "method": str(e["method"]),
                 }
             )
         # one owner of the margin and its covering interval: specificity_margin (the gain
@@ -184,9 +278,13 @@ def matrix(
                 "off-target harm": ", ".join(j.harm) or "-",
                 "off-target gain": ", ".join(j.gain) or "-",
                 "verdict": j.verdict,
+                "reason": j.reason,
+                "mde": j.mde,
+                "power": j.power,
+                "delta": delta,
             }
         )
-    return Matrix(pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note)
+    return Matrix(pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note, delta, methods)
 
 
 def run_archive(

@@ -58,7 +58,9 @@ class Setting:
     task_effect_sd: float = 0.05
     zero_effect: Literal["noisy", "exact"] = "noisy"
     target: str = ""  # the scenario the treatment targets ("": the contract target, roles.yaml)
-    task_dist: Literal["normal", "skewed"] = "normal"
+    task_dist: Literal["normal", "skewed", "beta"] = "normal"
+    task_beta: tuple[float, float] = (2.0, 2.0)  # with task_dist "beta": p_task ~ Beta(a, b)
+    replicates: int = 1  # records per arm and task (averaged into one pair, as archives are)
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -78,6 +80,10 @@ class Sample:
     true_effect_units: NDArray[np.float64]  # (S,) these units, mean over the task population
     true_rate: NDArray[np.float64]  # (S,) population baseline rate
     true_rate_units: NDArray[np.float64]  # (S,) these units' baseline rate
+    # (U, S, T, R) every replicate's outcome; ``baseline``/``treatment`` are their means (the
+    # outcomes themselves at one replicate)
+    baseline_records: NDArray[np.bool_] | None = None
+    treatment_records: NDArray[np.bool_] | None = None
 
     @property
     def n_tasks(self) -> int:
@@ -115,27 +121,31 @@ class Sample:
         tasks, policies, var = self.task_ids()
         U, S, T = self.baseline.shape
         baseline, treatment = contract_arms()
+        base_rec = (
+            self.baseline[..., None] if self.baseline_records is None else self.baseline_records
+        )
+        treat_rec = (
+            self.treatment[..., None] if self.treatment_records is None else self.treatment_records
+        )
         parts = []
         for u in range(U):
             for si, s in enumerate(self.scenarios):
-                for mode, ok in (
-                    (baseline, self.baseline[u, si]),
-                    (treatment, self.treatment[u, si]),
-                ):
-                    parts.append(
-                        pd.DataFrame(
-                            {
-                                "provider": f"prov{u % 3}",
-                                "model": f"model{u}",
-                                "scenario": s,
-                                arm: mode,
-                                "task_id": tasks,
-                                "policy_id": policies,
-                                "variant": var,
-                                "success": ok,
-                            }
+                for mode, rec in ((baseline, base_rec[u, si]), (treatment, treat_rec[u, si])):
+                    for r in range(rec.shape[1]):
+                        parts.append(
+                            pd.DataFrame(
+                                {
+                                    "provider": f"prov{u % 3}",
+                                    "model": f"model{u}",
+                                    "scenario": s,
+                                    arm: mode,
+                                    "task_id": tasks,
+                                    "policy_id": policies,
+                                    "variant": var,
+                                    "success": rec[:, r].astype(bool),
+                                }
+                            )
                         )
-                    )
         df = pd.concat(parts, ignore_index=True)
         df["schema_version"] = SCHEMA_VERSION
         df["run_id"] = f"synthetic-{self.seed}"
@@ -145,12 +155,15 @@ class Sample:
         return df
 
 
-def _task_effects(
-    rng: np.random.Generator, st: Setting, n: int
-) -> NDArray[np.float64]:
-    """Task difficulties ``b_t``: mean 0, sd ``task_sd``; normal or right-skewed (exponential)."""
+def _task_effects(rng: np.random.Generator, st: Setting, n: int) -> NDArray[np.float64]:
+    """Task difficulties ``b_t``: mean 0, sd ``task_sd``; normal or right-skewed (exponential);
+    with ``task_dist="beta"`` a Beta(a, b) draw minus its mean (``base_rate`` is then its mean, so
+    the per-task success probability is the Beta draw and ``task_sd`` is not read)."""
     if st.task_dist == "skewed":
         return st.task_sd * (rng.exponential(1.0, n) - 1.0)
+    if st.task_dist == "beta":
+        a, b = st.task_beta
+        return rng.beta(a, b, n) - a / (a + b)
     return rng.normal(0.0, st.task_sd, n)
 
 
@@ -183,11 +196,14 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
         0,
         1,
     )
-    baseline = rng.random((U, S, T)) < base_p
-    treatment = rng.random((U, S, T)) < treat_p
+    R = max(st.replicates, 1)
+    base_r = rng.random((U, S, T, R)) < base_p[..., None]
+    treat_r = rng.random((U, S, T, R)) < treat_p[..., None]
     if st.zero_effect == "exact":
         zero = eff == 0
-        treatment[:, zero, :] = baseline[:, zero, :]
+        treat_r[:, zero] = base_r[:, zero]
+    baseline = base_r[..., 0] if R == 1 else base_r.mean(axis=3)
+    treatment = treat_r[..., 0] if R == 1 else treat_r.mean(axis=3)
     # truth by seeded integration over fresh unit and task draws (independent of the sample)
     trng = np.random.default_rng([seed, 7919])
     ta = trng.normal(0.0, st.unit_sd, truth_draws)
@@ -216,7 +232,17 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
         true_units[si] = float(np.mean(per_unit_eff))
         rate_units[si] = float(np.mean(per_unit_rate))
     return Sample(
-        st, seed, scen, baseline, treatment, true_effect, true_units, true_rate, rate_units
+        st,
+        seed,
+        scen,
+        baseline,
+        treatment,
+        true_effect,
+        true_units,
+        true_rate,
+        rate_units,
+        base_r,
+        treat_r,
     )
 
 

@@ -30,7 +30,9 @@ Examples: --min S:clean=0.6  --min SR:permission_denied@strict=90%
 Rates are results.json's (per model x scenario x arm; Wilson 95% clustered
 by task); the rate is compared, the interval's worse bound with
 --strict-ci. A threshold that matches no cell of RUN is an error, never a
-pass. One line per failed check, then one summary line.
+pass. Verdicts are Table 10's at the equivalence margin --delta (default
+10 pp); --specific and --no-over-broad treat "inconclusive" (too few tasks
+to tell) as not passing. One line per failed check, then one summary line.
 """
 
 
@@ -60,6 +62,22 @@ def gate_cmd(
         metavar="MITIGATION",
         help="Fail unless this mitigation's Table 10 verdict is specific (repeatable).",
     ),
+    delta: float = typer.Option(
+        None,
+        "--delta",
+        min=0.0,
+        max=1.0,
+        help="The verdicts' equivalence margin δ as a share (default 0.10: an off-target change "
+        "shown within ±10 pp counts as none).",
+    ),
+    min_power: float = typer.Option(
+        None,
+        "--min-power",
+        min=0.0,
+        max=1.0,
+        help="Fail unless the design's power to show a +20 pp target gain reaches this share, per "
+        "mitigation judged (all mitigations when no verdict gate is given).",
+    ),
     strict_ci: bool = typer.Option(
         False,
         "--strict-ci",
@@ -70,7 +88,7 @@ def gate_cmd(
         None,
         "--config",
         help="A run configuration (or a file) whose gate: section adds thresholds and verdict "
-        "gates (keys min, max, no_over_broad, specific, strict_ci).",
+        "gates (keys min, max, no_over_broad, specific, strict_ci, delta, min_power).",
     ),
     allow_partial: bool = typer.Option(
         False, "--allow-partial", help="Gate an unfinished run or a bare archive file."
@@ -109,6 +127,8 @@ def gate_cmd(
             no_over_broad = no_over_broad or spec.no_over_broad
             strict_ci = strict_ci or spec.strict_ci
             names += [n for n in spec.specific if n not in names]
+            delta = spec.delta if delta is None else delta
+            min_power = spec.min_power if min_power is None else min_power
         outcome = gate.evaluate(
             run,
             thresholds,
@@ -118,6 +138,8 @@ def gate_cmd(
             n_boot=n_boot or N_BOOT,
             seed=seed,
             allow_partial=allow_partial,
+            delta=delta,
+            min_power=min_power,
         )
     except gate.GateError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -166,6 +166,7 @@ def compare_cmd(
                 typer.echo(f"note: {mx.note}")
                 outs = compare.matrix_outcomes(mx, df).to_dict(orient="records")
                 doc[name] = {"summary": mx.summary.to_dict(orient="records"), "on_target": outs}
+                typer.echo(f"verdicts at {mx.delta_text}; {mx.methods}")
             typer.echo(f"note: {compare.MATRIX_OUTCOME_NOTE}")
             if json_out is not None:
                 atomic_write_text(json_out, json.dumps(doc, indent=2, sort_keys=True, default=str))

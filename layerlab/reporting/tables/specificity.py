@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from layerlab.analysis import stats
+from layerlab.analysis.specificity import POWER_EFFECT, delta_phrase
 
 if TYPE_CHECKING:
     from layerlab.analysis.specificity import Matrix
@@ -48,12 +49,12 @@ def _table(
         out = pd.concat(frames, ignore_index=True)
         out = out[["block", *[c for c in out.columns if c != "block"]]]
         out.attrs["caption"] = _captions_blocks(matrix, records)[name]
-        out.attrs["notes"] = _notes()
+        out.attrs["notes"] = _notes(next(iter(matrix.values())).delta)
     else:
         assert isinstance(records, pd.DataFrame)
         out = build(matrix)
         out.attrs["caption"] = _captions(matrix, records)[name]
-        out.attrs["notes"] = _notes()
+        out.attrs["notes"] = _notes(matrix.delta)
     return out
 
 
@@ -74,9 +75,7 @@ def target_interval(m: Matrix) -> dict[str, tuple[float, float]]:
     c = m.cells[m.cells["target"]]
     for name, sub in c.groupby("mitigation", sort=False):
         e = sub.loc[sub["estimate"].idxmin()]
-        out[str(name)] = (
-            (0.0, 0.0) if e["exactly_zero"] else (float(e["ci_low"]), float(e["ci_high"]))
-        )
+        out[str(name)] = (float(e["ci_low"]), float(e["ci_high"]))  # never zero-width (exact.py)
     return out
 
 
@@ -105,8 +104,17 @@ def _summary(m: Matrix) -> pd.DataFrame:
             "off-target harm": s["off-target harm"],
             "off-target gain": s["off-target gain"],
             "verdict": s["verdict"],
+            "MDE (pp, 80% power)": [_mde(v) for v in s["mde"]],
+            f"power at +{100 * POWER_EFFECT:g} pp": [
+                "-" if v != v else f"{v:.2f}" for v in s["power"]
+            ],
+            "why not specific": [r or "-" for r in s["reason"]],
         }
     )
+
+
+def _mde(v: float) -> str:
+    return "-" if v != v else f"+{100 * v:.0f}"
 
 
 def _cells(m: Matrix) -> pd.DataFrame:
@@ -116,11 +124,8 @@ def _cells(m: Matrix) -> pd.DataFrame:
     for name, sub in c.groupby("mitigation", sort=False):
         row: dict[str, Any] = {"mitigation": name}
         for _, e in sub.set_index("scenario").loc[order].reset_index().iterrows():
-            cell = (
-                "0"
-                if e["exactly_zero"]
-                else f"{_pp(e['estimate'])} {_ci(e['ci_low'], e['ci_high'])}"
-            )
+            # a constant cell (exactly zero included) prints its score interval, never [x, x]
+            cell = f"{_pp(e['estimate'])} {_ci(e['ci_low'], e['ci_high'])}"
             row[str(e["scenario"])] = ("*" if e["target"] else "") + cell
         rows.append(row)
     return pd.DataFrame(rows)
@@ -131,31 +136,39 @@ def _captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
     the archive holds; how the intervals and the verdict are read is in :func:`_notes`."""
     units = sorted(set(df["provider"] + "/" + df["model"]))
     n = int(df["mitigation"].eq(m.baseline).sum())
-    archive = f" Archive: {', '.join(units)}, {n} baseline records." + (
-        f" Note: {m.note}." if m.note else ""
+    archive = (
+        f" Archive: {', '.join(units)}, {n} baseline records"
+        + (f"; {m.methods}" if m.methods else "")
+        + "."
+        + (f" Note: {m.note}." if m.note else "")
     )
     return {
         "table10": "Mitigation x scenario specificity matrix: per mitigation, its paired effect "
         f"against the {m.baseline} baseline on its target scenarios (target gain) and off target "
-        "(the largest change), the margin and the verdict, in percentage points." + archive,
+        "(the largest change), the margin and the verdict at the equivalence margin "
+        f"{delta_phrase(m.delta)}, with the smallest target gain the design shows with 80% power "
+        f"(MDE) and its power at +{100 * POWER_EFFECT:g} pp, in percentage points." + archive,
         "table10_cells": "Specificity matrix cells: the paired effect of each mitigation against "
         f"the {m.baseline} baseline on each scenario, in percentage points, with its 95% interval; "
         "* marks target scenarios (the mitigation's layer)." + archive,
     }
 
 
-def _notes() -> str:
+def _notes(delta: float) -> str:
     """Table 10's notes, stated once under the table: the outcome, the intervals, the margin and
     the verdict rule."""
     from layerlab.analysis.specificity import VERDICT_RULE
 
     return (
-        "Effects are on the scenario's judged outcome (strict success on answerable scenarios, "
+        f"Equivalence margin {delta_phrase(delta)}. Effects are on the scenario's judged outcome "
+        "(strict success on answerable scenarios, "
         "safe resolution - a structured non-answer - on unsafe ones). Cell intervals are marginal "
-        "bootstrap 95% intervals (each covers its own effect; together they are not simultaneous). "
+        "95% intervals (each covers its own effect; together they are not simultaneous). "
         "Target gain = the smallest gain over the target scenarios, with that cell's marginal "
         "interval (as in the cells table) and the mitigation's simultaneous 95% band over all its "
-        "cells, which the verdict reads. Margin = target gain minus the largest absolute "
+        "cells, which the verdict reads; where a cell's pairs are few or constant its interval is "
+        "a score interval from the discordant pairs, never of width zero (the caption names the "
+        "method each block used). Margin = target gain minus the largest absolute "
         "off-target change whose simultaneous band excludes zero, with an interval projected from "
         f"that band (it covers when off-target effects are zero but noisy). {VERDICT_RULE}"
     )

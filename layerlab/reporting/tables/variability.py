@@ -34,6 +34,7 @@ def exchangeability_table(df: pd.DataFrame, outcome: str = "safe_resolution") ->
 def coverage_table(table: pd.DataFrame) -> pd.DataFrame:
     """The coverage suite's table (:mod:`layerlab.analysis.coverage`) for publication, caption in ``attrs``."""
     from layerlab.analysis import coverage
+    from layerlab.analysis.specificity import delta_phrase
 
     t = table.copy()
     small = t["units"] < stats.MIN_UNITS
@@ -49,12 +50,19 @@ def coverage_table(table: pd.DataFrame) -> pd.DataFrame:
         "not rely on them (nested: the paper's scheme; records-independent Wilson: the old Table 4 "
         f"interval; crossed with fewer than {stats.MIN_UNITS} units: a population claim from too "
         "few models, covering only by being nearly as wide as the scale). 'mc s.e.' is the "
-        "binomial Monte Carlo standard error of the coverage. Rows "
-        f"'{coverage.VERDICT}' (identical-prompt settings: both arms independent draws from the "
-        "same per-task success probabilities, no effect anywhere) score Table 10's verdict: "
-        "'coverage' is the share of null mitigations called ineffective, 'false flag' the share "
-        f"called anything else (reported rule: at most {coverage.MAX_FALSE_FLAG:.0%}); beside it "
-        "the one-sided per-cell rule it replaced and how often some off-target marginal interval "
+        "binomial Monte Carlo standard error of the coverage. One-unit settings (1 unit x 16, "
+        "40 and 80 tasks: a Beta(2,2) null, near-ceiling and rare-success targets, replicates "
+        "with ICC 0.2, +20 pp on the target, a +25 pp off-target gain) are the shapes users run. "
+        f"Rows '{coverage.BAND}' score the simultaneous band the verdict reads: all of a "
+        f"mitigation's cells covered at once. Rows '{coverage.VERDICT}' score Table 10's verdict "
+        f"(equivalence margin {delta_phrase()}) against the verdict the setting's truth calls for "
+        "('estimand'): 'false flag' is the share given a claim the truth contradicts (with no "
+        "effect anywhere: called specific or over-broad; reported rule: at most "
+        f"{coverage.MAX_FALSE_FLAG:.0%} in every null setting), 'inconclusive' the share the "
+        "design could not decide, 'power' the share given the verdict the truth calls for (for "
+        "+20 pp on the target: called specific); 'specific', 'over-broad', 'ineffective' and "
+        "'inconclusive' are the shares of each verdict. Beside the null rows, the one-sided "
+        "per-cell rule the verdict replaced and how often some off-target marginal interval "
         "excludes zero."
     )
     return t

@@ -1,0 +1,162 @@
+"""Score intervals, the sign-flip band and the verdict with δ equivalence and inconclusive
+(:mod:`layerlab.analysis.exact`, :func:`layerlab.analysis.specificity.judge`), on hand-made
+cells and seeded synthetic archives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from layerlab.analysis import coverage, exact, specificity, synthetic
+from layerlab.analysis.bootstrap import Paired
+from layerlab.analysis.effects import band, effects_from_paired
+
+
+def _one_unit(cells: dict[str, list[int]], n_tasks: int) -> Paired:
+    """One unit's binary paired differences: per scenario a list of +1/-1/0 per task (padded
+    with 0 to ``n_tasks``)."""
+    scen = tuple(cells)
+    diff = np.zeros((1, len(scen), n_tasks))
+    for i, s in enumerate(scen):
+        diff[0, i, : len(cells[s])] = cells[s]
+    tasks = tuple(f"d-{t:03d}-q1" for t in range(n_tasks))
+    return Paired(
+        ("prov/model",),
+        scen,
+        tasks,
+        diff,
+        np.ones(diff.shape, dtype=bool),
+        np.arange(n_tasks, dtype=np.int64),
+        "freshness_guard",
+        "strict",
+    )
+
+
+def test_tango_statistic_matches_the_restricted_likelihood_by_brute_force() -> None:
+    b, c, n, d = 5.0, 2.0, 16.0, 0.1
+    grid = np.linspace(1e-6, (1 - d) / 2 - 1e-6, 200_001)  # P(baseline only) under Δ = d
+    ll = b * np.log(grid + d) + c * np.log(grid) + (n - b - c) * np.log(1 - 2 * grid - d)
+    p01 = grid[ll.argmax()]
+    z = (b - c - n * d) / np.sqrt(n * (2 * p01 + d * (1 - d)))
+    assert float(
+        exact.tango_z(np.array(b), np.array(c), np.array(n), np.array(d))
+    ) == pytest.approx(z, abs=1e-4)
+
+
+def test_the_score_interval_is_never_zero_width_on_a_constant_cell() -> None:
+    """No pair discordant, or every pair discordant the same way: a percentile bootstrap prints
+    [0, 0] or [+100, +100]; the score interval keeps a width and stays in [-1, 1]."""
+    lo, hi = exact.score_interval([0, 16, 0], [0, 0, 16], [16, 16, 16], 1.96)
+    assert lo[0] < 0 < hi[0] and lo[0] == pytest.approx(-hi[0])
+    assert hi[0] == pytest.approx(1.96**2 / (16 + 1.96**2), abs=1e-6)  # Wilson's bound at 0/16
+    assert 0.5 < lo[1] < 1.0 and hi[1] == 1.0
+    assert lo[2] == -1.0 and -1.0 < hi[2] < -0.5
+    p = _one_unit({"clean": [], "stale_index": [1] * 16}, 16)
+    eff = effects_from_paired(p, n_boot=200)
+    t = eff.table.set_index("scenario")
+    assert set(t["method"]) == {exact.SCORE}
+    assert (t["ci_high"] - t["ci_low"] > 0.1).all(), t
+    assert "Tango score interval" in eff.describe() and "sign-flip" in eff.describe()
+
+
+def test_constant_cells_of_several_units_use_the_score_interval_at_the_pooled_pairs() -> None:
+    df = synthetic.synthetic_frame(n_units=6, seed=3, effects={"clean": 0.0, "schema_drift": 0.5})
+    from layerlab.analysis.effects import paired_effects
+
+    eff = paired_effects(df, n_boot=300)
+    t = eff.table.set_index("scenario")
+    assert t.loc["clean", "method"] == exact.SCORE_CONSTANT  # exact zeros: copies of the baseline
+    assert t.loc["schema_drift", "method"] == exact.BOOTSTRAP
+    assert t.loc["clean", "ci_low"] < 0 < t.loc["clean", "ci_high"]
+
+
+def test_the_sign_flip_band_covers_every_cell_together() -> None:
+    """One unit x 40 tasks, nine null cells of Beta(2,2) tasks: the band covers all nine at
+    once about 95% of the time; marginal intervals alone would miss one far more often."""
+    setting = next(
+        s for s in coverage.one_unit_settings() if s.name == "1 unit x 40 tasks, Beta(2,2) null"
+    )
+    joint = marginal = 0
+    sims = 150
+    for i in range(sims):
+        p = synthetic.simulate(setting, 500 + i, truth_draws=1_000).paired()
+        eff = effects_from_paired(p, n_boot=200, seed=i)
+        bd = band(eff, list(p.scenarios))
+        assert (bd.crit >= 1.959).all() and (bd.high - bd.low > 0).all()
+        joint += bool(((bd.low <= 0) & (bd.high >= 0)).all())
+        t = eff.table
+        marginal += bool(((t["ci_low"] <= 0) & (t["ci_high"] >= 0)).all())
+    assert joint / sims >= 0.9, joint / sims
+    assert marginal / sims < joint / sims
+
+
+def _judge(cells: dict[str, list[int]], n_tasks: int) -> specificity.Judgement:
+    p = _one_unit(cells, n_tasks)
+    eff = effects_from_paired(p, n_boot=300)
+    return specificity.judge(eff, ["stale_index"], [s for s in cells if s != "stale_index"])
+
+
+def test_each_of_the_four_verdicts_is_reachable_with_hand_made_cells() -> None:
+    gain = [1] * 60  # +75 pp of 80 tasks
+    spec = _judge({"stale_index": gain, "clean": [], "schema_drift": []}, 80)
+    assert spec.verdict == specificity.SPECIFIC and spec.reason == ""
+    assert spec.target_low > 0
+    assert all(abs(x) < specificity.DELTA for s in ("clean", "schema_drift") for x in spec.band[s])
+    broad = _judge({"stale_index": gain, "clean": [1] * 40, "schema_drift": []}, 80)
+    assert broad.verdict == f"{specificity.OVER_BROAD} ({specificity.GAIN})" and broad.gain == (
+        "clean",
+    )
+    harm = _judge({"stale_index": gain, "clean": [-1] * 40, "schema_drift": []}, 80)
+    assert harm.verdict == f"{specificity.OVER_BROAD} ({specificity.HARM})"
+    none = _judge({"stale_index": [], "clean": [], "schema_drift": []}, 80)
+    assert none.verdict == specificity.INEFFECTIVE and none.target_high < specificity.DELTA
+    few = _judge({"stale_index": [1, 1, 1, 1, -1, -1], "clean": [], "schema_drift": []}, 16)
+    assert few.verdict == specificity.INCONCLUSIVE
+    assert "target stale_index band" in few.reason and "MDE +" in few.reason
+    assert 0.2 < few.mde <= 1.0 and 0.0 < few.power < 0.8
+    # a clear target gain at 16 tasks is still inconclusive: ±δ cannot be shown off target
+    wide = _judge({"stale_index": [1] * 14, "clean": [], "schema_drift": []}, 16)
+    assert wide.verdict == specificity.INCONCLUSIVE and wide.target_low > 0
+    assert "off-target clean, schema_drift not shown within ±10 pp" in wide.reason
+    # a wider margin decides it: δ is a setting
+    p = _one_unit({"stale_index": [1] * 14, "clean": [], "schema_drift": []}, 16)
+    eff = effects_from_paired(p, n_boot=300)
+    assert specificity.judge(
+        eff, ["stale_index"], ["clean", "schema_drift"], delta=0.4
+    ).verdict == (specificity.SPECIFIC)
+
+
+def test_verdict_labels_follow_the_rule() -> None:
+    d = specificity.DELTA
+    assert specificity.verdict_label(0.1, [], [], 0.5) == specificity.SPECIFIC
+    assert specificity.verdict_label(0.1, [], [], 0.5, wide=["clean"]) == specificity.INCONCLUSIVE
+    assert specificity.verdict_label(-0.05, [], [], d / 2) == specificity.INEFFECTIVE
+    assert specificity.verdict_label(-0.05, [], [], 0.3) == specificity.INCONCLUSIVE
+    assert specificity.verdict_label(float("nan"), [], []) == specificity.INEFFECTIVE
+    assert specificity.verdict_label(float("nan"), [], [], wide=["a"]) == specificity.INCONCLUSIVE
+    assert specificity.verdict_label(0.5, ["clean"], []) == "over-broad (harm)"
+    assert specificity.verdict_label(0.5, [], ["clean"]) == "over-broad (gain)"
+    assert specificity.verdict_label(-0.5, ["a"], ["b"]) == "over-broad (harm, gain)"
+    assert set(specificity.VERDICTS) >= {specificity.SPECIFIC, specificity.INCONCLUSIVE}
+
+
+def test_power_and_mde_of_the_paired_design() -> None:
+    # more tasks, smaller MDE; the MDE is where the power reaches 80%
+    m16, m80 = exact.mde(0.0, 16, 2.5), exact.mde(0.0, 80, 2.5)
+    assert m80 < m16 <= 1.0
+    assert exact.power_at(m80, 0.0, 80, 2.5) == pytest.approx(0.8, abs=1e-3)
+    assert exact.power_at(0.2, 0.05, 40, 2.5) < exact.power_at(0.4, 0.05, 40, 2.5)
+
+
+def test_a_quick_one_unit_coverage_setting() -> None:
+    setting = next(
+        s for s in coverage.one_unit_settings() if s.name == "1 unit x 16 tasks, Beta(2,2) null"
+    )
+    table = coverage.run([setting], coverage.Size(sims=40, n_boot=200, seed=5))
+    v = table[(table["quantity"] == coverage.VERDICT) & (table["status"] == "reported")].iloc[0]
+    assert v["estimand"] == specificity.INEFFECTIVE
+    assert sum(v[k] for k in coverage.VERDICT_SHARES) == pytest.approx(1.0, abs=1e-3)
+    assert v["inconclusive"] > 0.5  # 16 tasks cannot show an effect below 10 pp
+    assert v["false flag"] <= 0.15
+    rep = table[(table["status"] == "reported") & (table["quantity"] != coverage.VERDICT)]
+    assert coverage.BAND in set(rep["quantity"]) and rep["coverage"].min() >= 0.8
