@@ -57,9 +57,10 @@ def test_a_20_task_run_beside_the_80_task_archive_drops_the_other_60_and_says_so
     (line,) = c.dropped
     assert line.startswith(f"{QWEN} (local/qwen2.5-coder-1.5b): 1080 records of 60 task(s)")
     assert set(c.table["tasks"]) == {20} and set(c.table["pairs"]) == {20}
-    # the same records on the common cells: every difference exactly zero, interval [0, 0]
+    # the same records on the common cells: every difference exactly zero, its interval the
+    # score interval of 20 concordant pairs (never the bootstrap's zero width)
     assert set(c.table["difference"]) == {0.0}
-    assert all(ci == [0.0, 0.0] for ci in c.table["difference_ci"])
+    assert all(lo < 0.0 < hi for lo, hi in c.table["difference_ci"])
     assert list(c.table["this_run"]) == list(c.table["other"])
 
 
@@ -67,7 +68,7 @@ def test_identical_runs_compare_to_zero_difference(user20) -> None:
     (c,) = compare.compare(user20, [user20], n_boot=200, paper=False).comparisons
     assert c.dropped == [] and c.tasks == 20
     assert set(c.table["difference"]) == {0.0}
-    assert all(ci == [0.0, 0.0] for ci in c.table["difference_ci"])
+    assert all(lo < 0.0 < hi for lo, hi in c.table["difference_ci"])
 
 
 def test_reference_agents_are_each_set_beside_the_model_never_pooled(user20) -> None:
