@@ -356,11 +356,12 @@ def matrix_summary(run: Path | str, n_boot: int = 2_000, seed: int = 0) -> Mappi
     """The mitigation matrix (Table 10) of a run's own records: per mitigation arm its target
     gain, largest off-target change, margin and verdict, against the run's baseline arm."""
     from layerlab.analysis import specificity
-    from layerlab.mitigations import load_mitigations
+    from layerlab.mitigations import book
 
     src = load(run)
-    base = load_mitigations().baseline
     arms = sorted(set(src.df[stats.ARM]))
+    defined = book.book_for([run], arms)  # the run's own definitions, not what is installed
+    base = defined.baseline
     if base not in arms:
         raise CompareError(
             f"{run}: holds no baseline arm {base!r} (arms: {', '.join(arms)}); run the mitigations "
@@ -370,7 +371,7 @@ def matrix_summary(run: Path | str, n_boot: int = 2_000, seed: int = 0) -> Mappi
         raise CompareError(f"{run}: holds only the baseline arm {base!r}: no mitigation to judge")
     out: dict[str, Any] = {}
     for name, sub in stats.blocks(src.df).items():
-        mx = specificity.matrix(sub, n_boot=n_boot, seed=seed)
+        mx = specificity.matrix(sub, defined, n_boot=n_boot, seed=seed)
         out[name] = mx
     return out
 

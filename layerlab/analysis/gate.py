@@ -302,10 +302,13 @@ def check_verdicts(
     """Table 10's verdicts of the run's own mitigation arms against its baseline, per block:
     with ``no_over_broad`` one check per mitigation, and one per ``specific`` name."""
     from layerlab.analysis import compare
-    from layerlab.mitigations import load_mitigations
+    from layerlab.mitigations import book
 
     flag = "--no-over-broad" if no_over_broad else f"--specific {specific[0]}"
-    spec = load_mitigations()
+    try:  # the run's own definitions of its arms, not what is installed now
+        spec = book.book_for([run], arms)
+    except book.UnknownArmError as exc:
+        raise GateError(f"RUN {exc}") from None
     base = spec.baseline
     judged = [a for a in arms if a != base]
     for name in specific:
@@ -317,7 +320,7 @@ def check_verdicts(
         if name not in judged:
             raise GateError(
                 f"--specific {name}: matches no mitigation of the run"
-                f"{did_you_mean(name, judged) or did_you_mean(name, spec.arms)}; "
+                f"{did_you_mean(name, judged) or did_you_mean(name, book.shipped().arms)}; "
                 f"it holds: {', '.join(judged) or 'only the baseline ' + base}"
             )
     try:

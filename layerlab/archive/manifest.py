@@ -63,6 +63,11 @@ class Manifest:
     scenarios: list[str] | Unset = _key("the fault scenarios run")
     modes: list[str] | Unset = _key("the contract modes run (manifests before mitigations)")
     mitigations: list[str] | Unset = _key("the mitigation arms run")
+    mitigation_arms: dict[str, Any] | Unset = _key(
+        "what each arm is, read by recompute, compare and gate instead of what is installed: the "
+        "baseline's name and per arm its kinds, layers, stages, whether a stack and a matrix row, "
+        "and the distribution and version of a plug-in's kind (older runs: the shipped spec)"
+    )
     prompt_version: str | Unset = _key("the prompt template's version")
     replicates: int | Unset = _key("independent repetitions of every cell")
     share_replies: bool | Unset = _key("whether arms whose prompts coincide share one reply")

@@ -20,6 +20,7 @@ from layerlab.corpus.build import Corpus
 from layerlab.harness.live.budget import Counters
 from layerlab.harness.live.settings import LiveConfig, sampling
 from layerlab.harness.targets.spec import TargetSpec
+from layerlab.mitigations import book, load_mitigations
 from layerlab.models.routing import endpoint_label, split_model
 from layerlab.system import prompt
 
@@ -101,6 +102,7 @@ def manifest(
         models=list(config.models),
         scenarios=list(config.scenarios),
         mitigations=list(config.mitigations),
+        mitigation_arms=book.manifest_entry(load_mitigations(), config.mitigations),
         n_tasks=n_tasks,
         retriever=config.retriever,
         settings=settings,
