@@ -149,6 +149,54 @@ class GateSpec(BaseModel):
                     out.append((("gate", bound, key), str(exc).split(": ", 1)[1]))
         return out
 
+    def plan_problems(
+        self,
+        scenarios: Sequence[str],
+        arms: Sequence[str],
+        models: Sequence[str],
+        baseline: str,
+    ) -> list[tuple[tuple[Any, ...], str]]:
+        """``(location, message)`` per gate that a run of these ``scenarios``, ``arms`` and
+        ``models`` (``provider/model``; empty: a target run, not checked) could never pass as
+        written: a threshold naming a scenario, arm or model the run lacks, a verdict gate on a
+        run without a mitigation arm beside its baseline, a ``specific`` name the run lacks.
+        What ``layerlab gate`` would refuse after the run, found before it (``run live``)."""
+        out: list[tuple[tuple[Any, ...], str]] = []
+
+        def lacks(loc: tuple[Any, ...], what: str, given: str, present: Sequence[str]) -> None:
+            out.append(
+                (loc, f"no {what} {given!r} in the run{did_you_mean(given, present)}; "
+                      f"it runs: {', '.join(present)}")
+            )  # fmt: skip
+
+        names = [*models, *{m.split("/", 1)[-1] for m in models}]
+        for bound in ("min", "max"):
+            for key in getattr(self, bound):
+                try:
+                    _, scen, arm, model = parse_key(key, key)
+                except GateError:
+                    continue  # problems() reports it
+                loc = ("gate", bound, key)
+                if scen not in (None, EACH) and scen not in scenarios:
+                    lacks(loc, "scenario", scen, scenarios)
+                if arm is not None and arm not in arms:
+                    lacks(loc, "mitigation arm", arm, arms)
+                if model is not None and models and model not in names:
+                    lacks(loc, "model", model, models)
+        judged = [a for a in arms if a != baseline]
+        if (self.no_over_broad or self.specific) and (baseline not in arms or not judged):
+            key = "no_over_broad" if self.no_over_broad else "specific"
+            out.append(
+                (("gate", key), f"a verdict gate needs the baseline {baseline!r} and a mitigation "
+                                f"arm beside it; the run's arms: {', '.join(arms)}")
+            )  # fmt: skip
+        for i, name in enumerate(self.specific):
+            if name == baseline:
+                out.append((("gate", "specific", i), f"{name!r} is the baseline: it has no verdict"))
+            elif name not in judged:
+                lacks(("gate", "specific", i), "mitigation arm", name, arms)
+        return out
+
     def thresholds(self, origin: str) -> list[Threshold]:
         """The thresholds, each named by ``origin`` (the file) and its key."""
         return [

@@ -117,10 +117,11 @@ def _schema_problem(con: sqlite3.Connection) -> str:
     return ""
 
 
-def diagnose(folder: Path, check_s: float | None = CHECK_S) -> Health:
+def diagnose(folder: Path, check_s: float | None = CHECK_S, write_probe: bool = True) -> Health:
     """The cache folder's health. Nothing is created (a missing database is ``missing``, or
-    ``uncreatable`` where its folder cannot be made); the test write rewrites the format row.
-    ``check_s=None`` runs the full integrity check."""
+    ``uncreatable`` where its folder cannot be made); the test write rewrites the format row
+    (``write_probe=False``: no write, the database is only read, and a read-only or locked one
+    reads ``ok``). ``check_s=None`` runs the full integrity check."""
     folder = Path(folder)
     db = folder / CACHE_DB
     for p in (folder, *folder.parents):
@@ -143,15 +144,21 @@ def diagnose(folder: Path, check_s: float | None = CHECK_S) -> Health:
         return Health("corrupt", "file is not a database (its header is damaged)")
     if not header:
         return Health("ok")  # an empty file: SQLite makes it a database on first write
-    h = _check_content(db, "ro", check_s)
+    h = _check_content(db, "ro" if write_probe else _look_mode(db), check_s)
     if h.state == "unreadable" and "unable to open" in h.detail:
         # a WAL database in a folder where its -shm file cannot be made: readable as immutable
         h = _check_content(db, "immutable", check_s)
         if h.state == "ok":
             return Health("readonly", "its folder cannot be written")
-    if h.state != "ok":
+    if h.state != "ok" or not write_probe:
         return h
     return _write_probe(db)
+
+
+def _look_mode(db: Path) -> str:
+    """How to read a database leaving its folder as it was: ``immutable`` (no -shm or -wal file
+    is made) unless a -wal file already holds changes only a normal reader sees (``ro``)."""
+    return "ro" if Path(f"{db}-wal").exists() else "immutable"
 
 
 def _check_content(db: Path, mode: str, check_s: float | None) -> Health:
@@ -473,17 +480,18 @@ def legacy_entries(folder: Path) -> list[Path]:
     ]
 
 
-def inspect(folder: Path) -> dict[str, Any]:
-    """Location, health (a full integrity check), entries and size of a cache folder."""
+def inspect(folder: Path, write_probe: bool = True) -> dict[str, Any]:
+    """Location, health (a full integrity check), entries and size of a cache folder
+    (``write_probe=False``: the cache is only read, as ``cache clear`` does before it asks)."""
     folder = Path(folder)
     db = folder / CACHE_DB
-    h = diagnose(folder, check_s=None)
+    h = diagnose(folder, check_s=None, write_probe=write_probe)
     if h.state == "uncreatable":  # nothing there to check
         h = Health("missing")
     entries: int | None = None
     if h.state in ("ok", "readonly") or (h.state == "locked" and h.readable):
         try:
-            con = _connect_uri(db, "ro", PROBE_WAIT_S)
+            con = _connect_uri(db, "ro" if write_probe else _look_mode(db), PROBE_WAIT_S)
             try:
                 entries = int(con.execute("SELECT count(*) FROM replies").fetchone()[0])
             finally:
