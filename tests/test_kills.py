@@ -35,11 +35,11 @@ def _child(args: list[str], marks: str) -> None:
     os.setsid()
     real = _io.atomic_write_bytes
 
-    def slow(path, data, durable=True):  # the write window, widened
+    def slow(path, data, *args, **kwargs):  # the write window, widened
         with open(marks, "a") as fh:
             fh.write(f"{Path(path).name}\n")
         time.sleep(WINDOW_S)
-        real(path, data, durable)
+        real(path, data, *args, **kwargs)
         time.sleep(WINDOW_S)
 
     _io.atomic_write_bytes = slow
@@ -201,3 +201,42 @@ def test_a_two_model_config_whose_second_model_fails_leaves_a_manifest_naming_th
     )
     check = runner.invoke(app, ["archive", "check", str(out)])
     assert check.exit_code == 3 and "PARTIAL" in check.output, check.output
+
+
+# --- issue 34, item 8: a killed invocation's calls stay in manifest.calls.invocations ----------
+
+
+def test_a_killed_invocations_calls_are_kept_on_resume(tmp_path, monkeypatch) -> None:
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fake_openai import SLOW_S, FakeOpenAI
+
+    from layerlab.harness.live.provenance import INVOCATION
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-placeholder")
+    out, cache = tmp_path / "k", tmp_path / "c"
+    with FakeOpenAI() as srv:  # "slow": each prompt's first call waits SLOW_S seconds
+        args = ["run", "live", "-m", "openai/slow", "--api-base", srv.base, "--tasks", TASKS,
+                "--scenario", "clean", "--mitigation", "strict", "--no-progress",
+                "--concurrency", "1", "--out", str(out), "--cache-dir", str(cache)]  # fmt: skip
+        p = multiprocessing.get_context("fork").Process(target=_child, args=(args, "/dev/null"))
+        p.start()
+        deadline = time.time() + 60
+        while not (out / INVOCATION).exists() and p.is_alive() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(SLOW_S)  # one more record, perhaps
+        _kill(p)
+        assert (out / INVOCATION).exists(), "the invocation kept no count of its calls"
+        killed = json.loads((out / INVOCATION).read_text())["calls"]["made"]
+        assert killed >= 1
+        res = runner.invoke(app, [*args, "--resume"])
+        assert res.exit_code == 0, res.output
+        asked = srv.requests
+    calls = archive.read_manifest(out)["calls"]
+    first, second = calls["invocations"]
+    assert first["killed"] is True and "killed" not in second
+    assert first["calls"] == killed and first["calls"] + second["calls"] == calls["made"]
+    assert calls["made"] <= asked  # every call counted was made (the preflight's included)
+    assert not (out / INVOCATION).exists()  # counted in the manifest now
