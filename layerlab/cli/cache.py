@@ -114,7 +114,9 @@ def cache_clear(
     if rep["state"] == "misplaced":
         raise _fail(f"{_flag(cache_dir)} {folder}: {rep['detail']}; expected a reply cache folder")
     held = (rep["entries"] or 0) + rep["legacy_entries"]
-    if rep["state"] == "missing" and not rep["legacy_entries"] and not rep["set_aside"]:
+    if rep["state"] == "missing" and not (
+        rep["legacy_entries"] or rep["set_aside"] or rep["leftovers"]
+    ):
         typer.echo(f"ok   no reply cache at {folder}; nothing to delete")
         return
     if not yes:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -245,6 +246,7 @@ def open_cache(
     h = diagnose(folder)
     if h.state == "misplaced":
         raise CacheError(f"{flag} {folder}: {h.detail}; expected a folder for the reply cache")
+    sweep_repairs(folder)  # a killed `cache repair`'s temporary copy
     if h.state == "uncreatable":
         say(
             f"warning: {where}: cannot be created ({h.detail}); running uncached: this run's "
@@ -441,7 +443,8 @@ def set_aside_and_salvage(folder: Path) -> tuple[Path, int]:
     tmp = folder / f".{CACHE_DB}.{os.getpid()}.tmp"
     tmp.unlink(missing_ok=True)
     saved = 0
-    try:
+    try:  # created owner-only before SQLite opens it (its journal takes the same mode)
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         con = sqlite3.connect(tmp, isolation_level=None)
         try:
             con.executescript(ResponseCache.SCHEMA)
@@ -461,6 +464,32 @@ def set_aside_and_salvage(folder: Path) -> tuple[Path, int]:
         tmp.unlink(missing_ok=True)
         raise
     return aside, saved
+
+
+_REPAIR_TMP = re.compile(rf"\.{re.escape(CACHE_DB)}\.(\d+)\.tmp(-journal|-wal|-shm)?")
+
+
+def sweep_repairs(folder: Path) -> list[Path]:
+    """Remove what a killed :func:`set_aside_and_salvage` left in ``folder``: its
+    ``.replies.sqlite3.<pid>.tmp`` (and journal) when that process is gone; return them."""
+    gone: list[Path] = []
+    with contextlib.suppress(OSError):
+        for p in Path(folder).iterdir():
+            m = _REPAIR_TMP.fullmatch(p.name)
+            if m is None or p.is_symlink() or not p.is_file():
+                continue
+            pid = int(m.group(1))
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                    continue  # that repair may still be running
+                except ProcessLookupError:
+                    pass
+                except OSError:
+                    continue  # another user's live process
+            p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
 
 
 # ``layerlab cache check | repair | clear``
@@ -510,6 +539,9 @@ def inspect(folder: Path, write_probe: bool = True) -> dict[str, Any]:
         "legacy_entries": len(legacy),
         "bytes": size,
         "set_aside": [p for p in aside if not p.name.endswith(_SIDE)],
+        "leftovers": sorted(p for p in folder.iterdir() if _REPAIR_TMP.fullmatch(p.name))
+        if folder.is_dir()
+        else [],
     }
 
 
@@ -519,6 +551,8 @@ def repair(folder: Path) -> dict[str, Any]:
     that cannot be repaired here (unreadable, locked, read-only, misplaced)."""
     folder = Path(folder)
     h = diagnose(folder, check_s=None)
+    if folder.is_dir():
+        sweep_repairs(folder)  # an earlier repair's, killed
     if h.state in ("ok", "missing", "uncreatable"):
         return {"repaired": False, "state": h.state}
     if h.state != "corrupt":
@@ -546,7 +580,7 @@ def clear(folder: Path) -> int:
     victims = [Path(f"{db}{s}") for s in ("", *_SIDE)]
     if folder.is_dir():
         victims += sorted(folder.glob(f"{CACHE_DB}.corrupt-*")) + legacy_entries(folder)
-    n = 0
+    n = len(sweep_repairs(folder))  # a killed repair's temporary copy goes too
     for f in victims:
         try:
             f.unlink()
