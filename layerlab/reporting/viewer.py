@@ -322,6 +322,7 @@ def load(paths_: Sequence[Path]) -> tuple[list[dict[str, Any]], bool]:
 def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench records") -> str:
     """The viewer page as one HTML string."""
     rows, private = load(paths_)
+    banner = page.partial_banner(paths_)  # an unfinished run says so first
     data = json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     data = data.replace("</", "<\\/")  # nothing in the data can close the script element
     filters = "".join(
@@ -343,7 +344,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench records") -> str:
         "answers or document ids). Questions are the corpus's public tasks.</p>"
     )
     body = (
-        f"<h1>{page.esc(title)}</h1>\n{warning}\n"
+        f"<h1>{page.esc(title)}</h1>\n{banner + chr(10) if banner else ''}{warning}\n"
         f'<div class="filters">{filters}</div>\n<div id="count"></div>\n'
         '<div id="pager-top" class="pager"></div>\n<div id="list"></div>\n'
         '<div id="pager-bottom" class="pager"></div>\n'
