@@ -1000,6 +1000,10 @@ CASES += [
          files={"run.yaml": _SELF_ALIAS}),
     Case("config-dev-zero", "run live --config {t}/run.yaml --out {t}/run",
          r"run\.yaml: is a device, pipe or socket", files={"run.yaml": _to_dev_zero}),
+    Case("check-manifest-nested-deep", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: nested deeper than 100 levels",
+         files={"run": _write_manifest_text('{"run_id": ' + "[" * 50_000 + "]" * 50_000 + "}")}),
+    Case("check-manifest-dev-zero", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: is a device, pipe or socket",
+         files={"run": _run_copy(lambda r: ((r / "manifest.json").unlink(), (r / "manifest.json").symlink_to("/dev/zero")))}),
     Case("gate-config-alias-bomb", "gate {ref} --config {t}/g.yaml",
          r"--config \S+g\.yaml:1: holds over 2,000,000 nodes", code=2, files={"g.yaml": _BOMB}),
 ]  # fmt: skip
