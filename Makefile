@@ -16,7 +16,10 @@ export PYTHONHASHSEED := 0
 .PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline local-replicates lint bench coverage lock clean
 
 help: ## Show this help.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ n = split($$2, w, " "); \
+	  line = sprintf("  make %-16s", $$1); \
+	  for (i = 1; i <= n; i++) { if (length(line) + length(w[i]) >= 80) { print line; line = sprintf("%23s", "") } \
+	    line = line " " w[i] } print line }'
 
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "layerlab needs Python >= 3.11 (set PYTHON=...)")'
@@ -173,14 +176,14 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/mypy
 
-bench: $(LOCAL_STAMP) ## Benchmarks: every goal of issue 15 (and the bootstrap's) measured, with pass/fail and the load average.
+bench: $(LOCAL_STAMP) ## Benchmarks: every speed and memory goal measured, with pass/fail and the load average.
 	$(BIN)/python -m tests.bench
 
 coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).
 	$(BIN)/python -m layerlab.analysis.coverage --full --write
 
 lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).
-	uv pip compile pyproject.toml --extra dev --extra study --generate-hashes --universal --python-version 3.11 -o requirements.lock
+	uv pip compile pyproject.toml --extra dev --extra notebooks --extra langchain --generate-hashes --universal --python-version 3.11 -o requirements.lock
 	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --no-emit-package llama-cpp-python -o requirements-local.lock
 	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --quiet \
 	  | awk '/^llama-cpp-python==/{p=1; print; next} p && /^ +--hash/{print; next} {p=0}' > requirements-llama.lock

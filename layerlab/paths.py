@@ -1,12 +1,43 @@
-"""Where the repository's folders are. The only module that knows the layout."""
+"""Where the repository's folders are. The only module that knows the layout.
+
+In a repository checkout the data is the repository's ``data/``. Installed from a wheel, the data
+the library reads (``PACKAGE_DATA``: the specs, roles, mitigations, model registry and the
+enterprise_v2 corpus) is package data, ``layerlab/_data/``, read through ``importlib.resources``;
+the build copies it there (``setup.py``), so the repository keeps one copy. Installed, ``ROOT``
+(where ``out/`` and generated artifacts go) is the current folder and ``IN_REPO`` is False:
+commands that need the repository (notebooks, the paper, committed archives) say so.
+"""
 
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "data"
+# what the build copies from data/ into the wheel (relative to data/; setup.py reads this tuple)
+PACKAGE_DATA = ("specs", "corpus/enterprise_v2")
+PACKAGE_DATA_DIR = "_data"  # inside the layerlab package, in a wheel only
+
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def _in_repo(root: Path) -> bool:
+    """A repository checkout: layerlab's pyproject.toml beside the data/specs the library reads."""
+    specs = root / "data" / "specs" / "scenarios.yaml"
+    return (root / "pyproject.toml").is_file() and specs.is_file()
+
+
+def _packaged() -> Path:
+    """The installed package's data folder, as a real folder (a wheel installs unzipped)."""
+    where = resources.files(__name__.rpartition(".")[0]).joinpath(PACKAGE_DATA_DIR)
+    if not isinstance(where, Path):  # pragma: no cover - a zipped install
+        raise RuntimeError(f"layerlab's package data ({where}) is not a folder: install unzipped")
+    return where
+
+
+IN_REPO = _in_repo(_CHECKOUT)
+ROOT = _CHECKOUT if IN_REPO else Path.cwd()
+DATA = _CHECKOUT / "data" if IN_REPO else _packaged()
 SPECS = DATA / "specs"
 CORPUS_SPEC_DIR = SPECS / "enterprise_v2"
 SCENARIO_SPEC = SPECS / "scenarios.yaml"
@@ -26,13 +57,14 @@ LOCAL_MODEL_AGENT = ARCHIVES / "local_model_agent"  # agent mode (layerlab run l
 USER_PIPELINES = ARCHIVES / "user_pipelines"
 # archives kept for the record but out of every table (data/archives/retired/README.md says why)
 RETIRED_ARCHIVES = ARCHIVES / "retired"
-PAPER = ROOT / "paper"
+PAPER = _CHECKOUT / "paper"
 
 
 def live_archives() -> list[Path]:
     """The committed archives of the live matrix: every real local model, then the reference
     agents (tables compute each kind on its own, never pooled)."""
-    return [*archives_in(LOCAL_MODEL_ARCHIVES), ARCHIVES / "reference_agents"]
+    ref = ARCHIVES / "reference_agents"  # absent when installed from a wheel
+    return [*archives_in(LOCAL_MODEL_ARCHIVES), *([ref] if (ref / "records.parquet").exists() else [])]
 
 
 def archives_in(folder: Path) -> list[Path]:
@@ -40,7 +72,7 @@ def archives_in(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*") if (p / "records.parquet").exists())
 
 
-NOTEBOOKS = ROOT / "notebooks"
+NOTEBOOKS = _CHECKOUT / "notebooks"
 REFERENCE = DATA / "reference"
 
 # Generated artifacts (tables, figures, the reproduction report) go under ARTIFACTS, the repo
@@ -52,7 +84,20 @@ TABLES = ARTIFACTS / "paper" / "tables"
 FIGURES = ARTIFACTS / "figures"
 REPRODUCTION = ARTIFACTS / "paper" / "REPRODUCTION.md"
 ARTIFACT_DIRS = ("paper/tables", "figures")
-ARTIFACT_FILES = ("paper/REPRODUCTION.md",)
+ARTIFACT_FILES = ("paper/REPRODUCTION.md", "paper/generated/values.tex")  # the prose's macros
+
+
+class NotInRepo(RuntimeError):
+    """A command that needs the repository (its notebooks, paper or archives) run from a wheel."""
+
+
+def require_repo(what: str) -> None:
+    """Refuse ``what`` outside a repository checkout, in one line."""
+    if not IN_REPO:
+        raise NotInRepo(
+            f"{what} needs a checkout of the layerlab repository (installed from a wheel, "
+            "layerlab ships the specs and the corpus, not the notebooks, paper or archives)"
+        )
 
 
 def user_cache() -> Path:

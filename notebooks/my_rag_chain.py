@@ -8,7 +8,8 @@ whose results come through the scenario's faults (run with ``--retriever bm25``:
 faulted index, the first stage many deployed pipelines use) and the ``search`` tool; it invokes
 the chain with ``{"question", "session_id", "answer_kind"}`` and reads the output's answer and
 sources. The chain answers from whatever the retriever returned; it checks no metadata, like
-most chains.
+most chains. A failed search raises a ``ToolException`` (as a retriever over a failing backend
+does); the chain takes it as no documents, through LangChain's ``with_fallbacks``.
 
 Settings (``--target-setting k=v``): ``base_url`` of the OpenAI-compatible server (required),
 ``model`` (default ``qwen2.5-coder-1.5b``), ``timeout`` in seconds (default 180). Replies are
@@ -26,6 +27,7 @@ from typing import Any
 
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnableParallel
+from langchain_core.tools import ToolException
 
 PROMPT = ChatPromptTemplate.from_messages(
     [
@@ -92,4 +94,7 @@ def make_chain(retriever: Any, tool: Any, settings: dict[str, str] | None = None
             return {"answer": None, "source_documents": []}
         return {"answer": text, "source_documents": docs}
 
-    return RunnableParallel(docs=itemgetter("question") | retriever, question=itemgetter("question")) | RunnableLambda(answer)
+    search = retriever.with_fallbacks(
+        [RunnableLambda(lambda _: [])], exceptions_to_handle=(ToolException,)
+    )  # a failed search: no documents
+    return RunnableParallel(docs=itemgetter("question") | search, question=itemgetter("question")) | RunnableLambda(answer)

@@ -95,6 +95,19 @@ def test_committed_notebooks_show_no_raw_floats_or_bare_range_index() -> None:
                 if "<table" in html:
                     assert "display.table(" in c.source, f"{nb_path.name}: a table not formatted: {c.source!r}"
                     assert not raw.search(text), f"{nb_path.name}: raw float in {text[:200]!r}"
+                    # every displayed table has row labels (a scenario, an arm...), not 1..n
+                    assert "<th>#</th>" not in html, f"{nb_path.name}: rows numbered: {c.source!r}"
+
+
+def test_a_grouped_table_keeps_its_row_labels() -> None:
+    """``groupby(...).size().unstack()`` (the "which layer breaks it" tables) leaves the labels in
+    the index: they stay the rows' names, one level per grouping column."""
+    df = pd.DataFrame({"scenario": ["clean", "clean", "stale_index"], "diagnostic": ["ok", "x", "ok"]})
+    t = display.table(df.groupby(["scenario", "diagnostic"], sort=False).size().unstack(fill_value=0))
+    assert t.index.name == "scenario" and list(t.index) == ["clean", "stale_index"]
+    assert list(t.columns) == ["ok", "x"] and t.loc["stale_index", "x"] == "0"
+    two = display.table(df.groupby(["scenario", "diagnostic"]).size().rename("n").to_frame())
+    assert list(two.index.names) == ["scenario", "diagnostic"] and list(two["n"]) == ["1", "1", "1"]
 
 
 def test_a_gain_between_rates_is_shown_in_points_not_as_a_rate() -> None:

@@ -101,3 +101,23 @@ def test_format() -> None:
     assert format_eta(None) == "ETA --"
     assert format_eta(65.4) == "ETA 1:05"
     assert format_eta(3725) == "ETA 1:02:05"
+
+
+def test_the_bar_keeps_its_record_total_whole_at_80_columns() -> None:
+    """At 80 columns the counters give way, never the ``done/total`` of records."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from layerlab.cli.run import _Bar
+
+    bar = _Bar()
+    c = SimpleNamespace(records=23000, calls=22320, cache_hits=12000, retries=30, failures=1)
+    bar.update(c, 23760)
+    bar.close()
+    for width in (80, 60):
+        out = io.StringIO()
+        Console(file=out, width=width).print(bar.p.make_tasks_table(bar.p.tasks))
+        line = out.getvalue().rstrip("\n")
+        assert "23000/23760" in line and len(line) <= width, line

@@ -61,6 +61,26 @@ def test_bad_input_is_a_clear_error() -> None:
         app, ["explore", "--task", "hr-01-q1", "--scenario", "clean", "--mode", "lax"]
     )
     assert res.exit_code == 1 and "unknown mitigation 'lax'" in res.output
+    res = runner.invoke(
+        app, ["explore", "--task", "hr-01-q1", "--scenario", "clean", "--retriever", "nope"]
+    )
+    assert res.exit_code == 1 and "--retriever: unknown retriever 'nope'" in res.output
+
+
+def test_cli_traces_under_a_runs_retriever() -> None:
+    """A live run's manifest records its retriever (the user pipeline's: bm25): explore shows
+    that run's path, the one an archived record's recomputed evidence is built from."""
+    from layerlab import archive
+
+    args = ["explore", "--task", "it_ops-06-q1", "--scenario", "stale_index"]
+    run = archive.read_manifest(paths.USER_PIPELINES / "my-rag-chain")["retriever"]
+    mine = runner.invoke(app, [*args, "--retriever", run])
+    default = runner.invoke(app, args)
+    assert mine.exit_code == 0 == default.exit_code, mine.output + default.output
+    t = explore.trace("it_ops-06-q1", "stale_index", retriever=run)
+    top = t.retrieved[0]
+    assert f"1. {top['doc_id']:16} " in mine.output and f"score={top['score']:.3f}" in mine.output
+    assert mine.output != default.output  # another retriever ranks otherwise
 
 
 def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:

@@ -103,3 +103,18 @@ def test_other_names_and_subcommands_get_suggestions(capsys, tmp_path, args, lin
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert rc in (1, 2) and len(err) == 1 and line in err[0], err
     assert not out.exists()
+
+
+def test_every_help_page_fits_80_columns_whole(monkeypatch, capsys) -> None:
+    """At 80 columns every command's --help keeps each flag name whole (not cut to
+    ``--target-versi…``, not split at a hyphen across two lines), shows no raw markup and no
+    line wider than the terminal."""
+    monkeypatch.setenv("COLUMNS", "80")
+    broken = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*-$")
+    bad = []
+    for path, _cmd in _commands(typer.main.get_command(app)):
+        assert main([*path[1:], "--help"]) in (0, None)
+        for line in capsys.readouterr().out.splitlines():
+            if len(line) > 80 or "…" in line or "``" in line or broken.search(line.rstrip()):
+                bad.append(f"{' '.join(path)}: {line!r}")
+    assert not bad, "\n".join(bad[:20])

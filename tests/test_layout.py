@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import textwrap
@@ -140,7 +141,10 @@ def hook(event, args):
     if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
         path = os.path.abspath(os.fsdecode(args[0]))
         inside = path.startswith(root + os.sep) and not path.startswith(env)
-        if inside and not path.endswith((".py", ".pyc")):
+        # package metadata (a `pip wheel .` leaves layerlab.egg-info/) is read by importlib.metadata
+        # for any installed package's plug-ins (pydantic's), not by layerlab
+        metadata = any(p.endswith((".egg-info", ".dist-info")) for p in path.split(os.sep))
+        if inside and not metadata and not path.endswith((".py", ".pyc")):
             reads.append(f"{current[0]}: {path}")
 
 sys.addaudithook(hook)
@@ -151,17 +155,39 @@ print("\\n".join(reads))
 """
 
 
+def _reads_at_import(root: Path) -> str:
+    """The files under ``root`` that importing every module reads (one per line), run from
+    ``root`` (so a build leftover there, such as ``layerlab.egg-info/``, is on ``sys.path``)."""
+    names = [m for m in _modules() if not m.endswith("__main__")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_NO_READS), str(root), *names],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.strip()
+
+
 def test_no_file_read_at_import() -> None:
     """Importing every module (in a fresh interpreter) reads no file of the repository: specs,
     corpus and archives are read by functions, when asked for. The first module to read
     (whose import fills a cache the others would hit) is named."""
-    names = [m for m in _modules() if not m.endswith("__main__")]
-    res = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_NO_READS), str(ROOT), *names],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert not res.stdout.strip(), "files read at import:\n" + res.stdout
+    reads = _reads_at_import(ROOT)
+    assert not reads, "files read at import:\n" + reads
+
+
+def test_import_check_ignores_build_leftovers(tmp_path: Path) -> None:
+    """A `pip wheel .` leaves ``layerlab.egg-info/`` (and ``build/``, ``dist/``) in the checkout:
+    package metadata read by importlib.metadata (pydantic looks for its plug-ins there) is not a
+    read of the repository's data, so the import check above stays independent of them."""
+    meta = tmp_path / "layerlab.egg-info"
+    meta.mkdir()
+    (meta / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: layerlab\nVersion: 0.1.0\n")
+    (meta / "entry_points.txt").write_text("[console_scripts]\nlayerlab = layerlab.cli:main\n")
+    (tmp_path / "build" / "lib" / "layerlab").mkdir(parents=True)
+    (tmp_path / "dist").mkdir()
+    assert not _reads_at_import(tmp_path)

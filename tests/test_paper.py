@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from layerlab import paths
-from layerlab.reporting import export, paper
+from layerlab.reporting import export, paper, papervalues
 
 MAIN = paths.PAPER / paper.MAIN
 TEX = paper.engine() is not None
@@ -220,3 +220,72 @@ def test_generated_latex_compiles_at_every_layout(tmp_path) -> None:
     b = paper.build(tmp_path / "main.tex", tmp_path / "build", tmp_path / "t.pdf")
     assert [str(p) for p in b.problems] == []
     shutil.rmtree(tmp_path / "build")
+
+
+# --- the prose says only what the generated files hold (issue 33, item 5) -----------------------
+
+VALUES = paths.COMMITTED_ARTIFACTS / "paper" / papervalues.VALUES_FILE
+COMMITTED_TABLES = paths.COMMITTED_ARTIFACTS / "paper" / "tables"
+
+
+def test_the_values_file_is_what_the_committed_tables_give() -> None:
+    """One producer: the macro file is regenerated from the committed tables, archives and
+    specs, byte for byte (a table that moves moves the prose's number with it)."""
+    assert VALUES.read_text(encoding="utf-8") == papervalues.render(
+        papervalues.values(COMMITTED_TABLES)
+    ), "run `python -m layerlab.reporting.papervalues` (or `layerlab reproduce`) and commit"
+    body = MAIN.read_text(encoding="utf-8").split("\\begin{document}", 1)[1]
+    assert body.lstrip().startswith(f"\\input{{{papervalues.VALUES_FILE.as_posix()}}}")
+
+
+def test_the_prose_states_no_number_of_its_own() -> None:
+    known = papervalues.macros(VALUES.read_text(encoding="utf-8"))
+    assert papervalues.stray_numbers(MAIN.read_text(encoding="utf-8"), known) == []
+
+
+def test_the_prose_states_no_verdict_the_tables_do_not_give() -> None:
+    """A verdict about a named mitigation is a \\vVerdict macro, whose value is the current
+    table's verdict; the vocabulary is read from the tables, not listed here."""
+    words = papervalues.verdict_words(COMMITTED_TABLES)
+    names = papervalues.mitigation_names(COMMITTED_TABLES)
+    assert {"specific", "ineffective"} <= words and "validity resolution" in names
+    tex = MAIN.read_text(encoding="utf-8")
+    assert papervalues.stray_verdicts(tex, words, names) == []
+    known = papervalues.macros(VALUES.read_text(encoding="utf-8"))
+    used = set(re.findall(r"\\v(Verdict[A-Za-z]+)", papervalues.prose(tex)))
+    assert used and used <= set(known)
+    for table in ("table10", "user_table10"):
+        t = pd.read_csv(COMMITTED_TABLES / f"{table}.csv", dtype=str)
+        for _, r in t.iterrows():
+            prefix = next(p for p, b in papervalues.BLOCKS.items() if r["block"].startswith(b))
+            name = "Verdict" + prefix + "".join(w.title() for w in r["mitigation"].split("_"))
+            assert known[name] == r["verdict"], (table, r["block"], r["mitigation"])
+
+
+def test_the_checks_catch_a_stray_number_and_a_stray_verdict(tmp_path) -> None:
+    known = papervalues.macros(VALUES.read_text(encoding="utf-8"))
+    tex = (
+        "\\begin{document}\\input{tables/table1.tex} Repair wins 3 of 16 tasks on "
+        "\\vUserTasks{} tasks in \\vNoSuchValue, at twelve calls, over BM25 (two-way)."
+        "% 42 in a comment\n Validity resolution is specific for the chain; the freshness guard"
+        " is \\vVerdictUserFreshnessGuard. A mitigation is called inconclusive when unsure.\n"
+    )
+    nums = papervalues.stray_numbers(tex, known)
+    assert [n.split(" ")[0] for n in nums] == ["\\vNoSuchValue", "'3'", "'16'", "'twelve'"]
+    # the vocabulary comes from the tables: a table that gives "inconclusive" makes it one
+    t = pd.read_csv(COMMITTED_TABLES / "user_table10.csv", dtype=str)
+    t.loc[0, "verdict"] = "inconclusive (clean interval too wide)"
+    t.to_csv(tmp_path / "user_table10.csv", index=False)
+    words = papervalues.verdict_words(tmp_path)
+    assert "inconclusive" in words
+    names = papervalues.mitigation_names(tmp_path)
+    found = papervalues.stray_verdicts(tex, words, names)
+    assert len(found) == 1 and "'specific' for 'Validity resolution'" in found[0]
+    found = papervalues.stray_verdicts(tex + " Repair is inconclusive here.", words, names)
+    assert len(found) == 2 and "'inconclusive' for 'Repair'" in found[1]
+
+
+def test_a_missing_table_is_one_line(tmp_path) -> None:
+    with pytest.raises(papervalues.ValuesError, match=r"table1\.csv: missing") as e:
+        papervalues.values(tmp_path)
+    assert "\n" not in str(e.value)

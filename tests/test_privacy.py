@@ -321,6 +321,16 @@ def _files(*roots: Path) -> list[Path]:
     return out
 
 
+def _without_recomputed(page: str) -> tuple[str, str]:
+    """A public viewer page without, and its element of, evidence recomputed from the corpus
+    (layerlab.reporting.evidence: the public corpus's documents as the record's reader got
+    them, never a reply or the answer key)."""
+    head, sep, rest = page.partition('<script type="application/json" id="evidence">')
+    assert sep, "the page has no recomputed evidence"
+    body, _, tail = rest.partition("</script>")
+    return head + tail, body
+
+
 def _scan(
     tmp: Path, corpus: corpus_mod.Corpus, key: corpus_mod.AnswerKey, tasks: list[str],
     models: list[str], scenarios: str, server: FakeOpenAI,
@@ -382,6 +392,10 @@ def _scan(
             assert secret not in text, (p, secret)
         leaked = [a for a in answers if f'"{a}"' in text or f">{a}<" in text]
         assert not leaked, (p, leaked)
+        if p.name == "view.html":  # the public corpus's evidence, recomputed: in its own element
+            text, recomputed = _without_recomputed(text)
+            assert any(e in recomputed for e in evidence), p  # the scan sees what is there
+            assert '"expected"' not in recomputed and '"required' not in recomputed, p
         assert not [e for e in evidence if e in text], p
         assert _mode(p) == 0o644, (p, oct(_mode(p)))
     for p in private_files:

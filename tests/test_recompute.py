@@ -112,7 +112,7 @@ def test_real_models_and_reference_agents_are_separate_blocks_never_pooled(tmp_p
     assert ref.drop(index="schema_drift")["exactly zero"].all()
     real = safe[safe["block"] == stats.BLOCK_MODELS].set_index("scenario")
     assert not real.loc["schema_drift", "exactly zero"]
-    same = real["identical prompts"].str.split("/", expand=True).astype(int)
+    same = real["identical inputs"].str.split("/", expand=True).astype(int)
     identical = same[0].eq(same[1]) & same[1].gt(0)
     assert identical.any() and real.loc[identical, "exactly zero"].all()
 

@@ -58,3 +58,28 @@ def test_notebooks_are_thin_and_parameterised() -> None:
         assert all(c.execution_count is not None for c in code), (
             f"{nb_path.name}: committed unexecuted"
         )
+
+
+def test_opening_and_saving_a_committed_notebook_changes_nothing() -> None:
+    """What JupyterLab does to a notebook it opens, runs nothing in and autosaves: the running
+    kernel's ``language_info`` and the kernelspec it was started from go into the metadata,
+    and the file is written back through nbformat (``NO_CONVERT``). Every committed notebook
+    must come out byte-identical, so opening one leaves ``git status`` clean."""
+    import nbformat
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        info = kc.kernel_info(reply=True, timeout=60)["content"]["language_info"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    changed = []
+    for path in reproduce.notebooks():
+        raw = path.read_text(encoding="utf-8")
+        nb = nbformat.reads(raw, as_version=nbformat.NO_CONVERT)
+        nb.metadata["kernelspec"] = reproduce.kernelspec()
+        nb.metadata["language_info"] = info
+        if nbformat.writes(nb, version=nbformat.NO_CONVERT) + "\n" != raw:
+            changed.append(path.name)
+    assert not changed, f"opening and saving rewrites: {changed}"

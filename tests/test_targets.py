@@ -29,8 +29,8 @@ from layerlab.harness.targets import (
     parse_target,
     read_reply,
 )
-from layerlab.harness.targets.toolserver import ToolServer
-from layerlab.harness.tools import ToolBox
+from layerlab.harness.targets.toolserver import MAX_BODY, ToolServer
+from layerlab.harness.tools import TOOLS_VERSION, ToolBox
 from tests.test_plugins import _TABLE10, _python, site  # noqa: F401  (site: a fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -47,9 +47,11 @@ def scen() -> dict[str, Any]:
     return load_scenarios()
 
 
-def _run(corpus, key, scen, tmp: Path, target: Any, **kw: Any) -> tuple[Path, live.LiveResult]:
+def _run(corpus, key, scen, tmp: Path, target: Any, mitigations: tuple[str, ...] | None = None,
+         **kw: Any) -> tuple[Path, live.LiveResult]:  # fmt: skip
     out = tmp / "run"
-    cfg = live.LiveConfig(models=(), scenarios=tuple(scen), task_ids=TASKS, target=target)
+    arms = {} if mitigations is None else {"mitigations": mitigations}
+    cfg = live.LiveConfig(models=(), scenarios=tuple(scen), task_ids=TASKS, target=target, **arms)
     r = live.run_live(corpus, key, scen, cfg, out, scenario_hash=spec_hash(paths.SCENARIO_SPEC),
                       cache_dir=tmp / "cache", **kw)  # fmt: skip
     return out, r
@@ -125,37 +127,53 @@ def test_langchain_target_on_the_fault_matrix(corpus, key, scen, tmp_path: Path)
     assert r.complete
     recs = _check_layers(out, key)
     assert set(recs.model) == {"lc_factory"}
-    # a failed tool call reaches a LangChain retriever as no documents
-    assert any(s["obs"]["status"] == "empty" for s in user_targets.SEEN)
-    assert _seen_by_target(user_targets.SEEN)["foreign"]
+    # a failed tool call reaches a LangChain retriever as a ToolException carrying the code
+    got = _seen_by_target(user_targets.SEEN)
+    assert {"denied", "unavailable", "invalid_payload"} <= got["codes"], got["codes"]
+    assert got["foreign"]
+    # the documents say the tool's status; a partial result's error is {code, message}
+    partial = [s["obs"] for s in user_targets.SEEN if s["obs"]["status"] == "partial"]
+    assert partial and all(r["tool_error"]["code"] == "timeout" for o in partial
+                           for r in o["results"])  # fmt: skip
+
+
+def _post(url: str, body: Any, token: str | None = None,
+          raw: bytes | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 class _Service(BaseHTTPRequestHandler):
     """A user's RAG service in 'another language': it only speaks HTTP to the tool server."""
 
-    foreign_refused: list[int] = []  # noqa: RUF012
+    foreign_refused: list[tuple[int, int, int]] = []  # noqa: RUF012
+    tokens: list[str] = []  # noqa: RUF012
 
     def log_message(self, *a: Any) -> None:
         pass
-
-    def _post(self, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        req = urllib.request.Request(url, json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
 
     def do_POST(self) -> None:  # noqa: N802
         from layerlab.corpus.extract import extract
 
         q = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        tools = q["tools_url"]
-        code, _ = self._post(f"{tools}/search", {"session_id": "s-00000000", "query": "x"})
-        self.foreign_refused.append(code)
-        _, obs = self._post(f"{tools}/search", {"session_id": q["session_id"],
-                                                "query": q["question"], "top_k": 3})  # fmt: skip
+        tools, token = q["tools_url"], q["tools_token"]
+        self.tokens.append(token)
+        mine = {"session_id": q["session_id"], "query": q["question"], "top_k": 3}
+        # what another local process could try: no token, a guessed one, another session's id
+        self.foreign_refused.append((
+            _post(f"{tools}/search", mine)[0],
+            _post(f"{tools}/search", mine, "s-00000000-guessed")[0],
+            _post(f"{tools}/search", {**mine, "session_id": "s-00000000"}, token)[0],
+        ))  # fmt: skip
+        _, obs = _post(f"{tools}/search", mine, token)
         reply: dict[str, Any] = {"status": "abstained", "reason": "nothing found"}
         for res in obs.get("results") or ():
             span = extract(q["question"], q["answer_kind"], res["text"])
@@ -175,6 +193,7 @@ def service() -> Any:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Service)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     _Service.foreign_refused.clear()
+    _Service.tokens.clear()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/answer"
     httpd.shutdown()
     httpd.server_close()
@@ -186,8 +205,13 @@ def test_http_target_on_the_fault_matrix(corpus, key, scen, tmp_path: Path, serv
     assert r.complete
     recs = _check_layers(out, key)
     assert set(recs.model) == {"my-service"}
-    # every record's service tried another session's id: always refused
-    assert _Service.foreign_refused and set(_Service.foreign_refused) == {403}
+    # every record's service called without a token, with a guessed one, with another
+    # session's id: always refused (401, 403, 403), and none of those calls reached a record
+    assert _Service.foreign_refused and set(_Service.foreign_refused) == {(401, 403, 403)}
+    assert len(set(_Service.tokens)) == len(_Service.tokens) == len(recs)  # one per record
+    assert all(len(t) >= 32 for t in _Service.tokens)
+    table = pd.read_parquet(out / agentlog.TARGET_TABLE)
+    assert set(table.tool_calls) == {1}  # only the service's own call of each record
     man = archive.read_manifest(out)
     assert man["target"]["ref"] == "local" and man["target"]["version"] == "2.0"
     assert man["target"]["settings"]["api_token"] == "(secret: not stored)"
@@ -208,30 +232,75 @@ def test_tool_server_refuses_other_sessions_and_describes_itself(corpus, scen) -
         assert api["openapi"].startswith("3.") and {"/search", "/open_document"} <= set(
             api["paths"]
         )
-
-        def post(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-            req = urllib.request.Request(f"{server.url}{path}", json.dumps(body).encode(),
-                                         method="POST")  # fmt: skip
-            try:
-                with urllib.request.urlopen(req, timeout=5) as resp:
-                    return resp.status, json.loads(resp.read())
-            except urllib.error.HTTPError as exc:
-                return exc.code, json.loads(exc.read())
+        assert api["info"]["version"] == TOOLS_VERSION
 
         request = TargetRequest(tools)
         body = {"session_id": request.session_id, "query": task.question}
-        assert post("/search", body)[0] == 403  # not in flight yet
-        with server.serving(request):
-            code, obs = post("/search", body)
+        url = f"{server.url}/search"
+        with server.serving(request) as (tools_url, token):
+            assert tools_url == server.url and len(token) >= 32
+            assert _post(url, body)[0] == 401  # no token
+            assert _post(url, body, "not-the-token")[0] == 403
+            code, obs = _post(url, body, token)
             assert code == 200 and obs["status"] == "ok" and obs["results"]
-            assert post("/search", {**body, "session_id": "s-ffffffff"}) == (
-                403, {"error": "session_id is not that of a record in flight"})  # fmt: skip
-            assert post("/search", {**body, "top_k": 99})[1]["error"]["code"] == "invalid_call"
-            assert post("/nope", body)[0] == 404
-        assert post("/search", body)[0] == 403  # no longer in flight
-        assert [c.outcome for c in tools.calls] == ["ok", "invalid"]
+            assert _post(url, {"query": task.question}, token)[0] == 200  # the token says who
+            assert _post(url, {**body, "session_id": "s-ffffffff"}, token) == (
+                403, {"error": "session_id is not that of the token's record"})  # fmt: skip
+            assert _post(url, {**body, "top_k": 99}, token)[1]["error"]["code"] == "invalid_call"
+            assert _post(f"{server.url}/nope", body, token)[0] == 404
+            big = b'{"query": "' + b"x" * (MAX_BODY + 1) + b'"}'
+            assert _post(url, None, token, raw=big)[0] == 413
+            assert _post(url, None, token, raw=b"[1, 2]")[0] == 400
+            with server.serving(request) as (_, second):  # the same session twice in flight
+                assert second != token and _post(url, body, second)[0] == 200
+        assert _post(url, body, token)[0] == 403  # no longer in flight
+        # the refused calls never reached the record: only the four accepted ones did
+        assert [c.outcome for c in tools.calls] == ["ok", "ok", "invalid", "ok"]
     finally:
         server.close()
+
+
+def test_tool_server_backlog_and_disconnects(corpus, scen, capfd) -> None:
+    """Many callers at once are all accepted (the backlog holds them); callers that hang up
+    before their answer are one counted line, not a traceback each."""
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    from layerlab.harness.prepare import prepare
+
+    server = ToolServer()
+    try:
+        sock = server._httpd.socket
+        assert server._httpd.request_queue_size >= 1024 and sock.getsockopt(
+            socket.SOL_SOCKET, socket.SO_ACCEPTCONN)  # fmt: skip
+        task = corpus.tasks[0]
+        request = TargetRequest(ToolBox(task, prepare(corpus, scen["clean"]), "strict"))
+        with server.serving(request) as (url, token):
+            with ThreadPoolExecutor(64) as pool:
+                codes = list(pool.map(lambda _: _post(f"{url}/search", {"query": "leave"},
+                                                       token)[0], range(256)))  # fmt: skip
+            assert codes == [200] * 256
+            for _ in range(5):  # send a call and hang up at once
+                with socket.create_connection(("127.0.0.1", server._httpd.server_address[1])) as c:
+                    data = json.dumps({"query": "leave " * 2000}).encode()
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00"
+                                 b"\x00\x00\x00\x00")  # close with RST
+                    c.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                              + token.encode() + b"\r\nContent-Length: "
+                              + str(len(data)).encode() + b"\r\n\r\n" + data)  # fmt: skip
+            import time
+
+            for _ in range(100):
+                if server.disconnects >= 5:
+                    break
+                time.sleep(0.05)
+    finally:
+        server.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    assert server.disconnects >= 1
+    (line,) = [x for x in err.splitlines() if x.startswith("tool server:")]
+    assert f"{server.disconnects} caller(s) disconnected" in line
 
 
 @pytest.mark.parametrize(
@@ -364,3 +433,104 @@ def test_a_plugin_guard_runs_with_a_target_and_gets_its_table10_row(
     assert t10.returncode == 0, t10.stderr
     row = json.loads(t10.stdout.split("ROW ", 1)[1])
     assert row["layer(s)"] == "completeness" and row["target scenario(s)"] == "partial_timeout"
+
+
+def test_a_target_that_raises_after_a_refusal_is_a_counted_error(
+    corpus, key, scen, tmp_path: Path
+) -> None:
+    """A target's exception is a provider error even when a mitigation refused the call it
+    made (never the refusal's safe abstention), and the run's counts cover every record."""
+    two = {s: scen[s] for s in ("clean", "permission_denied")}
+    out, r = _run(corpus, key, two, tmp_path, "python:user_targets:crash_on_error",
+                  mitigations=("strict", "access_abstention"))  # fmt: skip
+    recs = pd.read_parquet(out / "records.parquet")
+    denied = recs[recs.scenario == "permission_denied"]
+    assert set(denied.diagnostic) == {"provider_error"}, denied.diagnostic
+    assert not denied.safe_resolution.any() and not denied.abstained.any()
+    assert "refused" in set(denied.stage)  # the arm refused; the target's crash is what counts
+    assert recs[recs.scenario == "clean"].success.all()
+    errors = archive.read_manifest(out)["errors"]["target/crash_on_error"]
+    assert errors == {"called": len(recs), "provider_error": len(denied), "malformed_reply": 0}
+    assert r.over_error_rate == ("target/crash_on_error",)
+    assert f"provider errors: target/crash_on_error {len(denied)}/{len(recs)}" in r.message
+
+
+def _walk(roots: dict[str, Any], depth: int = 8) -> list[tuple[str, Any]]:
+    """Every object reachable from ``roots`` by attribute paths (``dir`` and ``vars`` names,
+    items of containers, closures' cells, bound methods' ``__self__``/``__func__``): what a
+    target's code can get at without going looking in modules, classes or the interpreter
+    (``__globals__``, ``gc``). Dunder names other than those are the type's, not the object's."""
+    import types
+    import warnings
+
+    follow = {"__closure__", "cell_contents", "__self__", "__func__", "__wrapped__", "__dict__",
+              "__slots__", "__weakref__", "__defaults__", "__kwdefaults__"}  # fmt: skip
+    atoms = (str, bytes, int, float, bool, type(None), types.ModuleType, type, types.CodeType)
+    seen: set[int] = set()
+    found: list[tuple[str, Any]] = []
+    stack = [(v, k, 0) for k, v in roots.items()]
+    while stack:
+        obj, path, d = stack.pop()
+        if id(obj) in seen or d > depth:
+            continue
+        seen.add(id(obj))
+        found.append((path, obj))
+        if isinstance(obj, atoms):
+            continue
+        kids: list[tuple[Any, str]] = []
+        if isinstance(obj, dict):
+            kids += [(v, f"{path}[{k!r}]") for k, v in obj.items()] + [(k, path) for k in obj]
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            kids += [(v, f"{path}[{i}]") for i, v in enumerate(obj)]
+        names = {n for n in dir(obj) if not n.startswith("__") or n in follow}
+        try:
+            names |= set(vars(obj))
+        except TypeError:
+            pass
+        for name in sorted(names):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # pydantic's deprecated instance attributes
+                    kids.append((getattr(obj, name), f"{path}.{name}"))
+            except Exception:  # noqa: S112 - an attribute that cannot be read leads nowhere
+                continue
+        stack += [(v, p, d + 1) for v, p in kids]
+    return found
+
+
+def test_a_target_request_reaches_no_scenario_and_no_index(corpus, scen) -> None:
+    """No attribute path from what a target gets (the request; a LangChain factory's retriever
+    and tools) leads to the scenario, its name, its index or the ToolBox."""
+    from layerlab.corpus.build import Corpus, Document
+    from layerlab.faults.scenario import Scenario
+    from layerlab.harness.prepare import PreparedScenario, prepare
+    from layerlab.harness.targets.langchain import components
+
+    task = corpus.tasks[0]
+    prep = prepare(corpus, scen["stale_index"])
+    tools = ToolBox(task, prep, "strict")
+    request = TargetRequest(tools, {"top_k": "3"})
+    retriever, search, open_document = components()
+    roots = {"req": request, "retriever": retriever, "search": search, "open": open_document}
+    found = _walk(roots)
+    assert len(found) > 100  # the walk went somewhere
+    private = (ToolBox, PreparedScenario, Scenario, Corpus, Document)
+    leaks = [p for p, o in found if isinstance(o, private)]
+    leaks += [p for p, o in found if isinstance(o, str) and "stale_index" in o]
+    assert not leaks, leaks[:5]
+    with pytest.raises(AttributeError):
+        request._tools  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(TypeError):
+        vars(request)
+    # the tools still work through the request
+    assert request.search(task.question)["status"] == "ok" and len(tools.calls) == 1
+
+
+def test_a_kept_request_calls_no_tools_after_its_record(corpus, key, scen, tmp_path) -> None:
+    import user_targets
+
+    user_targets.KEPT.clear()
+    _, r = _run(corpus, key, {"clean": scen["clean"]}, tmp_path, "python:user_targets:keeps")
+    assert r.complete and user_targets.KEPT
+    with pytest.raises(RuntimeError, match="its record has ended"):
+        user_targets.KEPT[0].search("anything")

@@ -110,10 +110,14 @@ def test_paging_hashchange_back_and_empty_state_in_chromium(page_html: str, tmp_
 def test_explorer_pages_through_every_match_and_exports_a_static_copy() -> None:
     from layerlab.reporting import explore
 
-    rows = explore.load_rows(QWEN)
+    every = explore.load_rows(QWEN)
+    # it opens on a failure, not a success: the source's first failure outcome
+    assert explore.first_failure(every) == {"outcome": "grounded_wrong"}
+    rows = explore.select(every, outcome="grounded_wrong")
     ui = explore.browser([QWEN], shown=12)
     source, grid, pager, view = ui.children
     prev, where, nxt, clear = pager.children
+    assert {b.description: b.value for b in grid.children}["outcome"] == "grounded_wrong"
     pages = -(-len(rows) // 12)
     assert where.value == f"page 1 of {pages}" and prev.disabled and not nxt.disabled
     first = view.value
@@ -134,12 +138,13 @@ def test_explorer_pages_through_every_match_and_exports_a_static_copy() -> None:
     by = {b.description: b for b in grid.children}
     by["scenario"].value = "stale_index"
     by["outcome"].value = "safe_non_answer"
-    if not explore.select(rows, scenario="stale_index", outcome="safe_non_answer"):
-        n = len(explore.select(rows, scenario="stale_index"))
+    if not explore.select(every, scenario="stale_index", outcome="safe_non_answer"):
+        n = len(explore.select(every, scenario="stale_index"))
         assert "0 of 1440 records" in view.value and "together" in view.value
         assert f"clearing outcome shows {n}" in view.value
     clear.click()
-    assert all(b.value == "" for b in grid.children) and view.value == first
+    assert all(b.value == "" for b in grid.children)
+    assert f"{len(every)} record(s) (showing the first 12)" in view.value
 
 
 def test_empty_state_names_the_filter_no_record_has() -> None:

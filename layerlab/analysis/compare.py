@@ -127,7 +127,8 @@ def default_sources(run: Source) -> list[Path]:
         folder = paths.LOCAL_MODEL_ARCHIVES / str(model)
         if prov == "local" and (folder / archive.ARCHIVE).exists():
             out.append(folder)
-    return [*out, paths.ARCHIVES / "reference_agents"]
+    ref = paths.ARCHIVES / "reference_agents"  # not shipped in the wheel
+    return [*out, *([ref] if (ref / archive.ARCHIVE).exists() else [])]
 
 
 def _kind(unit: str, other: str) -> str:
@@ -352,9 +353,11 @@ def headline(c: Comparison) -> str:
     )
 
 
-def matrix_summary(run: Path | str, n_boot: int = 2_000, seed: int = 0) -> Mapping[str, Any]:
-    """The mitigation matrix (Table 10) of a run's own records: per mitigation arm its target
-    gain, largest off-target change, margin and verdict, against the run's baseline arm."""
+def matrix_blocks(
+    run: Path | str, n_boot: int = 2_000, seed: int = 0
+) -> dict[str, tuple[Any, pd.DataFrame]]:
+    """The mitigation matrix (Table 10) of a run's own records per block of units, with the
+    block's records: ``{block: (matrix, records)}`` (see :func:`matrix_summary`)."""
     from layerlab.analysis import specificity
     from layerlab.mitigations import book
 
@@ -365,21 +368,85 @@ def matrix_summary(run: Path | str, n_boot: int = 2_000, seed: int = 0) -> Mappi
     if base not in arms:
         raise CompareError(
             f"{run}: holds no baseline arm {base!r} (arms: {', '.join(arms)}); run the mitigations "
-            f"beside it: layerlab run live ... --mitigation {base} --mitigation <arm> ..."
+            f"beside it: layerlab run live ... --mitigation all (or --mitigation {base} "
+            "--mitigation <arm> ...)"
         )
     if len(arms) < 2:
         raise CompareError(f"{run}: holds only the baseline arm {base!r}: no mitigation to judge")
-    out: dict[str, Any] = {}
-    for name, sub in stats.blocks(src.df).items():
-        mx = specificity.matrix(sub, defined, n_boot=n_boot, seed=seed)
-        out[name] = mx
-    return out
+    return {
+        name: (specificity.matrix(sub, defined, n_boot=n_boot, seed=seed), sub)
+        for name, sub in stats.blocks(src.df).items()
+    }
 
 
-def display_matrix(mx: Any) -> pd.DataFrame:
+def matrix_summary(run: Path | str, n_boot: int = 2_000, seed: int = 0) -> Mapping[str, Any]:
+    """The mitigation matrix (Table 10) of a run's own records: per mitigation arm its target
+    gain, largest off-target change, margin and verdict, against the run's baseline arm."""
+    return {name: mx for name, (mx, _) in matrix_blocks(run, n_boot, seed).items()}
+
+
+# the outcome each matrix cell is judged by (the scorer's safe_resolution), as a reader says it
+JUDGED = {True: "S", False: "safe"}
+MATRIX_OUTCOME_NOTE = (
+    "each scenario is judged by its own outcome: strict success S on an answerable scenario, "
+    "safe resolution (a structured non-answer) on an unsafe one — the scorer's safe_resolution; "
+    "outcome on target: the baseline's count → the arm's, on the arm's target scenarios"
+)
+
+
+def matrix_outcomes(mx: Any, df: pd.DataFrame) -> pd.DataFrame:
+    """Per mitigation × target scenario of ``mx``: the judged outcome (``S`` on an answerable
+    scenario, ``safe`` resolution on an unsafe one) as counts under the baseline and the arm,
+    from the records ``df`` the matrix was computed from."""
+    rows = []
+    cells = mx.cells[mx.cells["target"]]
+    for m, s in cells[["mitigation", "scenario"]].itertuples(index=False):
+        on = df[df["scenario"] == s]
+        b, a = on[on[stats.ARM] == mx.baseline], on[on[stats.ARM] == m]
+        rows.append(
+            {
+                "mitigation": m,
+                "scenario": s,
+                "outcome": JUDGED[bool(on["answerable"].iloc[0])],
+                "baseline_k": int(b["safe_resolution"].fillna(False).astype(bool).sum()),
+                "baseline_n": len(b),
+                "arm_k": int(a["safe_resolution"].fillna(False).astype(bool).sum()),
+                "arm_n": len(a),
+            }
+        )
+    cols = ["mitigation", "scenario", "outcome", "baseline_k", "baseline_n", "arm_k", "arm_n"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _on_target(out: pd.DataFrame) -> str:
+    """One mitigation's target outcomes as ``stale_index safe 0/16 → 16/16`` (pooled over its
+    targets when there are more than two, named by their count)."""
+    if out.empty:
+        return "-"
+    if len(out) > 2:
+        kinds = "/".join(sorted(set(out["outcome"])))
+        return (
+            f"{len(out)} scenarios {kinds} {out['baseline_k'].sum()}/{out['baseline_n'].sum()} → "
+            f"{out['arm_k'].sum()}/{out['arm_n'].sum()}"
+        )
+    return "; ".join(
+        f"{r.scenario} {r.outcome} {r.baseline_k}/{r.baseline_n} → {r.arm_k}/{r.arm_n}"
+        for r in out.itertuples(index=False)
+    )
+
+
+def display_matrix(mx: Any, df: pd.DataFrame | None = None) -> pd.DataFrame:
     """A matrix's per-mitigation summary formatted: target gain and margin in percentage points
-    with their simultaneous intervals, the largest off-target change and the verdict."""
+    with their simultaneous intervals, the largest off-target change and the verdict; given the
+    records ``df``, also the judged outcome on the targets, baseline → arm
+    (:func:`matrix_outcomes`)."""
     s = mx.summary
+    extra = {}
+    if df is not None:
+        outs = matrix_outcomes(mx, df)
+        extra["outcome on target"] = [
+            _on_target(outs[outs["mitigation"] == m]) for m in s["mitigation"]
+        ]
 
     def pp(v: float, lo: float, hi: float) -> str:
         return "-" if v != v else f"{100 * v:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
@@ -399,5 +466,6 @@ def display_matrix(mx: Any) -> pd.DataFrame:
             ],
             "margin pp": [pp(*r) for r in s[["margin", "margin low", "margin high"]].values],
             "verdict": s["verdict"],
+            **extra,
         }
     )

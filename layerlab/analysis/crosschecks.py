@@ -1,10 +1,12 @@
 """Cross-checks of the bootstrap: exact McNemar and a clustered GEE per scenario, and whether
-the arms are exchangeable where their prompts are byte-identical."""
+the arms are exchangeable where their prompts are byte-identical, and how many arm pairs saw
+identical inputs."""
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from layerlab.analysis.effects import Effects
+from layerlab.analysis.provenance import INPUT
 from layerlab.analysis.units import ARM, MIN_UNITS, contract_arms, unit_labels
 
 
@@ -153,35 +156,58 @@ def crosschecks(
     return pd.DataFrame(rows)
 
 
-# --- identical prompts: are the arms exchangeable where nothing differs? --------------------------
+# --- identical inputs: are the arms exchangeable where nothing differs? ---------------------------
 
 
 def arm_pairs(
     df: pd.DataFrame, baseline: str | None = None, treatment: str | None = None, *columns: str
 ) -> pd.DataFrame:
     """The (unit, scenario, task, replicate) pairs that reached the reader in both arms (default:
-    the contract pair), with each arm's ``prompt_hash`` and ``columns`` suffixed ``_a``
-    (baseline) and ``_b``."""
+    the contract pair), with each arm's ``prompt_hash``, ``input_hash`` (where the frame has
+    it) and ``columns`` suffixed ``_a`` (baseline) and ``_b``."""
     baseline, treatment = contract_arms(baseline, treatment)
     keys = ["provider", "model", "scenario", "task_id", "replicate"]
-    cols = [*keys, "prompt_hash", *columns]
+    inputs = [INPUT] if INPUT in df.columns else []
+    cols = [*keys, "prompt_hash", *inputs, *columns]
     a = df.loc[(df[ARM] == baseline) & df["reached_reader"], cols]
     b = df.loc[(df[ARM] == treatment) & df["reached_reader"], cols]
     return a.merge(b, on=keys, suffixes=("_a", "_b"))
 
 
-def identical_prompts(
+@dataclass(frozen=True)
+class SameInputs:
+    """One scenario's arm pairs: how many saw byte-identical inputs, of how many pairs whose
+    inputs are recorded, and how many pairs' inputs are not recorded."""
+
+    same: int
+    pairs: int
+    not_recorded: int = 0
+
+    def __str__(self) -> str:
+        if self.not_recorded and not self.pairs:
+            return "not recorded"
+        tail = f" ({self.not_recorded} not recorded)" if self.not_recorded else ""
+        return f"{self.same}/{self.pairs}{tail}"
+
+
+def identical_inputs(
     df: pd.DataFrame, baseline: str | None = None, treatment: str | None = None
-) -> dict[str, tuple[int, int]]:
-    """Per scenario: (pairs whose baseline and treatment prompts are byte-identical, pairs that
-    reached the reader in both arms). Where every pair is identical, a difference between the
-    arms is the model's draw, not the arm (exactly zero under greedy decoding with shared
-    replies)."""
+) -> dict[str, SameInputs]:
+    """Per scenario: the pairs (both arms reached the reader) whose two arms gave the reader or
+    system byte-identical input — a model's prompt; an agent's or target's tool observations,
+    in order (the frame's ``input_hash``, :func:`layerlab.analysis.provenance.input_column`;
+    without that column, the prompt hash). A pair whose input is not recorded (an agent or
+    target archive older than the column) is counted apart, never as identical. Where every
+    pair is identical, a difference between the arms is the model's draw, not the arm (exactly
+    zero under greedy decoding with shared replies)."""
     m = arm_pairs(df, baseline, treatment)
+    col = INPUT if INPUT in df.columns else "prompt_hash"
     out = {}
     for s, sub in m.groupby("scenario", sort=False):
-        same = int((sub["prompt_hash_a"] == sub["prompt_hash_b"]).sum())
-        out[str(s)] = (same, len(sub))
+        a, b = sub[f"{col}_a"], sub[f"{col}_b"]
+        known = a.notna() & b.notna()
+        same = int((known & (a == b)).sum())
+        out[str(s)] = SameInputs(same, int(known.sum()), int((~known).sum()))
     return out
 
 

@@ -23,8 +23,32 @@ def records_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
     if not recs:
         raise ValueError("no records in the given archives")
     df = pd.DataFrame([r.__dict__ for r in recs])
+    df[INPUT] = input_column(df, folders)
     df.attrs["runs"] = run_settings(folders)
     return df
+
+
+INPUT = "input_hash"
+"""The records frame's column of what the reader or system saw (see :func:`input_column`)."""
+
+
+def input_column(df: pd.DataFrame, folders: Sequence[Path]) -> pd.Series:
+    """What each record's reader or system saw, as a hash: a model's prompt (``prompt_hash``);
+    for an agent or target run, the hash of the tool observations delivered to it, from its
+    step table (``input_hash``), or None where that table predates the column (not recorded:
+    its ``prompt_hash`` hashes the request, not what the system saw)."""
+    from layerlab.archive import agenttable
+
+    col = df["prompt_hash"].astype(object).copy()
+    for f in folders:
+        folder = f if f.is_dir() else f.parent
+        hashes = agenttable.input_hashes(folder)
+        if hashes is None:
+            continue
+        mine = df["run_id"] == archive.read_manifest(folder).get("run_id")
+        keys = df.loc[mine, list(archive.KEYS)].itertuples(index=False, name=None)
+        col.loc[mine] = [hashes.get(tuple(k)) for k in keys]
+    return col
 
 
 def run_settings(folders: Sequence[Path]) -> dict[str, dict[str, Any]]:

@@ -29,7 +29,8 @@ from layerlab import archive
 from layerlab._io import atomic_write_text
 from layerlab.analysis.rates import cluster_rate
 from layerlab.analysis.units import ARM, contract_arms, scenario_order
-from layerlab.models.agents import is_reference
+from layerlab.models.agents import is_reference, is_target
+from layerlab.scoring.score import SAFE_NON_ANSWER
 
 RESULTS = "results.json"
 # 3: GF under the delivered-document definition, GF_cited, answer measures, not-recorded counts;
@@ -143,12 +144,23 @@ def answer_quality(sub: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def table_diagnostics(df: pd.DataFrame) -> pd.Series:
+    """The label each record is counted under in a diagnostics table
+    (:func:`layerlab.scoring.score.table_diagnostic`): a structured non-answer on an unsafe
+    scenario is ``safe_non_answer`` — a safe resolution, not the failure of the layer it met."""
+    safe = df["safe_resolution"].fillna(False).astype(bool)
+    correct_abstention = safe & ~df["success"].fillna(False).astype(bool)
+    return df["diagnostic"].where(~correct_abstention, SAFE_NON_ANSWER)
+
+
 def summarize(df: pd.DataFrame) -> dict[str, Any]:
     """Per-model results of a record frame (one row per record, archive columns).
 
     Returns ``{"models": [...], "interval": ...}``; each model entry holds its provider, whether
     it is a reference agent, its record count, per-arm headline cells and a per-scenario
-    breakdown (success and safe resolution per arm), and the diagnostic counts per arm.
+    breakdown (success and safe resolution per arm), and the diagnostic counts per arm
+    (:func:`table_diagnostics`: correct abstentions counted as ``safe_non_answer``, not as the
+    failure of the layer they met).
     """
     if df.empty:
         raise ValueError("no records to summarise")
@@ -173,11 +185,9 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
                 for a in arms
                 if not ss[ss[ARM] == a].empty
             }
+        shown = table_diagnostics(sub)  # a correct abstention counts as resolved
         diagnostics = {
-            a: {
-                str(k): int(v)
-                for k, v in sorted(sub[sub[ARM] == a]["diagnostic"].value_counts().items())
-            }
+            a: {str(k): int(v) for k, v in sorted(shown[sub[ARM] == a].value_counts().items())}
             for a in arms
         }
         models.append(
@@ -208,7 +218,9 @@ def for_run(
     records: Sequence[archive.Record] | None = None,
     manifest: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Results of one run folder: :func:`summarize` plus the run's id and completeness.
+    """Results of one run folder: :func:`summarize` plus the run's id and completeness; for a
+    target run also the target and its per-layer ``findings``
+    (:func:`layerlab.analysis.layers.findings`).
 
     ``records`` and ``manifest``, when the caller has just written them (the live harness),
     save reading them back; they must be what the folder holds."""
@@ -228,6 +240,10 @@ def for_run(
     }
     if isinstance(m.get("target"), dict):  # a target run: the system under test, named
         out["target"] = {k: m["target"].get(k) for k in ("kind", "name", "version", "ref")}
+        from layerlab.analysis import layers
+
+        # what the system did per layer, first (the contract arms shown as the harness's)
+        out["findings"] = layers.findings(frame[frame["provider"].map(is_target).astype(bool)])
     return out
 
 

@@ -27,11 +27,12 @@ from layerlab.analysis.bootstrap import (
     point_estimates,
 )
 from layerlab.analysis.crosschecks import (
+    SameInputs,
     arm_pairs,
     crosschecks,
     format_p,
+    identical_inputs,
     identical_prompt_discordance,
-    identical_prompts,
     mcnemar_exact_log10,
 )
 from layerlab.analysis.effects import (
@@ -132,8 +133,9 @@ __all__ = [
     "effects_from_paired",
     "effects_long",
     "format_p",
+    "SameInputs",
+    "identical_inputs",
     "identical_prompt_discordance",
-    "identical_prompts",
     "is_reference",
     "mcnemar_exact_log10",
     "model_gains",

@@ -14,6 +14,7 @@ written at the start, names no checksum and holds no records: such a run reads a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ from layerlab.archive.schema import KEYS, ArchiveError
 AGENT_TABLE = "agent.parquet"
 COUNTS = ("steps", "tool_calls", "invalid_calls", "retries_after_fault")
 SUMMARY = (*COUNTS, "step_limit", "protocol")
-COLUMNS = (*KEYS, *SUMMARY, "calls")
+INPUT_HASH = "input_hash"
+COLUMNS = (*KEYS, *SUMMARY, "calls", INPUT_HASH)
 
 SCHEMA = pa.schema(
     [
@@ -34,9 +36,16 @@ SCHEMA = pa.schema(
         pa.field("step_limit", pa.bool_(), nullable=False),
         pa.field("protocol", pa.string(), nullable=False),
         pa.field("calls", pa.string(), nullable=False),
+        pa.field(INPUT_HASH, pa.string(), nullable=True),
     ]
 )
-"""``agent.parquet``'s columns (in order) and types."""
+"""``agent.parquet``'s columns (in order) and types. ``input_hash`` is what the agent (or
+target) saw: the SHA-256 of the canonical JSON list of the tool observations delivered to it, in
+order (:meth:`layerlab.harness.tools.ToolBox.input_hash`), which the identical-inputs column
+compares between arms. A table written before it existed lacks the column, and a row carried
+over from such a run's log (a resume) holds null: its input is not recorded."""
+OPTIONAL = frozenset({INPUT_HASH})
+"""Columns a committed table may lack (written before they existed)."""
 
 CALL_FIELDS: dict[str, tuple[type, ...]] = {
     "step": (int,),
@@ -61,6 +70,9 @@ CALL_OUTCOMES = (
     "invalid",
 )
 """A call's ``outcome`` values (:data:`layerlab.harness.tools.OUTCOMES`; a test keeps them equal)."""
+
+
+_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 def _fail(path: Path, what: str) -> ArchiveError:
@@ -132,6 +144,8 @@ def check(
     except (OSError, pa.ArrowException) as exc:
         raise _fail(path, f"not a readable Parquet table ({exc})") from None
     schema = table_schema(kind)
+    if INPUT_HASH not in table.column_names:  # written before inputs were recorded
+        schema = schema.remove(schema.get_field_index(INPUT_HASH))
     names, columns = table.column_names, schema.names
     if list(names) != list(columns):
         missing = [c for c in columns if c not in names]
@@ -146,11 +160,18 @@ def check(
         t = table.schema.field(f.name).type
         if t != f.type:
             raise _fail(path, f"column {f.name!r} has type {t}, expected {f.type}")
-        if table.column(f.name).null_count:
+        if table.column(f.name).null_count and not f.nullable:
             raise _fail(path, f"column {f.name!r} has null values")
     rows = table.to_pylist()
     _check_keys(path, rows, record_keys)
     for r in rows:
+        h = r.get(INPUT_HASH)
+        if h is not None and not _HASH.fullmatch(h):
+            raise _fail(
+                path,
+                f"record {_key_text(tuple(r[k] for k in KEYS))}: {INPUT_HASH} {h[:20]!r}; "
+                "expected 64 hex characters (or null: not recorded)",
+            )
         if kind == "agent":
             _check_row(path, r, agent, PROTOCOLS)
         elif r["reply"] not in REPLY_FORMATS:
@@ -160,6 +181,29 @@ def check(
                 f"expected one of {list(REPLY_FORMATS)}",
             )
     return len(rows)
+
+
+def input_hashes(folder: Path) -> dict[tuple[Any, ...], str | None] | None:
+    """A run folder's ``input_hash`` by record key: None when the folder is not an agent or
+    target run (its records' input is their prompt); every value None when its table predates
+    the column (not recorded). The table is read as :func:`check` checked it (``archive check``
+    and every archive read run that first)."""
+    import pyarrow.parquet as pq
+
+    from layerlab.archive.manifest import MANIFEST, read_manifest
+
+    folder = Path(folder)
+    if not (folder / MANIFEST).exists():
+        return None
+    m = read_manifest(folder)
+    for kind, name in (("agent", AGENT_TABLE), ("target", TARGET_TABLE)):
+        if isinstance(m.get(kind), dict) and (folder / name).exists():
+            path = folder / name
+            have = pq.read_schema(path).names
+            cols = [*KEYS, *([INPUT_HASH] if INPUT_HASH in have else [])]
+            rows = pq.read_table(path, columns=cols).to_pylist()
+            return {tuple(r[k] for k in KEYS): r.get(INPUT_HASH) for r in rows}
+    return None
 
 
 def _check_keys(path: Path, rows: list[dict[str, Any]], record_keys: list[tuple[Any, ...]]) -> None:

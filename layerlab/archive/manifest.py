@@ -90,6 +90,9 @@ class Manifest:
     settings: dict[str, Any] | Unset = _key(
         "run settings (timeouts, retries, endpoints as local or remote only)"
     )
+    shard: dict[str, int] | Unset = _key(
+        "a shard of a run (`run live --shard I/N`): its index (from 1) and the shard count"
+    )
     expected_records: int | Unset = _key("records a complete run holds")
     records: int | Unset = _key("records in the archive")
     complete: bool | Unset = _key("whether the run finished every record")

@@ -13,7 +13,7 @@ from layerlab.archive.io import write_run
 from layerlab.archive.manifest import Manifest, read_manifest
 from layerlab.archive.provenance import MIXED, combine_provenance, provenance_of
 from layerlab.archive.schema import ArchiveError
-from layerlab.archive.vet import check_path, load_records
+from layerlab.archive.vet import check_path, load_records, shard_suffix
 
 
 def merge(
@@ -33,10 +33,12 @@ def merge(
     for s in sources:
         m = read_manifest(Path(s))
         check_path(Path(s))
-        if m["run_id"] in seen:
+        part = m["run_id"] + shard_suffix(m)  # the shards of one run share its id
+        if part in seen:
             continue
-        seen.add(m["run_id"])
+        seen.add(part)
         manifests.append((str(s), m))
+    whole = _whole_shards(manifests)
     prov = combine_provenance([(name, provenance_of(m)) for name, m in manifests], allow_mixed)
     agent = _agent_settings(manifests)
     records = load_records([Path(s) for s in sources])
@@ -58,11 +60,14 @@ def merge(
             for _, m in sorted(manifests, key=lambda nm: nm[1]["run_id"])
         ],
         models=sorted({mm for _, m in manifests for mm in m.get("models", [])}),
-        complete=all(m.get("complete") for _, m in manifests) and complete is not False,
+        complete=all(m.get("complete") for _, m in manifests) and complete is not False
+        and whole is not False,
     )
     notes = [note] if note else []
     if mixed:
         notes.append(f"mixed provenance ({', '.join(mixed)} differ), merged with --allow-mixed")
+    if whole is False:
+        notes.append("not every shard of the run is here: incomplete")
     if notes:
         manifest = replace(manifest, note="; ".join(notes))
     arms = _arm_definitions(manifests)
@@ -71,6 +76,10 @@ def merge(
     if agent is not None:  # the step table first; the manifest names its checksum
         sha = _write_agent_table([Path(s) for s in sources], records, Path(out))
         manifest = replace(manifest, agent={**agent, "table_sha256": sha})
+    target = _target_settings(manifests)
+    if target is not None:  # a target run's table (target.parquet) likewise
+        sha = _write_agent_table([Path(s) for s in sources], records, Path(out), kind="target")
+        manifest = replace(manifest, target={**target, "table_sha256": sha})
     return write_run(Path(out), records, manifest)
 
 
@@ -86,6 +95,46 @@ def _arm_definitions(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, A
     except book.UnknownArmError as exc:
         raise ArchiveError(str(exc)) from None
     return {"baseline": b.baseline, "arms": {n: d.to_json() for n, d in b.arms.items()}}
+
+
+def _whole_shards(manifests: list[tuple[str, dict[str, Any]]]) -> bool | None:
+    """Whether every run given in shards has all of them (None: no shards); shards of one run
+    with different counts, or a run given both whole and in shards, are refused."""
+    by_run: dict[str, list[tuple[str, dict[str, Any] | None]]] = {}
+    for name, m in manifests:
+        by_run.setdefault(m["run_id"], []).append((name, m.get("shard")))
+    if not any(s for parts in by_run.values() for _, s in parts):
+        return None
+    whole = True
+    for run_id, parts in by_run.items():
+        counts = {s["count"] if s else None for _, s in parts}
+        if len(counts) > 1:
+            raise ArchiveError(
+                f"{parts[0][0]}: run {run_id} is given " + (
+                    "whole and in shards" if None in counts else
+                    f"in shards of different counts ({sorted(c for c in counts if c is not None)})"
+                ) + "; give one run's N shards (run live --shard I/N) once each"
+            )  # fmt: skip
+        (count,) = counts
+        whole = whole and (count is None or len(parts) == count)
+    return whole
+
+
+def _target_settings(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """The target the sources share (None: no source is a target run): target runs merge with
+    one table only when every source is the same target, code included."""
+    targets = [(name, m.get("target")) for name, m in manifests]
+    if all(t is None for _, t in targets):
+        return None
+    want = {k: v for k, v in (targets[0][1] or {}).items() if k != "table_sha256"}
+    for name, t in targets:
+        got = {k: v for k, v in (t or {}).items() if k != "table_sha256"}
+        if got != want:
+            raise ArchiveError(
+                f"{name}: not the same target as {targets[0][0]} (the manifests' target keys "
+                "differ); target runs merge with their target.parquet only when one target made them"
+            )
+    return want
 
 
 def _agent_settings(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
@@ -113,23 +162,26 @@ def _agent_settings(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, An
     return want
 
 
-def _write_agent_table(sources: Sequence[Path], records: Sequence[Any], out: Path) -> str:
-    """The merged ``agent.parquet``: the sources' rows of the merged records (each source
-    already checked: one row per record); its SHA-256."""
+def _write_agent_table(
+    sources: Sequence[Path], records: Sequence[Any], out: Path, kind: str = "agent"
+) -> str:
+    """The merged ``agent.parquet`` (``kind`` "target": ``target.parquet``): the sources' rows
+    of the merged records (each source already checked: one row per record); its SHA-256."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from layerlab._io import atomic_write_bytes, sha256_bytes
-    from layerlab.archive.agenttable import AGENT_TABLE, SCHEMA
+    from layerlab.archive.agenttable import AGENT_TABLE, TARGET_TABLE, table_schema
     from layerlab.archive.io import parquet_bytes
     from layerlab.archive.schema import KEYS, sort_key
 
+    name = TARGET_TABLE if kind == "target" else AGENT_TABLE
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for s in sources:
-        for r in pq.read_table(s / AGENT_TABLE).to_pylist():
+        for r in pq.read_table(s / name).to_pylist():
             rows[tuple(r[k] for k in KEYS)] = r
     chosen = [rows[sort_key(r)] for r in sorted(records, key=sort_key)]
-    data = parquet_bytes(pa.Table.from_pylist(chosen, schema=SCHEMA))
+    data = parquet_bytes(pa.Table.from_pylist(chosen, schema=table_schema(kind)))
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / AGENT_TABLE, data)
+    atomic_write_bytes(out / name, data)
     return sha256_bytes(data)

@@ -223,8 +223,15 @@ def vet(
     return stamps
 
 
+def shard_suffix(m: dict[str, Any]) -> str:
+    """``#I/N`` for a shard's manifest (its records are a part of the run ``run_id``), else ""."""
+    s = m.get("shard")
+    return f"#{s['index']}/{s['count']}" if s else ""
+
+
 def load_records(paths_: Sequence[Path]) -> list[Record]:
-    """Records from archive files or run folders, each checked; a run given twice counts once."""
+    """Records from archive files or run folders, each checked; a run given twice counts once
+    (a shard of a run, ``run live --shard``, is a part of its own)."""
     seen_runs: set[str] = set()
     out: list[Record] = []
     for p in paths_:
@@ -233,10 +240,11 @@ def load_records(paths_: Sequence[Path]) -> list[Record]:
         if rep.get("archive", p) is None:  # an interrupted run with no archive yet
             continue
         recs = read_records(Path(rep.get("archive") or p))
-        runs = {r.run_id for r in recs}
+        part = shard_suffix(read_manifest(p)) if (p / MANIFEST).is_file() else ""
+        runs = {r.run_id + part for r in recs}
         if runs <= seen_runs:
             continue
-        out.extend(r for r in recs if r.run_id not in seen_runs)
+        out.extend(r for r in recs if r.run_id + part not in seen_runs)
         seen_runs |= runs
     keys = [sort_key(r) for r in out]
     if len(set(keys)) != len(keys):

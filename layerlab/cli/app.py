@@ -24,8 +24,35 @@ if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
     from layerlab.corpus.build import AnswerKey, Corpus
     from layerlab.faults.scenario import Scenario
 
+def _plain_help() -> None:
+    """Help text as a terminal shows it: the docstrings' ````code```` quotes are dropped, and a
+    flag name is kept whole on its line (click wraps where a hyphen is, ``--max-`` /
+    ``error-rate``): its hyphens stand in as non-breaking ones while the text is wrapped."""
+    import re
+
+    try:  # typer >= 0.20 formats help with the click it vendors
+        from typer._click import formatting
+    except ImportError:  # pragma: no cover
+        from click import formatting  # type: ignore[no-redef]
+
+    wrap, flag, nb = formatting.wrap_text, re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*"), "\u2011"
+
+    def wrap_text(text: str, *args: Any, **kwargs: Any) -> str:
+        whole = flag.sub(lambda m: m.group(0).replace("-", nb), text.replace("``", ""))
+        return wrap(whole, *args, **kwargs).replace(nb, "-")
+
+    formatting.wrap_text = wrap_text  # type: ignore[assignment]
+
+
+_plain_help()
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False
+    no_args_is_help=True,
+    add_completion=False,
+    help=__doc__,
+    pretty_exceptions_enable=False,
+    # click's own help: it wraps every flag and text to the terminal (80 columns included);
+    # rich's option tables cut long flag names ("--target-versi…") at 80 columns
+    rich_markup_mode=None,
 )
 EXIT_INCOMPLETE = 3
 EXIT_ERROR_RATE = 4
@@ -79,6 +106,18 @@ def _target_spec(
     return spec
 
 
+def _shard_flag(value: str | None) -> str | None:
+    """``--shard I/N`` checked where it is parsed (a usage error, exit 2)."""
+    from layerlab.harness.live.shards import parse_shard
+
+    if value is not None:
+        try:
+            parse_shard(value)
+        except ValueError:
+            raise typer.BadParameter(f"expected I/N with 1 <= I <= N, e.g. 2/4 (got {value!r})") from None
+    return value
+
+
 def _usage(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(2)
@@ -100,6 +139,16 @@ def _check_out_file(out: Path, flag: str = "--out") -> None:
     problem = writable_file_problem(out)
     if problem:
         raise _fail(f"{flag} {out}: {problem} (nothing written)")
+
+
+def _not_installed(exc: Exception, args: list[str]) -> str | None:
+    """The one line for a command that needs an extra that is not installed, or the repository."""
+    from layerlab import extras, paths
+
+    if isinstance(exc, paths.NotInRepo):
+        return str(exc)
+    words = [a for a in args[:2] if not a.startswith("-")]
+    return extras.missing_line(exc, " ".join(["layerlab", *words]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # the last guard: a bug, reported in one line
         if os.environ.get("LAYERLAB_DEBUG"):
             raise
+        refused = _not_installed(exc, args)
+        if refused:
+            typer.echo(f"error: {refused}", err=True)
+            return 2
         from layerlab.harness.targets.spec import redact_secrets
 
         first = redact_secrets((str(exc).splitlines() or [""])[0])[:200]

@@ -135,7 +135,10 @@ def compare_cmd(
         "local model and the reference agents).",
     ),
     outcome: str = typer.Option(
-        "success", "--outcome", help="Binary archive label compared (e.g. safe_resolution)."
+        None,
+        "--outcome",
+        help="Binary archive label compared (default success; e.g. safe_resolution). Not with "
+        "--matrix, which judges each scenario by its own outcome.",
     ),
     n_boot: int = typer.Option(2_000, "--n-boot", min=100, help="Bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the bootstrap's random generator."),
@@ -160,19 +163,26 @@ def compare_cmd(
         _check_out_file(json_out, "--json")
     try:
         if matrix:
-            blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed)
-            for name, mx in blocks.items():
+            if outcome is not None:
+                raise _usage(f"--outcome {outcome}: not with --matrix (the matrix judges each "
+                             "scenario by its own outcome: S where answerable, safe resolution "
+                             "where unsafe)")  # fmt: skip
+            doc = {}
+            for name, (mx, df) in compare.matrix_blocks(run, n_boot=n_boot, seed=seed).items():
                 terminal.print_wide(
-                    compare.display_matrix(mx), f"Mitigation matrix of {run} ({name})"
+                    compare.display_matrix(mx, df), f"Mitigation matrix of {run} ({name})"
                 )
                 typer.echo(f"note: {mx.note}")
+                outs = compare.matrix_outcomes(mx, df).to_dict(orient="records")
+                doc[name] = {"summary": mx.summary.to_dict(orient="records"), "on_target": outs}
+            typer.echo(f"note: {compare.MATRIX_OUTCOME_NOTE}")
             if json_out is not None:
-                doc = {n: mx.summary.to_dict(orient="records") for n, mx in blocks.items()}
                 atomic_write_text(json_out, json.dumps(doc, indent=2, sort_keys=True, default=str))
             return
         rep = compare.compare(
-            run, others or (), outcome=outcome, n_boot=n_boot, seed=seed, paper=not no_paper
-        )
+            run, others or (), outcome=outcome or "success", n_boot=n_boot, seed=seed,
+            paper=not no_paper,
+        )  # fmt: skip
     except (compare.CompareError, ValueError) as exc:
         raise _fail_arms(exc) from None
     for c in rep.comparisons:
@@ -186,7 +196,7 @@ def compare_cmd(
         typer.echo(f"note: {note}")
     if rep.comparisons:
         typer.echo(
-            f"{outcome} in %, 95% intervals (rates: Wilson clustered by task; differences this run "
+            f"{rep.outcome} in %, 95% intervals (rates: Wilson clustered by task; differences this run "
             f"minus the other, paired by task: {rep.comparisons[0].note})"
         )
     if json_out is not None:
@@ -213,6 +223,7 @@ def reproduce_cmd(
     ),
 ) -> None:
     """Execute every notebook (papermill) and regenerate every table and figure, offline."""
+    paths.require_repo("layerlab reproduce")
     from layerlab.reporting import reproduce
 
     if compare_dir is not None or check:
@@ -263,8 +274,9 @@ def reproduce_cmd(
             except reproduce.ReproduceError as exc:
                 raise _fail(str(exc)) from None
             bar.update(task, description="done", eta="")
-    for w in written:
-        typer.echo(f"{w.status:9} {w.path}")
+    for w in written:  # what changed; the unchanged are counted (the list is in git status)
+        if w.status != "unchanged":
+            typer.echo(f"{w.status:9} {w.path}")
     counts = {s: sum(w.status == s for w in written) for s in ("new", "changed", "unchanged")}
     typer.echo(
         f"{len(written)} artifacts: {counts['new']} new, {counts['changed']} changed, "
@@ -319,6 +331,10 @@ def explore_cmd(
         "extractive", "--reader", help="Deterministic reader: extractive or cautious."
     ),
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    retriever: str = typer.Option(
+        None, "--retriever", help="Registered retriever (default: the reported one; a live "
+        "run's manifest records its own, e.g. bm25)."
+    ),  # fmt: skip
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab.mitigations import load_mitigations
@@ -334,9 +350,16 @@ def explore_cmd(
         READERS.lookup(reader)
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
+    if retriever is not None:
+        from layerlab.system import retrieval
+
+        try:
+            retrieval.get(retriever)
+        except KeyError as exc:
+            raise _fail(f"--retriever: {exc.args[0]}") from None
     c, key = _load_corpus(corpus_dir)
     try:
-        t = explore.trace(task, scenario, mode, reader, corpus=c, key=key)
+        t = explore.trace(task, scenario, mode, reader, corpus=c, key=key, retriever=retriever)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
     typer.echo(explore.render(t))
@@ -372,6 +395,12 @@ def view_cmd(
         help="Sample logs (--sample-log), run folders or archives.",
     ),
     out: Path = typer.Option(Path("view.html"), "--out", help="The HTML file to write."),
+    evidence: bool = typer.Option(
+        True,
+        "--evidence/--no-evidence",
+        help="Archived records: show the evidence path recomputed from the corpus (checked "
+        "against each record's prompt hash or tool calls); --no-evidence: labels only.",
+    ),
 ) -> None:
     """A self-contained HTML viewer of records: choose run, model, scenario and mitigation; filter
     by outcome and diagnostic; verdict first, the path below. From a sample log it is private."""
@@ -379,7 +408,7 @@ def view_cmd(
 
     _check_out_file(out)
     try:
-        viewer.write(inputs, out)
+        viewer.write(inputs, out, evidence=evidence)
     except viewer.ViewError as exc:
         raise _fail(f"{exc} (nothing written)") from None
     typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB)")

@@ -25,6 +25,7 @@ from layerlab.cli.app import (
     _load_corpus,
     _load_mitigations,
     _load_scenarios,
+    _shard_flag,
     _spec_fail,
     _target_spec,
     _usage,
@@ -45,7 +46,7 @@ def run_deterministic(
         None,
         "--mitigation",
         help="Mitigation arm (repeatable): an entry or stack of the mitigations spec; "
-        "default the contract arms.",
+        "default the contract arms; 'all': the baseline and every matrix arm.",
     ),
     spec_path: Path = typer.Option(
         paths.MITIGATION_SPEC, "--mitigations", help="Mitigations spec file."
@@ -64,7 +65,7 @@ def run_deterministic(
     scen = _load_scenarios(scenarios_path)
     spec = _load_mitigations(spec_path)
     try:
-        arms = [spec.arm(m) for m in (mitigation or spec.contract_arms)]
+        arms = [spec.arm(m) for m in (spec.expand(mitigation) or spec.contract_arms)]
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
     try:
@@ -84,7 +85,7 @@ def run_deterministic(
 def mitigation_run(
     out: Path = typer.Option(..., help="Run folder (records.parquet + manifest.json)."),
     mitigation: list[str] = typer.Option(
-        None, "--mitigation", help="Arm (repeatable); default every matrix arm."
+        None, "--mitigation", help="Arm (repeatable); default (or 'all') every matrix arm."
     ),
     reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
     spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
@@ -101,7 +102,8 @@ def mitigation_run(
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
     try:
-        for m in mitigation or []:
+        mitigation = list(spec.expand(mitigation))
+        for m in mitigation:
             spec.arm(m)
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
@@ -154,7 +156,7 @@ def run_live(
         "--mitigation",
         "--mode",
         help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml; "
-        "default the contract arms.",
+        "default the contract arms; 'all': the baseline and every matrix arm.",
     ),
     tasks: str = typer.Option(
         None, "--tasks", help="Comma-separated task ids, or a file with one id per line."
@@ -239,16 +241,12 @@ def run_live(
         "Holds model replies: keep private.",
     ),
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
-    scenarios_path: Path = typer.Option(
-        paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
-    ),
+    scenarios_path: Path = typer.Option(paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
-    limit: int = typer.Option(
-        None,
-        "--limit",
-        min=1,
-        help="Ask only N tasks, stratified by domain and policy unit (seeded: --limit-seed).",
-    ),
+    limit: int = typer.Option(None, "--limit", min=1, help="Ask only N tasks, stratified by domain "
+                              "and policy unit (seeded: --limit-seed)."),  # fmt: skip
+    shard: str = typer.Option(None, "--shard", help="I/N: run shard I of N of the tasks (CI jobs; "
+                              "`archive merge` of the N folders is the whole run).", callback=_shard_flag),  # fmt: skip
     limit_seed: int = typer.Option(0, "--limit-seed", help="Seed of the --limit selection."),
     sample_log: Path = typer.Option(
         None,
@@ -274,6 +272,8 @@ def run_live(
     from layerlab.models.llm import ProviderSettings
 
     if config_path is not None:
+        if shard is not None:
+            raise _fail("--shard: not with --config yet (give the run's flags instead)")
         given = live.RunSettings(
             resume=resume,
             retry_errors=retry_errors,
@@ -319,7 +319,7 @@ def run_live(
         config = live.LiveConfig(
             models=tuple(model or ()),
             scenarios=tuple(scenario or scen),
-            mitigations=tuple(mode or contract_arms()),
+            mitigations=_load_mitigations(paths.MITIGATION_SPEC).expand(mode) or contract_arms(),
             task_ids=task_ids,
             settings=settings,
             replicates=replicates,
@@ -329,6 +329,7 @@ def run_live(
             agent=live.AgentMode.auto(model, tool_protocol, max_steps) if agent else None,
             target=spec,
             retriever=retriever,
+            shard=shard,
         )
     except ValueError as exc:
         raise _fail(str(exc)) from None
@@ -528,66 +529,41 @@ def _report_run(out: Path, log: Any, message: str) -> None:
 
 
 def _print_results(out: Path) -> None:
-    """The per-model results table of a run folder (from its results.json), and error lines."""
-    import json
+    """The run's results from its results.json (a target run's findings per layer first)."""
+    from layerlab.reporting import runs
 
-    from layerlab.analysis import results
-    from layerlab.reporting import terminal as report
-
-    p = out / results.RESULTS
-    if not p.exists():
-        return
-    res = json.loads(p.read_text(encoding="utf-8"))
-    if res.get("target"):
-        typer.echo(f"target: {results.target_line(res['target'])}")
-    for ref, title in (
-        (False, "Results by model"),
-        (True, "Reference agents (deterministic baselines, not models)"),
-    ):
-        df = results.table(res, reference=ref)
-        if not df.empty:
-            report.print_wide(df, f"{title}: rate [95% interval]")
-    from layerlab.reporting import agentsummary
-
-    agentsummary.print_for(out, typer.echo)  # an agent run's mode and steps per scenario
-    if res.get("usage"):  # cost and time over every invocation of the run
-        report.print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
-    for line in results.error_summary(res):
-        typer.echo(f"errors: {line}")
-    typer.echo(f"results: {p} (interval: {res['interval']})")
+    runs.print_run_results(out, typer.echo)
 
 
 class _Bar:
     """The live run's progress bar; its ETA comes from a smoothed rate that counts cache hits
-    apart (:class:`~layerlab.harness.live.progress.Eta`)."""
+    apart (:class:`~layerlab.harness.live.progress.Eta`). At 80 columns the bar narrows and the
+    counters are cut, never the record total."""
 
     def __init__(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
         from layerlab.harness.live.progress import Eta
 
-        self.p = Progress(
-            TextColumn("records"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.description}"),
-            TextColumn("{task.fields[eta]}"),
-            transient=False,
-        )
+        self.p: Any = None
         self.task: Any = None
         self.eta = Eta()
 
     def update(self, counters: Any, total: int) -> None:
         import time
 
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.table import Column
+
         from layerlab.harness.live.progress import format_eta
 
         if self.task is None:
+            whole, cut = Column(no_wrap=True, min_width=2 * len(str(total)) + 1), Column(ratio=1, no_wrap=True)
+            self.p = Progress(TextColumn("records"), BarColumn(bar_width=12), MofNCompleteColumn(table_column=whole),
+                              TextColumn("{task.description}", table_column=cut), TextColumn("{task.fields[eta]}"))  # fmt: skip
             self.p.start()
             self.task = self.p.add_task("", total=total, eta=format_eta(None))
         c = counters
         self.eta.update(time.monotonic(), c.records, c.cache_hits)
-        desc = f"calls {c.calls}  cache hits {c.cache_hits}  retries {c.retries}  failures {c.failures}"
+        desc = f"calls {c.calls} hits {c.cache_hits} retries {c.retries} failures {c.failures}"
         eta = format_eta(self.eta.remaining(c.records, total))
         self.p.update(self.task, completed=c.records, description=desc, eta=eta)
 

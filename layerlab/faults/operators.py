@@ -334,6 +334,10 @@ class ReshapePayload(FaultOperator):
         return {p.rename_top.get(k, k): v for k, v in out.items()}
 
 
+SCOPED_ID = "~"
+"""A session-scoped document id is ``<doc_id>~<session>``: what :class:`ForeignSession` serves."""
+
+
 class _ForeignParams(_Params):
     tag: str = "foreign"
 
@@ -373,7 +377,7 @@ class ForeignSession(FaultOperator):
             served.add(theirs.doc_id)
             r.update(
                 rank=len(results) + 1,
-                doc_id=f"{r['doc_id']}~{other}",
+                doc_id=f"{r['doc_id']}{SCOPED_ID}{other}",
                 title=theirs.title,
                 text=theirs.text,
                 domain=theirs.domain,

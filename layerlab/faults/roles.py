@@ -2,8 +2,10 @@
 
 The contract treatment's target (the specificity margin of the paired analysis), the fault-free
 negative control, the retriever audit's conditions and the explorer's representative cases
-(Table 6). Every name must be a scenario of the scenario DSL; an unknown one is a
-:class:`SpecError` naming the file, line and field. Roles change no record, so they are not part
+(Table 6), and per reliability layer what a team reads about a system failing it (``findings``:
+what it did, what it does not check, the mitigation entry that guards the layer). Every name must
+be a scenario (a layer of a scenario, a guard an entry of the mitigations spec); an unknown one is
+a :class:`SpecError` naming the file, line and field. Roles change no record, so they are not part
 of any archive's provenance (the scenario and mitigation specs' hashes are).
 """
 
@@ -36,6 +38,15 @@ class ExplorerCase(_Strict):
     rule: Rule
 
 
+class LayerFinding(_Strict):
+    """What a system failing one layer did (``did``, then "in K of N <scenario> questions"), what
+    it does not check (``lacks``) and the mitigation entry guarding the layer (``guard``)."""
+
+    did: str = Field(min_length=1)
+    lacks: str = Field(min_length=1)
+    guard: str = Field(min_length=1)
+
+
 class Roles(_Strict):
     """The scenario roles of ``roles.yaml``."""
 
@@ -43,6 +54,7 @@ class Roles(_Strict):
     negative_control: str
     audit: list[str] = Field(min_length=1)
     explorer: list[ExplorerCase] = Field(min_length=1)
+    findings: dict[str, LayerFinding] = Field(default_factory=dict)  # by layer
 
     def named(self) -> Iterator[tuple[tuple[Any, ...], str]]:
         """Every scenario a role names, with its field."""
@@ -71,18 +83,36 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
     hit = _CACHE.get((p, sp))
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    known = list(load_scenarios(sp))
+    scenarios = load_scenarios(sp)
+    known = list(scenarios)
+    layers = sorted({part for s in scenarios.values() for part in s.spec.layer.split("+")})
 
     def check(roles: Roles) -> list[tuple[tuple[Any, ...], str]]:
-        return [
+        from layerlab.mitigations import load_mitigations
+
+        arms = load_mitigations().arms
+        problems = [
             (loc, f"unknown scenario {name!r}; expected one of {known} (from {sp})")
             for loc, name in roles.named()
             if name not in known
         ]
+        for layer, f in roles.findings.items():
+            if layer not in layers:
+                problems.append(
+                    (("findings", layer), f"unknown layer {layer!r}; expected one of {layers} (from {sp})")
+                )
+            if f.guard not in arms:
+                problems.append(
+                    (
+                        ("findings", layer, "guard"),
+                        f"unknown mitigation {f.guard!r}; expected an entry of the mitigations spec",
+                    )
+                )
+        return problems
 
     roles = load_yaml_as(p, Roles, check=check)
     _CACHE[(p, sp)] = (stamp, roles)
     return roles
 
 
-__all__ = ["ExplorerCase", "Roles", "SpecError", "load_roles"]
+__all__ = ["ExplorerCase", "LayerFinding", "Roles", "SpecError", "load_roles"]

@@ -21,6 +21,7 @@ from layerlab.faults.scenario import Scenario
 from layerlab.harness.prepare import RankingCache, input_hash, prepare
 from layerlab.harness.step import Reading, RecordContext, RecordStep, as_arm
 from layerlab.mitigations import Arm
+from layerlab.scoring.score import table_diagnostic
 from layerlab.system import retrieval
 from layerlab.system.reader import (
     ExtractiveReader,
@@ -128,10 +129,11 @@ def summarize(records: Iterable[Record]) -> dict[str, Any]:
             for s in order
         }
 
-    diagnostics = {
-        s: {m: dict(sorted(Counter(r.diagnostic for r in cells[(s, m)]).items())) for m in modes}
-        for s in order
-    }
+    def counts(rs: list[Record]) -> dict[str, int]:  # a correct abstention counts as resolved
+        c = Counter(table_diagnostic(r.diagnostic, r.success, r.safe_resolution) for r in rs)
+        return dict(sorted(c.items()))
+
+    diagnostics = {s: {m: counts(cells[(s, m)]) for m in modes} for s in order}
     return {
         "records": len(records),
         "success": table("success"),

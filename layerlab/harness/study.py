@@ -1,6 +1,6 @@
 """The focused LangChain study (paper Table 7): uncontrolled RAG vs LayerRAG evidence-aware controls.
 
-Needs ``langchain-core`` (``pip install 'layerlab[study]'``; ``make`` installs it from the lock).
+Needs ``langchain-core`` (``pip install 'layerlab[langchain]'``; ``make`` installs it from the lock).
 
 A langchain-core :class:`~langchain_core.retrievers.BaseRetriever` serves our retriever and fault
 simulators; a chain (retrieval -> [controls] -> prompt -> chat model -> JSON parser) answers with
@@ -56,7 +56,7 @@ from layerlab.system.reader import Evidence, ReaderOutput
 
 ARMS = ("uncontrolled", "controls")  # stacks of the mitigations spec
 INSTALL_HINT = (
-    "the LangChain study needs langchain-core: pip install 'layerlab[study]' (make installs it)"
+    "the LangChain study needs langchain-core: pip install 'layerlab[langchain]' (make installs it)"
 )
 
 

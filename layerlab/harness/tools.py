@@ -23,12 +23,15 @@ scorer's R, G and V are computed over.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from layerlab._io import canonical_json
 from layerlab.corpus.build import Task
+from layerlab.faults.operators import SCOPED_ID
 from layerlab.harness.prepare import PreparedScenario, session_for
 from layerlab.harness.step import (
     Done,
@@ -45,9 +48,11 @@ from layerlab.system import retrieval
 from layerlab.system.contract import ContractResult, search_payload
 from layerlab.system.reader import Evidence, ReaderInput, reader_input
 
-TOOLS_VERSION = "layerlab.tools/v1"
+TOOLS_VERSION = "layerlab.tools/v2"
 """Identity of the tool definitions (names, arguments, observations): part of an agent run's
-provenance and of its reply-cache keys."""
+provenance and of its reply-cache keys. v2: every observation's ``error`` is ``{code, message}``
+(v1 gave a partial or refused observation's error as a string), and ``open_document`` opens a
+session-scoped id that a search of the record returned (v1 answered ``not_found``)."""
 
 MAX_TOP_K = 5
 SEARCH = "search"
@@ -152,20 +157,30 @@ def _check_args(name: str, args: Any) -> tuple[dict[str, Any] | None, str]:
 _SHOWN = tuple(f.name for f in fields(Evidence) if f.name != "rank")
 
 
+def tool_error(code: str, message: str) -> dict[str, str]:
+    """An observation's ``error``: always ``{"code", "message"}``, in every status. The codes:
+    ``invalid_call``, ``not_found``, ``invalid_payload``, ``unavailable``, ``denied``,
+    ``refused``; a partial result passes on the tool's own (e.g. ``timeout``)."""
+    return {"code": code, "message": message}
+
+
 def observation(g: Gate) -> dict[str, Any]:
-    """What the agent sees of one tool call: the delivered evidence (the single-call reader's
-    fields, never the retriever's score) or the tool's error."""
+    """What the agent (or target) sees of one tool call: the delivered evidence (the single-call
+    reader's fields, never the retriever's score) or the tool's error. ``error``, when present,
+    is :func:`tool_error`'s ``{code, message}`` whatever the status (``error``, ``refused``, or a
+    ``partial`` result's own error)."""
     if g.refusal is not None:
-        return {"status": "refused", "error": g.refusal}
+        return {"status": "refused", "error": tool_error("refused", g.refusal)}
     cr = g.contract
     if g.inp is None or cr.outcome != "accepted":
         msg = "; ".join(cr.problems[:2]) or cr.outcome
         code = {"rejected": "invalid_payload"}.get(cr.outcome, cr.outcome)
-        return {"status": "error", "error": {"code": code, "message": msg}}
+        return {"status": "error", "error": tool_error(code, msg)}
     inp = g.inp
     out: dict[str, Any] = {"status": inp.tool_status}
     if inp.tool_error:
-        out["error"] = inp.tool_error
+        err = cr.payload.error if cr.payload is not None else None
+        out["error"] = tool_error(err.code if err is not None else inp.tool_status, inp.tool_error)
     out["results"] = [{k: getattr(e, k) for k in _SHOWN} for e in inp.evidence]
     return out
 
@@ -186,25 +201,43 @@ class ToolBox:
         self.refusal: str | None = None
         self.actions: list[str] = []
         self.waited_s = 0.0
+        self.observed: list[str] = []  # each observation returned, as canonical JSON, in order
+        # a session-scoped id a call delivered (``doc~s-...``, a session fault's) -> the index's
+        # document it stands for: open_document opens what a search returned
+        self._issued: dict[str, str] = {}
 
     # --- the tools ---------------------------------------------------------------------------
 
     def call(self, name: str, args: Any, step: int) -> dict[str, Any]:
-        """Make one tool call for the agent; returns its observation (a JSON object)."""
+        """Make one tool call for the agent; returns its observation (a JSON object), which
+        joins :meth:`input_hash` as it was delivered (before the caller can change it)."""
+        obs = self._call(name, args, step)
+        self.observed.append(canonical_json(obs))
+        return obs
+
+    def input_hash(self) -> str:
+        """What the agent or target saw: the SHA-256 of the canonical JSON list of every
+        observation delivered, in order (a model's counterpart is its prompt hash). Two arms
+        whose calls delivered the same observations have the same input hash."""
+        return hashlib.sha256(f"[{','.join(self.observed)}]".encode()).hexdigest()
+
+    def _call(self, name: str, args: Any, step: int) -> dict[str, Any]:
         after = bool(self.calls) and self.calls[-1].outcome in FAULTS
         checked, problem = _check_args(name, args)
         if checked is None:
             self.calls.append(ToolCall(step, name, False, "invalid", after_fault=after,
                                        problem=problem))  # fmt: skip
-            return {"status": "error", "error": {"code": "invalid_call", "message": problem}}
-        if name == OPEN and checked["doc_id"] not in self.prepared.index:
-            self.calls.append(ToolCall(step, name, True, "not_found", after_fault=after))
-            msg = f"no document {checked['doc_id']!r}"
-            return {"status": "error", "error": {"code": "not_found", "message": msg}}
-        if name == SEARCH:
-            fetch = self._search(checked["query"], checked["top_k"])
+            return {"status": "error", "error": tool_error("invalid_call", problem)}
+        if name == OPEN:
+            doc_id = checked["doc_id"]
+            base = doc_id if doc_id in self.prepared.index else self._issued.get(doc_id)
+            if base is None:
+                self.calls.append(ToolCall(step, name, True, "not_found", after_fault=after))
+                return {"status": "error", "error": tool_error("not_found",
+                                                               f"no document {doc_id!r}")}  # fmt: skip
+            fetch = self._open(base)
         else:
-            fetch = self._open(checked["doc_id"])
+            fetch = self._search(checked["query"], checked["top_k"])
         g = gate(self.task, self.prepared, self.arm, fetch, first_call=self.payloads)
         self.payloads += g.attempts
         self.waited_s += g.waited_s
@@ -264,6 +297,9 @@ class ToolBox:
         for e in g.inp.evidence:
             self.evidence.pop(e.doc_id, None)
             self.evidence[e.doc_id] = e
+            base = e.doc_id.rpartition(SCOPED_ID)[0]
+            if e.doc_id not in self.prepared.index and base in self.prepared.index:
+                self._issued[e.doc_id] = base
         if not g.inp.evidence:
             return "empty"
         if g.inp.tool_status != "ok" or any(e.truncated for e in g.inp.evidence):

@@ -64,6 +64,7 @@ class ArmsFile(_Strict):
     stacks: list[StackSpec] = Field(default_factory=list)
 
 
+ALL = "all"  # ``--mitigation all``: the baseline and every matrix arm (a reserved name)
 ARM_FILES: Registry[Path] = Registry("mitigation arms file")
 """Plug-ins' arms files (YAML as :class:`ArmsFile`) by plug-in name."""
 
@@ -123,6 +124,14 @@ class MitigationSet:
     def matrix_arms(self) -> tuple[str, ...]:
         return tuple(n for n, a in self.arms.items() if a.matrix and n != self.baseline)
 
+    def expand(self, names: Sequence[str] | None) -> tuple[str, ...]:
+        """``--mitigation`` names with :data:`ALL` standing for the baseline and every matrix arm
+        (spec order), each arm once, in the order given; unknown names are kept (``arm`` says)."""
+        out: list[str] = []
+        for n in names or ():
+            out += [self.baseline, *self.matrix_arms] if n == ALL else [n]
+        return tuple(dict.fromkeys(out))
+
     def frame(self) -> Any:
         """One row per arm: name, composition, layers, stages, actions, matrix row, description."""
         import pandas as pd
@@ -146,6 +155,11 @@ class MitigationSet:
 def _check(f: MitigationFile) -> list[tuple[tuple[Any, ...], str]]:
     problems: list[tuple[tuple[Any, ...], str]] = []
     seen: dict[str, str] = {}
+    names = [("mitigations", i, e.name) for i, e in enumerate(f.mitigations)]
+    names += [("stacks", i, st.name) for i, st in enumerate(f.stacks)]
+    for what, i, name in names:
+        if name == ALL:
+            problems.append(((what, i, "name"), f"{ALL!r} is reserved (--mitigation {ALL})"))
     for i, e in enumerate(f.mitigations):
         if e.name in seen:
             problems.append((("mitigations", i, "name"), f"duplicate name {e.name!r}"))

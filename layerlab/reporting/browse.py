@@ -4,7 +4,8 @@ JupyterLab.
 The same rows as ``layerlab view`` (:func:`layerlab.reporting.viewer.load`), rendered in Python so
 that a notebook shows them without a script: each record a collapsible block whose summary is the
 verdict (outcome, S/E/R/G/V, diagnostic), the reasons next, and the path (question, evidence,
-contract, mitigation actions, raw reply) in a collapsed block below. :func:`browser` adds widgets:
+contract, mitigation actions, raw reply; an archived record's evidence recomputed from the corpus,
+:mod:`layerlab.reporting.evidence`) in a collapsed block below. :func:`browser` adds widgets:
 the source, run, model, scenario, mitigation, outcome and diagnostic, and a pager over every
 matching record; exported to HTML without a kernel, it shows a static copy of its first page. An
 empty selection says which filter excludes everything. :mod:`layerlab.reporting.explore` re-exports
@@ -14,6 +15,7 @@ these names.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -38,27 +40,82 @@ _STYLE = """<style>
 .llx .path { margin: 6px 0 4px 16px; } .llx table { border-collapse: collapse; margin: 4px 0; }
 .llx th, .llx td { border: 1px solid #d9dee7; padding: 2px 6px; text-align: left; }
 .llx pre { background: #f5f7fa; padding: 6px; white-space: pre-wrap; }
+.llx .recomputed { border-left: 4px solid #2f5fa7; padding: 2px 0 2px 10px; margin: 6px 0; }
+.llx .rc { color: #2f5fa7; border-color: #2f5fa7; }
 </style>"""
 
 
 def default_sources() -> list[Path]:
-    """The committed record archives: reference agents, the mitigation matrix, local models."""
+    """Every committed record archive: the real model's (single call, the mitigation matrix,
+    sampled replicates, agent mode), the user pipelines, the reference agents, the mitigation
+    matrix, then the retired ones (out of every table, kept for the record). The focused study's
+    archive is no record archive (it has its own table, notebook 08)."""
     from layerlab import paths
 
-    local = (
-        sorted(p for p in paths.LOCAL_MODEL_ARCHIVES.glob("*") if p.is_dir())
-        if paths.LOCAL_MODEL_ARCHIVES.exists()
-        else []
-    )
-    return [paths.ARCHIVES / "reference_agents", paths.ARCHIVES / "mitigations", *local]
+    return [
+        *paths.archives_in(paths.LOCAL_MODEL_ARCHIVES),
+        *paths.archives_in(paths.LOCAL_MODEL_MITIGATIONS),
+        *paths.archives_in(paths.LOCAL_MODEL_REPLICATES),
+        *paths.archives_in(paths.LOCAL_MODEL_AGENT),
+        *paths.archives_in(paths.USER_PIPELINES),
+        paths.ARCHIVES / "reference_agents",
+        paths.ARCHIVES / "mitigations",
+        *paths.archives_in(paths.RETIRED_ARCHIVES),
+    ]
+
+
+FAILURES = ("grounded_wrong", "wrong", "failed", "ended_early", "abstained")
+"""Outcomes the explorer opens on when no filter is given, the first one a source has: a
+failure to look into, not a success."""
+
+
+def first_failure(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The filters a source opens on: its first failure outcome (:data:`FAILURES`), if any."""
+    have = {str(r.get("outcome")) for r in rows}
+    return next(({"outcome": o} for o in FAILURES if o in have), {})
 
 
 def load_rows(source: Path | str) -> list[dict[str, Any]]:
-    """The rows of one archive, run folder or sample log, as the viewer reads them."""
+    """The rows of one archive, run folder or sample log, as the viewer reads them; an archived
+    row's evidence is recomputed when it is shown (:func:`recomputed`), not all at once."""
     from layerlab.reporting import viewer
 
-    rows, _ = viewer.load([Path(source)])
+    rows, private = viewer.load([Path(source)], recompute=False)
+    if not private:
+        for r in rows:
+            r["source"] = str(source)
     return rows
+
+
+@lru_cache(maxsize=8)
+def _archive_state(source: str) -> tuple[Any, dict[tuple[Any, ...], Any], Any]:
+    """One archive's recomputer, records by key and recorded tool calls (memoised per source)."""
+    from layerlab import archive
+    from layerlab.reporting import evidence
+
+    p = Path(source)
+    recs = archive.read_records(p / archive.ARCHIVE if p.is_dir() else p)
+    return evidence.for_archive(p), {archive.sort_key(r): r for r in recs}, evidence.calls_of(p)
+
+
+def recomputed(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An archived row's evidence recomputed from the corpus (as the viewer's page carries it,
+    unpacked), or ``None`` for a sample-log row or when the corpus cannot be loaded."""
+    if "recomputed" in row:
+        return dict(row["recomputed"])
+    if "source" not in row or "reply" in row:
+        return None
+    from layerlab import archive
+    from layerlab.reporting import evidence
+
+    rc, recs, calls = _archive_state(row["source"])
+    key = tuple(row[k] for k in archive.KEYS)
+    if rc is None or key not in recs or (calls is not None and key not in calls):
+        return None
+    d = recs[key].__dict__
+    x = rc.record(d, calls[key] if calls is not None else None)
+    x["reasons"] = evidence.reasons(d, x["path"]) if x["path"] is not None else None
+    return x
 
 
 def unit_of(row: Mapping[str, Any]) -> str:
@@ -101,7 +158,8 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
         + f'<span class="muted">{esc(unit_of(row))} · {esc(row["scenario"])} · {esc(row["mitigation"])}</span>'
     )
     verdict = ['<div class="verdict"><b>Verdict</b><ul>']
-    reasons_ = row.get("reasons") or {}
+    again = recomputed(row)
+    reasons_ = row.get("reasons") or (again or {}).get("reasons") or {}
     for k in ("S", "E", "R", "G", "V", "grounded", "answer"):
         if k in reasons_:
             verdict.append(f"<li><b>{k}</b> {esc(reasons_[k])}</li>")
@@ -198,7 +256,13 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
         path.append(
             f"<details><summary>raw reply</summary><pre>{esc(row['reply'])}</pre></details>"
         )
-    if "reply" not in row:
+    if "reply" not in row and again is not None:
+        from layerlab.reporting.evidence import html as recomputed_html
+
+        path.append(recomputed_html(again, row))
+        path.append('<p class="muted">archive record: no reply is kept (run with --sample-log '
+                    "to see it)</p>")  # fmt: skip
+    elif "reply" not in row:
         path.append(
             '<p class="muted">archive record: no reply or evidence is kept (run with '
             "--sample-log to see them)</p>"
@@ -350,7 +414,8 @@ def browser(sources: Sequence[Path | str] | None = None, shown: int = SHOWN, **w
     except ImportError:  # pragma: no cover - ipywidgets is in the lock
         from IPython.display import HTML
 
-        return HTML(records_html(select(rows_of(srcs[0]), **want), shown))
+        rows = rows_of(srcs[0])
+        return HTML(records_html(select(rows, **(want or first_failure(rows))), shown))
     from layerlab import paths
 
     def label(p: Path) -> str:
@@ -372,9 +437,10 @@ def browser(sources: Sequence[Path | str] | None = None, shown: int = SHOWN, **w
 
     def refill(*_: Any) -> None:
         rows = rows_of(source.value)
+        start = dict(want) or first_failure(rows)  # no filter given: open on a failure
         for f, box in boxes.items():
             opts = [("all", "")] + [(v, v) for v in choices(rows, f)]
-            keep = box.value if box.value in dict(opts).values() else want.get(f, "")
+            keep = box.value if box.value in dict(opts).values() and box.value else start.get(f, "")
             box.unobserve(redraw, names="value")
             box.options = opts
             box.value = keep if keep in dict(opts).values() else ""

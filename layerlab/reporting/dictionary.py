@@ -44,8 +44,10 @@ DIAGNOSTIC_MEANINGS: dict[str, str] = {
     "availability": "the tool returned no usable output; the record ended before the reader",
     "authorisation": "the tool denied access to the evidence; the record ended before the reader",
     "tool_contract": "the payload failed the tool schema and the arm rejected it (strict contract)",
-    "malformed_reply": "the reply was not the JSON reply contract (counted as a failure, not a refusal)",
-    "provider_error": "the provider call failed after every retry (counted as a failure)",
+    "malformed_reply": "the reply was not the JSON reply contract (counted as a failure, not a refusal; "
+    "it comes before the tool's fault and a refusal)",
+    "provider_error": "the provider call failed after every retry, or a target raised (counted as a "
+    "failure; it comes before the tool's fault and a refusal)",
     "abstained": "the reader gave a structured non-answer although the record reached it",
     "session_state": "delivered evidence came from another tenant's session",
     "completeness": "the tool output was partial or truncated",
@@ -60,6 +62,12 @@ DIAGNOSTIC_MEANINGS: dict[str, str] = {
     "reader": "the evidence was right but the answer did not match (a reading error)",
     "extra_words": "the evidence was right and the answer holds the expected value, with extra "
     "words around it (contained, not an exact match)",
+}
+
+# What a diagnostics table counts beside the labels (never a value of the archive's column).
+TABLE_DIAGNOSTIC_MEANINGS: dict[str, str] = {
+    "safe_non_answer": "a structured non-answer on an unsafe scenario: its safe resolution, not "
+    "a failure (the record's diagnostic keeps the layer it met, e.g. availability)",
 }
 
 # Meaning of each stage value: where the record ended.
@@ -359,6 +367,14 @@ AGENT_COLUMNS: dict[str, Column] = {
         "the per-call log as canonical JSON: a list, one object per tool call in order (fields "
         "below); public fields only — never evidence text, a query or an answer",
         "a JSON list (`[]` when the agent called no tool)",
+    ),
+    "input_hash": Column(
+        "what the agent or target saw: SHA-256 of the canonical JSON list of the tool "
+        "observations delivered to it, in order (a model's counterpart is `prompt_hash`); "
+        "Table 5's identical-inputs column compares it between arms. Absent from tables written "
+        "before it was recorded: their inputs read as not recorded",
+        "64 hex characters; **null** for a row carried over from a log that predates it (a "
+        "resumed run)",
     ),
 }
 

@@ -197,9 +197,23 @@ def _index_columns(df: pd.DataFrame, limit: int = 3) -> list[str]:
     return lead[:1] if lead else []
 
 
+def _labelled_index(df: pd.DataFrame) -> bool:
+    """Whether ``df``'s index carries row labels (a named index, as ``groupby`` and ``unstack``
+    leave): :func:`table` keeps them as its index instead of numbering the rows."""
+    return all(n is not None for n in df.index.names) and not any(
+        str(n) in {str(c) for c in df.columns} for n in df.index.names
+    )
+
+
 def table(df: pd.DataFrame, index: Sequence[str] | str | None = None) -> pd.DataFrame:
     """``df`` formatted for reading (see the module docstring); a new frame of strings whose
     index is ``index`` (default: the leading label columns, e.g. ``scenario``)."""
+    if _labelled_index(df):  # a groupby/unstack result: its index holds the row labels
+        labels = [str(n) for n in df.index.names]
+        df = df.reset_index()
+        df.columns = [str(c) for c in df.columns]
+        if index is None:
+            index = labels
     cols = [str(c) for c in df.columns]
     frame = df.copy()
     frame.columns = cols

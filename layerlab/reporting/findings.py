@@ -3,6 +3,12 @@ numbers — overall strict success per arm, the scenarios where it fails, the co
 (repair's) paired gain on its target scenario with its interval, and, when the run holds
 mitigation arms, each mitigation's verdict with its off-target changes.
 
+A target (a team's own system, ``run live --target``) leads with what *the system* did, layer by
+layer, each failing layer with what it does not check and what the layer's guard would change
+(:mod:`layerlab.analysis.layers`, from the roles and mitigation specs); the contract arms
+(strict/repair: layerlab validating payloads before the system sees them) are the harness's,
+said apart, never as the system's failure or gain.
+
 Everything here is computed from records (:func:`layerlab.analysis.results.summarize` and the
 paired bootstrap of :mod:`layerlab.analysis.effects`), seeded, so the same inputs give the same
 sentences.
@@ -36,6 +42,8 @@ class Finding:
     unit: str
     reference: bool
     sentences: tuple[str, ...]
+    system: tuple[str, ...] = ()  # a target's layers, what the system did (first)
+    harness: tuple[str, ...] = ()  # a target's contract arms: layerlab's, not the system's
 
 
 def _unit(m: dict[str, Any]) -> str:
@@ -144,11 +152,22 @@ def _matrix(df: pd.DataFrame) -> list[str]:
 def findings(res: dict[str, Any], df: pd.DataFrame) -> list[Finding]:
     """One :class:`Finding` per model, then per reference agent (``res`` is
     :func:`layerlab.analysis.results.summarize` of ``df``)."""
+    from layerlab.analysis import layers
+    from layerlab.models.agents import is_target
+
     out = []
     for m in sorted(res["models"], key=lambda m: m["reference_agent"]):
         sub = df[(df["provider"] == m["provider"]) & (df["model"] == m["model"])]
         arms = results.arm_order(m["arms"])
         base = stats.BASELINE if stats.BASELINE in arms else arms[0]
+        if is_target(m["provider"]) and base == stats.BASELINE:
+            found = layers.unit_findings(sub, n_boot=N_BOOT, seed=SEED)
+            system = tuple(layers.lines({**found, "harness": []}))
+            gain = _repair_gain(m, sub)
+            harness = tuple(e["line"] for e in found["harness"]) + ((gain,) if gain else ())
+            said = [_overall(m), *_matrix(sub)]
+            out.append(Finding(_unit(m), False, tuple(said), system, harness))
+            continue
         said = [_overall(m), _failures(m, base), _repair_gain(m, sub), *_matrix(sub)]
         out.append(Finding(_unit(m), m["reference_agent"], tuple(s for s in said if s)))
     return out

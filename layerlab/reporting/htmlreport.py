@@ -114,7 +114,7 @@ def _scenario_table(m: dict[str, Any], answerable: dict[str, bool]) -> pd.DataFr
 def _diagnostic_table(res: dict[str, Any]) -> pd.DataFrame:
     """Records per diagnostic label (rows) and model x arm (columns); labels no record has are
     left out, labels the glossary does not know are kept."""
-    meanings = dictionary.DIAGNOSTIC_MEANINGS
+    meanings = {**dictionary.DIAGNOSTIC_MEANINGS, **dictionary.TABLE_DIAGNOSTIC_MEANINGS}
     cols: dict[str, dict[str, int]] = {}
     for m in res["models"]:
         for arm in results.arm_order(m["diagnostics"]):
@@ -129,7 +129,7 @@ def _diagnostic_table(res: dict[str, Any]) -> pd.DataFrame:
 
 
 def _diagnostic_meanings(labels: Sequence[str]) -> pd.DataFrame:
-    meanings = dictionary.DIAGNOSTIC_MEANINGS
+    meanings = {**dictionary.DIAGNOSTIC_MEANINGS, **dictionary.TABLE_DIAGNOSTIC_MEANINGS}
     return pd.DataFrame([{"diagnostic": d, "meaning": meanings.get(d, "-")} for d in labels])
 
 
@@ -259,6 +259,22 @@ def _findings(res: dict[str, Any] | None, df: pd.DataFrame | None, n_study: int)
     for f in found:
         items = "".join(f"<li>{page.esc(x)}</li>" for x in f.sentences)
         block = f"<h3>{page.esc(f.unit)}</h3><ul>{items}</ul>"
+        if f.system:  # a target: what the system did per layer first, the harness's apart
+            from layerlab.analysis import layers
+
+            def ul(xs: Sequence[str]) -> str:
+                return "<ul>" + "".join(f"<li>{page.esc(x)}</li>" for x in xs) + "</ul>"
+
+            block = (
+                f"<h3>{page.esc(f.unit)} — what the system did, layer by layer</h3>"
+                + page.para(f"Baseline arm; judged by {layers.JUDGED_BY}.", "muted")
+                + ul(f.system)
+                + "<h4>The harness's contract arms (layerlab's, not the system's)</h4>"
+                + page.para(f"Said apart: {layers.HARNESS_NOTE}.", "muted")
+                + ul(f.harness)
+                + "<h4>Over every arm</h4>"
+                + f"<ul>{items}</ul>"
+            )
         if f.reference:
             block = (
                 f'<div class="baseline"><h3>{page.esc(f.unit)} — reference agent '
@@ -271,7 +287,17 @@ def _findings(res: dict[str, Any] | None, df: pd.DataFrame | None, n_study: int)
 def _figures(res: dict[str, Any]) -> list[str]:
     """Figures of the measures whose rates vary (a measure flat in every cell says nothing drawn);
     a note names the flat ones."""
-    from layerlab.reporting import figures, findings
+    from layerlab import extras
+    from layerlab.reporting import findings
+
+    try:
+        from layerlab.reporting import figures
+    except ModuleNotFoundError as exc:  # installed without the figure stack
+        module = extras.missing_module(exc)
+        if module is None:
+            raise
+        return [page.para(f"Figures left out: they need {module} ({extras.install_hint(module)}).",
+                          "muted")]  # fmt: skip
 
     out = []
     for ref, what in ((False, "models"), (True, "reference agents (baselines, not models)")):

@@ -1,7 +1,8 @@
 """`layerlab reproduce`: execute every notebook with papermill, in order, and report what it wrote.
 
 Executed copies go to a git-ignored folder (``out/notebooks``); the notebooks write the paper's
-tables and figures through the library. ``quick`` shrinks costly parameters and writes its
+tables and figures through the library, and then the prose's macros are written from those tables
+(:mod:`layerlab.reporting.papervalues`). ``quick`` shrinks costly parameters and writes its
 artifacts to a scratch folder instead of the repo. :func:`compare` checks a regenerated artifact
 tree against the committed one (the freshness check of ``make test``).
 """
@@ -18,11 +19,8 @@ from typing import Any
 
 from layerlab import paths
 
-QUICK_PARAMETERS: dict[str, dict[str, Any]] = {
-    "06_bootstrap_intervals.ipynb": {"n_boot": 1000},
-    "09_specificity_matrix.ipynb": {"n_boot": 1000},
-    "11_real_models.ipynb": {"n_boot": 1000},
-}
+# --quick's settings, each passed to the notebooks whose parameters cell declares it
+QUICK_PARAMETERS: dict[str, Any] = {"n_boot": 1000}
 # Notebooks --quick leaves out: they write no table or figure (the live matrix re-runs the
 # reference agents to check they reproduce the committed archive, which `make test` also checks).
 QUICK_SKIP = frozenset({"04_live_matrix.ipynb"})
@@ -74,7 +72,24 @@ def _kernel_manager() -> Any:
             # one folder per kernel: concurrent kernels never race for the same socket names
             self.ip = os.path.join(tempfile.mkdtemp(dir=folder), "kernel")
 
+        async def _async_interrupt_kernel(self) -> None:
+            # jupyter_client interrupts a kernel before it asks it to shut down, and ipykernel
+            # then logs "KeyboardInterrupt caught in kernel" (a different notebook each run).
+            # papermill shuts a kernel down once its cells are done, so there is nothing to
+            # interrupt; a kernel that does not stop is killed after the shutdown request.
+            if not self.shutting_down:
+                await super()._async_interrupt_kernel()
+
     return IPCKernelManager
+
+
+def quick_parameters(nb: Path) -> dict[str, Any]:
+    """The :data:`QUICK_PARAMETERS` that notebook ``nb`` declares (papermill warns about any
+    other, and a notebook that declares one must get it)."""
+    import papermill as pm
+
+    declared = pm.inspect_notebook(str(nb))
+    return {k: v for k, v in QUICK_PARAMETERS.items() if k in declared}
 
 
 class ReproduceError(RuntimeError):
@@ -152,7 +167,7 @@ def run(
             with lock:
                 on_start(nb, i, len(nbs))
         t0 = time.monotonic()
-        params = QUICK_PARAMETERS.get(nb.name, {}) if quick else {}
+        params = quick_parameters(nb) if quick else {}
         try:
             pm.execute_notebook(
                 str(nb),
@@ -194,6 +209,7 @@ def run(
                     for f in futures:
                         f.cancel()
                     raise failed[0].exception()  # type: ignore[misc]
+        _write_values(root)
         timings = {**last, **{k: round(v, 1) for k, v in took.items()}}
         atomic_write_text(out / TIMINGS, json.dumps(timings, indent=2, sort_keys=True) + "\n")
     finally:
@@ -207,6 +223,16 @@ def run(
         Written(p, "new" if p not in before else "changed" if before[p] != h else "unchanged")
         for p, h in sorted(after.items())
     ]
+
+
+def _write_values(root: Path) -> None:
+    """The prose's macros (``paper/generated/values.tex``) from the tables just written."""
+    from layerlab.reporting import papervalues
+
+    try:
+        papervalues.write(root / "paper" / "tables", root / "paper" / papervalues.VALUES_FILE)
+    except papervalues.ValuesError as exc:
+        raise ReproduceError(f"paper/{papervalues.VALUES_FILE}: {exc}") from None
 
 
 def compare(regenerated: Path, committed: Path = paths.COMMITTED_ARTIFACTS) -> list[str]:
@@ -232,12 +258,23 @@ def check(quick: bool = False) -> list[str]:
         return compare(Path(tmp) / "artifacts")
 
 
+def kernelspec(name: str = "python3") -> dict[str, str]:
+    """The notebook metadata JupyterLab writes for the installed kernel ``name`` (its display
+    name, language and name): committed notebooks carry exactly this, so opening and saving one
+    changes nothing."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec(name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
+
+
 def strip_volatile(nb_path: Path) -> None:
     """Drop papermill's timing metadata and widget state (random ids) so a committed notebook
     changes only with its outputs."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
+    nb.metadata["kernelspec"] = kernelspec()  # what JupyterLab writes when it opens the notebook
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)  # widget state carries random model ids
     for cell in nb.cells:

@@ -1,5 +1,6 @@
 """A live run at a glance, for notebooks: success by model, scenario and arm
-(:func:`run_overview`) and whether two runs hold the same records (:func:`same_records`)."""
+(:func:`run_overview`) and whether two runs hold the same records (:func:`same_records`); and
+what the terminal prints after a run (:func:`print_run_results`)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,38 @@ def same_records(a: Path | str, b: Path | str) -> bool:
         return sorted(tuple(v for k, v in r.__dict__.items() if k != "run_id") for r in recs)
 
     return load(a) == load(b)
+
+
+def print_run_results(out: Any, echo: Any) -> None:
+    """After a live run: a target run's findings per layer first, then the results table by
+    model (and reference agent), an agent run's steps, calls and cost, error lines, all from the
+    folder's ``results.json``; ``echo`` prints a line."""
+    import json
+
+    from layerlab.analysis import results
+    from layerlab.reporting import agentsummary
+    from layerlab.reporting.terminal import finding_lines, print_wide
+
+    p = out / results.RESULTS
+    if not p.exists():
+        return
+    res = json.loads(p.read_text(encoding="utf-8"))
+    if res.get("target"):
+        echo(f"target: {results.target_line(res['target'])}")
+        for line in finding_lines(res.get("findings") or []):
+            echo(line)
+    for ref, title in (
+        (False, "Results by model"),
+        (True, "Reference agents (deterministic baselines, not models)"),
+    ):
+        df = results.table(res, reference=ref)
+        if not df.empty:
+            if res.get("target") and not ref:
+                title = "Results by arm (strict/repair: the harness's contract; other arms add a guard)"
+            print_wide(df, f"{title}: rate [95% interval]")
+    agentsummary.print_for(out, echo)  # an agent run's mode and steps per scenario
+    if res.get("usage"):  # cost and time over every invocation of the run
+        print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
+    for line in results.error_summary(res):
+        echo(f"errors: {line}")
+    echo(f"results: {p} (interval: {res['interval']})")

@@ -216,3 +216,21 @@ def print_wide(df: Any, title: str, console: Console | None = None) -> None:
         for part in _blocks(df[df[first] == g], title, g, label, width):
             console.print(part)
         console.print()
+
+
+def finding_lines(found: list[dict[str, Any]]) -> list[str]:
+    """A target run's findings (``results.json``'s ``findings``) as terminal lines: per unit, what
+    the system did layer by layer, then the harness's contract scenario, each line once."""
+    from layerlab.analysis import layers
+
+    out = []
+    for f in found:
+        out.append(f"What {f['unit']} did, layer by layer (baseline arm {f['baseline']}; judged by "
+                   f"{f['judged_by']}):")  # fmt: skip
+        out += [f"  - {line}" for line in layers.lines(f)]
+        if f["harness"]:
+            out.append(f"  ({f['harness_note']})")
+        if f.get("note"):
+            out.append(f"  note: {f['note']}")
+    return out
+

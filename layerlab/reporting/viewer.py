@@ -4,8 +4,10 @@ Choose the run, model, scenario and mitigation arm; filter by outcome and diagno
 shows its verdict first (outcome, S = E ∧ R ∧ G ∧ V, the diagnostic, then one reason per label) and
 its path below, collapsed: the question, the evidence the reader received, the contract's decision
 and the raw reply. From a sample log (``run live --sample-log``) every field is there; from an
-archive only the labels are (archives hold no replies), with each task's public question taken from
-the corpus. A page built from a sample log holds replies and expected answers: it is private, and
+archive the labels are (archives hold no replies), with each task's public question taken from
+the corpus and the record's evidence path recomputed from the corpus, checked against what the
+archive kept (:mod:`layerlab.reporting.evidence`; in its own element of the page, each shared
+path and text once). A page built from a sample log holds replies and expected answers: it is private, and
 says so at its top.
 
 The page is one file: every record travels as JSON inside it and a small inline script renders
@@ -30,6 +32,7 @@ PAGE_SIZE = 50  # records a page (every record is in the page's data; the pager 
 
 SCRIPT = r"""
 const DATA = JSON.parse(document.getElementById('records').textContent);
+const EV = JSON.parse(document.getElementById('evidence').textContent);
 const $ = (id) => document.getElementById(id);
 const FIELDS = ['run_id', 'model', 'scenario', 'mitigation', 'outcome', 'diagnostic'];
 const LABELS = [['S', 'success'], ['E', 'exact_match'], ['R', 'retrieval_ok'], ['G', 'citation_ok'], ['V', 'schema_ok']];
@@ -85,6 +88,52 @@ function steps(r) {
   }
   return s + '</ol></details>';
 }
+// An archived record's evidence, recomputed from the corpus (layerlab/reporting/evidence.py):
+// shared paths, reasons and texts are in the page once; a record holds their indices.
+const T = (v) => (typeof v === 'number' ? EV.texts[v] : v);
+function docTable(ds) {
+  return '<table><thead><tr><th>rank</th><th>doc</th><th>title</th><th>status</th><th>year</th><th>v</th><th>domain</th><th>owner</th><th>scope</th><th>tenant</th><th>session</th><th>truncated</th></tr></thead><tbody>' +
+    ds.map((d, i) => '<tr><td>' + esc(d.rank ?? i + 1) + '</td><td><code>' + esc(d.doc_id) + '</code></td><td>' + esc(d.title) + '</td><td>' + esc(d.status) + '</td><td>' + esc(d.effective_year) +
+      '</td><td>' + esc(d.version) + '</td><td>' + esc(d.domain) + '</td><td>' + esc(d.owner) + '</td><td>' + esc(d.access_scope) + '</td><td>' + esc(d.tenant) + '</td><td>' + esc(d.session_id ?? '—') +
+      '</td><td>' + (d.truncated ? 'yes' : '') + '</td></tr>').join('') + '</tbody></table>' +
+    '<details><summary>evidence text</summary><ul>' + ds.map(d => '<li><code>' + esc(d.doc_id) + '</code> ' + esc(T(d.text)) + '</li>').join('') + '</ul></details>';
+}
+function recomputed(x, r) {
+  const P = (v) => (typeof v === 'number' ? EV.parts[v] : v);
+  const q = x.path === null ? null : EV.paths[x.path];
+  const p = q && {...q, faults: P(q.faults), retrieved: P(q.retrieved), reader: P(q.reader), actions: P(q.actions)};
+  let s = '<div class="recomputed"><p><span class="badge recomputed">' + esc(EV.label) + '</span> <span class="muted">' + esc(EV.note) + '</span></p>' +
+    '<p class="' + (x.status === 'match' ? 'muted' : 'bad') + '"><b>check</b>: ' + esc(EV.checks[x.check]) + '</p>';
+  if (!p) return s + '</div>';
+  if (!p.calls) s += '<p class="muted">the same path in a terminal: <code>layerlab explore --task ' + esc(r.task_id) + ' --scenario ' + esc(r.scenario) + ' --mitigation ' + esc(r.mitigation) + ' --retriever ' + esc(p.retriever) + '</code></p>';
+  if (p.faults) s += '<p><b>what the fault did</b></p><ul>' + p.faults.map(f => '<li>' + esc(f) + '</li>').join('') + '</ul>';
+  if (p.retrieved) {
+    s += '<p><b>retrieved</b> (' + esc(p.retriever) + ', before the transport faults)</p><table><thead><tr><th>rank</th><th>doc</th><th>status</th><th>year</th><th>v</th><th>domain</th><th>session</th><th>score</th></tr></thead><tbody>' +
+      p.retrieved.map(d => '<tr><td>' + d.rank + '</td><td><code>' + esc(d.doc_id) + '</code></td><td>' + esc(d.status) + '</td><td>' + esc(d.effective_year) + '</td><td>' + esc(d.version) +
+        '</td><td>' + esc(d.domain) + '</td><td>' + esc(d.session_id ?? '—') + '</td><td>' + Number(d.score).toFixed(3) + '</td></tr>').join('') + '</tbody></table>';
+  }
+  for (const [k, what] of [['sent', 'tool payload as sent'], ['received', 'as received (before the contract)'], ['accepted', 'after the contract']]) {
+    if (p[k] !== undefined) s += '<details><summary>' + what + '</summary><pre>' + esc(p[k] === null ? '(none: the contract let nothing through)' : T(p[k])) + '</pre></details>';
+  }
+  if (p.calls) {
+    s += '<p><b>tool calls</b> (' + esc(p.retriever) + '; replayed through the record\'s faulted tools)</p><ol>' + p.calls.map(c =>
+      '<li><code>' + esc(c.tool) + '</code> → ' + esc(c.outcome) + (c.doc_ids.length ? ' · ' + c.doc_ids.map(esc).join(', ') : '') +
+      (c.lost ? ' <b class="bad">not recoverable</b>: ' + esc(c.lost) : ' <span class="muted">' + esc(c.replayed) + '</span>') +
+      (c.error ? ' <span class="muted">' + esc(c.error) + '</span>' : '') + (c.docs && c.docs.length ? docTable(c.docs) : '') + '</li>').join('') + '</ol>';
+  }
+  s += '<p><b>contract</b>: ' + esc(p.contract.outcome) + '</p>';
+  if (p.contract.edits.length) s += '<p>repair edits: ' + p.contract.edits.map(esc).join('; ') + (p.contract.more_edits ? '; … ' + p.contract.more_edits + ' more' : '') + '</p>';
+  if (p.contract.problems.length) s += '<p>contract problems: ' + p.contract.problems.map(esc).join('; ') + '</p>';
+  if (p.actions.length) s += '<p>mitigation: ' + p.actions.map(esc).join('; ') + '</p>';
+  if (p.reader) {
+    s += '<p><b>what reached the reader</b> (' + (p.calls ? 'every document the calls delivered: what R and G are scored over' : 'the prompt\'s evidence block') + '): search status ' + esc(p.reader.tool_status) +
+      (p.reader.tool_error ? ' · search error ' + esc(p.reader.tool_error) : '') + ' · request session ' + esc(p.reader.session_id) + '</p>' +
+      (p.reader.evidence.length ? docTable(p.reader.evidence) : '<p class="muted">(no results)</p>');
+  } else if (!p.calls || !(p.lost || []).length) {
+    s += '<p class="muted">nothing reached the reader: the record ended before it</p>';
+  }
+  return s + '</div>';
+}
 function chip(name, v) { return '<span class="badge ' + (v ? 'ok' : 'bad') + '">' + name + ' ' + (v ? '✓' : '✗') + '</span>'; }
 function card(r) {
   const v = r.verdict || {};
@@ -95,7 +144,8 @@ function card(r) {
     '<span class="muted">' + esc(unitOf(r)) + ' · ' + esc(r.scenario) + ' · ' + esc(r.mitigation) + '</span>' +
     (r.question ? '<div class="q">' + esc(r.question) + '</div>' : '');
   let verdict = '<div class="verdict"><h4>Verdict</h4><ul>';
-  if (r.reasons) { for (const k of ['S', 'E', 'R', 'G', 'V', 'grounded', 'answer']) if (r.reasons[k] !== undefined) verdict += '<li><b>' + k + '</b> ' + esc(r.reasons[k]) + '</li>'; }
+  const rs = r.reasons || (r.recomputed && r.recomputed.reasons !== null ? EV.reasons[r.recomputed.reasons] : null);
+  if (rs) { for (const k of ['S', 'E', 'R', 'G', 'V', 'grounded', 'answer']) if (rs[k] !== undefined) verdict += '<li><b>' + k + '</b> ' + esc(rs[k]) + '</li>'; }
   verdict += '<li>grounded ' + esc(v.grounded) + ' · grounded (cited) ' + esc(v.grounded_cited) + ' · GF ' + esc(v.grounded_false_positive) +
     ' · contained ' + esc(v.contained) + ' · token F1 ' + esc(v.token_f1) + ' · safe resolution ' +
     esc(v.safe_resolution) + ' · answered ' + esc(v.answered) + ' · abstained ' + esc(v.abstained) + '</li></ul>';
@@ -119,7 +169,8 @@ function card(r) {
       '</tbody></table>';
   } else if (r.evidence) { path += '<p class="muted">no evidence reached the reader</p>'; }
   if (r.reply !== undefined && r.reply !== null) path += '<details><summary>raw reply</summary><pre>' + esc(r.reply) + '</pre></details>';
-  if (r.reply === undefined) path += '<p class="muted">archive record: no reply or evidence is kept (run with --sample-log to see them)</p>';
+  if (r.reply === undefined && r.recomputed) path += recomputed(r.recomputed, r) + '<p class="muted">archive record: no reply is kept (run with --sample-log to see it)</p>';
+  else if (r.reply === undefined) path += '<p class="muted">archive record: no reply or evidence is kept (run with --sample-log to see them)</p>';
   path += '</details>';
   return '<details class="rec"><summary>' + head + '</summary>' + verdict + path + '</details>';
 }
@@ -220,6 +271,8 @@ details.steps ol { margin: 4px 0; padding-left: 28px; } details.steps li { margi
 .badge.outcome.success, .badge.outcome.safe_non_answer { color: var(--ok); border-color: var(--ok); }
 .badge.outcome.grounded_wrong, .badge.outcome.wrong, .badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
 .pager { margin: 8px 0; } .pager button, #count button { margin-right: 4px; }
+.recomputed { border-left: 4px solid var(--accent); padding: 2px 0 2px 10px; margin: 6px 0; }
+.badge.recomputed { color: var(--accent); border-color: var(--accent); }
 .private { background: #fdecea; border: 1px solid var(--bad); padding: 8px 12px; border-radius: 6px; }
 """
 
@@ -228,7 +281,7 @@ class ViewError(ValueError):
     """An input the viewer cannot read (message names the path and the problem)."""
 
 
-def _from_archive(path: Path) -> list[dict[str, Any]]:
+def _from_archive(path: Path, recompute: bool = True) -> list[dict[str, Any]]:
     from layerlab.corpus import build as corpus_mod
 
     try:
@@ -270,6 +323,10 @@ def _from_archive(path: Path) -> list[dict[str, Any]]:
                 **extra,
             }
         )
+    if recompute:  # what each record's reader saw, from the public corpus (no reply)
+        from layerlab.reporting import evidence
+
+        evidence.annotate(rows, recs, path)
     return rows
 
 
@@ -298,8 +355,10 @@ def _agent_rows(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {tuple(r[k] for k in archive.KEYS): r for r in read_table(path)}
 
 
-def load(paths_: Sequence[Path]) -> tuple[list[dict[str, Any]], bool]:
-    """Rows from sample logs and/or archives, and whether any came from a (private) sample log."""
+def load(paths_: Sequence[Path], recompute: bool = True) -> tuple[list[dict[str, Any]], bool]:
+    """Rows from sample logs and/or archives, and whether any came from a (private) sample log;
+    ``recompute``: archived rows carry their evidence recomputed from the corpus
+    (:mod:`layerlab.reporting.evidence`)."""
     rows: list[dict[str, Any]] = []
     private = False
     for p in map(Path, paths_):
@@ -312,19 +371,29 @@ def load(paths_: Sequence[Path]) -> tuple[list[dict[str, Any]], bool]:
                 raise ViewError(str(exc)) from None
             private = True
         else:
-            rows += _from_archive(p)
+            rows += _from_archive(p, recompute)
     if not rows:
         raise ViewError("no records in the given inputs")
     rows.sort(key=lambda r: tuple(r[k] for k in archive.KEYS))
     return rows, private
 
 
-def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench records") -> str:
-    """The viewer page as one HTML string."""
-    rows, private = load(paths_)
+def build(
+    paths_: Sequence[Path], title: str = "LayerRAG-Bench records", evidence: bool = True
+) -> str:
+    """The viewer page as one HTML string; ``evidence``: archived records carry their evidence
+    recomputed from the corpus."""
+    from layerlab.reporting import evidence as ev
+
+    rows, private = load(paths_, recompute=evidence)
     banner = page.partial_banner(paths_)  # an unfinished run says so first
-    data = json.dumps(rows, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    data = data.replace("</", "<\\/")  # nothing in the data can close the script element
+    shared = ev.pack(rows)  # each recomputed path, reason and text once
+
+    def blob(x: Any) -> str:  # nothing in the data can close the script element
+        text = json.dumps(x, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return text.replace("</", "<\\/")
+
+    data = blob(rows)
     filters = "".join(
         f'<label>{label}<select id="f-{f}"></select></label>'
         for f, label in (
@@ -341,25 +410,35 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench records") -> str:
         "and expected answers. Do not publish it; share archives and reports instead.</p>"
         if private
         else '<p class="muted">Built from archives: labels only (archives keep no replies, '
-        "answers or document ids). Questions are the corpus's public tasks.</p>"
+        "answers or document ids). Questions are the corpus's public tasks"
+        + (
+            f"; each record's evidence path is {ev.LABEL} (what its reader saw, checked "
+            "against the record's prompt hash or tool calls), never a reply"
+            if evidence
+            else ""
+        )
+        + ".</p>"
     )
     body = (
         f"<h1>{page.esc(title)}</h1>\n{banner + chr(10) if banner else ''}{warning}\n"
         f'<div class="filters">{filters}</div>\n<div id="count"></div>\n'
         '<div id="pager-top" class="pager"></div>\n<div id="list"></div>\n'
         '<div id="pager-bottom" class="pager"></div>\n'
-        f'<script type="application/json" id="records">{data}</script>'
+        f'<script type="application/json" id="records">{data}</script>\n'
+        f'<script type="application/json" id="evidence">{blob(shared)}</script>'
     )
     return page.document(
         title, body, script=SCRIPT.replace("%PAGE%", str(PAGE_SIZE)), extra_css=EXTRA_CSS
     )
 
 
-def write(paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records") -> Path:
+def write(
+    paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records", evidence: bool = True
+) -> Path:
     """Build the viewer and write it atomically to ``out`` (owner-only if it is private)."""
     from layerlab._io import PRIVATE_FILE, atomic_write_text
 
-    html = build(paths_, title)
+    html = build(paths_, title, evidence)
     private = 'class="private"' in html  # never readable by others, not even for a moment
     atomic_write_text(Path(out), html, mode=PRIVATE_FILE if private else None)
     return Path(out)

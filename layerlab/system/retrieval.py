@@ -191,7 +191,7 @@ def _bm25_index(texts: Sequence[str]) -> Any:
         import bm25s
     except ImportError:  # an optional dependency (the study extra)
         raise ImportError(
-            "the bm25 retriever needs bm25s: pip install 'layerlab[study]' (make installs it)"
+            "the bm25 retriever needs bm25s: pip install 'layerlab[langchain]' (make installs it)"
         ) from None
     index = bm25s.BM25(k1=1.5, b=0.75)
     index.index(bm25s.tokenize(list(texts), stopwords="en", show_progress=False),

@@ -5,7 +5,9 @@ viewer reads an agent run as it reads any run). An agent run adds ``agent.parque
 its identity, ``steps`` (model calls), ``tool_calls``, ``invalid_calls``, ``retries_after_fault``,
 ``step_limit`` and the ``protocol``, and ``calls``: the per-call log as JSON (tool, whether the
 call met the tool's schema, the outcome, the documents it delivered, payloads fetched, whether
-it followed a fault) — public fields only, never evidence text, a query or an answer.
+it followed a fault) — public fields only, never evidence text, a query or an answer — and
+``input_hash``, the hash of the observations its calls delivered (what it saw, as a model's
+prompt hash is what the model saw).
 
 During the run each row is appended to ``agent.jsonl`` *before* its record's progress line, so
 a record in the progress log always has its row; a row whose record never made it (a kill
@@ -55,6 +57,7 @@ def agent_row(rec: Record, loop: AgentLoop) -> dict[str, Any]:
         **{k: getattr(rec, k) for k in KEY},
         **asdict(loop.summary()),
         "calls": call_rows(loop.calls),
+        agenttable.INPUT_HASH: loop.tools.input_hash(),
     }
 
 
@@ -89,6 +92,7 @@ def target_row(rec: Record, done: TargetDone) -> dict[str, Any]:
         "protocol": f"target:{done.kind}",
         "reply": done.reply.format,
         "calls": call_rows(calls),
+        agenttable.INPUT_HASH: done.tools.input_hash(),
     }
 
 
@@ -132,7 +136,9 @@ def table_bytes(
     chosen = [rows[sort_key(r)] for r in recs]
     cols: dict[str, list[Any]] = {k: [r[k] for r in chosen] for k in (*KEY, *SUMMARY, *extra)}
     cols["calls"] = [canonical_json(r["calls"]) for r in chosen]
-    cols = {f: cols[f] for f in (*KEY, *SUMMARY, *extra, "calls")}
+    # a row from a log written before inputs were recorded (a resume) holds null: not recorded
+    cols[agenttable.INPUT_HASH] = [r.get(agenttable.INPUT_HASH) for r in chosen]
+    cols = {f: cols[f] for f in (*KEY, *SUMMARY, *extra, "calls", agenttable.INPUT_HASH)}
     # a target run's table: the step fields, then ``reply``, then the calls
     schema = agenttable.table_schema("target" if extra else "agent")
     return parquet_bytes(pa.table(cols, schema=schema))

@@ -18,6 +18,7 @@ from layerlab import __version__, archive
 from layerlab._io import canonical_json
 from layerlab.archive import Record
 from layerlab.corpus.build import Corpus
+from layerlab.harness.live import shards
 from layerlab.harness.live.budget import Counters
 from layerlab.harness.live.settings import LiveConfig, sampling
 from layerlab.harness.targets.spec import TargetSpec
@@ -65,10 +66,11 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     else:
         ident["agent"] = agent_versions()
     cfg: dict[str, Any] = ident["config"]  # type: ignore[assignment]
+    del cfg["shard"]  # a shard is a slice of the run: its records are the run's (shards.py)
     if config.target is None:  # model runs keep the ids they had before targets
         del cfg["target"]
-    else:  # the target's identity: its settings only as their hash
-        cfg["target"] = target_of(config).identity()
+    else:  # the target's identity: its settings only as their hash, its code's fingerprint
+        cfg["target"] = target_of(config).run_identity()
         ident["tools"] = agent_versions()["tools"]
     ident = {
         **ident,
@@ -94,6 +96,8 @@ def manifest(
         "endpoints": [endpoint_label(b) for b in config.settings.api_bases],
     }
     task_ids = config.task_ids if config.task_ids is not None else [t.task_id for t in corpus.tasks]
+    if isinstance(config.shard, tuple):  # the shard's own records; the run's provenance
+        n_tasks = len(config.this_shard(corpus).task_ids or ())
     plan = archive.Manifest(
         run_id=run_id_for(config, corpus, scenario_hash),
         kind="live",
@@ -126,6 +130,7 @@ def manifest(
             if config.target is None
             else {**target_of(config).manifest(), "tools": agent_versions()["tools"]}
         ),
+        shard=shards.label(config.shard) if isinstance(config.shard, tuple) else archive.UNSET,
         expected_records=len(config.models)
         * len(config.scenarios)
         * len(config.mitigations)
@@ -256,11 +261,14 @@ def error_summary(
     records: Sequence[Record], models: Sequence[str], config: LiveConfig | None = None
 ) -> dict[str, dict[str, int]]:
     """Per model: records that asked it (``called``), and how many ended in ``provider_error``
-    or ``malformed_reply``."""
+    or ``malformed_reply``. A target is asked on every record, a refused one included (a
+    refusal ends the record before a model's reader, never before the target)."""
     out: dict[str, dict[str, int]] = {}
+    every = config is not None and config.target is not None
     for m in models:
         provider, name = config.record_model(m) if config is not None else split_model(m)
-        mine = [r for r in records if (r.provider, r.model) == (provider, name) and r.prompt_hash]
+        mine = [r for r in records if (r.provider, r.model) == (provider, name)
+                and (every or r.prompt_hash)]  # fmt: skip
         out[m] = {
             "called": len(mine),
             "provider_error": sum(r.diagnostic == "provider_error" for r in mine),

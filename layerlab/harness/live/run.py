@@ -123,7 +123,12 @@ def run_live(
     )  # fmt: skip
     run.check(out, config.settings.api_bases, config.models)
     config.check(corpus, scenarios)
-    n_tasks = len(config.task_ids) if config.task_ids is not None else len(corpus.tasks)
+    if config.target is not None:  # the target's code in the run id (targets/identity.py)
+        from layerlab.harness.targets.identity import with_code
+
+        config = dataclasses.replace(config, target=with_code(provenance.target_of(config), say))
+    work = config.this_shard(corpus)  # what this process runs: the shard's tasks (shards.py)
+    n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
     plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
     old = stands = _resumed(out, plan, resume)  # ``stands``: the manifest as it is on disk
     if old is not None:  # a killed invocation's calls, kept since in its own file
@@ -159,7 +164,7 @@ def run_live(
     with _local_servers(config, local_servers, say) as local:
         bases = {m: [s.api_base for s in servers] for m, servers in local.items()}
         if preflight and pending and config.target is None:  # a target is checked, not asked
-            wanted = None if config.task_ids is None else set(config.task_ids)
+            wanted = None if work.task_ids is None else set(work.task_ids)
             tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
             first = _first_cell(corpus, scenarios, config, tasks, prepared)
             if first is not None:
@@ -190,9 +195,9 @@ def run_live(
         written: dict[tuple[Any, ...], Record] = {}
         n_workers = workers or worker_processes(config, bases, plan["expected_records"] - len(done))
         ctx = RunContext(
-            corpus, key, config, prepared, cache, plan["run_id"], concurrency, samples is not None
+            corpus, key, work, prepared, cache, plan["run_id"], concurrency, samples is not None
         )
-        todo, total = todo_cells(corpus, config, done, counters)
+        todo, total = todo_cells(corpus, work, done, counters)
         alog = ProgressLog(out / rows) if rows is not None else None
         snap = (
             provenance.INVOCATION_EVERY_S,
@@ -297,12 +302,22 @@ def _resumed(out: Path, plan: Mapping[str, Any], resume: bool) -> dict[str, Any]
             f"with {plan.get('reply_schema')}, so its replies would "
             "differ: choose another --out (the old archive stays valid as it is)"
         )
+    if old is not None and old["run_id"] == plan["run_id"] and old.get("shard") != plan.get("shard"):
+        raise LiveRunError(
+            f"{out} holds {_shard_text(old)} of run {old['run_id']}, not {_shard_text(plan)}: "
+            "resume with the same --shard"
+        )
     if old is not None and old["run_id"] != plan["run_id"]:
         raise LiveRunError(
             f"{out} holds run {old['run_id']} with other settings than this command "
             f"(would be {plan['run_id']}); resume with the original models, filters and settings"
         )
     return old
+
+
+def _shard_text(m: Mapping[str, Any]) -> str:
+    s = m.get("shard")
+    return f"shard {s['index']}/{s['count']}" if s else "all tasks"
 
 
 def _tidy(out: Path, began: float) -> None:

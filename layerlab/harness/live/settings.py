@@ -111,8 +111,14 @@ class LiveConfig:
     # None: a model answers; else the user's system under test answers (``--target``), and
     # ``models`` is its one ``target/NAME``
     target: TargetSpec | str | None = None
+    # None: every task; else (I, N): shard I of N of the tasks (shards.py; not in the run id)
+    shard: tuple[int, int] | str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.shard, str):
+            from layerlab.harness.live.shards import parse_shard
+
+            object.__setattr__(self, "shard", parse_shard(self.shard))
         if isinstance(self.target, str):
             object.__setattr__(self, "target", parse_target(self.target))
         if isinstance(self.target, TargetSpec):
@@ -169,6 +175,13 @@ class LiveConfig:
             bad_ids = [t for t in self.task_ids if t not in known]
             if bad_ids:
                 raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
+        if isinstance(self.shard, tuple):
+            from layerlab.harness.live.shards import check_shard
+
+            try:
+                check_shard(self.shard, len(self.run_task_ids(corpus)))
+            except ValueError as exc:
+                raise LiveRunError(str(exc)) from None
         if isinstance(self.target, TargetSpec):
             from layerlab.harness.targets import check_target
 
@@ -179,6 +192,21 @@ class LiveConfig:
             return
         for m in self.models:
             check_model_name(m)
+
+
+    def run_task_ids(self, corpus: Corpus) -> list[str]:
+        """The run's tasks in corpus order (every shard's together)."""
+        wanted = None if self.task_ids is None else set(self.task_ids)
+        return [t.task_id for t in corpus.tasks if wanted is None or t.task_id in wanted]
+
+    def this_shard(self, corpus: Corpus) -> LiveConfig:
+        """The config that runs this shard's tasks only (itself when it is not a shard)."""
+        if not isinstance(self.shard, tuple):
+            return self
+        from layerlab.harness.live.shards import shard_tasks
+
+        ids = tuple(shard_tasks(self.run_task_ids(corpus), self.shard))
+        return dataclasses.replace(self, task_ids=ids, shard=None)
 
 
 def check_model_name(model: str) -> None:

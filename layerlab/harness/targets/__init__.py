@@ -6,7 +6,8 @@ contract (status, answer, citations) or free text (:func:`read_reply`). Kinds:
 
 * :mod:`~layerlab.harness.targets.python` — ``python:pkg.module:function`` (or a class);
 * :mod:`~layerlab.harness.targets.langchain` — ``langchain:pkg.module:factory``: the factory gets
-  a faulted ``BaseRetriever`` and ``BaseTool`` and returns a Runnable;
+  a faulted ``BaseRetriever`` (raising ``ToolException`` on a tool error) and the ``search`` and
+  ``open_document`` tools, and returns a Runnable;
 * :mod:`~layerlab.harness.targets.http` — ``http://host:port/path``: a service answering through
   layerlab's tool server (:mod:`~layerlab.harness.targets.toolserver`).
 

@@ -14,8 +14,9 @@ Whatever the target returns is read as the reply contract (:func:`read_reply`):
   the target table and the sample log, never passed off as structured; exact match (E) then
   rarely holds, ``contained`` says whether the text states the value.
 
-A target that raises (or a service that fails) ends the record as ``provider_error``; a reply
-that is neither gives ``malformed_reply``. The record is scored by the one scorer over what the
+A target that raises (or a service that fails) ends the record as ``provider_error`` — also
+after a mitigation refused one of its calls: the failure is the record's, never passed off as
+the refusal's abstention; a reply that is neither gives ``malformed_reply``. The record is scored by the one scorer over what the
 target's tool calls delivered (:func:`layerlab.harness.tools.finish`), exactly as an agent's.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -75,11 +77,39 @@ class TargetReply:
 
 
 def documents(obs: Mapping[str, Any]) -> list[Document]:
-    """A tool observation's results as :class:`Document` objects (text apart, metadata with)."""
+    """A tool observation's results as :class:`Document` objects: the text apart; the metadata
+    with the result's fields, ``tool_status`` (the observation's ``ok``/``partial``: a result's
+    own ``status`` is the document's, current or superseded) and, on a partial result,
+    ``tool_error`` (``{code, message}``)."""
+    tool = {"tool_status": obs.get("status")}
+    if obs.get("error"):
+        tool["tool_error"] = obs["error"]
     return [
-        Document(str(r.get("text", "")), {k: v for k, v in r.items() if k != "text"})
+        Document(str(r.get("text", "")), {**{k: v for k, v in r.items() if k != "text"}, **tool})
         for r in obs.get("results") or ()
     ]
+
+
+def raise_for_error(obs: Mapping[str, Any], error: type[ToolError] = ToolError) -> None:
+    """Raise ``error(code, message)`` when ``obs`` is a failed call (status ``error`` or
+    ``refused``); a partial or empty result is not a failure."""
+    if obs.get("status") in ("error", "refused"):
+        err = obs.get("error") or {}
+        raise error(str(err.get("code", obs["status"])), str(err.get("message", "")))
+
+
+# The record's ToolBox, out of the request's reach: a target gets the request, and no attribute
+# path from it (``dir``/``vars``, closures, bound methods) leads to the scenario or its index.
+# A Python target runs in layerlab's process, so code that goes looking (``gc``, frames) still
+# can: run a system you do not trust as an HTTP target.
+_TOOLBOXES: weakref.WeakKeyDictionary[TargetRequest, ToolBox] = weakref.WeakKeyDictionary()
+
+
+def _toolbox(request: TargetRequest) -> ToolBox:
+    try:
+        return _TOOLBOXES[request]
+    except KeyError:
+        raise RuntimeError("this TargetRequest has no tools (its record has ended)") from None
 
 
 class TargetRequest:
@@ -91,15 +121,21 @@ class TargetRequest:
 
     * ``search(query, top_k=3)`` and ``open_document(doc_id)`` return the tool's observation:
       ``{"status": "ok"|"partial", "results": [{doc_id, text, status, effective_year, version,
-      owner, access_scope, tenant, session_id, truncated}, ...]}`` or ``{"status": "error",
-      "error": {"code", "message"}}`` (and ``"refused"`` when a mitigation refused): errors are
-      returned, never raised;
+      owner, access_scope, tenant, session_id, truncated}, ...]}``, or ``{"status": "error"|
+      "refused", "error": {"code", "message"}}`` — ``error`` is always that object, a partial
+      result's included (``{"code": "timeout", ...}``); errors are returned, never raised.
+      ``open_document`` opens any id a search of the record returned (a session-scoped
+      ``doc~s-...`` one included);
     * ``retriever(query)`` returns a list of :class:`Document` and raises :class:`ToolError` when
       the tool fails (a retriever has no other way to say so).
+
+    The request holds no reference to the scenario or its index (the tools live apart).
     """
 
+    __slots__ = ("__weakref__", "answer_kind", "question", "session_id", "settings")
+
     def __init__(self, tools: ToolBox, settings: Mapping[str, Any] | None = None) -> None:
-        self._tools = tools
+        _TOOLBOXES[self] = tools
         self.question = tools.task.question
         self.answer_kind = tools.task.answer_kind
         self.session_id = tools.session_id
@@ -107,7 +143,8 @@ class TargetRequest:
 
     def call(self, name: str, args: Any) -> dict[str, Any]:
         """One tool call by name (``search`` or ``open_document``) with its JSON arguments."""
-        return self._tools.call(name, args, len(self._tools.calls) + 1)
+        tools = _toolbox(self)
+        return tools.call(name, args, len(tools.calls) + 1)
 
     def search(self, query: str, top_k: int = retrieval.TOP_K) -> dict[str, Any]:
         return self.call(SEARCH, {"query": query, "top_k": top_k})
@@ -117,11 +154,7 @@ class TargetRequest:
 
     def retriever(self, query: str) -> list[Document]:
         obs = self.search(query)
-        if obs.get("status") in ("error", "refused"):
-            err = obs.get("error") or {}
-            if isinstance(err, str):
-                raise ToolError("refused", err)
-            raise ToolError(str(err.get("code", "error")), str(err.get("message", "")))
+        raise_for_error(obs)
         return documents(obs)
 
 
@@ -261,6 +294,8 @@ def run_record(
         raw = target.answer(request)
     except Exception as exc:  # the system under test failed: a failure of the record, not ours
         error = target.spec.redact(f"{type(exc).__name__}: {exc}")[:500]  # never a secret
+    finally:
+        _TOOLBOXES.pop(request, None)  # the record has ended: a kept request calls no tools
     if error is not None:
         reply = ReadReply(None, "none", "provider_error")
     else:

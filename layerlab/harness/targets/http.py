@@ -4,10 +4,13 @@ layerlab serves the record's faulted tools on localhost (:mod:`~layerlab.harness
 and POSTs each question to the service as JSON::
 
     {"question": "...", "answer_kind": "duration", "session_id": "s-1a2b3c4d",
-     "tools_url": "http://127.0.0.1:PORT"}
+     "tools_url": "http://127.0.0.1:PORT", "tools_token": "..."}
 
-The service searches through ``tools_url`` (``POST {tools_url}/search {"session_id", "query",
-"top_k"}``, ``POST {tools_url}/open_document {"session_id", "doc_id"}``) and answers with the
+The service searches through ``tools_url`` with the header ``Authorization: Bearer
+{tools_token}`` (``POST {tools_url}/search {"session_id", "query", "top_k"}``, ``POST
+{tools_url}/open_document {"session_id", "doc_id"}``; the token is the record's, valid while it
+is answered: without it the tool server answers 401, nothing else can act inside the run) and
+answers with the
 reply contract as JSON (``{"status": "answered", "answer": "...", "citations": ["doc-id"]}`` or
 ``{"status": "abstained", "reason": "..."}``); a ``text/plain`` answer is read as free text. An
 HTTP error or a timeout (setting ``timeout``, seconds, default 60) ends the record as
@@ -67,9 +70,10 @@ class HttpTarget:
         self.server = ToolServer()
 
     def answer(self, request: TargetRequest) -> Any:
-        with self.server.serving(request) as tools_url:
+        with self.server.serving(request) as (tools_url, tools_token):
             body = json.dumps({"question": request.question, "answer_kind": request.answer_kind,
-                               "session_id": request.session_id, "tools_url": tools_url})  # fmt: skip
+                               "session_id": request.session_id, "tools_url": tools_url,
+                               "tools_token": tools_token})  # fmt: skip
             req = urllib.request.Request(
                 self.spec.ref, data=body.encode(), method="POST",
                 headers={"Content-Type": "application/json", "Accept": "application/json",

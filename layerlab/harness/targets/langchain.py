@@ -1,34 +1,47 @@
 """LangChain targets: ``--target langchain:pkg.module:factory``.
 
-The factory is called once per run with a ``langchain_core`` ``BaseRetriever`` and a ``BaseTool``
-(``search``), both over the faulted tools of whichever record is being answered (and
-``settings=`` when it takes that keyword), and returns a Runnable. Each record invokes it with
-``{"question": ..., "session_id": ..., "answer_kind": ...}``. Example::
+The factory is called once per run with a ``langchain_core`` ``BaseRetriever`` and the ``search``
+``BaseTool``, both over the faulted tools of whichever record is being answered; with ``tools=``
+(both tools, ``[search, open_document]``, ready for ``llm.bind_tools``) and ``settings=`` when it
+takes those keywords. It returns a Runnable. Each record invokes it with ``{"question": ...,
+"session_id": ..., "answer_kind": ...}``. Example::
 
     def factory(retriever, tool):
+        docs = retriever.with_fallbacks([RunnableLambda(lambda q: [])],
+                                        exceptions_to_handle=(ToolException,))
         def answer(inp):
-            docs = retriever.invoke(inp["question"])
-            return {"answer": docs[0].page_content if docs else "", "source_documents": docs[:1]}
+            found = docs.invoke(inp["question"])
+            return {"answer": found[0].page_content if found else "", "source_documents": found[:1]}
         return RunnableLambda(answer)
 
-The retriever returns ``Document`` objects (``metadata`` holds ``doc_id`` and the operational
-metadata) and an empty list when the tool fails; the tool returns the observation as JSON (the
-error included). The reply is read from the output: a string (or a message's content) is free
-text; a dict gives the answer from the first of ``answer``, ``output``, ``result`` and the
-sources from ``source_documents``, ``context``, ``citations`` (documents, dicts with ``doc_id``,
-or ids) — the settings ``answer_key`` and ``sources_key`` name other keys. A dict with an answer
-but no sources is free text (its citations are the doc ids it mentions).
+**Tool errors, as LangChain users expect them.** The retriever returns ``Document`` objects
+(``metadata`` holds ``doc_id``, the operational metadata, ``tool_status`` ``ok``/``partial`` and,
+on a partial result, ``tool_error`` ``{code, message}``) and an empty list when nothing matched;
+when the tool fails it *raises* a ``langchain_core.tools.ToolException`` (also a
+:class:`~layerlab.harness.targets.ToolError`) whose ``code`` says why (``unavailable``,
+``denied``, ``invalid_payload``, ``refused``...), as a retriever over a failing backend raises.
+A chain that does not handle it fails the record, counted as a ``provider_error``. The tools
+return the tool's observation as JSON, the error included (``{"status": "error", "error":
+{"code", "message"}}``), never raising: what an agent reads as the observation.
+
+The reply is read from the output: a string (or a message's content) is free text; a dict gives
+the answer from the first of ``answer``, ``output``, ``result`` and the sources from
+``source_documents``, ``context``, ``citations`` (documents, dicts with ``doc_id``, or ids) — the
+settings ``answer_key`` and ``sources_key`` name other keys. A dict with an answer but no sources
+is free text (its citations are the doc ids it mentions).
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 from typing import Any
 
-from layerlab.harness.targets.base import TargetRequest, documents
+from layerlab.harness.targets.base import TargetRequest, ToolError, documents, raise_for_error
 from layerlab.harness.targets.python import _takes, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
+from layerlab.harness.tools import OPEN, SEARCH
 
 ANSWER_KEYS = ("answer", "output", "result")
 SOURCE_KEYS = ("source_documents", "context", "citations")
@@ -44,22 +57,38 @@ def _request() -> TargetRequest:
         raise RuntimeError("the layerlab retriever/tool is used outside a record") from None
 
 
-def components() -> tuple[Any, Any]:
-    """(a ``BaseRetriever``, the ``search`` ``BaseTool``) over the current record's tools."""
+@functools.cache
+def tool_exception() -> type[ToolError]:
+    """The exception the retriever raises on a tool error: LangChain's ``ToolException`` and
+    layerlab's :class:`ToolError` (``code``, ``message``) at once."""
+    from langchain_core.tools import ToolException
+
+    class FaultedToolException(ToolException, ToolError):
+        """A failed layerlab tool call (``code``: why; ``message``: the tool's words)."""
+
+    return FaultedToolException
+
+
+def components() -> tuple[Any, Any, Any]:
+    """(a ``BaseRetriever``, the ``search`` tool, the ``open_document`` tool) over the current
+    record's tools."""
     try:
         from langchain_core.documents import Document
         from langchain_core.retrievers import BaseRetriever
         from langchain_core.tools import StructuredTool
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise TargetError(INSTALL_HINT) from exc
+    error = tool_exception()
 
     class FaultedRetriever(BaseRetriever):
-        """layerlab's faulted search tool as a retriever: documents, or [] on a tool error."""
+        """layerlab's faulted search tool as a retriever: documents, or a ``ToolException``
+        carrying the tool's error code."""
 
         top_k: int = 3
 
         def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Any]:
             obs = _request().search(query, self.top_k)
+            raise_for_error(obs, error)
             return [Document(page_content=d.page_content, metadata=d.metadata)
                     for d in documents(obs)]  # fmt: skip
 
@@ -67,8 +96,13 @@ def components() -> tuple[Any, Any]:
         """Search the company's policy documents: results with text and metadata, or an error."""
         return json.dumps(_request().search(query, top_k))
 
-    tool = StructuredTool.from_function(func=search, name="search")
-    return FaultedRetriever(), tool
+    def open_document(doc_id: str) -> str:
+        """Open one document by its doc_id (as a search returned it): its text and metadata,
+        or an error."""
+        return json.dumps(_request().open_document(doc_id))
+
+    return (FaultedRetriever(), StructuredTool.from_function(func=search, name=SEARCH),
+            StructuredTool.from_function(func=open_document, name=OPEN))  # fmt: skip
 
 
 def _pick(out: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
@@ -87,12 +121,14 @@ class LangChainTarget:
         opts = spec.options()
         self.answer_keys = (str(opts["answer_key"]),) if "answer_key" in opts else ANSWER_KEYS
         self.source_keys = (str(opts["sources_key"]),) if "sources_key" in opts else SOURCE_KEYS
-        retriever, tool = components()
+        retriever, search, open_document = components()
+        kw: dict[str, Any] = {}
+        if _takes(factory, "tools"):
+            kw["tools"] = [search, open_document]
+        if _takes(factory, "settings"):
+            kw["settings"] = opts
         try:
-            if _takes(factory, "settings"):
-                self.chain = factory(retriever, tool, settings=opts)
-            else:
-                self.chain = factory(retriever, tool)
+            self.chain = factory(retriever, search, **kw)
         except Exception as exc:
             raise TargetError(
                 spec.redact(

@@ -130,8 +130,13 @@ class TargetSpec:
     name: str = ""
     version: str = ""
     settings: tuple[tuple[str, Scalar], ...] = ()
+    # the fingerprint of its code (targets/identity.py: module and package hashes, or the
+    # version an HTTP service reports), set when a run starts; in the run id and the manifest
+    code: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.code, Mapping):
+            object.__setattr__(self, "code", tuple(sorted(self.code.items())))
         if isinstance(self.settings, Mapping):
             object.__setattr__(self, "settings", tuple(self.settings.items()))
         object.__setattr__(self, "settings", tuple(sorted(self.settings)))
@@ -195,6 +200,10 @@ class TargetSpec:
         return {"kind": self.kind, "ref": self.ref, "name": self.name, "version": self.version,
                 "settings_sha256": self.settings_sha256()}  # fmt: skip
 
+    def run_identity(self) -> dict[str, Any]:
+        """What the run id covers: :meth:`identity` and, once known, the code's fingerprint."""
+        return {**self.identity(), "code": dict(self.code)} if self.code else self.identity()
+
     def manifest(self) -> dict[str, Any]:
         """What the archive keeps: never code, a URL (only ``local``/``remote``) or a secret."""
         from layerlab.models.routing import endpoint_label, redact_urls
@@ -206,8 +215,11 @@ class TargetSpec:
             else:
                 shown[k] = redact_urls(v) if isinstance(v, str) else v
         ref = endpoint_label(self.ref) if self.kind == "http" else self.ref
-        return {"kind": self.kind, "name": self.name, "version": self.version, "ref": ref,
-                "settings": shown, "settings_sha256": self.settings_sha256()}  # fmt: skip
+        out = {"kind": self.kind, "name": self.name, "version": self.version, "ref": ref,
+               "settings": shown, "settings_sha256": self.settings_sha256()}  # fmt: skip
+        if self.code:
+            out["code"] = dict(self.code)
+        return out
 
 
 def parse_target(

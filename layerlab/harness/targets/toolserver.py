@@ -1,28 +1,45 @@
 """The tool server of HTTP targets: the faulted tools on localhost, for a service in any language.
 
 ``POST /search {"session_id", "query", "top_k"}`` and ``POST /open_document {"session_id",
-"doc_id"}`` answer with the tool's observation (the same JSON a Python target's ``search``
-returns: ``{"status": "ok"|"partial", "results": [...]}`` or ``{"status": "error", "error":
-{"code", "message"}}``), always with HTTP 200 — a tool error is the tool's answer, not the
-server's. ``GET /openapi.json`` describes both (OpenAPI 3). A request whose ``session_id`` is
-not that of a record in flight is refused with 403: one service can never read another
-session's records. A body that is not a JSON object gets 400; an unknown path 404. The server
-listens on 127.0.0.1 only, on a free port, for the duration of the run.
+"doc_id"}``, each with the header ``Authorization: Bearer <tools_token>``, answer with the
+tool's observation (the same JSON a Python target's ``search`` returns: ``{"status":
+"ok"|"partial", "results": [...]}`` or ``{"status": "error"|"refused", "error": {"code",
+"message"}}``), always with HTTP 200 — a tool error is the tool's answer, not the server's.
+``GET /openapi.json`` describes both (OpenAPI 3).
+
+Each record in flight gets its own unguessable token (``secrets.token_urlsafe``), sent to the
+service with the question and valid only while the record is answered: a call without one is
+refused with 401, with a token that is not that of a record in flight (or a ``session_id`` that
+is not the token's record's) with 403, and neither reaches any record — another local process
+cannot act inside a run, one service never reads another session's records. A body larger than
+:data:`MAX_BODY` gets 413, no ``Content-Length`` 411, a body that is not a JSON object 400, an
+unknown path 404. The server listens on 127.0.0.1 only, on a free port, for the duration of the
+run, with a listen backlog (:data:`BACKLOG`) that holds any run's concurrency; a caller that
+disconnects before its answer is counted and reported in one line when the server closes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import secrets
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from layerlab.harness.targets.base import TargetRequest
-from layerlab.harness.tools import OPEN, SEARCH, TOOL_DEFINITIONS
+from layerlab.harness.tools import OPEN, SEARCH, TOOL_DEFINITIONS, TOOLS_VERSION
 
 MAX_BODY = 1 << 20
+"""The largest request body the tool server reads (a tool call's JSON is a few hundred bytes)."""
+BACKLOG = 1024
+"""The listen backlog: connections waiting to be accepted (the socket module's default of 5
+reset callers at concurrency 64)."""
+DRAIN = 8 * MAX_BODY  # an oversized body up to this is read and dropped before the 413
+READ_TIMEOUT_S = 30.0  # a caller that stops sending mid-request frees its thread after this
+DISCONNECTS = (ConnectionError, TimeoutError)  # BrokenPipe/ConnectionReset/Aborted and timeouts
 
 
 def openapi() -> dict[str, Any]:
@@ -39,41 +56,70 @@ def openapi() -> dict[str, Any]:
         fn = params[name]
         body = json.loads(json.dumps(fn["parameters"]))
         body["properties"] = {"session_id": {"type": "string"}, **body["properties"]}
-        body["required"] = ["session_id", *body["required"]]
         paths[f"/{name}"] = {"post": {
             "operationId": name,
             "summary": fn["description"],
+            "security": [{"tools_token": []}],
             "requestBody": {"required": True,
                             "content": {"application/json": {"schema": body}}},
             "responses": {
                 "200": {"description": "the tool's observation (a tool error included)",
                         "content": {"application/json": {"schema": result}}},
                 "400": {"description": "the body is not a JSON object"},
-                "403": {"description": "session_id is not that of a record in flight"},
+                "401": {"description": "no Authorization: Bearer <tools_token> header"},
+                "403": {"description": "the token (or session_id) is not that of a record in "
+                                       "flight"},
+                "411": {"description": "no Content-Length"},
+                "413": {"description": f"the body is larger than {MAX_BODY} bytes"},
             },
         }}  # fmt: skip
     return {"openapi": "3.0.3",
-            "info": {"title": "layerlab faulted tools", "version": "layerlab.tools/v1"},
+            "info": {"title": "layerlab faulted tools", "version": TOOLS_VERSION},
+            "components": {"securitySchemes": {"tools_token": {
+                "type": "http", "scheme": "bearer",
+                "description": "the tools_token sent with the record's question"}}},
             "paths": paths}  # fmt: skip
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], backlog: int) -> None:
+        self.request_queue_size = backlog  # read by server_activate(), during __init__
+        self.disconnects = 0
+        super().__init__(("127.0.0.1", 0), handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], DISCONNECTS):  # the caller went away: counted, no trace
+            self.disconnects += 1
+            return
+        super().handle_error(request, client_address)
 
 
 class ToolServer:
     """The faulted tools of the records in flight, served over HTTP on 127.0.0.1."""
 
-    def __init__(self) -> None:
+    def __init__(self, backlog: int = BACKLOG) -> None:
         self._live: dict[str, tuple[TargetRequest, threading.Lock]] = {}
         self._guard = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = READ_TIMEOUT_S
+
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass  # no access log: requests hold questions
 
-            def _send(self, code: int, body: dict[str, Any]) -> None:
+            def _send(self, code: int, body: dict[str, Any], **headers: str) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k.replace("_", "-"), v)
+                if code != 200:  # the body may be unread: never parse it as a next request
+                    self.close_connection = True
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -83,30 +129,64 @@ class ToolServer:
                 else:
                     self._send(404, {"error": f"no such path {self.path!r} (GET /openapi.json)"})
 
+            def _record(self) -> tuple[TargetRequest, threading.Lock] | None:
+                """The record the caller's token names; None (answered) when it names none."""
+                scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+                if scheme.lower() != "bearer" or not token.strip():
+                    self._send(401, {"error": "expected the header Authorization: Bearer "
+                                              "<tools_token> (sent with the question)"},
+                               WWW_Authenticate="Bearer")  # fmt: skip
+                    return None
+                live = server._live.get(token.strip())
+                if live is None:
+                    self._send(403, {"error": "the token is not that of a record in flight"})
+                return live
+
+            def _body(self) -> dict[str, Any] | None:
+                """The JSON object body; None (answered) when it is missing, too big or no
+                object."""
+                try:
+                    n = int(self.headers["Content-Length"])
+                except (KeyError, TypeError, ValueError):
+                    self._send(411, {"error": "expected a Content-Length header"})
+                    return None
+                if n > MAX_BODY:
+                    if n <= DRAIN:  # read it away, so that the caller gets to read the 413
+                        left = n
+                        while left > 0 and (got := len(self.rfile.read(min(left, 1 << 16)))):
+                            left -= got
+                    self._send(413, {"error": f"the body is {n} bytes; at most {MAX_BODY}"})
+                    return None
+                try:
+                    body = json.loads(self.rfile.read(max(n, 0)) or b"null")
+                except (ValueError, RecursionError):
+                    body = None
+                if not isinstance(body, dict):
+                    self._send(400, {"error": "expected a JSON object body"})
+                    return None
+                return body
+
             def do_POST(self) -> None:  # noqa: N802
                 name = self.path.split("?")[0].strip("/")
                 if name not in (SEARCH, OPEN):
                     self._send(404, {"error": f"no tool {name!r} (POST /search, /open_document)"})
                     return
-                try:
-                    n = int(self.headers.get("Content-Length") or 0)
-                    body = json.loads(self.rfile.read(min(n, MAX_BODY)) or b"null")
-                except (ValueError, json.JSONDecodeError):
-                    body = None
-                if not isinstance(body, dict):
-                    self._send(400, {"error": "expected a JSON object body"})
-                    return
-                sid = body.pop("session_id", None)
-                live = server._live.get(sid) if isinstance(sid, str) else None
+                live = self._record()
                 if live is None:
-                    self._send(403, {"error": "session_id is not that of a record in flight"})
+                    return
+                body = self._body()
+                if body is None:
                     return
                 request, lock = live
+                sid = body.pop("session_id", request.session_id)
+                if sid != request.session_id:
+                    self._send(403, {"error": "session_id is not that of the token's record"})
+                    return
                 with lock:  # one record's tools are called one at a time
-                    self._send(200, request.call(name, body))
+                    obs = request.call(name, body)
+                self._send(200, obs)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(Handler, backlog)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
 
@@ -115,20 +195,27 @@ class ToolServer:
         port = self._httpd.server_address[1]
         return f"http://127.0.0.1:{port}"
 
+    @property
+    def disconnects(self) -> int:
+        """Callers that disconnected before their answer, so far."""
+        return self._httpd.disconnects
+
     @contextlib.contextmanager
-    def serving(self, request: TargetRequest) -> Iterator[str]:
-        """Serve ``request``'s tools under its session id while the block runs."""
-        sid = request.session_id
+    def serving(self, request: TargetRequest) -> Iterator[tuple[str, str]]:
+        """Serve ``request``'s tools while the block runs: yields ``(tools_url, tools_token)``,
+        the token a fresh unguessable one that names this record only."""
+        token = secrets.token_urlsafe(24)
         with self._guard:
-            if sid in self._live:
-                raise RuntimeError(f"session {sid} is already in flight")
-            self._live[sid] = (request, threading.Lock())
+            self._live[token] = (request, threading.Lock())
         try:
-            yield self.url
+            yield self.url, token
         finally:
             with self._guard:
-                self._live.pop(sid, None)
+                self._live.pop(token, None)
 
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+        if self.disconnects:
+            print(f"tool server: {self.disconnects} caller(s) disconnected before their answer "
+                  "(their tool calls were made; nothing was lost)", file=sys.stderr)  # fmt: skip

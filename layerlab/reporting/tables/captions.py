@@ -11,6 +11,13 @@ import pandas as pd
 
 from layerlab.analysis import stats
 
+IDENTICAL_INPUTS = (
+    "Identical inputs: pairs whose strict and repair arms gave the reader or system byte-identical "
+    "input, the prompt for a model and the tool observations delivered (in order) for an agent or "
+    "a target (a difference there comes from the model's draws, not the arm); not recorded: an "
+    "agent or target archive written before its observations were hashed."
+)
+
 CAPTIONS = {
     "table1": "Fault scenarios, targeted reliability layers and expected safe behaviour.",
     "table2": "Deterministic enterprise_v2 results: strict success S and groundedness false "
@@ -20,9 +27,8 @@ CAPTIONS = {
     "sensitivity condition, not the reported retriever.",
     "table4": "Success by scenario and contract mode: rate and cluster-aware 95% interval.",
     "table5": "Groundedness false positives GF (grounded but not strictly successful) and paired "
-    "repair-minus-strict success differences (percentage points), with 95% intervals. Identical "
-    "prompts: pairs whose strict and repair prompts are byte-identical (a difference there comes "
-    "from the model's draws, not the arm).",
+    "repair-minus-strict success differences (percentage points), with 95% intervals. "
+    + IDENTICAL_INPUTS,
     "table5_crosscheck": "statsmodels cross-checks of the paired effects: exact McNemar on the paired "
     "outcomes and a GEE linear-probability model (risk difference), and whether each agrees with the "
     "bootstrap about the effect being distinguishable from zero.",
@@ -31,8 +37,7 @@ CAPTIONS = {
     "table5_safe": "Paired repair-minus-strict differences in safe resolution (strict success on "
     "answerable scenarios, a structured non-answer on unsafe ones; percentage points, bootstrap 95% "
     "intervals), and the specificity margin on that outcome: does repair change safe behaviour "
-    "off its target layer? Identical prompts: pairs whose strict and repair prompts are "
-    "byte-identical (a difference there comes from the model's draws, not the arm).",
+    "off its target layer? " + IDENTICAL_INPUTS,
     "table8": "Largest strict-to-repair success gains by model and scenario.",
     "table9": "Provider-level averages over all scenarios (context, not a capability ranking).",
     "coverage": "Coverage of the package's 95% intervals on synthetic archives with known truth.",

@@ -21,6 +21,9 @@ from layerlab.reporting.tables.captions import (
     units_sentence,
 )
 
+IDENTICAL = "identical inputs"
+"""The column of arm pairs that saw byte-identical inputs (:func:`stats.identical_inputs`)."""
+
 
 def table5(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
     """Table 5: GF rates with cluster-aware intervals and paired effects, one block per kind of
@@ -30,7 +33,7 @@ def table5(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
 
 def table5_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
     gf = stats.rates(df, "grounded_false_positive")
-    same_prompts = stats.identical_prompts(df, eff.paired.baseline, eff.paired.treatment)
+    same_inputs = stats.identical_inputs(df, eff.paired.baseline, eff.paired.treatment)
     out = []
     for _, e in eff.table.iterrows():
         s = e["scenario"]
@@ -49,8 +52,7 @@ def table5_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
                 "design": str(e["design"]),
             }
         )
-        same, pairs = same_prompts.get(s, (0, 0))
-        row["identical prompts"] = f"{same}/{pairs}"
+        row[IDENTICAL] = str(same_inputs.get(s, stats.SameInputs(0, 0)))
         sub = df[(df["scenario"] == s) & df["mitigation"].isin([stats.BASELINE, stats.TREATMENT])]
         row.update(failure_rates(sub))
         out.append(row)
@@ -67,7 +69,7 @@ def safe_effects_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
     parts = {}
     for b, a in analysis.items():
         e = a.eff
-        same = stats.identical_prompts(a.df, e.paired.baseline, e.paired.treatment)
+        same = stats.identical_inputs(a.df, e.paired.baseline, e.paired.treatment)
         t = pd.DataFrame(
             {
                 "scenario": e.table["scenario"],
@@ -75,8 +77,8 @@ def safe_effects_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
                 "95% low (pp)": 100 * e.table["ci_low"],
                 "95% high (pp)": 100 * e.table["ci_high"],
                 "exactly zero": e.table["exactly_zero"].astype(bool),
-                "identical prompts": [
-                    "{}/{}".format(*same.get(str(x), (0, 0))) for x in e.table["scenario"]
+                IDENTICAL: [
+                    str(same.get(str(x), stats.SameInputs(0, 0))) for x in e.table["scenario"]
                 ],
                 "design": e.table["design"],
             }
