@@ -20,7 +20,7 @@ import stat
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -335,3 +335,165 @@ def private_file(
 def private_opener(path: str, flags: int) -> int:
     """An ``opener`` for :func:`open` that creates files ``0o600`` (owner only)."""
     return os.open(path, flags, PRIVATE_FILE)
+
+
+# --- bounded reading of YAML and JSON files (specs, run configs, corpus imports) ---------------
+# A hostile or mistaken file is refused in one line naming the file (and line): no reader lets an
+# alias bomb, a huge file, a device or a deep nesting run for minutes or exhaust memory.
+
+MAX_FILE_BYTES = 16 * 2**20  # a spec, run configuration or gate file
+MAX_IMPORT_BYTES = 256 * 2**20  # a corpus import file (documents' text)
+MAX_NODES = 2_000_000  # YAML nodes once aliases are expanded (what a loader's consumers visit)
+MAX_DEPTH = 100  # nesting of YAML collections or JSON arrays/objects
+MAX_PROBLEM_LINES = 20  # problem lines printed before the rest is only counted
+
+
+class BoundedReadError(ValueError):
+    """A file refused by a bound: ``path[:line]: message``, one line."""
+
+    def __init__(self, path: Path | str, line: int | None, message: str):
+        self.path, self.line, self.message = str(path), line, message
+        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def read_text_bounded(path: Path | str, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of the regular file ``path`` (a leading BOM dropped), refused in one line
+    when it is not a regular file (a folder, a device or FIFO, also behind a symlink), larger
+    than ``max_bytes``, or not UTF-8 (the line of the first bad byte)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise BoundedReadError(path, None, f"cannot read file ({exc.strerror or exc})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+        os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = "a folder" if stat.S_ISDIR(st.st_mode) else "a device, pipe or socket"
+            raise BoundedReadError(path, None, f"is {what}, expected a regular file")
+        raise BoundedReadError(
+            path, None, f"is {_mib(st.st_size)}, over the {_mib(max_bytes)} a file may hold"
+        )
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:  # grew while being read
+        raise BoundedReadError(path, None, f"is over the {_mib(max_bytes)} a file may hold")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise BoundedReadError(
+            path, line, f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
+        ) from None
+
+
+def json_depth(obj: Any) -> int:
+    """How deeply arrays and objects nest in ``obj`` (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict | list):
+            deepest = max(deepest, d)
+            if d <= MAX_DEPTH:  # no need to look deeper than the cap
+                stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return deepest
+
+
+def loads_json_bounded(
+    text: str, path: Path | str, line: int | None, hook: Callable[[Any], Any] | None = None
+) -> Any:
+    """``json.loads`` (``object_pairs_hook=hook``) refusing nesting deeper than
+    :data:`MAX_DEPTH` as ``path:line``; :class:`json.JSONDecodeError` passes through."""
+    try:
+        data = json.loads(text, object_pairs_hook=hook)
+    except RecursionError:
+        data = None
+        deep = True
+    else:
+        deep = json_depth(data) > MAX_DEPTH
+    if deep:
+        raise BoundedReadError(path, line, f"nested deeper than {MAX_DEPTH} levels")
+    return data
+
+
+def load_yaml_bounded(text: str, path: Path | str) -> tuple[Any, Any]:
+    """(node, data) of one YAML document: the composed node (for line numbers) and the data
+    constructed from it, refused as ``path:line`` when collections nest deeper than
+    :data:`MAX_DEPTH` or, counting each alias as the node it repeats, the document holds more
+    than :data:`MAX_NODES` nodes (an alias bomb). :class:`yaml.YAMLError` passes through."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            try:
+                if self.depth > MAX_DEPTH:
+                    mark = self.peek_event().start_mark
+                    raise BoundedReadError(
+                        path, mark.line + 1, f"nested deeper than {MAX_DEPTH} levels"
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    loader = Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        expanded = _expanded_nodes(node, path)
+        if expanded > MAX_NODES:
+            raise BoundedReadError(
+                path,
+                node.start_mark.line + 1,
+                f"holds over {MAX_NODES:,} nodes once its aliases are expanded (an alias bomb?)",
+            )
+        return node, loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_nodes(root: Any, path: Path | str) -> int:
+    """Nodes of a composed YAML graph with every alias expanded, each node visited once
+    (memoised by identity); an alias inside the collection it names is refused."""
+    import yaml
+
+    size: dict[int, int] = {}
+    open_: set[int] = set()  # collections whose children are being counted
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        n, done = stack.pop()
+        if id(n) in size:
+            continue
+        if not done and id(n) in open_:
+            raise BoundedReadError(
+                path, n.start_mark.line + 1, "an alias refers to the collection that holds it"
+            )
+        if isinstance(n, yaml.MappingNode):
+            kids = [c for kv in n.value for c in kv]
+        elif isinstance(n, yaml.SequenceNode):
+            kids = list(n.value)
+        else:
+            size[id(n)] = 1
+            continue
+        if done:
+            size[id(n)] = min(1 + sum(size[id(c)] for c in kids), MAX_NODES + 1)
+            open_.discard(id(n))
+        else:
+            open_.add(id(n))
+            stack.append((n, True))
+            stack.extend((c, False) for c in kids if id(c) not in size)
+    return size[id(root)]
+
+
+def capped_lines(lines: Sequence[str], what: str, cap: int = MAX_PROBLEM_LINES) -> list[str]:
+    """At most ``cap`` of ``lines``, then one line counting the rest."""
+    if len(lines) <= cap:
+        return list(lines)
+    return [*lines[:cap], f"... and {len(lines) - cap:,} more {what} (first {cap} shown)"]

@@ -339,6 +339,22 @@ def test_report_and_view_read_unfinished_runs(unfinished, kind, tmp_path) -> Non
             app, [cmd, str(unfinished[kind]), str(with_records), "--out", str(tmp_path / cmd)]
         )
         assert res.exit_code == 0 and (tmp_path / cmd).exists(), res.output
+        # the partial banner names the unfinished run (and not the finished one) first thing
+        page = (tmp_path / cmd).read_text(encoding="utf-8")
+        banner = page.split('<div class="partial" role="alert">', 1)[1].split("</div>", 1)[0]
+        assert page.index('class="partial"') < page.index("<h1>") + 400
+        assert f"<b>PARTIAL</b> {unfinished[kind]}: 0 of 4 records" in banner
+        assert "--resume continues it" in banner
+        assert (str(with_records) + ":" in banner) == archive.check_path(with_records)["partial"]
+
+
+def test_a_finished_runs_report_and_view_carry_no_partial_banner(tmp_path) -> None:
+    from layerlab import paths
+    from layerlab.reporting import htmlreport, viewer
+
+    ref = paths.ARCHIVES / "reference_agents"
+    assert 'class="partial"' not in htmlreport.build([ref])
+    assert 'class="partial"' not in viewer.build([ref])
 
 
 def test_a_budget_stopped_agent_runs_report_shows_its_steps_and_that_it_is_partial(

@@ -625,7 +625,7 @@ CASES = [
     Case("spec-missing-file", "spec check {t}/nope.yaml", r"nope\.yaml: cannot read file \(.*No such file"),
     Case("spec-folder-without-yaml", "spec check {t}/empty", r"empty: no \*\.yaml spec files found",
          files={"empty/notes.txt": "x\n"}),
-    Case("spec-not-utf8", "spec check {t}/returns.yaml", r"returns\.yaml: cannot read file",
+    Case("spec-not-utf8", "spec check {t}/returns.yaml", r"returns\.yaml:1: not UTF-8 text \(byte 0xe9\)",
          files={"returns.yaml": b"domain: r\xe9turns\n"}),
     Case("lint-malformed-yaml", "spec lint {t}/returns.yaml", r"returns\.yaml:\d+: not valid YAML",
          files={"returns.yaml": "domain: [\n"}),
@@ -874,8 +874,29 @@ CASES += [
     Case("cfg-sample-log-empty", CFG, r"run\.yaml:3: sample_log: .*at least 1 character", files={"run.yaml": _M + "sample_log: ''\n"}),
     Case("cfg-duplicate-key", CFG, r"run\.yaml:\d+: limit: duplicate key 'limit'", files={"run.yaml": _M + "limit: 1\nlimit: 2\n"}),
     Case("cfg-flag-beside-config", CFG + " --budget 3", r"--budget: set it in the run configuration"),
+    # the gate: section is bad input (exit 2, as `layerlab gate` would say) found before the run
     Case("cfg-gate-unknown-measure", CFG, r"run\.yaml:3: gate\.min\.Q:clean: unknown measure 'Q'",
-         files={"run.yaml": _M + "gate: {min: {Q:clean: 0.5}}\n"}),
+         code=2, files={"run.yaml": _M + "gate: {min: {Q:clean: 0.5}}\n"}),
+    Case("cfg-gate-unknown-scenario", CFG,
+         r"run\.yaml:3: gate\.min\.S:sunny: no scenario 'sunny' in the run; it runs: clean, ",
+         code=2, files={"run.yaml": _M + "gate: {min: {S:sunny: 0.5}}\n"}),
+    Case("cfg-gate-scenario-not-run", CFG,
+         r"run\.yaml:4: gate\.min\.S:stale_index: no scenario 'stale_index' in the run; it runs: clean$",
+         code=2, files={"run.yaml": _M + "scenarios: [clean]\ngate: {min: {S:stale_index: 0.5}}\n"}),
+    Case("cfg-gate-arm-not-run", CFG,
+         r"run\.yaml:3: gate\.max\.GF@freshness_guard: no mitigation arm 'freshness_guard' in the run; it runs: strict, repair",
+         code=2, files={"run.yaml": _M + "gate: {max: {GF@freshness_guard: 0.1}}\n"}),
+    Case("cfg-gate-model-not-run", CFG,
+         r"run\.yaml:3: gate\.min\.S/gpt-4o: no model 'gpt-4o' in the run; it runs: layerlab/extractive",
+         code=2, files={"run.yaml": _M + "gate: {min: {S/gpt-4o: 0.5}}\n"}),
+    Case("cfg-gate-specific-unknown", CFG,
+         r"run\.yaml:\d+: gate\.specific\[0\]: no mitigation arm 'nosuch' in the run",
+         code=2, files={"run.yaml": _M + "mitigations: [strict, repair, freshness_guard]\ngate: {specific: [nosuch]}\n"}),
+    Case("cfg-gate-specific-baseline", CFG, r"gate\.specific\[0\]: 'strict' is the baseline: it has no verdict",
+         code=2, files={"run.yaml": _M + "mitigations: [strict, freshness_guard]\ngate: {specific: [strict]}\n"}),
+    Case("cfg-gate-verdicts-without-arms", CFG,
+         r"run\.yaml:4: gate\.no_over_broad: a verdict gate needs the baseline 'strict' and a mitigation arm beside it; the run's arms: freshness_guard$",
+         code=2, files={"run.yaml": _M + "mitigations: [freshness_guard]\ngate: {no_over_broad: true}\n"}),
 ]  # fmt: skip
 
 CASES += [
@@ -952,6 +973,101 @@ CASES += [
     Case("dictionary-out-under-a-file", "dictionary --out {t}/taken/D.md", r"taken is a file, expected a folder",
          files={"taken": "mine\n"}),
 ]  # fmt: skip
+
+
+# --- issue 34, item 7: every YAML/JSON reader is bounded (one line, in seconds) ---------------
+
+# 9 levels of 9 aliases: 460 bytes, 9**10 nodes once expanded (the old walk took minutes)
+_BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10)
+)
+_DEEP_YAML = "gate:\n  min: " + "[" * 200 + "]" * 200 + "\n"
+_DEEP_JSON = '{"kind": "document", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+_SELF_ALIAS = "gate: &g\n  min: *g\n"
+
+
+def _to_dev_zero(p: Path) -> None:
+    p.symlink_to("/dev/zero")
+
+
+def _huge(p: Path) -> None:  # one byte over the cap of a run configuration
+    from layerlab._io import MAX_FILE_BYTES
+
+    p.write_text("# " + "x" * (MAX_FILE_BYTES - 1) + "\n")
+
+
+CASES += [
+    Case("import-alias-bomb", "corpus import {t}/bomb.yaml --out {t}/c",
+         r"bomb\.yaml:1: holds over 2,000,000 nodes once its aliases are expanded", files={"bomb.yaml": _BOMB}),
+    Case("import-symlink-to-dev-zero", "corpus import {t}/zero.jsonl --out {t}/c",
+         r"zero\.jsonl: is a device, pipe or socket, expected a regular file", files={"zero.jsonl": _to_dev_zero}),
+    Case("import-a-folder", "corpus import {t}/d.jsonl --out {t}/c",
+         r"d\.jsonl: is a folder, expected a regular file", files={"d.jsonl/keep": "x\n"}),
+    Case("import-deep-json-line", "corpus import {t}/deep.jsonl --out {t}/c",
+         r"deep\.jsonl:1: nested deeper than 100 levels", files={"deep.jsonl": _DEEP_JSON}),
+    Case("import-deep-yaml", "corpus import {t}/deep.yaml --out {t}/c",
+         r"deep\.yaml:2: nested deeper than 100 levels", files={"deep.yaml": _DEEP_YAML}),
+    Case("import-not-utf8-line", "corpus import {t}/c.jsonl --out {t}/c",
+         r"c\.jsonl:2: not UTF-8 text \(byte 0xe9\)", files={"c.jsonl": b'{"kind": "corpus"}\n{"x": "caf\xe9"}\n'}),
+    Case("spec-alias-bomb", "spec check {t}/returns.yaml",
+         r"returns\.yaml:1: holds over 2,000,000 nodes", files={"returns.yaml": _BOMB}),
+    Case("config-alias-bomb", CFG, r"run\.yaml:1: holds over 2,000,000 nodes", files={"run.yaml": _BOMB}),
+    Case("config-over-the-size-cap", CFG, r"run\.yaml: is 16\.0 MiB, over the 16\.0 MiB a file may hold",
+         files={"run.yaml": _huge}),
+    Case("config-deep-yaml", CFG, r"run\.yaml:2: nested deeper than 100 levels", files={"run.yaml": _DEEP_YAML}),
+    Case("config-self-alias", CFG, r"run\.yaml:1: an alias refers to the collection that holds it",
+         files={"run.yaml": _SELF_ALIAS}),
+    Case("config-dev-zero", "run live --config {t}/run.yaml --out {t}/run",
+         r"run\.yaml: is a device, pipe or socket", files={"run.yaml": _to_dev_zero}),
+    Case("check-manifest-nested-deep", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: nested deeper than 100 levels",
+         files={"run": _write_manifest_text('{"run_id": ' + "[" * 50_000 + "]" * 50_000 + "}")}),
+    Case("check-manifest-dev-zero", "archive check {t}/run", r"^FAIL \S+run/manifest\.json: is a device, pipe or socket",
+         files={"run": _run_copy(lambda r: ((r / "manifest.json").unlink(), (r / "manifest.json").symlink_to("/dev/zero")))}),
+    Case("gate-config-alias-bomb", "gate {ref} --config {t}/g.yaml",
+         r"--config \S+g\.yaml:1: holds over 2,000,000 nodes", code=2, files={"g.yaml": _BOMB}),
+]  # fmt: skip
+
+
+def test_a_bom_is_accepted_by_corpus_import_and_run_configs(capsys, tmp_path) -> None:
+    src = (Path(__file__).parent / "fixtures" / "user_corpus.jsonl").read_bytes()
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + src)
+    assert main(["corpus", "import", str(tmp_path / "bom.jsonl"), "--out", str(tmp_path / "c")]) == 0
+    (tmp_path / "g.yaml").write_bytes(b"\xef\xbb\xbfgate:\n  min: {nosuch: 0.5}\n")
+    capsys.readouterr()
+    assert main(["gate", str(REF), "--config", str(tmp_path / "g.yaml")]) == 2
+    # read past the BOM: the problem is the measure on line 2, not the file
+    assert "g.yaml:2: gate.min.nosuch: unknown measure" in capsys.readouterr().err
+
+
+def test_sixty_thousand_bad_records_print_a_stated_number_of_lines(capsys, tmp_path) -> None:
+    from layerlab._io import MAX_PROBLEM_LINES
+
+    (tmp_path / "many.jsonl").write_text('{"kind": "nope"}\n' * 60_000)
+    began = time.monotonic()
+    rc = main(["corpus", "import", str(tmp_path / "many.jsonl"), "--out", str(tmp_path / "c")])
+    lines = capsys.readouterr().err.splitlines()
+    assert rc == 1 and time.monotonic() - began < 60
+    assert len(lines) == MAX_PROBLEM_LINES + 2, lines[-3:]
+    assert lines[0].startswith(f"{tmp_path / 'many.jsonl'}:1: kind: unknown kind 'nope'")
+    assert lines[-2] == f"... and {60_000 - MAX_PROBLEM_LINES:,} more problem(s) (first 20 shown)"
+    assert lines[-1] == "error: 60,000 problem(s); nothing written"
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_duplicate_key_walk_visits_each_node_once() -> None:
+    import yaml
+
+    from layerlab.corpus.spec import _duplicate_keys
+
+    # 8 levels of 9: 9**8 = 43 million paths, 80 nodes; a dup key at the bottom is found once
+    text = "a0: &a0 {k: 1, k: 2}\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 8)
+    )
+    began = time.monotonic()
+    node = yaml.compose(text, Loader=yaml.SafeLoader)  # unbounded: the walk alone is timed
+    dups = _duplicate_keys(node)
+    assert time.monotonic() - began < 5
+    assert [(line, msg.split(" (")[0]) for line, _f, msg in dups] == [(1, "duplicate key 'k'")]
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int, int]]:

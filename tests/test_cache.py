@@ -433,3 +433,22 @@ def test_cache_commands_refuse_a_file_and_a_locked_cache(tmp_path, warm) -> None
     assert res.exit_code == 1 and "in use by another process" in res.output
     assert (warm / CACHE_DB).exists()
     assert check.exit_code == 1 and "locked" in check.output
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {
+        p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_mode)
+        for p in sorted(folder.iterdir())
+    }
+
+
+def test_answering_no_to_cache_clear_changes_nothing_on_disk(warm) -> None:
+    """Issue 34, item 8: the question is asked after a read-only look (no test write)."""
+    import time
+
+    before = _snapshot(warm)
+    time.sleep(0.02)  # an mtime written now would differ
+    for answer in ("n\n", ""):  # "no", and no answer at all (stdin closed)
+        res = runner.invoke(app, ["cache", "clear", "--cache-dir", str(warm)], input=answer)
+        assert res.exit_code == 1 and "nothing deleted" in res.output, res.output
+        assert _snapshot(warm) == before

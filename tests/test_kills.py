@@ -35,11 +35,11 @@ def _child(args: list[str], marks: str) -> None:
     os.setsid()
     real = _io.atomic_write_bytes
 
-    def slow(path, data, durable=True):  # the write window, widened
+    def slow(path, data, *args, **kwargs):  # the write window, widened
         with open(marks, "a") as fh:
             fh.write(f"{Path(path).name}\n")
         time.sleep(WINDOW_S)
-        real(path, data, durable)
+        real(path, data, *args, **kwargs)
         time.sleep(WINDOW_S)
 
     _io.atomic_write_bytes = slow
@@ -201,3 +201,174 @@ def test_a_two_model_config_whose_second_model_fails_leaves_a_manifest_naming_th
     )
     check = runner.invoke(app, ["archive", "check", str(out)])
     assert check.exit_code == 3 and "PARTIAL" in check.output, check.output
+
+
+# --- issue 34, item 8: a killed invocation's calls stay in manifest.calls.invocations ----------
+
+
+def test_a_killed_invocations_calls_are_kept_on_resume(tmp_path, monkeypatch) -> None:
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fake_openai import SLOW_S, FakeOpenAI
+
+    from layerlab.harness.live.provenance import INVOCATION
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-placeholder")
+    out, cache = tmp_path / "k", tmp_path / "c"
+    with FakeOpenAI() as srv:  # "slow": each prompt's first call waits SLOW_S seconds
+        args = ["run", "live", "-m", "openai/slow", "--api-base", srv.base, "--tasks", TASKS,
+                "--scenario", "clean", "--mitigation", "strict", "--no-progress",
+                "--concurrency", "1", "--out", str(out), "--cache-dir", str(cache)]  # fmt: skip
+        p = multiprocessing.get_context("fork").Process(target=_child, args=(args, "/dev/null"))
+        p.start()
+        deadline = time.time() + 60
+        while not (out / INVOCATION).exists() and p.is_alive() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(SLOW_S)  # one more record, perhaps
+        _kill(p)
+        assert (out / INVOCATION).exists(), "the invocation kept no count of its calls"
+        killed = json.loads((out / INVOCATION).read_text())["calls"]["made"]
+        assert killed >= 1
+        res = runner.invoke(app, [*args, "--resume"])
+        assert res.exit_code == 0, res.output
+        asked = srv.requests
+    calls = archive.read_manifest(out)["calls"]
+    first, second = calls["invocations"]
+    assert first["killed"] is True and "killed" not in second
+    assert first["calls"] == killed and first["calls"] + second["calls"] == calls["made"]
+    assert calls["made"] <= asked  # every call counted was made (the preflight's included)
+    assert not (out / INVOCATION).exists()  # counted in the manifest now
+
+
+# --- issue 34, item 9: leftovers of a killed `corpus import` and `cache repair` are swept ------
+
+USER_CORPUS = Path(__file__).parent / "fixtures" / "user_corpus.jsonl"
+
+
+def _paused_child(args: list[str], marks: str, where: str) -> None:
+    """``main(args)`` in its own session, pausing (marked in ``marks``) at ``where``: ``fill``
+    (each file written into the new corpus folder), ``swap`` (the old corpus folder moved aside,
+    the new one not yet in place) or ``repair`` (the rebuilt cache written, not yet renamed)."""
+    os.setsid()
+
+    def mark_and_wait() -> None:
+        with open(marks, "a") as fh:
+            fh.write("paused\n")
+        time.sleep(30)
+
+    if where == "fill":
+        real_write = _io.atomic_write_bytes
+
+        def slow(path, data, *args, **kwargs):
+            real_write(path, data, *args, **kwargs)
+            if Path(path).name == "answer_key.jsonl":
+                mark_and_wait()
+
+        _io.atomic_write_bytes = slow
+    elif where == "swap":
+        real_rename = Path.rename
+
+        def rename(self, target):
+            out = real_rename(self, target)
+            if ".old." in str(target):
+                mark_and_wait()
+            return out
+
+        Path.rename = rename  # type: ignore[method-assign]
+    else:
+        from layerlab.models import cachecheck
+
+        real_aside = cachecheck.set_aside
+
+        def aside(folder):
+            mark_and_wait()
+            return real_aside(folder)
+
+        cachecheck.set_aside = aside
+    from layerlab.cli import main
+
+    try:
+        main(args)
+    except SystemExit:
+        pass
+    os._exit(0)
+
+
+def _kill_when_paused(args: list[str], tmp: Path, where: str) -> None:
+    marks = tmp / f"marks-{where}"
+    p = multiprocessing.get_context("fork").Process(
+        target=_paused_child, args=(args, str(marks), where)
+    )
+    p.start()
+    deadline = time.time() + 60
+    while _marks(marks) < 1 and p.is_alive() and time.time() < deadline:
+        time.sleep(0.02)
+    assert _marks(marks) == 1, f"{where}: never reached"
+    _kill(p)
+
+
+def _beside(out: Path) -> list[str]:
+    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}."))
+
+
+@pytest.mark.parametrize("where", ["fill", "swap"])
+def test_a_killed_corpus_import_leaves_nothing_the_next_one_does_not_sweep(where, tmp_path):
+    out = tmp_path / "mine"
+    args = ["corpus", "import", str(USER_CORPUS), "--out", str(out)]
+    if where == "swap":  # a corpus folder there already, being replaced
+        assert runner.invoke(app, args).exit_code == 0
+    _kill_when_paused(args, tmp_path, where)
+    left = _beside(out)
+    assert left, "the kill left no temporary (the pause came too late?)"
+    if where == "fill":  # the half-written copy holds the answer key: it must not stay
+        assert any((tmp_path / n / "answer_key.jsonl").exists() for n in left)
+    else:
+        assert not out.exists() and any(n.startswith(".mine.old.") for n in left)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert _beside(out) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("marks")) == ["mine"]
+    from layerlab.corpus import build
+
+    assert build.load(out).tasks and build.load_answer_key(out)  # a whole corpus folder
+    assert [p for p in tmp_path.rglob("answer_key.jsonl")] == [out / "answer_key.jsonl"]
+
+
+def _damaged_cache(folder: Path) -> Path:
+    from layerlab.models.cache import CACHE_DB, ResponseCache
+
+    folder.mkdir(mode=0o700)
+    c = ResponseCache(folder)
+    for i in range(400):
+        c.put(f"k{i:04d}", "reply " * 40)
+    c.close()
+    db = folder / CACHE_DB
+    db.chmod(0o600)
+    with open(db, "r+b") as fh:  # random bytes over a page after the header
+        fh.seek(4096 * 3)
+        fh.write(random.Random(3).randbytes(4096))
+    return db
+
+
+@pytest.mark.parametrize("then", ["cache clear", "next run", "cache repair"])
+def test_a_killed_cache_repair_leaves_an_owner_only_copy_the_next_command_sweeps(then, tmp_path):
+    import stat
+
+    from layerlab.models import cachecheck
+
+    folder = tmp_path / "c"
+    _damaged_cache(folder)
+    _kill_when_paused(["cache", "repair", "--cache-dir", str(folder)], tmp_path, "repair")
+    left = [p for p in folder.iterdir() if p.name.startswith(".replies.sqlite3.")]
+    assert left and all(p.name.endswith(".tmp") for p in left), left
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in left), "readable by others"
+    if then == "cache clear":
+        res = runner.invoke(app, ["cache", "clear", "--yes", "--cache-dir", str(folder)])
+        assert res.exit_code == 0, res.output
+    elif then == "next run":
+        cachecheck.open_cache(folder, lambda line: None).close()
+    else:
+        assert runner.invoke(app, ["cache", "repair", "--cache-dir", str(folder)]).exit_code == 0
+    assert not [p for p in folder.iterdir() if p.name.startswith(".replies.sqlite3.")]

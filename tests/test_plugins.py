@@ -144,3 +144,75 @@ def test_a_plugin_arms_file_problem_names_its_file_and_line(tmp_path: Path) -> N
         f"{sorted(mitigations.KINDS)}",
     ]
     assert "zz_test" not in mitigations.load_mitigations().arms
+
+
+_CLI = "import sys; from layerlab.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _plain(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with no plug-in importable (the site folder not on the path)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH", ""), str(paths.ROOT)]))
+    return subprocess.run(
+        [sys.executable, "-c", _CLI, *args], cwd=paths.ROOT, capture_output=True, text=True,
+        env=env, timeout=600,
+    )  # fmt: skip
+
+
+def test_a_plugin_arm_keeps_its_verdict_when_the_plugin_is_gone(
+    site: Path, tmp_path: Path
+) -> None:
+    """Issue 34 item 4: the manifest keeps each arm's definition (the plug-in's distribution
+    and version too); recompute and gate read it from there, not from what is importable."""
+    run = tmp_path / "run"
+    made = _python(_CLI, site, "mitigation", "run", "--out", str(run), "--mitigation", "toy_guard")
+    assert made.returncode == 0, made.stderr
+    arms = json.loads((run / "manifest.json").read_text())["mitigation_arms"]
+    assert arms["baseline"] == "strict"
+    assert arms["arms"]["toy_guard"] == {
+        "kinds": ["toy_partial_refusal"], "layers": ["completeness"], "stages": ["reader_input"],
+        "stack": False, "matrix": True,
+        "plugins": [{"distribution": "layerlab-toy-plugin", "version": "0.1.0"}],
+    }  # fmt: skip
+    assert "plugins" not in arms["arms"]["strict"]
+
+    def verdicts(run_cli: object, out: str) -> tuple[str, int]:
+        rec = run_cli(  # type: ignore[operator]
+            "recompute", str(run), "--matrix", str(run), "--out", str(tmp_path / out),
+            "--n-boot", "200", "--json",
+        )  # fmt: skip
+        assert rec.returncode == 0, rec.stderr
+        verdict = json.loads(rec.stdout.split("\nnote:")[0])["specificity_matrix"]["toy_guard"]
+        gate = run_cli("gate", str(run), "--no-over-broad", "--n-boot", "200")  # type: ignore[operator]
+        return verdict, gate.returncode
+
+    with_plugin = verdicts(lambda *a: _python(_CLI, site, *a), "with")
+    without = verdicts(_plain, "without")
+    assert with_plugin == without == ("specific", 0)
+    # and the plug-in really is gone for the second pair: listing the mitigations lacks it
+    assert "toy_guard" not in _plain("mitigation", "list").stdout
+
+
+def test_an_arm_known_neither_by_its_manifest_nor_the_spec_is_bad_input(
+    site: Path, tmp_path: Path
+) -> None:
+    from layerlab import archive
+    from layerlab.mitigations import book
+
+    run = tmp_path / "run"
+    made = _python(_CLI, site, "mitigation", "run", "--out", str(run), "--mitigation", "toy_guard")
+    assert made.returncode == 0, made.stderr
+    m = archive.read_manifest(run)
+    del m[book.KEY]  # as a manifest written before the key existed
+    archive.write_manifest(run, m)
+    for args in (
+        ("recompute", str(run), "--matrix", str(run), "--out", str(tmp_path / "o"), "--n-boot", "200"),
+        ("gate", str(run), "--no-over-broad", "--n-boot", "200"),
+        ("compare", str(run), "--matrix", "--n-boot", "200"),
+    ):  # fmt: skip
+        res = _python(_CLI, site, *args)  # even with the plug-in installed
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "'toy_guard'" in lines[0], lines
+        assert "neither the manifest (mitigation_arms) nor the shipped mitigation spec" in lines[0]
+    assert not (tmp_path / "o").exists()

@@ -360,11 +360,12 @@ def matrix_blocks(
     block's records: ``{block: (matrix, records)}`` (see :func:`matrix_summary`); verdicts at
     the equivalence margin ``delta`` (default :data:`layerlab.analysis.specificity.DELTA`)."""
     from layerlab.analysis import specificity
-    from layerlab.mitigations import load_mitigations
+    from layerlab.mitigations import book
 
     src = load(run)
-    base = load_mitigations().baseline
     arms = sorted(set(src.df[stats.ARM]))
+    defined = book.book_for([run], arms)  # the run's own definitions, not what is installed
+    base = defined.baseline
     if base not in arms:
         raise CompareError(
             f"{run}: holds no baseline arm {base!r} (arms: {', '.join(arms)}); run the mitigations "
@@ -375,7 +376,7 @@ def matrix_blocks(
         raise CompareError(f"{run}: holds only the baseline arm {base!r}: no mitigation to judge")
     d = specificity.DELTA if delta is None else delta
     return {
-        name: (specificity.matrix(sub, n_boot=n_boot, seed=seed, delta=d), sub)
+        name: (specificity.matrix(sub, defined, n_boot=n_boot, seed=seed, delta=d), sub)
         for name, sub in stats.blocks(src.df).items()
     }
 

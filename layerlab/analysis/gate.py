@@ -153,6 +153,54 @@ class GateSpec(BaseModel):
                     out.append((("gate", bound, key), str(exc).split(": ", 1)[1]))
         return out
 
+    def plan_problems(
+        self,
+        scenarios: Sequence[str],
+        arms: Sequence[str],
+        models: Sequence[str],
+        baseline: str,
+    ) -> list[tuple[tuple[Any, ...], str]]:
+        """``(location, message)`` per gate that a run of these ``scenarios``, ``arms`` and
+        ``models`` (``provider/model``; empty: a target run, not checked) could never pass as
+        written: a threshold naming a scenario, arm or model the run lacks, a verdict gate on a
+        run without a mitigation arm beside its baseline, a ``specific`` name the run lacks.
+        What ``layerlab gate`` would refuse after the run, found before it (``run live``)."""
+        out: list[tuple[tuple[Any, ...], str]] = []
+
+        def lacks(loc: tuple[Any, ...], what: str, given: str, present: Sequence[str]) -> None:
+            out.append(
+                (loc, f"no {what} {given!r} in the run{did_you_mean(given, present)}; "
+                      f"it runs: {', '.join(present)}")
+            )  # fmt: skip
+
+        names = [*models, *{m.split("/", 1)[-1] for m in models}]
+        for bound in ("min", "max"):
+            for key in getattr(self, bound):
+                try:
+                    _, scen, arm, model = parse_key(key, key)
+                except GateError:
+                    continue  # problems() reports it
+                loc = ("gate", bound, key)
+                if scen not in (None, EACH) and scen not in scenarios:
+                    lacks(loc, "scenario", scen, scenarios)
+                if arm is not None and arm not in arms:
+                    lacks(loc, "mitigation arm", arm, arms)
+                if model is not None and models and model not in names:
+                    lacks(loc, "model", model, models)
+        judged = [a for a in arms if a != baseline]
+        if (self.no_over_broad or self.specific) and (baseline not in arms or not judged):
+            key = "no_over_broad" if self.no_over_broad else "specific"
+            out.append(
+                (("gate", key), f"a verdict gate needs the baseline {baseline!r} and a mitigation "
+                                f"arm beside it; the run's arms: {', '.join(arms)}")
+            )  # fmt: skip
+        for i, name in enumerate(self.specific):
+            if name == baseline:
+                out.append((("gate", "specific", i), f"{name!r} is the baseline: it has no verdict"))
+            elif name not in judged:
+                lacks(("gate", "specific", i), "mitigation arm", name, arms)
+        return out
+
     def thresholds(self, origin: str) -> list[Threshold]:
         """The thresholds, each named by ``origin`` (the file) and its key."""
         return [
@@ -312,7 +360,7 @@ def check_verdicts(
     ``min_power`` one power check per mitigation judged (every one when no verdict gate is
     asked for)."""
     from layerlab.analysis import compare, specificity
-    from layerlab.mitigations import load_mitigations
+    from layerlab.mitigations import book
 
     if no_over_broad:
         flag = "--no-over-broad"
@@ -320,7 +368,10 @@ def check_verdicts(
         flag = f"--specific {specific[0]}"
     else:
         flag = f"--min-power {min_power}"
-    spec = load_mitigations()
+    try:  # the run's own definitions of its arms, not what is installed now
+        spec = book.book_for([run], arms)
+    except book.UnknownArmError as exc:
+        raise GateError(f"RUN {exc}") from None
     base = spec.baseline
     judged = [a for a in arms if a != base]
     for name in specific:
@@ -332,7 +383,7 @@ def check_verdicts(
         if name not in judged:
             raise GateError(
                 f"--specific {name}: matches no mitigation of the run"
-                f"{did_you_mean(name, judged) or did_you_mean(name, spec.arms)}; "
+                f"{did_you_mean(name, judged) or did_you_mean(name, book.shipped().arms)}; "
                 f"it holds: {', '.join(judged) or 'only the baseline ' + base}"
             )
     d = specificity.DELTA if delta is None else delta

@@ -31,7 +31,7 @@ from layerlab.analysis.provenance import records_frame
 from layerlab.analysis.units import blocks
 from layerlab.faults.scenario import Scenario, load_scenarios
 from layerlab.harness import deterministic as harness
-from layerlab.mitigations import ARM_FILES, MitigationSet, load_mitigations, targets
+from layerlab.mitigations import ARM_FILES, MitigationSet, book, load_mitigations, targets
 
 OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
 # the verdict vocabulary: its one owner (tables, gate, findings and notebooks read these)
@@ -198,7 +198,7 @@ def scenario_layers(scenarios: Mapping[str, Scenario] | None = None) -> dict[str
 
 def matrix(
     df: pd.DataFrame,
-    spec: MitigationSet | None = None,
+    spec: MitigationSet | book.ArmBook | None = None,
     scenarios: Mapping[str, Scenario] | None = None,
     n_boot: int = 10_000,
     seed: int = 0,
@@ -206,7 +206,9 @@ def matrix(
     alpha: float = 0.05,
     delta: float = DELTA,
 ) -> Matrix:
-    """The specificity matrix of every mitigation arm in ``df`` against the baseline arm."""
+    """The specificity matrix of every mitigation arm in ``df`` against the baseline arm; the
+    arms' layers and stages from ``spec`` (recompute, compare and gate pass the archives' own
+    definitions, :func:`layerlab.mitigations.book.book_for`; default: the installed spec)."""
     spec = spec or load_mitigations()
     layers = scenario_layers(scenarios)
     present = list(dict.fromkeys(df["mitigation"]))
@@ -332,6 +334,7 @@ def run_archive(
         models=[f"deterministic/{reader}"],
         scenarios=list(scen),
         mitigations=names,
+        mitigation_arms=book.manifest_entry(spec, names),
         n_tasks=len(c.tasks),
         expected_records=len(names) * len(scen) * len(c.tasks),
         complete=True,

@@ -63,6 +63,11 @@ class Manifest:
     scenarios: list[str] | Unset = _key("the fault scenarios run")
     modes: list[str] | Unset = _key("the contract modes run (manifests before mitigations)")
     mitigations: list[str] | Unset = _key("the mitigation arms run")
+    mitigation_arms: dict[str, Any] | Unset = _key(
+        "what each arm is, read by recompute, compare and gate instead of what is installed: the "
+        "baseline's name and per arm its kinds, layers, stages, whether a stack and a matrix row, "
+        "and the distribution and version of a plug-in's kind (older runs: the shipped spec)"
+    )
     prompt_version: str | Unset = _key("the prompt template's version")
     replicates: int | Unset = _key("independent repetitions of every cell")
     share_replies: bool | Unset = _key("whether arms whose prompts coincide share one reply")
@@ -201,15 +206,17 @@ def write_manifest(folder: Path, manifest: Manifest | Mapping[str, Any]) -> dict
 def read_manifest(folder: Path) -> dict[str, Any]:
     """Read a run folder's manifest; a manifest edited after it was written is refused, and so
     is one whose fields do not have the manifest's types."""
+    from layerlab._io import BoundedReadError, loads_json_bounded, read_text_bounded
+
     p = Path(folder) / MANIFEST
     if not p.exists():
         raise ArchiveError(f"{p}: missing (not a layerlab run folder)")
-    try:
-        m = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    try:  # bounded: a regular file of at most 16 MiB, nested at most 100 deep
+        m = loads_json_bounded(read_text_bounded(p), p, None)
+    except json.JSONDecodeError as exc:
         raise ArchiveError(f"{p}: not valid JSON ({exc})") from exc
-    except OSError as exc:
-        raise ArchiveError(f"{p}: cannot be read ({exc.strerror})") from exc
+    except BoundedReadError as exc:
+        raise ArchiveError(str(exc)) from None
     if not isinstance(m, dict) or "run_id" not in m:
         raise ArchiveError(f"{p}: not a layerlab manifest (no run_id)")
     _check_keys(m, str(p))

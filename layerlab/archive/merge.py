@@ -70,6 +70,9 @@ def merge(
         notes.append("not every shard of the run is here: incomplete")
     if notes:
         manifest = replace(manifest, note="; ".join(notes))
+    arms = _arm_definitions(manifests)
+    if arms is not None:
+        manifest = replace(manifest, mitigation_arms=arms)
     if agent is not None:  # the step table first; the manifest names its checksum
         sha = _write_agent_table([Path(s) for s in sources], records, Path(out))
         manifest = replace(manifest, agent={**agent, "table_sha256": sha})
@@ -78,6 +81,20 @@ def merge(
         sha = _write_agent_table([Path(s) for s in sources], records, Path(out), kind="target")
         manifest = replace(manifest, target={**target, "table_sha256": sha})
     return write_run(Path(out), records, manifest)
+
+
+def _arm_definitions(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """The sources' arm definitions as one ``mitigation_arms`` (None when no source has the
+    key); an arm two sources define differently is refused."""
+    from layerlab.mitigations import book
+
+    if all(book.KEY not in m for _, m in manifests):
+        return None
+    try:
+        b = book.book_of_manifests(manifests)
+    except book.UnknownArmError as exc:
+        raise ArchiveError(str(exc)) from None
+    return {"baseline": b.baseline, "arms": {n: d.to_json() for n, d in b.arms.items()}}
 
 
 def _whole_shards(manifests: list[tuple[str, dict[str, Any]]]) -> bool | None:

@@ -279,12 +279,18 @@ _KEPT = {  # what an interrupted long command leaves behind
 
 
 def _spec_fail(exc: SpecError, what: str) -> typer.Exit:
-    """Print one line per spec problem (one problem: that line alone); return the exit to raise."""
+    """Print one line per spec problem (one problem: that line alone), at most
+    :data:`~layerlab._io.MAX_PROBLEM_LINES` and then a count; return the exit to raise."""
+    from layerlab._io import capped_lines
+
+    # a run configuration's gate: section that `layerlab gate` would refuse as bad input (exit 2)
+    # is refused the same way before the run
+    done = _usage if all(p.field.startswith("gate") for p in exc.problems) else _fail
     if len(exc.problems) == 1:
-        return _fail(str(exc.problems[0]))
-    for problem in exc.problems:
-        typer.echo(str(problem), err=True)
-    return _fail(f"{len(exc.problems)} {what}")
+        return done(str(exc.problems[0]))
+    for line in capped_lines([str(p) for p in exc.problems], "problem(s)"):
+        typer.echo(line, err=True)
+    return done(f"{len(exc.problems):,} {what}")
 
 
 def _group(name: str, help: str) -> typer.Typer:

@@ -110,11 +110,13 @@ def cache_clear(
     from layerlab.models.cachecheck import CacheError, clear, inspect
 
     folder = _folder(cache_dir)
-    rep = inspect(folder)
+    rep = inspect(folder, write_probe=False)  # read only: a "no" leaves every byte as it was
     if rep["state"] == "misplaced":
         raise _fail(f"{_flag(cache_dir)} {folder}: {rep['detail']}; expected a reply cache folder")
     held = (rep["entries"] or 0) + rep["legacy_entries"]
-    if rep["state"] == "missing" and not rep["legacy_entries"] and not rep["set_aside"]:
+    if rep["state"] == "missing" and not (
+        rep["legacy_entries"] or rep["set_aside"] or rep["leftovers"]
+    ):
         typer.echo(f"ok   no reply cache at {folder}; nothing to delete")
         return
     if not yes:

@@ -84,7 +84,7 @@ def recompute_cmd(
             design=design,  # type: ignore[arg-type]
         )
     except (ArchiveError, ValueError) as exc:
-        raise _fail(f"{exc} (nothing written)") from None
+        raise _fail_arms(exc) from None
     if as_json:
         typer.echo(json.dumps(head, indent=2, sort_keys=True))
     else:
@@ -102,6 +102,15 @@ def recompute_cmd(
             "provider_error (counted as failures); see each run's manifest errors",
             err=True,
         )
+
+
+def _fail_arms(exc: Exception) -> typer.Exit:
+    """Exit 1 with the error; exit 2 (bad input) for an arm the archives do not define."""
+    from layerlab.mitigations.book import UnknownArmError
+
+    if isinstance(exc, UnknownArmError):
+        return _usage(f"{exc} (nothing written)")
+    return _fail(f"{exc} (nothing written)")
 
 
 def _default_matrix(archives: list[Path]) -> list[Path]:
@@ -176,7 +185,7 @@ def compare_cmd(
             paper=not no_paper,
         )  # fmt: skip
     except (compare.CompareError, ValueError) as exc:
-        raise _fail(f"{exc} (nothing written)") from None
+        raise _fail_arms(exc) from None
     for c in rep.comparisons:
         terminal.print_wide(compare.display(c), compare.headline(c))
         for line in c.dropped:

@@ -174,11 +174,41 @@ class SpecProblem:
 
 
 class SpecError(Exception):
-    """Raised with every problem found; ``str()`` gives one line per problem."""
+    """Raised with every problem found; ``str()`` gives one line per problem, at most
+    :data:`~layerlab._io.MAX_PROBLEM_LINES` of them and then a count of the rest."""
 
     def __init__(self, problems: Sequence[SpecProblem]):
+        from layerlab._io import capped_lines
+
         self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
+        super().__init__("\n".join(capped_lines([str(p) for p in self.problems], "problem(s)")))
+
+    @classmethod
+    def of(cls, exc: Exception, shown: str) -> SpecError:
+        """A read failure (:class:`~layerlab._io.BoundedReadError`, :class:`yaml.YAMLError`) as
+        one problem ``file:line: ...``."""
+        from layerlab._io import BoundedReadError
+
+        if isinstance(exc, BoundedReadError):
+            return cls([SpecProblem(shown, exc.line, "", exc.message)])
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        return cls([SpecProblem(shown, line, "", f"not valid YAML: {problem}")])
+
+
+def read_yaml(path: Path, max_bytes: int | None = None) -> tuple[yaml.Node | None, Any]:
+    """(node, data) of a YAML file read within the bounds of :mod:`layerlab._io` (size, regular
+    file, UTF-8 with or without BOM, nesting depth, expanded nodes); :class:`SpecError` with one
+    ``file:line`` problem otherwise."""
+    from layerlab._io import MAX_FILE_BYTES, BoundedReadError, load_yaml_bounded, read_text_bounded
+
+    shown = str(path)
+    try:
+        text = read_text_bounded(path, max_bytes or MAX_FILE_BYTES)
+        return load_yaml_bounded(text, shown)
+    except (BoundedReadError, yaml.YAMLError) as exc:
+        raise SpecError.of(exc, shown) from None
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -238,8 +268,12 @@ def _duplicate_keys(node: yaml.Node | None) -> list[tuple[int, str, str]]:
     """(line, field path, message) for every key repeated within one YAML mapping. A YAML
     loader silently keeps the last value; in a spec that hides an edit, so it is an error."""
     found: list[tuple[int, str, str]] = []
+    seen: set[int] = set()  # an alias is its anchor's node: each node is walked once
 
     def walk(n: yaml.Node | None, loc: tuple[Any, ...]) -> None:
+        if n is None or id(n) in seen:
+            return
+        seen.add(id(n))
         if isinstance(n, yaml.MappingNode):
             first: dict[str, int] = {}
             for k, v in n.value:
@@ -272,18 +306,7 @@ def load_yaml_as(path: Path, model: type[M], check: Check | None = None) -> M:
     """
     path = Path(path)
     shown = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([SpecProblem(shown, None, "", f"cannot read file ({exc})")]) from exc
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError([SpecProblem(shown, line, "", f"not valid YAML: {problem}")]) from exc
+    node, data = read_yaml(path)
     dups = _duplicate_keys(node)
     if dups:
         raise SpecError([SpecProblem(shown, line, f, msg) for line, f, msg in dups])
@@ -317,8 +340,8 @@ def load_yaml_as(path: Path, model: type[M], check: Check | None = None) -> M:
 def _line_in_file(path: Path, loc: Sequence[Any]) -> int | None:
     """Line of ``loc`` in an already validated YAML file (for problems found across files)."""
     try:
-        return _line_of(yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader), loc)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return _line_of(read_yaml(path)[0], loc)
+    except SpecError:
         return None
 
 
@@ -333,9 +356,8 @@ def spec_files(path: Path) -> list[Path]:
 def _domain_mismatch(f: Path) -> SpecProblem | None:
     """The problem of a file whose ``domain`` is a name other than its file name, or None."""
     try:
-        node = yaml.compose(f.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-        data = yaml.safe_load(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        node, data = read_yaml(f)
+    except SpecError:
         return None  # load_yaml_as reports these
     domain = data.get("domain") if isinstance(data, dict) else None
     if not isinstance(domain, str) or domain == f.stem:

@@ -33,6 +33,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from layerlab._io import (
+    MAX_IMPORT_BYTES,
+    BoundedReadError,
+    load_yaml_bounded,
+    loads_json_bounded,
+    read_text_bounded,
+)
 from layerlab.corpus.build import (
     TENANT,
     AnswerKey,
@@ -193,10 +200,10 @@ class _Source:
 
 def _read(path: Path) -> _Source:
     src = _Source(path)
-    try:
-        text = src.path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([SpecProblem(src.shown, None, "", f"cannot read file ({exc})")]) from exc
+    try:  # bounded: a regular file, at most MAX_IMPORT_BYTES, UTF-8 (a BOM is fine)
+        text = read_text_bounded(src.path, MAX_IMPORT_BYTES)
+    except BoundedReadError as exc:
+        raise SpecError.of(exc, src.shown) from None
     if src.path.suffix in {".yaml", ".yml"}:
         _read_yaml(src, text)
     elif src.path.suffix == ".jsonl":
@@ -226,7 +233,10 @@ def _read_jsonl(src: _Source, text: str) -> None:
         if not line.strip():
             continue
         try:
-            data = json.loads(line, object_pairs_hook=_no_repeats)
+            data = loads_json_bounded(line, src.shown, n, _no_repeats)
+        except BoundedReadError as exc:
+            src.problem(n, "", exc.message)
+            continue
         except json.JSONDecodeError as exc:
             src.problem(n, "", f"not valid JSON: {exc.msg} (column {exc.colno})")
             continue
@@ -246,13 +256,9 @@ def _read_jsonl(src: _Source, text: str) -> None:
 
 def _read_yaml(src: _Source, text: str) -> None:
     try:
-        src.node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError([SpecProblem(src.shown, line, "", f"not valid YAML: {problem}")]) from exc
+        src.node, data = load_yaml_bounded(text, src.shown)
+    except (BoundedReadError, yaml.YAMLError) as exc:
+        raise SpecError.of(exc, src.shown) from None
     dups = _duplicate_keys(src.node)
     if dups:
         raise SpecError([SpecProblem(src.shown, line, f, msg) for line, f, msg in dups])

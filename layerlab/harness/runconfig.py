@@ -284,9 +284,19 @@ def _checks(
         for i, t in enumerate(c.tasks or ()):
             if t not in known:
                 out.append((("tasks", i), f"unknown task id {t!r} (e.g. {task_ids[0]})"))
-        return out + (c.gate.problems() if c.gate else [])
+        return out + (c.gate.problems() + _gate_plan(c, scenarios) if c.gate else [])
 
     return check
+
+
+def _gate_plan(c: RunConfigSpec, scenarios: Sequence[str]) -> list[tuple[tuple[Any, ...], str]]:
+    """The ``gate:`` section checked against what the run will hold (before it runs)."""
+    from layerlab.harness.deterministic import contract_arms
+
+    assert c.gate is not None
+    arms = list(c.mitigations or contract_arms())  # what execute() runs
+    models = [m.model for m in c.models]
+    return c.gate.plan_problems(c.scenarios or scenarios, arms, models, contract_arms()[0])
 
 
 def load_run_config(

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -200,11 +200,16 @@ def _check(f: MitigationFile) -> list[tuple[tuple[Any, ...], str]]:
     return problems
 
 
-def _build(f: MitigationFile, source: str) -> MitigationSet:
+def build_arms(
+    f: MitigationFile, source: str, kinds: Mapping[str, type[Mitigation]] = KINDS
+) -> MitigationSet:
+    """The arms of a checked spec, their steps made from the kinds registered in ``kinds``
+    (default every registered kind; :func:`layerlab.mitigations.book.shipped` passes the
+    built-in kinds alone)."""
     entries = {e.name: e for e in f.mitigations}
 
     def make(e: EntrySpec) -> Mitigation:
-        cls = KINDS[e.kind]
+        cls = kinds[e.kind]
         return cls(cls.Params.model_validate(e.params), e.name)
 
     made = {n: make(e) for n, e in entries.items()}
@@ -238,7 +243,7 @@ def _build(f: MitigationFile, source: str) -> MitigationSet:
     arms: dict[str, Arm] = {}
     for e in f.mitigations:
         doc = e.description or " ".join(
-            (KINDS[e.kind].__doc__ or "").strip().split("\n\n")[0].split()
+            (kinds[e.kind].__doc__ or "").strip().split("\n\n")[0].split()
         )
         arms[e.name] = arm(e.name, [e.name], doc, False, e.matrix)
     for st in f.stacks:
@@ -285,7 +290,7 @@ def load_mitigations(path: Path | str | None = None) -> MitigationSet:
     for p in files[1:]:
         added = load_yaml_as(p, ArmsFile, check=partial(_check_added, spec))
         spec = _appended(spec, added)
-    out = _build(spec, " + ".join(map(str, files)))
+    out = build_arms(spec, " + ".join(map(str, files)))
     _CACHE[files] = (mtimes, out)
     return out
 
@@ -314,6 +319,11 @@ def contract_pair(path: Path | str | None = None) -> tuple[str, str]:
     return arms[0], arms[1]
 
 
-def targets(a: Arm, scenario_layers: Mapping[str, str]) -> tuple[str, ...]:
+class _Layered(Protocol):
+    @property
+    def layers(self) -> tuple[str, ...]: ...
+
+
+def targets(a: _Layered, scenario_layers: Mapping[str, str]) -> tuple[str, ...]:
     """Scenarios whose layer (``a+b`` for compound ones) the arm targets."""
     return tuple(s for s, layer in scenario_layers.items() if set(layer.split("+")) & set(a.layers))

@@ -296,3 +296,11 @@ class EmptyContext(Mitigation):
     layers = ()
     stage = "tool"
     actions = ("pass",)
+
+
+BUILTIN_KINDS: dict[str, type[Mitigation]] = {
+    c.kind: c
+    for c in list(globals().values())
+    if isinstance(c, type) and issubclass(c, Mitigation) and c.__module__ == __name__
+}
+"""The kinds this module defines (whatever plug-ins register besides)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -117,10 +118,11 @@ def _schema_problem(con: sqlite3.Connection) -> str:
     return ""
 
 
-def diagnose(folder: Path, check_s: float | None = CHECK_S) -> Health:
+def diagnose(folder: Path, check_s: float | None = CHECK_S, write_probe: bool = True) -> Health:
     """The cache folder's health. Nothing is created (a missing database is ``missing``, or
-    ``uncreatable`` where its folder cannot be made); the test write rewrites the format row.
-    ``check_s=None`` runs the full integrity check."""
+    ``uncreatable`` where its folder cannot be made); the test write rewrites the format row
+    (``write_probe=False``: no write, the database is only read, and a read-only or locked one
+    reads ``ok``). ``check_s=None`` runs the full integrity check."""
     folder = Path(folder)
     db = folder / CACHE_DB
     for p in (folder, *folder.parents):
@@ -143,15 +145,21 @@ def diagnose(folder: Path, check_s: float | None = CHECK_S) -> Health:
         return Health("corrupt", "file is not a database (its header is damaged)")
     if not header:
         return Health("ok")  # an empty file: SQLite makes it a database on first write
-    h = _check_content(db, "ro", check_s)
+    h = _check_content(db, "ro" if write_probe else _look_mode(db), check_s)
     if h.state == "unreadable" and "unable to open" in h.detail:
         # a WAL database in a folder where its -shm file cannot be made: readable as immutable
         h = _check_content(db, "immutable", check_s)
         if h.state == "ok":
             return Health("readonly", "its folder cannot be written")
-    if h.state != "ok":
+    if h.state != "ok" or not write_probe:
         return h
     return _write_probe(db)
+
+
+def _look_mode(db: Path) -> str:
+    """How to read a database leaving its folder as it was: ``immutable`` (no -shm or -wal file
+    is made) unless a -wal file already holds changes only a normal reader sees (``ro``)."""
+    return "ro" if Path(f"{db}-wal").exists() else "immutable"
 
 
 def _check_content(db: Path, mode: str, check_s: float | None) -> Health:
@@ -238,6 +246,7 @@ def open_cache(
     h = diagnose(folder)
     if h.state == "misplaced":
         raise CacheError(f"{flag} {folder}: {h.detail}; expected a folder for the reply cache")
+    sweep_repairs(folder)  # a killed `cache repair`'s temporary copy
     if h.state == "uncreatable":
         say(
             f"warning: {where}: cannot be created ({h.detail}); running uncached: this run's "
@@ -434,7 +443,8 @@ def set_aside_and_salvage(folder: Path) -> tuple[Path, int]:
     tmp = folder / f".{CACHE_DB}.{os.getpid()}.tmp"
     tmp.unlink(missing_ok=True)
     saved = 0
-    try:
+    try:  # created owner-only before SQLite opens it (its journal takes the same mode)
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         con = sqlite3.connect(tmp, isolation_level=None)
         try:
             con.executescript(ResponseCache.SCHEMA)
@@ -456,6 +466,32 @@ def set_aside_and_salvage(folder: Path) -> tuple[Path, int]:
     return aside, saved
 
 
+_REPAIR_TMP = re.compile(rf"\.{re.escape(CACHE_DB)}\.(\d+)\.tmp(-journal|-wal|-shm)?")
+
+
+def sweep_repairs(folder: Path) -> list[Path]:
+    """Remove what a killed :func:`set_aside_and_salvage` left in ``folder``: its
+    ``.replies.sqlite3.<pid>.tmp`` (and journal) when that process is gone; return them."""
+    gone: list[Path] = []
+    with contextlib.suppress(OSError):
+        for p in Path(folder).iterdir():
+            m = _REPAIR_TMP.fullmatch(p.name)
+            if m is None or p.is_symlink() or not p.is_file():
+                continue
+            pid = int(m.group(1))
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                    continue  # that repair may still be running
+                except ProcessLookupError:
+                    pass
+                except OSError:
+                    continue  # another user's live process
+            p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
+
+
 # ``layerlab cache check | repair | clear``
 
 
@@ -473,17 +509,18 @@ def legacy_entries(folder: Path) -> list[Path]:
     ]
 
 
-def inspect(folder: Path) -> dict[str, Any]:
-    """Location, health (a full integrity check), entries and size of a cache folder."""
+def inspect(folder: Path, write_probe: bool = True) -> dict[str, Any]:
+    """Location, health (a full integrity check), entries and size of a cache folder
+    (``write_probe=False``: the cache is only read, as ``cache clear`` does before it asks)."""
     folder = Path(folder)
     db = folder / CACHE_DB
-    h = diagnose(folder, check_s=None)
+    h = diagnose(folder, check_s=None, write_probe=write_probe)
     if h.state == "uncreatable":  # nothing there to check
         h = Health("missing")
     entries: int | None = None
     if h.state in ("ok", "readonly") or (h.state == "locked" and h.readable):
         try:
-            con = _connect_uri(db, "ro", PROBE_WAIT_S)
+            con = _connect_uri(db, "ro" if write_probe else _look_mode(db), PROBE_WAIT_S)
             try:
                 entries = int(con.execute("SELECT count(*) FROM replies").fetchone()[0])
             finally:
@@ -502,6 +539,9 @@ def inspect(folder: Path) -> dict[str, Any]:
         "legacy_entries": len(legacy),
         "bytes": size,
         "set_aside": [p for p in aside if not p.name.endswith(_SIDE)],
+        "leftovers": sorted(p for p in folder.iterdir() if _REPAIR_TMP.fullmatch(p.name))
+        if folder.is_dir()
+        else [],
     }
 
 
@@ -511,6 +551,8 @@ def repair(folder: Path) -> dict[str, Any]:
     that cannot be repaired here (unreadable, locked, read-only, misplaced)."""
     folder = Path(folder)
     h = diagnose(folder, check_s=None)
+    if folder.is_dir():
+        sweep_repairs(folder)  # an earlier repair's, killed
     if h.state in ("ok", "missing", "uncreatable"):
         return {"repaired": False, "state": h.state}
     if h.state != "corrupt":
@@ -538,7 +580,7 @@ def clear(folder: Path) -> int:
     victims = [Path(f"{db}{s}") for s in ("", *_SIDE)]
     if folder.is_dir():
         victims += sorted(folder.glob(f"{CACHE_DB}.corrupt-*")) + legacy_entries(folder)
-    n = 0
+    n = len(sweep_repairs(folder))  # a killed repair's temporary copy goes too
     for f in victims:
         try:
             f.unlink()

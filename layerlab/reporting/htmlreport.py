@@ -462,6 +462,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
     sections.append(("glossary", "Glossary", [_glossary(agent=bool(agent_parts))]))
     body = [
         f"<h1>{page.esc(title)}</h1>",
+        *filter(None, [page.partial_banner(paths_)]),
         page.para(
             "Rates are shares of records with a 95% interval; S = E ∧ R ∧ G ∧ V (strict "
             "success), safe resolution = S on answerable scenarios and a structured non-answer "

@@ -12,6 +12,7 @@ import base64
 import html
 import io
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -30,6 +31,7 @@ table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
 th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: var(--soft); font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.partial { border-left: 4px solid var(--bad); padding: 6px 0 6px 14px; background: #fff4f2; }
 .baseline { border-left: 4px solid var(--warn); padding: 4px 0 4px 14px; background: #fffbf0; }
 .badge { display: inline-block; padding: 0 6px; border-radius: 8px; font-size: 12px;
   background: var(--soft); border: 1px solid var(--line); }
@@ -58,6 +60,34 @@ def document(title: str, body: str, script: str = "", extra_css: str = "") -> st
         f"<title>{esc(title)}</title>\n<style>{CSS}{extra_css}</style>\n</head>\n"
         f"<body>\n<main>\n{body}\n</main>\n{js}</body>\n</html>\n"
     )
+
+
+def partial_banner(paths_: Iterable[Path | str]) -> str:
+    """The banner of a page built from unfinished runs: one line per run folder whose run did
+    not finish (running, killed or stopped; ``archive check`` says PARTIAL), naming it, how many
+    of its records exist and how to continue it; ``""`` when every run folder is complete."""
+    from layerlab import archive
+
+    lines = []
+    for p in map(Path, paths_):
+        if not p.is_dir():
+            continue
+        try:
+            rep = archive.check_path(p)
+        except archive.ArchiveError:
+            continue  # the page's own reading reports it
+        if not rep.get("partial"):
+            continue
+        want = rep.get("expected_records")
+        of = f" of {want:,}" if isinstance(want, int) else ""
+        lines.append(
+            f"<b>PARTIAL</b> {esc(p)}: {rep.get('records', 0):,}{of} records (the run has not "
+            "finished: running, killed or stopped; the same command with --resume continues "
+            "it). Every rate on this page covers the records so far."
+        )
+    if not lines:
+        return ""
+    return '<div class="partial" role="alert">' + "<br>".join(lines) + "</div>"
 
 
 def section(sid: str, title: str, *parts: str) -> str:

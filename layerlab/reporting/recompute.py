@@ -74,9 +74,11 @@ def recompute(
     mx = None
     if matrix_archives:
         from layerlab.analysis import specificity
+        from layerlab.mitigations import book
 
         mdf = specificity.matrix_frame(matrix_archives)
-        mx = specificity.matrix(mdf, n_boot=n_boot, seed=seed, policy_level=policy_level)
+        arms = book.book_for(matrix_archives, mdf[stats.ARM])  # what the arms were, not what is installed
+        mx = specificity.matrix(mdf, arms, n_boot=n_boot, seed=seed, policy_level=policy_level)
         inputs.update(matrix=mx, matrix_records=mdf)
     built = {  # every recomputed table whose inputs are at hand (Table 10: mitigation archives)
         t.id: t.build(*(inputs[i] for i in t.inputs))

@@ -386,6 +386,7 @@ def build(
     from layerlab.reporting import evidence as ev
 
     rows, private = load(paths_, recompute=evidence)
+    banner = page.partial_banner(paths_)  # an unfinished run says so first
     shared = ev.pack(rows)  # each recomputed path, reason and text once
 
     def blob(x: Any) -> str:  # nothing in the data can close the script element
@@ -419,7 +420,7 @@ def build(
         + ".</p>"
     )
     body = (
-        f"<h1>{page.esc(title)}</h1>\n{warning}\n"
+        f"<h1>{page.esc(title)}</h1>\n{banner + chr(10) if banner else ''}{warning}\n"
         f'<div class="filters">{filters}</div>\n<div id="count"></div>\n'
         '<div id="pager-top" class="pager"></div>\n<div id="list"></div>\n'
         '<div id="pager-bottom" class="pager"></div>\n'

@@ -287,11 +287,13 @@ class RecordWriter:
         samples: SampleHook | None,
         written: dict[tuple[Any, ...], Record],
         agent_log: ProgressLog | None = None,
+        every: tuple[float, Callable[[], None]] | None = None,
     ):
         self.counters, self.samples, self.written = counters, samples, written
         self.tick = Throttle(progress, counters, total)
         self.log = ProgressLog(path)
         self.agent_log = agent_log
+        self.every, self.last_every = every, time.monotonic()  # (seconds, call): after a record
 
     def add(
         self, rec: Record, line: str, sample: dict[str, Any] | None, row: dict[str, Any] | None = None
@@ -306,6 +308,9 @@ class RecordWriter:
         self.counters.records += 1
         if self.samples is not None and sample is not None:
             self.samples(sample)
+        if self.every is not None and time.monotonic() - self.last_every >= self.every[0]:
+            self.every[1]()
+            self.last_every = time.monotonic()
 
 
 class Eta:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from layerlab import __version__, archive
@@ -21,6 +22,7 @@ from layerlab.harness.live import shards
 from layerlab.harness.live.budget import Counters
 from layerlab.harness.live.settings import LiveConfig, sampling
 from layerlab.harness.targets.spec import TargetSpec
+from layerlab.mitigations import book, load_mitigations
 from layerlab.models.routing import endpoint_label, split_model
 from layerlab.system import prompt
 
@@ -105,6 +107,7 @@ def manifest(
         models=list(config.models),
         scenarios=list(config.scenarios),
         mitigations=list(config.mitigations),
+        mitigation_arms=book.manifest_entry(load_mitigations(), config.mitigations),
         n_tasks=n_tasks,
         retriever=config.retriever,
         settings=settings,
@@ -206,6 +209,52 @@ def accumulate_usage(
             }
         )
     return {"usage": usage, "invocations": history}
+
+
+INVOCATION = ".invocation.json"
+"""This invocation's calls block so far (the manifest's ``calls`` as it would read if the run
+ended now), rewritten while records arrive (:data:`INVOCATION_EVERY_S`): a killed invocation
+never writes its manifest, so the next one folds this in (:func:`before_resume`)."""
+INVOCATION_EVERY_S = 1.0
+
+
+def _base(old: Mapping[str, Any] | None) -> str:
+    return canonical_json((old or {}).get("calls"))
+
+
+def save_invocation(
+    out: Path,
+    counters: Counters,
+    before: Mapping[str, Any] | None,
+    stands: Mapping[str, Any] | None,
+) -> None:
+    """Write :data:`INVOCATION`: the calls block over the earlier invocations (``before``, as
+    :func:`before_resume` gave it) and this one's counters so far; ``stands`` is the manifest on
+    disk, whose calls block the snapshot extends (the next invocation checks it is still so)."""
+    from layerlab._io import atomic_write_text
+
+    snap = {"base": _base(stands), "calls": calls_summary(counters, before)}
+    atomic_write_text(out / INVOCATION, canonical_json(snap), durable=False)
+
+
+def before_resume(out: Path, old: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The manifest a resumed invocation counts on from: ``old``, with the calls of a killed
+    invocation since (its :data:`INVOCATION` file, when it started from this same manifest)
+    folded in and that invocation's history entry marked ``killed``."""
+    import json
+
+    p = out / INVOCATION
+    try:
+        snap = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return old  # none (the last invocation ended normally), or unreadable: nothing to add
+    if not isinstance(snap, dict) or snap.get("base") != _base(old):
+        return old  # written before the manifest that now stands: already counted there
+    calls = dict(snap.get("calls") or {})
+    history = list(calls.get("invocations") or [])
+    if len(history) > len(((old or {}).get("calls") or {}).get("invocations") or []):
+        history[-1] = {**history[-1], "killed": True}
+    return {**(old or {}), "calls": {**calls, "invocations": history}}
 
 
 def error_summary(

@@ -130,7 +130,9 @@ def run_live(
     work = config.this_shard(corpus)  # what this process runs: the shard's tasks (shards.py)
     n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
     plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
-    old = _resumed(out, plan, resume)
+    old = stands = _resumed(out, plan, resume)  # ``stands``: the manifest as it is on disk
+    if old is not None:  # a killed invocation's calls, kept since in its own file
+        old = provenance.before_resume(out, old)
     plog = out / archive.PROGRESS
     answerable = {n: s.spec.answerable for n, s in scenarios.items()}  # lines from schema 2
     done, report = read_progress(
@@ -200,7 +202,11 @@ def run_live(
         )
         todo, total = todo_cells(corpus, work, done, counters)
         alog = ProgressLog(out / rows) if rows is not None else None
-        writer = RecordWriter(plog, counters, total, progress, samples, written, alog)
+        snap = (
+            provenance.INVOCATION_EVERY_S,
+            lambda: provenance.save_invocation(out, counters, old, stands),
+        )
+        writer = RecordWriter(plog, counters, total, progress, samples, written, alog, snap)
         try:
             if n_workers > 1 and not bases:
                 finished = run_workers(n_workers, ctx, todo, writer, b, rng)
@@ -234,6 +240,7 @@ def run_live(
         table = agentlog.write_table(out, records, target=True)
         m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
     final = archive.write_run(out, records, m)
+    (out / provenance.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
     if records:
         results.write_results(out, records, final)  # per-model rates, next to the archive
     _tidy(out, began)
