@@ -65,6 +65,17 @@ COVERAGE_CSV = COVERAGE_DIR / "coverage.csv"
 NOMINAL = 0.95
 REQUIRED = 0.93  # every reported interval type must reach this in every setting
 MAX_FALSE_FLAG = 0.05  # Table 10's verdict may call at most this share of null mitigations
+# The rows of the committed table (``make coverage``, 2026-12-02) that miss a goal, each with
+# its measured value and Monte Carlo error: open work (issue 33), shown by notebook 10 beside the
+# table; the committed-table test requires exactly these, so a new miss or a fix is noticed.
+SHORTFALLS: dict[tuple[str, str], str] = {
+    ("9 units, strong heterogeneity", "effect, every cell together"):
+        "simultaneous band covers 91.2% ± 1.3 (goal 93%)",
+    ("identical prompts, 2 units x 80 tasks x 9 scenarios", "verdict"):
+        "false-flag rate 6.05% ± 0.53 (goal at most 5%)",
+    ("1 unit x 80 tasks, +25 pp off-target gain (clean)", "rate, strict"):
+        "cluster-aware Wilson covers 92.2% ± 1.2 (goal 93%)",
+}  # fmt: skip
 # specific or over-broad (inconclusive is no claim; ineffective is right)
 VERDICT = "verdict"  # the quantity of the verdict rows
 BAND = "effect, every cell together"  # the simultaneous band's rows: all cells covered at once
