@@ -34,6 +34,12 @@ def _cell(cells: pd.DataFrame, block: str, mitigation: str, scenario: str) -> st
     return row[scenario].iloc[0]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 33 item 2, open: Table 10 and A4 give a cell whose discordant pairs all go one "
+    "way its score interval (exact.cell_methods); Table 5 and the paper comparison still print "
+    "the bootstrap's for the same effect. One owner of the interval per effect is still to do.",
+)
 def test_repair_gain_on_schema_drift_has_one_interval_in_every_table() -> None:
     """The reference agents' repair gain on schema drift: Table 5, the paper comparison (both from
     the reference archive), Table 10 and Table A4 (the mitigation archive's repair arm, the same

@@ -122,7 +122,16 @@ def _verdicts(tables: Path) -> dict[str, str]:
             prefix = next((p for p, b in BLOCKS.items() if r["block"].startswith(b)), None)
             if prefix is None:
                 raise ValuesError(f"{name}.csv: block {r['block']!r} has no macro prefix")
-            out[f"Verdict{prefix}{_camel(r['mitigation'])}"] = _tex(r["verdict"])
+            m = _camel(r["mitigation"])
+            out[f"Verdict{prefix}{m}"] = _tex(r["verdict"])
+            # the design's reach: the smallest target gain it shows with 80% power, and the
+            # largest off-target change (issue 33: what a verdict at this size can say)
+            out[f"Mde{prefix}{m}"] = _tex(str(r["MDE (pp, 80% power)"]).lstrip("+"))
+            out[f"OffTarget{prefix}{m}"] = _tex(str(r["change (pp)"]))
+    from layerlab.analysis import exact, specificity
+
+    out["Delta"] = f"{100 * specificity.DELTA:.0f}"
+    out["MdePower"] = f"{100 * exact.POWER:.0f}"
     return out
 
 
