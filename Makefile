@@ -89,6 +89,7 @@ test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), noteboo
 	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest
 	rm -rf $(NBVAL_ARTIFACTS)
 	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider notebooks/
+	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m layerlab.reporting.papervalues
 	$(BIN)/layerlab reproduce --compare $(NBVAL_ARTIFACTS)
 
 test-slow: $(LOCAL_STAMP) ## The full-size tests that `make test` runs on smaller inputs, and Qwen on a few records (marker `slow`).
