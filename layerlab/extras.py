@@ -15,6 +15,10 @@ EXTRAS = {
     "IPython": "notebooks",
     "langchain_core": "langchain",
     "bm25s": "langchain",
+    "wordllama": "dense",
+    "mcp": "mcp",
+    "agents": "agents",
+    "llama_index": "llamaindex",
     "llama_cpp": "local",
 }
 
