@@ -26,6 +26,7 @@ from docfiles import ROOT, Block
 # pages other helpers write; linked from the README before they land (checked once they exist)
 PENDING = {"docs/retrievers.md", "docs/mcp.md", "docs/dense.md", "docs/llamaindex.md"}
 FILE_BLOCK = re.compile(r"^# ([\w./-]+\.py)\b")
+OUTPUT = re.compile(r"^<!-- output of the block above")  # then: the lines it printed, (...) elided
 
 
 def _all_blocks() -> list[Block]:
@@ -69,12 +70,13 @@ def _git_status() -> str:
                           capture_output=True, text=True, check=False).stdout  # fmt: skip
 
 
-def _run_block(b: Block, cwd: Path, env: dict[str, str]) -> None:
+def _run_block(b: Block, cwd: Path, env: dict[str, str]) -> str:
+    """Run one block in ``cwd``; its stdout."""
     if b.lang == "python":
         named = FILE_BLOCK.match(b.body)
         if named:  # a file the reader saves; a later block runs it
             (cwd / named.group(1)).write_text(b.body, encoding="utf-8")
-            return
+            return ""
         cmd = [sys.executable, "-c", b.body]
     elif b.lang == "console":
         lines = [ln[2:] for ln in b.body.splitlines() if ln.startswith("$ ")]
@@ -87,6 +89,28 @@ def _run_block(b: Block, cwd: Path, env: dict[str, str]) -> None:
         f"{b.where}: exit {p.returncode}\n--- stdout\n{p.stdout[-3000:]}\n--- stderr\n"
         f"{p.stderr[-3000:]}"
     )
+    return p.stdout
+
+
+def _check_output(b: Block, out: str) -> None:
+    """A block shown as the output of the one before: each of its lines, with ``(...)``
+    standing for elided text, is a line of what that block printed."""
+    printed = [" ".join(ln.split()) for ln in out.splitlines()]
+    for line in b.body.splitlines():
+        parts = [" ".join(x.split()) for x in line.split("(...)")]
+        hit = [ln for ln in printed if ln.startswith(parts[0]) and ln.endswith(parts[-1])
+               and _in_order(ln, parts)]  # fmt: skip
+        assert hit, f"{b.where}: expected output line not printed by the block above: {line!r}"
+
+
+def _in_order(line: str, parts: list[str]) -> bool:
+    pos = 0
+    for x in parts:
+        at = line.find(x, pos)
+        if at == -1:
+            return False
+        pos = at + len(x)
+    return True
 
 
 @pytest.mark.parametrize("page", [p for p in docfiles.pages() if _to_run(p)], ids=docfiles.rel)
@@ -96,8 +120,12 @@ def test_a_page_runs_as_written(page: Path, tmp_path: Path) -> None:
     cwd.mkdir()
     shutil.copytree(ROOT / "data", cwd / "data")  # read as the reader's checkout has it
     env = _env(tmp_path / "home")
-    for b in _to_run(page):
-        _run_block(b, cwd, env)
+    out = ""
+    for b in docfiles.blocks(page):
+        if b.runnable and b.kind is None:
+            out = _run_block(b, cwd, env)
+        elif b.marker and OUTPUT.match(b.marker):
+            _check_output(b, out)
     assert _git_status() == before, f"running {docfiles.rel(page)} changed the repository"
 
 
