@@ -3,7 +3,9 @@ sections and their fenced code blocks with the marker on the line before each fe
 
 A block in one of :data:`RUN_LANGS` is executed by ``tests/test_docs.py`` unless the line right
 before its fence is ``<!-- not run: REASON -->`` (needs a provider, a model, a long run) or
-``<!-- run by: tests/test_x.py -->`` (another test executes it; that file names the page)."""
+``<!-- run by: tests/test_x.py -->`` (another test executes it; that file names the page). A
+block after ``<!-- output of the block above ... -->`` is checked against what the block before
+it printed."""
 
 from __future__ import annotations
 
@@ -66,11 +68,12 @@ def text_of(*names: str) -> str:
 
 
 def section(title: str) -> str:
-    """The ``## title`` section, from whichever page holds it (README or docs/)."""
+    """The ``## title`` section (or the page whose ``# title`` it is), from whichever page holds
+    it (README or docs/), up to the next ``##`` heading."""
     for page in pages():
         text = page.read_text(encoding="utf-8")
-        start = text.find(f"## {title}\n")
-        if start != -1:
-            end = text.find("\n## ", start + 1)
-            return text[start : end if end != -1 else None]
+        m = re.search(rf"^##? {re.escape(title)}\n", text, re.M)
+        if m:
+            end = text.find("\n## ", m.start() + 1)
+            return text[m.start() : end if end != -1 else None]
     raise AssertionError(f"no page of README.md or docs/ has a section '## {title}'")
