@@ -275,3 +275,13 @@ def test_the_readme_lists_every_notebook_and_every_table_by_its_number() -> None
     flat = " ".join(readme.split())
     assert f"**Tables 11–{body[-1]} go beyond the paper**" in flat and len(body) > 10
     assert f"A1–{appendix[-1]} are supplementary" in flat
+
+
+def test_the_readme_count_of_reproduced_artifacts_is_what_reproduce_writes() -> None:
+    from layerlab import paths
+
+    n = sum(1 for d in paths.ARTIFACT_DIRS for p in (ROOT / d).glob("*") if p.is_file())
+    n += sum((ROOT / f).exists() for f in paths.ARTIFACT_FILES)
+    assert f"`{n} artifacts: 0 new, 0 changed, {n} unchanged`" in docfiles.README.read_text(
+        encoding="utf-8"
+    ), f"README: reproduce writes {n} artifacts"
