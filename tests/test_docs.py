@@ -285,3 +285,9 @@ def test_the_readme_count_of_reproduced_artifacts_is_what_reproduce_writes() -> 
     assert f"`{n} artifacts: 0 new, 0 changed, {n} unchanged`" in docfiles.README.read_text(
         encoding="utf-8"
     ), f"README: reproduce writes {n} artifacts"
+
+
+def test_the_tex_install_line_is_the_one_make_paper_suggests() -> None:
+    from layerlab.reporting import paper
+
+    assert paper.INSTALL_HINT in (ROOT / "docs" / "paper.md").read_text(encoding="utf-8")
