@@ -27,7 +27,7 @@ def pages() -> list[Path]:
 
 
 def rel(page: Path) -> str:
-    return page.relative_to(ROOT).as_posix()
+    return page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)
 
 
 @dataclass(frozen=True)

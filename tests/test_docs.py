@@ -37,20 +37,37 @@ def _to_run(page: Path) -> list[Block]:
     return [b for b in docfiles.blocks(page) if b.runnable and b.kind is None]
 
 
-@pytest.mark.parametrize("page", docfiles.pages(), ids=docfiles.rel)
-def test_every_block_is_run_or_says_why_not(page: Path) -> None:
+def _marker_problems(page: Path) -> list[str]:
+    out = []
     for b in docfiles.blocks(page):
         if b.marker is not None and b.kind is None and b.runnable:
-            pytest.fail(f"{b.where}: marker {b.marker!r}: expected '<!-- not run: REASON -->' "
-                        "or '<!-- run by: tests/test_x.py -->'")  # fmt: skip
-        if b.kind == "not run":
-            assert len(b.reason.split()) >= 2, f"{b.where}: 'not run' needs a reason"
+            out.append(f"{b.where}: marker {b.marker!r}: expected '<!-- not run: REASON -->' "
+                       "or '<!-- run by: tests/test_x.py -->'")  # fmt: skip
+        if b.kind == "not run" and len(b.reason.split()) < 2:
+            out.append(f"{b.where}: 'not run' needs a reason")
         if b.kind == "run by":
             test = ROOT / b.reason
-            assert test.is_file(), f"{b.where}: run by {b.reason!r}, which does not exist"
-            assert docfiles.rel(page) in test.read_text(encoding="utf-8"), (
-                f"{b.where}: {b.reason} does not read {docfiles.rel(page)}"
-            )
+            if not test.is_file():
+                out.append(f"{b.where}: run by {b.reason!r}, which does not exist")
+            elif docfiles.rel(page) not in test.read_text(encoding="utf-8"):
+                out.append(f"{b.where}: {b.reason} does not read {docfiles.rel(page)}")
+    return out
+
+
+@pytest.mark.parametrize("page", docfiles.pages(), ids=docfiles.rel)
+def test_every_block_is_run_or_says_why_not(page: Path) -> None:
+    assert not _marker_problems(page), "\n".join(_marker_problems(page))
+
+
+def test_a_bad_marker_and_a_failing_block_are_caught(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("<!-- not run -->\n```bash\ntrue\n```\n\n<!-- not run: x -->\n```sh\ntrue\n"
+                    "```\n\n<!-- run by: tests/nope.py -->\n```python\npass\n```\n\n```bash\n"
+                    "false\n```\n")  # fmt: skip
+    problems = _marker_problems(page)
+    assert len(problems) == 3, problems
+    with pytest.raises(AssertionError, match="exit 1"):
+        _run_block(docfiles.blocks(page)[-1], tmp_path, _env(tmp_path))
 
 
 def _env(home: Path) -> dict[str, str]:
