@@ -160,8 +160,8 @@ def _main(argv: list[str] | None) -> int:
             if msg.startswith(f"No such option: {short}") and msg[len(short) + 16 :][:1] in "( ":
                 also = "; a mitigation is --mitigation" if long == "--model" else ""
                 msg += f" ({short} is {long} wherever a command has one{also})"
-        cmd = exc.ctx.command_path if exc.ctx is not None else "layerlab"
-        typer.echo(f"error: {cmd}: {msg} (see --help)", err=True)
+        where = exc.ctx.command_path if exc.ctx is not None else "layerlab"
+        typer.echo(f"error: {where}: {msg} (see --help)", err=True)
         return 2
     except click.ClickException as exc:
         typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
