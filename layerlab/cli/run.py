@@ -32,6 +32,7 @@ from layerlab.cli.app import (
     mitigation_app,
     run_app,
 )
+from layerlab.cli.help import panelled
 
 
 @run_app.command("deterministic")
@@ -107,12 +108,6 @@ def mitigation_run(
             spec.arm(m)
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
-    from layerlab.system.reader import READERS
-
-    try:
-        READERS.lookup(reader)
-    except KeyError as exc:
-        raise _fail(f"--reader: {exc.args[0]}") from None
     _load_corpus(corpus_dir)  # a missing or edited corpus folder: one line, before any work
     man = specificity.run_archive(out, mitigation or None, reader, spec_path, corpus_dir)
     typer.echo(
@@ -134,7 +129,20 @@ _AGENT_HELP = {
 }
 
 
-@run_app.command("live")
+# ``run live --help``: its 40 flags under headings by topic (parameter names, in order)
+_LIVE_PANELS = {
+    "What to test": ("model", "target", "target_name", "target_version", "target_setting", "config_path"),
+    "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "replicates",
+                   "retriever", "corpus_dir", "scenarios_path"),
+    "Output and resume": ("out", "resume", "retry_errors", "cache_dir", "sample_log", "progress"),
+    "Agent mode": ("agent", "max_steps", "tool_protocol"),
+    "Calls and failures": ("api_base", "local_servers", "concurrency", "budget", "timeout",
+                           "attempts", "backoff", "retry_seed", "max_error_rate"),
+    "Decoding": ("temperature", "top_p", "max_tokens", "seed", "response_format", "share_replies"),
+}  # fmt: skip
+
+
+@run_app.command("live", cls=panelled(_LIVE_PANELS))
 def run_live(
     ctx: typer.Context,
     model: list[str] = typer.Option(
@@ -351,7 +359,9 @@ def run_live(
             )
         config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
     log = _open_sample_log(sample_log, out)
-    bar = _progress_hook() if progress else None
+    from layerlab.reporting.terminal import ProgressBar
+
+    bar = ProgressBar(target=spec is not None) if progress else None
     try:
         result = live.run_live(
             c,
@@ -374,7 +384,8 @@ def run_live(
             log.close()
     _report_run(out, log, result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
-    typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
+    if spec is None:  # a target's replies are its own: layerlab caches none
+        typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
     if result.over_error_rate:
         typer.echo(
             f"error: provider-error rate above --max-error-rate {max_error_rate:g} for "
@@ -452,6 +463,7 @@ def _run_config(
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live, runconfig
     from layerlab.mitigations import load_mitigations
+    from layerlab.reporting.terminal import ProgressBar
 
     for name in _CONFIG_OWNS:
         source = ctx.get_parameter_source(name)
@@ -481,7 +493,7 @@ def _run_config(
             scen,
             run,
             scenario_hash=spec_hash(scenarios_path),
-            progress=_progress_hook if progress else None,
+            progress=(lambda: ProgressBar(target=spec.target is not None)) if progress else None,
             samples=log,
             say=lambda m: typer.echo(m, err=True),
         )
@@ -533,44 +545,3 @@ def _print_results(out: Path) -> None:
     from layerlab.reporting import runs
 
     runs.print_run_results(out, typer.echo)
-
-
-class _Bar:
-    """The live run's progress bar; its ETA comes from a smoothed rate that counts cache hits
-    apart (:class:`~layerlab.harness.live.progress.Eta`). At 80 columns the bar narrows and the
-    counters are cut, never the record total."""
-
-    def __init__(self) -> None:
-        from layerlab.harness.live.progress import Eta
-
-        self.p: Any = None
-        self.task: Any = None
-        self.eta = Eta()
-
-    def update(self, counters: Any, total: int) -> None:
-        import time
-
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.table import Column
-
-        from layerlab.harness.live.progress import format_eta
-
-        if self.task is None:
-            whole, cut = Column(no_wrap=True, min_width=2 * len(str(total)) + 1), Column(ratio=1, no_wrap=True)
-            self.p = Progress(TextColumn("records"), BarColumn(bar_width=12), MofNCompleteColumn(table_column=whole),
-                              TextColumn("{task.description}", table_column=cut), TextColumn("{task.fields[eta]}"))  # fmt: skip
-            self.p.start()
-            self.task = self.p.add_task("", total=total, eta=format_eta(None))
-        c = counters
-        self.eta.update(time.monotonic(), c.records, c.cache_hits)
-        desc = f"calls {c.calls} hits {c.cache_hits} retries {c.retries} failures {c.failures}"
-        eta = format_eta(self.eta.remaining(c.records, total))
-        self.p.update(self.task, completed=c.records, description=desc, eta=eta)
-
-    def close(self) -> None:
-        if self.task is not None:
-            self.p.stop()
-
-
-def _progress_hook() -> _Bar:
-    return _Bar()
