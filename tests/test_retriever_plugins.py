@@ -12,7 +12,9 @@ code changed. The answer key never reaches the store.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -473,3 +475,33 @@ def test_registered_retrievers_keep_their_run_ids(corpus) -> None:
                         retriever_code=(("module", "m"),)), corpus, "x")  # fmt: skip
     assert ident != with_code
     assert "retriever_code" not in provenance.manifest(cfg, corpus, "x", 1).to_dict()
+
+
+# --- the documentation page ----------------------------------------------------------------------
+
+FENCE = re.compile(r"^(<!--[^\n]*-->\n)?```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+def test_the_page_runs_as_written(tmp_path: Path) -> None:
+    """Every block of docs/retrievers.md marked as run by this file, in order, in one folder
+    (a python block whose first line names a ``.py`` file is that file, saved there)."""
+    text = PAGE.read_text(encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path),
+           "XDG_CACHE_HOME": str(tmp_path / ".cache"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    ran = 0
+    for m in FENCE.finditer(text):
+        marker, lang, body = m.group(1) or "", m.group(2), m.group(3)
+        if lang not in ("bash", "python") or "not run:" in marker:
+            continue
+        assert "run by: tests/test_retriever_plugins.py" in marker, body[:80]
+        named = re.match(r"^# ([\w./-]+\.py)\b", body)
+        if lang == "python" and named:
+            (tmp_path / named.group(1)).write_text(body)
+            continue
+        cmd = [sys.executable, "-c", body] if lang == "python" else ["bash", "-e", "-c", body]
+        p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300, check=False)  # fmt: skip
+        assert p.returncode == 0, f"{body[:200]}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+        ran += 1
+    assert ran >= 3

@@ -127,7 +127,7 @@ def _retriever_flag(value: str | None) -> str | None:
         try:
             retrieval.check(value)
         except retrieval.RetrieverError as exc:
-            raise typer.BadParameter(str(exc).removeprefix("--retriever").lstrip(": ")) from None
+            raise _usage(str(exc)) from None
     return value
 
 
