@@ -105,6 +105,18 @@ TEAM = textwrap.dedent(
             return [self.docs[i].id for _, i in scored[:top_k]]
 
 
+    class Scoped(Store):
+        """Filters by the principal's scopes itself (its search takes principal_scopes)."""
+
+        def search(self, query, top_k, principal_scopes=None):
+            LOG.setdefault("scopes", []).append(principal_scopes)
+            hits = super().search(query, 20)
+            keep = [(d, s) for d, s in hits if principal_scopes is None
+                    or self.docs[[x.id for x in self.docs].index(d)].metadata["access_scope"]
+                    in principal_scopes]
+            return keep[:top_k]
+
+
     def make_store(documents):
         from langchain_core.embeddings import Embeddings
         from langchain_core.vectorstores import InMemoryVectorStore
@@ -263,6 +275,21 @@ def test_an_agents_own_queries_go_to_the_store_and_requeries_keep_working(
     g = gate(t, bad, load_mitigations().arm("metadata_integrity"))
     assert g.retriever == "tfidf_validity" and g.attempts == 2
     assert len(team.LOG["search"]) == asked
+
+
+def test_a_store_that_filters_by_the_principals_scopes_gets_them(corpus, scen, team) -> None:
+    spec = _spec(team, "Scoped")
+    clean = prepare(corpus, scen["clean"], spec)
+    denied = prepare(corpus, scen["permission_denied"], spec)
+    assert len(team.LOG["index"]) == 1 and set(team.LOG["scopes"]) == {None, frozenset()}
+    t = corpus.tasks[0].task_id
+    assert len(clean.sent[t]["results"]) == 3
+    # the store's own filter left nothing to withhold: no results, not a denial
+    assert denied.sent[t]["status"] == "ok" and not denied.sent[t]["results"]
+    assert denied.sent[t]["withheld"] == 0
+    # a store without the keyword is searched as before (layerlab's access layer denies)
+    plain = prepare(corpus, scen["permission_denied"], _spec(team))
+    assert plain.sent[t]["status"] == "denied"
 
 
 # --- bad replies and bad specs -------------------------------------------------------------------
@@ -440,6 +467,18 @@ def test_a_target_run_searches_the_teams_store(corpus, key, scen, team, tmp_path
     for rec in recs[recs.scenario == "clean"].itertuples():
         own = set(_store_reply(team, question[rec.task_id]))
         assert rec.retrieval_ok == (set(key[rec.task_id].required_doc_ids) <= own)
+    # the viewer's recomputed evidence replays the calls through the same store; once its code
+    # changed, it says so instead of showing another store's evidence
+    from layerlab.reporting.evidence import Recomputer
+
+    book = Recomputer(man, corpus, scen)
+    row = next(iter(rows.values()))
+    first = recs[(recs.scenario == row["scenario"]) & (recs.task_id == row["task_id"])
+                 & (recs.mitigation == row["mitigation"])].iloc[0].to_dict()  # fmt: skip
+    assert book.record(first, row["calls"])["status"] == "match"
+    Path(team.__file__).write_text(Path(team.__file__).read_text() + "\n# edited\n")
+    again = Recomputer(man, corpus, scen).record(first, row["calls"])
+    assert again["status"] == "unchecked" and "code" in again["check"], again
 
 
 def test_resume_after_the_retrievers_code_changed_is_refused(

@@ -58,11 +58,14 @@ def _search(
     external store is asked each question once per distinct index).
     """
     tasks = corpus.tasks
-    ck = (retriever, tuple(docs), tasks, tuple(sorted(corpus.cue_words.items())))
+    # a team's store may filter by the principal's scopes itself: its ranking depends on them
+    asked = scopes if retrieval.is_external(retriever) else None
+    ck = (retriever, tuple(docs), tasks, tuple(sorted(corpus.cue_words.items())), asked)
     ranking = rankings.get(ck) if rankings is not None else None
     if ranking is None:
         r = retrieval.make(retriever, docs, corpus.cue_words)
-        ranking = r.search([t.question for t in tasks], [t.domain for t in tasks])
+        ranking = r.search([t.question for t in tasks], [t.domain for t in tasks],
+                           principal_scopes=scopes)  # fmt: skip
         if rankings is not None:
             rankings[ck] = ranking
     sent: dict[str, dict[str, Any]] = {}

@@ -170,6 +170,7 @@ class Searcher(Protocol):
         questions: Sequence[str],
         labelled_domains: Sequence[str] | None = None,
         k: int | None = None,
+        principal_scopes: frozenset[str] | None = None,
     ) -> Ranking: ...
 
     def rank(self, scores: NDArray[np.float64], k: int | None = None) -> Ranking: ...
@@ -229,9 +230,11 @@ class Retriever:
         questions: Sequence[str],
         labelled_domains: Sequence[str] | None = None,
         k: int | None = None,
+        principal_scopes: frozenset[str] | None = None,
     ) -> Ranking:
         """Top-k documents per question (``k``: default the config's ``top_k``; ties broken by
-        index order; filtered docs dropped)."""
+        index order; filtered docs dropped). ``principal_scopes`` is not used: access control
+        filters the results after the search (:func:`~layerlab.system.contract.search_payload`)."""
         return self.rank(self.score(questions, labelled_domains), k)
 
     def rank(self, scores: NDArray[np.float64], k: int | None = None) -> Ranking:

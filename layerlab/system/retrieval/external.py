@@ -80,8 +80,17 @@ def documents_sha256(docs: Iterable[StoreDocument]) -> str:
 
 # --- specs and adapters ---------------------------------------------------------------------
 
-Search = Callable[[str, int], Any]
-"""``(query, top_k) -> the store's raw reply`` (checked by :func:`parse_reply`)."""
+Scopes = frozenset[str] | None
+
+
+@dataclass(frozen=True)
+class Search:
+    """A store's search: ``ask(query, top_k, the principal's scopes)`` -> its raw reply (checked
+    by :func:`parse_reply`; scopes ``None``: the principal is not restricted), and whether the
+    store takes the scopes (else they are not part of what it is asked)."""
+
+    ask: Callable[[str, int, Scopes], Any]
+    takes_scopes: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,20 +228,25 @@ class ExternalRetriever:
         self.index_seconds = time.perf_counter() - started
         self.searches = 0
         self.failures: list[str] = []
-        self._asked: dict[tuple[str, int], tuple[list[tuple[int, float | None]], str]] = {}
+        self._asked: dict[tuple[str, int, Scopes], tuple[list[tuple[int, float | None]], str]] = {}
 
-    def _one(self, query: str, k: int) -> tuple[list[tuple[int, float | None]], str]:
+    def _one(
+        self, query: str, k: int, scopes: Scopes = None
+    ) -> tuple[list[tuple[int, float | None]], str]:
         """The store's checked reply to ``(query, k)``, asked once per index (the search is a
         function of the index and the query, as layerlab's own retrievers are: a retry of the
         tool re-sends its reply, it does not search again)."""
-        if (query, k) not in self._asked:
-            self._asked[(query, k)] = self._ask(query, k)
-        return self._asked[(query, k)]
+        ck = (query, k, scopes if self._search.takes_scopes else None)
+        if ck not in self._asked:
+            self._asked[ck] = self._ask(*ck)
+        return self._asked[ck]
 
-    def _ask(self, query: str, k: int) -> tuple[list[tuple[int, float | None]], str]:
+    def _ask(
+        self, query: str, k: int, scopes: Scopes
+    ) -> tuple[list[tuple[int, float | None]], str]:
         self.searches += 1
         try:
-            return parse_reply(self._search(query, k), k, self._known), ""
+            return parse_reply(self._search.ask(query, k, scopes), k, self._known), ""
         except ReplyError as exc:
             why = str(exc)
         except Exception as exc:  # the team's code failed: a tool error, never a crash
@@ -247,16 +261,18 @@ class ExternalRetriever:
         questions: Sequence[str],
         labelled_domains: Sequence[str] | None = None,
         k: int | None = None,
+        principal_scopes: Scopes = None,
     ) -> Ranking:
         """Each question's results in the store's order (``labelled_domains`` is not used: a
-        store sees only the question)."""
+        store sees only the question; ``principal_scopes`` reaches a store whose ``search``
+        takes that keyword)."""
         k = TOP_K if k is None else k
         n = len(questions)
         idx = np.full((n, k), -1, dtype=np.int64)
         scores = np.full((n, k), -np.inf)
         errors = []
         for i, q in enumerate(questions):
-            got, err = self._one(q, k) if self.documents else ([], "")
+            got, err = self._one(q, k, principal_scopes) if self.documents else ([], "")
             errors.append(err)
             for j, (pos, s) in enumerate(got):
                 idx[i, j], scores[i, j] = pos, 1.0 / (j + 1) if s is None else s

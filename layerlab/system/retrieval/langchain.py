@@ -14,7 +14,8 @@ documents: a retriever has no ``k`` argument). A result's id is its ``Document.i
     def make_store(documents):
         return InMemoryVectorStore.from_documents(documents, DeterministicFakeEmbedding(size=64))
 
-The factory is called once per distinct scenario index. Needs ``langchain-core`` (the
+The factory is called once per distinct scenario index. The principal's scopes are not passed (a
+LangChain filter's form is the store's own): layerlab's access control filters the results. Needs ``langchain-core`` (the
 ``langchain`` extra).
 """
 
@@ -78,18 +79,18 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
             vs_mod.VectorStore.similarity_search_with_score
         )
 
-        def search(query: str, k: int) -> Any:
+        def search(query: str, k: int, _scopes: Any) -> Any:
             if with_score:
                 return [_result(d, s) for d, s in store.similarity_search_with_score(query, k=k)]
             return [_result(d) for d in store.similarity_search(query, k=k)]
 
-        return search
+        return Search(search)
     if isinstance(store, retr_mod.BaseRetriever):
 
-        def invoke(query: str, k: int) -> Any:
+        def invoke(query: str, k: int, _scopes: Any) -> Any:
             return [_result(d) for d in store.invoke(query)[:k]]
 
-        return invoke
+        return Search(invoke)
     raise RetrieverError(
         f"{where}: {name}(documents) returned a {type(store).__name__} (expected a LangChain "
         "VectorStore or BaseRetriever)"

@@ -14,11 +14,15 @@
             hits = sorted(self.docs, key=lambda d: -len(words & set(d.text.lower().split())))
             return [d.id for d in hits[:top_k]]
 
-One object is made, and ``index`` called once, per distinct scenario index.
+One object is made, and ``index`` called once, per distinct scenario index. A ``search`` that
+takes a ``principal_scopes`` keyword also gets the requesting principal's access scopes (a
+frozenset; ``None``: unrestricted), so the store's own filter can act on each document's
+``access_scope``; layerlab's access control applies after it all the same.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from layerlab.system.retrieval.external import (
@@ -56,8 +60,17 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
             f"{where}: index() of {len(documents)} documents failed ({type(exc).__name__}: "
             f"{' '.join(str(exc).split())[:200]})"
         ) from None
-    search: Search = store.search
-    return search
+    if _takes_scopes(store.search):
+        return Search(lambda q, k, scopes: store.search(q, k, principal_scopes=scopes), True)
+    return Search(lambda q, k, _scopes: store.search(q, k))
+
+
+def _takes_scopes(fn: Any) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "principal_scopes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 adapter(
