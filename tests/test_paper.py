@@ -38,7 +38,7 @@ def test_tables_one_to_ten_come_first_in_order() -> None:
     assert _inputs()[:10] == [f"table{i}" for i in range(1, 11)]
 
 
-@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see the README")
+@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see docs/paper.md")
 def test_paper_builds_without_overfull_tables(tmp_path) -> None:
     b = paper.build(out_dir=tmp_path / "build", pdf=tmp_path / "main.pdf")
     assert b.pdf.stat().st_size > 10_000
@@ -69,7 +69,7 @@ def test_paper_builds_without_overfull_tables(tmp_path) -> None:
     assert "destination with the same identifier" not in log
 
 
-@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see the README")
+@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see docs/paper.md")
 def test_build_reports_an_overfull_table_by_file(tmp_path) -> None:
     """A table wider than the page is named, not just warned about in a log nobody reads."""
     src = tmp_path / "src"
