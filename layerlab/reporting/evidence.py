@@ -152,8 +152,15 @@ class Recomputer:
         recomputed: the path would be another spec's)."""
         from layerlab import archive, paths
         from layerlab.corpus.spec import spec_hash
-        from layerlab.system import prompt
+        from layerlab.system import prompt, retrieval
 
+        if retrieval.is_external(self.retriever):  # a team's store: recomputed only as it was
+            try:
+                code = retrieval.code(self.retriever)
+            except retrieval.RetrieverError:
+                return [f"retriever {self.retriever} (not importable here)"]
+            if self.manifest.get("retriever_code") not in (None, code):
+                return [f"retriever {self.retriever}'s code"]
         have = archive.provenance_of(self.manifest)
         now = {
             "corpus_spec": self.corpus.spec_hash,
