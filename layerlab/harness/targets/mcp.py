@@ -1,0 +1,186 @@
+"""The faulted tools over the Model Context Protocol, for an agent built on an agent framework.
+
+The record's ``search`` and ``open_document`` (the same :class:`~layerlab.harness.tools.ToolBox`
+calls a Python target and the REST tool server make) are MCP tools with the input schemas of
+:data:`~layerlab.harness.tools.TOOL_DEFINITIONS`. A call's result is the tool's observation:
+its text content is the observation as JSON (byte for byte the REST tool server's body), its
+structured content the same object, and a failed call (status ``error`` or ``refused``) is an
+MCP tool error (``isError: true``) whose observation carries ``{"code", "message"}``. A
+partial result (``{"status": "partial", "error": {"code": "timeout", ...}, "results": [...]}``)
+is a result, not an error. Arguments are not checked by the MCP layer: a call that breaks the
+schema reaches the ToolBox, which answers ``invalid_call`` and counts it against V.
+
+:func:`tool_server` builds the official SDK's low-level ``Server`` for one lookup of the
+record (in memory: ``mcp.Client(tool_server(...))``); :class:`McpService` serves the records
+of a target run over streamable HTTP on 127.0.0.1 (:mod:`~layerlab.harness.targets.mcphost`),
+each record at an address of its own (``http://127.0.0.1:PORT/mcp/<token>``, the token fresh
+and unguessable, valid while the record is in flight). The service starts when a record first
+asks for its address (:attr:`TargetRequest.mcp_url`): a target that never uses MCP costs
+nothing. Without the ``mcp`` extra there is no MCP address (``mcp_url`` is None).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import secrets
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from layerlab.harness.tools import TOOL_DEFINITIONS, TOOLS_VERSION
+
+if TYPE_CHECKING:
+    from layerlab.harness.targets.base import TargetRequest
+    from layerlab.harness.targets.mcphost import Host
+
+INSTALL = "pip install 'layerlab[mcp]'"
+NAME = "layerlab-tools"
+FAILED = ("error", "refused")
+"""Observation statuses returned as MCP tool errors (``isError``)."""
+
+Caller = Callable[[str, Any], dict[str, Any]]
+"""One record's tool call: ``(tool name, arguments) -> observation``."""
+
+
+def available() -> bool:
+    """Whether the official MCP SDK (the ``mcp`` extra) is installed."""
+    return importlib.util.find_spec("mcp") is not None
+
+
+def tools() -> list[Any]:
+    """The two tools as MCP ``Tool`` definitions (names, descriptions and input schemas of
+    :data:`~layerlab.harness.tools.TOOL_DEFINITIONS`)."""
+    import mcp_types as types
+
+    return [types.Tool(name=t["function"]["name"], description=t["function"]["description"],
+                       input_schema=t["function"]["parameters"])
+            for t in TOOL_DEFINITIONS]  # fmt: skip
+
+
+def tool_result(obs: dict[str, Any]) -> Any:
+    """An observation as an MCP ``CallToolResult`` (see the module docstring)."""
+    import mcp_types as types
+
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(obs))],
+        structured_content=obs,
+        is_error=obs.get("status") in FAILED,
+    )
+
+
+def tool_server(
+    caller_for: Callable[[Any], Caller], *, instructions: str | None = None, name: str = NAME
+) -> Any:
+    """The SDK's low-level MCP ``Server`` over the faulted tools. ``caller_for(ctx)`` gives the
+    call function of the record a request belongs to (``ctx``: the SDK's request context, whose
+    ``request`` is the HTTP request, None in memory); it raises ``LookupError`` with a one-line
+    reason when there is none (the client gets an MCP error, no record is touched). Calls run in
+    a worker thread (a search is CPU work; the event loop keeps serving)."""
+    import anyio.to_thread
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.shared.exceptions import MCPError
+
+    listing = tools()
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        return types.ListToolsResult(tools=listing)
+
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        try:
+            call = caller_for(ctx)
+        except LookupError as exc:
+            raise MCPError(code=types.INVALID_REQUEST, message=str(exc.args[0])) from None
+        args = params.arguments if params.arguments is not None else {}
+        obs = await anyio.to_thread.run_sync(call, params.name, args)
+        return tool_result(obs)
+
+    return Server(name, version=TOOLS_VERSION, instructions=instructions,
+                  on_list_tools=list_tools, on_call_tool=call_tool)  # fmt: skip
+
+
+def token_of(ctx: Any) -> str:
+    """The record token of an HTTP request (the ``/mcp/<token>`` path's); "" in memory."""
+    request = getattr(ctx, "request", None)
+    if request is None:
+        return ""
+    return str(request.scope.get("path_params", {}).get("token", ""))
+
+
+class McpService:
+    """The MCP addresses of one target run's records (one HTTP server, started on first use)."""
+
+    def __init__(self) -> None:
+        self._live: dict[str, tuple[TargetRequest, threading.Lock]] = {}
+        self._tokens: dict[int, str] = {}  # id(request) -> its token
+        self._guard = threading.Lock()
+        self._host: Host | None = None
+        self._closed = False
+        self.enabled = available()
+
+    @property
+    def disconnects(self) -> int:
+        """Callers that disconnected before their answer, so far."""
+        return self._host.disconnects if self._host is not None else 0
+
+    @property
+    def started(self) -> bool:
+        return self._host is not None
+
+    def _caller(self, ctx: Any) -> Caller:
+        with self._guard:
+            live = self._live.get(token_of(ctx))
+        if live is None:
+            raise LookupError("the address is not that of a record in flight")
+        request, lock = live
+
+        def call(name: str, args: Any) -> dict[str, Any]:
+            with lock:  # one record's tools are called one at a time
+                return request.call(name, args)
+
+        return call
+
+    def _allowed(self, token: str) -> bool:
+        with self._guard:
+            return token in self._live
+
+    def address(self, request: TargetRequest) -> str | None:
+        """``request``'s MCP address (starting the server on first use), None without the
+        ``mcp`` extra or once the run's service is closed."""
+        if not self.enabled:
+            return None
+        with self._guard:
+            if self._closed:
+                return None
+            if self._host is None:
+                from layerlab.harness.targets.mcphost import Host
+
+                self._host = Host(tool_server(self._caller), self._allowed)
+            token = self._tokens.get(id(request))
+            if token is None:
+                token = secrets.token_urlsafe(24)
+                self._tokens[id(request)] = token
+                self._live[token] = (request, threading.Lock())
+            return f"{self._host.url}/mcp/{token}"
+
+    def release(self, request: TargetRequest) -> None:
+        """The record has ended: its address refuses every request from now on."""
+        with self._guard:
+            token = self._tokens.pop(id(request), None)
+            if token is not None:
+                self._live.pop(token, None)
+
+    def close(self) -> None:
+        """Stop the server (its thread ended, its port closed); idempotent."""
+        with self._guard:
+            self._closed, host, self._host = True, self._host, None
+            self._live.clear()
+            self._tokens.clear()
+        if host is not None:
+            host.close()
+            if host.disconnects:
+                print(f"MCP tool server: {host.disconnects} caller(s) disconnected before their "
+                      "answer (their tool calls were made; nothing was lost)",
+                      file=sys.stderr)  # fmt: skip
