@@ -32,12 +32,13 @@ from layerlab.harness.prepare import prepare
 from layerlab.harness.targets import TargetRequest, parse_target
 from layerlab.harness.targets.base import _MCP, end_record
 from layerlab.harness.targets.mcp import McpService, tool_server
-from layerlab.harness.targets.toolserver import MAX_BODY, ToolServer
+from layerlab.harness.targets.toolserver import MAX_BODY, ToolServer, openapi
 from layerlab.harness.tools import OPEN, SEARCH, TOOL_DEFINITIONS, ToolBox
 from tests.fake_openai import FakeOpenAI
 
 pytest.importorskip("mcp")
 from mcp import Client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "finance-01-q1"
@@ -162,6 +163,7 @@ def test_tools_are_listed_as_openai_functions_and_mcp_tools(corpus, prepared) ->
     finally:
         server.close()
     assert listed == {"tools": json.loads(json.dumps(TOOL_DEFINITIONS))}
+    assert "get" in openapi()["paths"]["/tools"]
     assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object"
                for t in listed["tools"])  # fmt: skip
 
@@ -298,7 +300,7 @@ def test_serve_mcp_with_the_official_client_over_http(tmp_path) -> None:
     import signal
 
     env_py = [sys.executable, "-m", "layerlab", "serve", "mcp", "--scenario", "permission_denied",
-              "--arm", "strict", "--task", TASK]  # fmt: skip
+              "--mitigation", "strict", "--task", TASK]  # fmt: skip
     proc = subprocess.Popen(env_py, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path)  # fmt: skip
     try:
@@ -318,3 +320,45 @@ def test_serve_mcp_with_the_official_client_over_http(tmp_path) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
+
+
+def test_serve_mcp_tool_only_mode_and_no_answer_key(corpus, key, prepared, monkeypatch) -> None:
+    """Without ``--task`` the client picks the task on the address (``?task=``), each MCP
+    session is a record of its own; the command never reads the answer key (it is not loaded),
+    and the question, never its answer, is what the server says about a task."""
+    from layerlab.cli import main
+    from layerlab.corpus import build as corpus_mod
+    from layerlab.harness.targets.mcp import Interactive
+    from layerlab.harness.targets.mcphost import Host
+
+    def no_key(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("serve mcp read the answer key")
+
+    monkeypatch.setattr(corpus_mod, "load_answer_key", no_key)
+    monkeypatch.setattr("sys.stdin", open(__import__("os").devnull))  # noqa: SIM115
+    assert main(["serve", "mcp", "--scenario", "clean", "--task", TASK, "--stdio"]) == 0
+
+    task = _task(corpus)
+    tools = Interactive(corpus.tasks, prepared["partial_timeout"], "strict")
+    host = Host(tools.server(), lambda t: t == tools.token, stateless=False)
+    url = f"{host.url}/mcp/{tools.token}"
+
+    async def use(address: str) -> Any:
+        async with Client(address, mode="legacy") as client:  # a session of its own
+            try:
+                return await client.call_tool(SEARCH, {"query": task.question})
+            except MCPError as exc:  # a protocol error: no record was touched
+                return exc
+
+    try:
+        missing = asyncio.run(use(url))
+        assert isinstance(missing, MCPError) and "?task=<task_id>" in str(missing)
+        assert not tools.records
+        first, second = (asyncio.run(use(f"{url}?task={TASK}")) for _ in range(2))
+    finally:
+        host.close()
+    assert first.structured_content == second.structured_content  # two sessions, two records
+    assert first.structured_content["error"]["code"] == "timeout"
+    assert len(tools.records) == 2 and all(len(t.calls) == 1 for t in tools.records.values())
+    said = Interactive(corpus.tasks, prepared["clean"], "strict", task).instructions()
+    assert task.question in said and key[TASK].expected_answer not in said

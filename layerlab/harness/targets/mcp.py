@@ -34,6 +34,7 @@ from layerlab.harness.tools import TOOL_DEFINITIONS, TOOLS_VERSION
 if TYPE_CHECKING:
     from layerlab.harness.targets.base import TargetRequest
     from layerlab.harness.targets.mcphost import Host
+    from layerlab.harness.tools import ToolBox
 
 INSTALL = "pip install 'layerlab[mcp]'"
 NAME = "layerlab-tools"
@@ -184,3 +185,103 @@ class McpService:
                 print(f"MCP tool server: {host.disconnects} caller(s) disconnected before their "
                       "answer (their tool calls were made; nothing was lost)",
                       file=sys.stderr)  # fmt: skip
+
+
+# --- layerlab serve mcp ----------------------------------------------------------------------
+
+
+class Interactive:
+    """The faulted tools of one scenario and arm for interactive use (``layerlab serve mcp``).
+
+    Each MCP session is a record of its own (a fresh :class:`~layerlab.harness.tools.ToolBox`:
+    transient faults start over): of ``task`` when one is given, else of the task the client
+    picks with ``?task=<task_id>`` on the address (tool-only mode). A client without sessions
+    (the 2026-07-28 protocol, stdio) has one record per task for the server's lifetime. Only the
+    public task (its question, never its answer or required documents) is ever read: the answer
+    key is not loaded."""
+
+    def __init__(self, tasks: Any, prepared: Any, arm: Any, task: Any = None) -> None:
+        self.tasks = {t.task_id: t for t in tasks}
+        self.prepared, self.arm, self.task = prepared, arm, task
+        self.records: dict[tuple[str, str], ToolBox] = {}
+        self._guard = threading.Lock()
+        self.token = secrets.token_urlsafe(24)
+
+    def instructions(self) -> str:
+        what = "Policy-document tools with injected operational faults (layerlab)."
+        if self.task is None:
+            return what
+        return f"{what} The question to answer: {self.task.question}"
+
+    def _task_of(self, ctx: Any) -> Any:
+        if self.task is not None:
+            return self.task
+        request = getattr(ctx, "request", None)
+        picked = request.query_params.get("task", "") if request is not None else ""
+        if picked not in self.tasks:
+            example = next(iter(self.tasks))
+            shown = f"no task {picked!r}" if picked else "no task picked"
+            raise LookupError(f"{shown}: add ?task=<task_id> to the address (e.g. ?task={example}"
+                              f"; {len(self.tasks)} tasks)")  # fmt: skip
+        return self.tasks[picked]
+
+    def caller_for(self, ctx: Any) -> Caller:
+        from layerlab.harness.tools import ToolBox
+
+        task = self._task_of(ctx)
+        request = getattr(ctx, "request", None)
+        session = request.headers.get("mcp-session-id", "") if request is not None else ""
+        with self._guard:
+            tools = self.records.get((task.task_id, session))
+            if tools is None:
+                tools = self.records[(task.task_id, session)] = ToolBox(task, self.prepared,
+                                                                        self.arm)  # fmt: skip
+
+        def call(name: str, args: Any) -> dict[str, Any]:
+            with self._guard:  # interactive: one call at a time
+                return tools.call(name, args, len(tools.calls) + 1)
+
+        return call
+
+    def server(self) -> Any:
+        return tool_server(self.caller_for, instructions=self.instructions())
+
+    def summary(self) -> str:
+        """One line: the records served and their calls' outcomes."""
+        from collections import Counter
+
+        outcomes = Counter(c.outcome for t in self.records.values() for c in t.calls)
+        calls = sum(outcomes.values())
+        shown = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none"
+        return f"{len(self.records)} record(s), {calls} tool call(s): {shown}"
+
+    def serve_http(self, port: int, say: Callable[[str], None]) -> None:
+        """Serve on 127.0.0.1 until Ctrl-C (``KeyboardInterrupt``), then stop cleanly."""
+        import time
+
+        from layerlab.harness.targets.mcphost import Host
+
+        host = Host(self.server(), lambda t: secrets.compare_digest(t, self.token), port=port,
+                    stateless=False)  # fmt: skip
+        url = f"{host.url}/mcp/{self.token}" + ("" if self.task else "?task=<task_id>")
+        say(f"MCP server (streamable HTTP) at {url} until Ctrl-C")
+        say(f"connect: claude mcp add --transport http layerlab '{url}' | Python: "
+            f"mcp.Client('{url}') | openai-agents: MCPServerStreamableHttp(params={{'url': ...}})")  # fmt: skip
+        try:
+            while host.running:
+                time.sleep(0.2)
+        finally:
+            host.close()
+
+    def serve_stdio(self) -> None:
+        """Serve over stdin/stdout (what stock desktop clients launch) until the client ends."""
+        import anyio
+        from mcp.server.stdio import stdio_server
+
+        server = self.server()
+
+        async def run() -> None:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+
+        anyio.run(run)

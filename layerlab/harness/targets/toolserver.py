@@ -77,6 +77,12 @@ def openapi() -> dict[str, Any]:
                 "413": {"description": f"the body is larger than {MAX_BODY} bytes"},
             },
         }}  # fmt: skip
+    paths["/tools"] = {"get": {
+        "operationId": "tools",
+        "summary": "The tools as OpenAI function definitions (register them with your agent)",
+        "responses": {"200": {"description": "{\"tools\": [OpenAI function definitions]}",
+                              "content": {"application/json": {"schema": {"type": "object"}}}}},
+    }}  # fmt: skip
     return {"openapi": "3.0.3",
             "info": {"title": "layerlab faulted tools", "version": TOOLS_VERSION},
             "components": {"securitySchemes": {"tools_token": {
