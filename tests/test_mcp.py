@@ -458,3 +458,18 @@ def test_an_http_target_gets_its_records_mcp_address_in_the_body(corpus, key, tm
     assert all("tools_url" in b and "tools_token" in b for b in bodies)
     rows = agentlog.read_table(tmp_path / "run", target=True)
     assert [c["outcome"] for row in rows for c in row["calls"]] == ["denied", "denied"]
+
+
+def test_without_the_mcp_extra_a_record_has_no_mcp_address(corpus, prepared, monkeypatch):
+    """No MCP SDK: no address (``mcp_url`` is None), nothing started; the tools still work."""
+    from layerlab.harness.targets import mcp
+
+    monkeypatch.setattr(mcp, "available", lambda: False)
+    service = McpService()
+    service.start()
+    request = TargetRequest(ToolBox(_task(corpus), prepared["clean"], "strict"))
+    _MCP[request] = service
+    assert request.mcp_url is None and not service.started
+    assert request.search("purchase approval")["status"] == "ok"
+    end_record(request)
+    service.close()

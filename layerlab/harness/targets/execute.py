@@ -192,6 +192,8 @@ class Runner:
         self._serial: asyncio.Semaphore | None = None if declared else asyncio.Semaphore(1)
         self._aloop: _Loop | None = None
         self.mcp = McpService()  # the records' MCP addresses (a server started on first use)
+        if spec.kind == "http":  # every request body carries one: started before the records
+            self.mcp.start()
         self._threads_before = set(threading.enumerate())
         self._real_exit = os._exit
         os._exit = self._exit  # type: ignore[assignment]  # caught while the run answers

@@ -15,12 +15,15 @@ record (in memory: ``mcp.Client(tool_server(...))``); :class:`McpService` serves
 of a target run over streamable HTTP on 127.0.0.1 (:mod:`~layerlab.harness.targets.mcphost`),
 each record at an address of its own (``http://127.0.0.1:PORT/mcp/<token>``, the token fresh
 and unguessable, valid while the record is in flight). The service starts when a record first
-asks for its address (:attr:`TargetRequest.mcp_url`): a target that never uses MCP costs
-nothing. Without the ``mcp`` extra there is no MCP address (``mcp_url`` is None).
+asks for its address (:attr:`TargetRequest.mcp_url`; the start, a second or two, counts in that
+record's time): a target that never uses MCP costs nothing. An HTTP target's run starts it
+before its first record (every request body carries the address). Without the ``mcp`` extra
+there is no MCP address (``mcp_url`` is None).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import secrets
@@ -147,6 +150,21 @@ class McpService:
         with self._guard:
             return token in self._live
 
+    def _start(self) -> Host:
+        if self._host is None:  # under the guard
+            from layerlab.harness.targets.mcphost import Host
+
+            self._host = Host(tool_server(self._caller), self._allowed)
+        return self._host
+
+    def start(self) -> None:
+        """Start the server now (an HTTP target's records all carry an address: its start is
+        then not counted in the first record's time); a no-op without the ``mcp`` extra."""
+        if self.enabled:
+            with self._guard, contextlib.suppress(RuntimeError):  # a record says it, if used
+                if not self._closed:
+                    self._start()
+
     def address(self, request: TargetRequest) -> str | None:
         """``request``'s MCP address (starting the server on first use), None without the
         ``mcp`` extra or once the run's service is closed."""
@@ -155,16 +173,13 @@ class McpService:
         with self._guard:
             if self._closed:
                 return None
-            if self._host is None:
-                from layerlab.harness.targets.mcphost import Host
-
-                self._host = Host(tool_server(self._caller), self._allowed)
+            host = self._start()
             token = self._tokens.get(id(request))
             if token is None:
                 token = secrets.token_urlsafe(24)
                 self._tokens[id(request)] = token
                 self._live[token] = (request, threading.Lock())
-            return f"{self._host.url}/mcp/{token}"
+            return f"{host.url}/mcp/{token}"
 
     def release(self, request: TargetRequest) -> None:
         """The record has ended: its address refuses every request from now on."""
@@ -183,7 +198,7 @@ class McpService:
             host.close()
             if host.disconnects:
                 print(f"MCP tool server: {host.disconnects} caller(s) disconnected before their "
-                      "answer (their tool calls were made; nothing was lost)",
+                      "answer (a call that had reached its record is logged as made)",
                       file=sys.stderr)  # fmt: skip
 
 

@@ -67,7 +67,6 @@ class Host:
             security_settings=security, max_request_body_size=MAX_BODY,
         )  # fmt: skip
         mcp_app = StreamableHTTPASGIApp(manager)
-        host = self
 
         async def check(scope: Any, receive: Any, send: Any) -> None:
             token = str(scope.get("path_params", {}).get("token", ""))
@@ -78,7 +77,7 @@ class Host:
             else:
                 scope["user"] = AuthenticatedUser(AccessToken(token=token, client_id=token,
                                                               scopes=[]))  # fmt: skip
-                await mcp_app(scope, *_watched(receive, send, host._count))
+                await mcp_app(scope, *_watched(receive, send, self._count))
                 return
             await send({"type": "http.response.start", "status": status,
                         "headers": [(b"content-type", b"application/json"),
