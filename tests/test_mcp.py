@@ -473,3 +473,44 @@ def test_without_the_mcp_extra_a_record_has_no_mcp_address(corpus, prepared, mon
     assert request.search("purchase approval")["status"] == "ok"
     end_record(request)
     service.close()
+
+
+LC_FACTORY = """
+import asyncio, json
+from langchain_core.runnables import RunnableLambda
+from mcp import Client
+from layerlab.harness.targets.langchain import mcp_url
+
+SEEN = []
+
+def factory(retriever, tool):
+    async def over_mcp(url, question):
+        async with Client(url) as client:
+            return (await client.call_tool("search", {"query": question})).structured_content
+
+    def answer(inp):
+        url = mcp_url()
+        SEEN.append(url)
+        obs = asyncio.run(over_mcp(url, inp["question"]))
+        if obs["status"] in ("error", "refused"):
+            return {"answer": "", "source_documents": []}
+        best = obs["results"][0]
+        return {"answer": best["text"][:20], "source_documents": [best]}
+
+    return RunnableLambda(answer)
+"""
+
+
+def test_a_langchain_chain_reads_its_records_mcp_address(corpus, key, tmp_path, monkeypatch):
+    (tmp_path / "lc_mcp.py").write_text(LC_FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scen = {"permission_denied": load_scenarios()["permission_denied"]}
+    cfg = live.LiveConfig(models=(), scenarios=tuple(scen), task_ids=(TASK,),
+                          target="langchain:lc_mcp:factory")  # fmt: skip
+    r = live.run_live(corpus, key, scen, cfg, tmp_path / "run", cache_dir=tmp_path / "cache",
+                      scenario_hash=spec_hash(paths.SCENARIO_SPEC))  # fmt: skip
+    import lc_mcp
+
+    assert r.complete and len(set(lc_mcp.SEEN)) == 2  # one address per record
+    rows = agentlog.read_table(tmp_path / "run", target=True)
+    assert [c["outcome"] for row in rows for c in row["calls"]] == ["denied", "denied"]
