@@ -460,8 +460,9 @@ def test_an_http_target_gets_its_records_mcp_address_in_the_body(corpus, key, tm
     assert [c["outcome"] for row in rows for c in row["calls"]] == ["denied", "denied"]
 
 
-def test_without_the_mcp_extra_a_record_has_no_mcp_address(corpus, prepared, monkeypatch):
-    """No MCP SDK: no address (``mcp_url`` is None), nothing started; the tools still work."""
+def test_without_the_mcp_extra_a_record_has_no_mcp_address(corpus, prepared, monkeypatch, capsys):
+    """No MCP SDK: no address (``mcp_url`` is None), nothing started; the tools still work;
+    ``serve mcp`` says which extra brings it."""
     from layerlab.harness.targets import mcp
 
     monkeypatch.setattr(mcp, "available", lambda: False)
@@ -473,6 +474,10 @@ def test_without_the_mcp_extra_a_record_has_no_mcp_address(corpus, prepared, mon
     assert request.search("purchase approval")["status"] == "ok"
     end_record(request)
     service.close()
+    from layerlab.cli import main
+
+    assert main(["serve", "mcp", "--scenario", "clean"]) == 2
+    assert "pip install 'layerlab[mcp]'" in capsys.readouterr().err
 
 
 LC_FACTORY = """

@@ -51,7 +51,9 @@ def serve_mcp(
     from layerlab.harness.targets import mcp
 
     if not mcp.available():
-        raise _usage(f"layerlab serve mcp needs the MCP SDK: {mcp.INSTALL}")
+        from layerlab.extras import install_hint
+
+        raise _usage(f"layerlab serve mcp needs the MCP SDK: {install_hint('mcp')}")
     if stdio and task is None:
         raise _usage("--stdio needs --task (a stdio client cannot pick one on the address)")
     if not 0 <= port <= 65535:

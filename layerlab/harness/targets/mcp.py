@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from layerlab.harness.targets.mcphost import Host
     from layerlab.harness.tools import ToolBox
 
-INSTALL = "pip install 'layerlab[mcp]'"
 NAME = "layerlab-tools"
 FAILED = ("error", "refused")
 """Observation statuses returned as MCP tool errors (``isError``)."""
