@@ -17,6 +17,10 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``badtools``  — agent mode: an unknown tool, then a search with bad arguments, then acts
   like ``tools``;
 * ``endless``   — agent mode: a search tool call on every turn, never a final reply;
+* ``mcp-agent`` — a framework agent's model (any OpenAI ``tools`` request, e.g. the Agents SDK
+  over MCP tools): the first user message is the question (JSON ``{question, answer_kind,
+  session_id}`` or text), each ``tool`` message an observation; it acts like the extractive
+  reference agent (search, once more after a fault, then answer), as ``tool_calls``;
 * any other name — 404 "model not found", as OpenAI-compatible servers answer.
 
 It also answers Ollama's native ``POST /api/chat`` (what litellm's ``ollama_chat/`` provider
@@ -104,7 +108,7 @@ class FakeOpenAI:
                     server.hits[(model, h)] += 1
                     n = server.hits[(model, h)]
                 known = {"good", "flaky", "slow", "malformed", "text", "down", "gone", "limited"}
-                known |= {"fading", "prefix", "tools", "badtools", "endless"}
+                known |= {"fading", "prefix", "tools", "badtools", "endless", "mcp-agent"}
                 if model not in known or (model == "gone" and server.requests > 1):
                     return self._send(
                         404,
@@ -128,6 +132,8 @@ class FakeOpenAI:
                     return self._send(500, {"error": {"message": "boom", "type": "server_error"}})
                 if model == "slow" and n == 1:
                     time.sleep(SLOW_S)
+                if model == "mcp-agent":
+                    return self._send(200, _completion(model, *_framework_turn(req)))
                 if model in {"tools", "badtools", "endless"}:
                     return self._send(200, _completion(model, *_agent_turn(model, req)))
                 content = reply_for("layerlab/extractive", msgs)
@@ -195,6 +201,56 @@ def _agent_turn(model: str, req: dict[str, Any]) -> tuple[str | None, list[dict[
         return json.dumps(act), []
     return None, [{"id": f"call_{turn}", "type": "function",
                    "function": {"name": "search", "arguments": json.dumps(act)}}]  # fmt: skip
+
+
+def _text(content: Any) -> str:
+    """A chat message's content as text (a string, or a list of text parts)."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def _framework_turn(req: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
+    """The ``mcp-agent`` model's turn: (text, tool calls)."""
+    from layerlab.system.prompt import render_reply
+    from layerlab.system.reader import READERS, Evidence, ReaderInput
+
+    msgs = req["messages"]
+    first = _text(next(m for m in msgs if m["role"] == "user")["content"])
+    try:
+        head = json.loads(first)
+    except json.JSONDecodeError:
+        head = {"question": first}
+    seen = []
+    for m in msgs:
+        if m["role"] == "tool":
+            try:
+                seen.append(json.loads(_text(m["content"])))
+            except json.JSONDecodeError:
+                seen.append({"status": "error", "error": {"message": _text(m["content"])}})
+
+    def faulted(o: dict[str, Any]) -> bool:
+        res = o.get("results") or []
+        return o.get("status") != "ok" or not res or any(r.get("truncated") for r in res)
+
+    turn = sum(m["role"] == "assistant" for m in msgs)
+    if not seen or (len(seen) == 1 and faulted(seen[0])):
+        args = {"query": head["question"], "top_k": 3}
+        return None, [{"id": f"call_{turn}", "type": "function",
+                       "function": {"name": "search", "arguments": json.dumps(args)}}]  # fmt: skip
+    evidence: dict[str, Evidence] = {}
+    status, error = "ok", None
+    for o in seen:
+        if o.get("status") in ("ok", "partial"):
+            status = o["status"]
+            for r in o.get("results") or []:
+                evidence.pop(r["doc_id"], None)
+                evidence[r["doc_id"]] = Evidence(rank=len(evidence) + 1, **r)
+        elif isinstance(o.get("error"), dict):
+            error = o["error"].get("message")
+    inp = ReaderInput(head["question"], head.get("answer_kind", ""), head.get("session_id", ""),
+                      status, error if not evidence else None, tuple(evidence.values()))  # fmt: skip
+    return render_reply(READERS["extractive"]().read(inp)), []
 
 
 def _completion(model: str, content: str | None, calls: list[dict[str, Any]]) -> dict[str, Any]:

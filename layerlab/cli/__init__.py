@@ -3,9 +3,9 @@
 ``app`` holds the Typer app, the exit codes, the error handling and the groups; ``inputs`` the
 specs, corpus, scenarios, mitigations and audits; ``run`` the harnesses; ``study`` the LangChain study; ``archives`` archive
 check, migrate and merge; ``outputs`` recompute, reproduce, explore, report, view and dictionary;
-``models`` the local models; ``cache`` the reply cache; ``gate`` CI gates on a run. Importing
-this package registers every command; each command imports the library lazily, so
-``layerlab --help`` stays fast.
+``models`` the local models; ``cache`` the reply cache; ``gate`` CI gates on a run; ``serve``
+the faulted tools over MCP. Importing this package registers every command; each command
+imports the library lazily, so ``layerlab --help`` stays fast.
 """
 
 from layerlab.cli import (  # noqa: F401  (registers commands)
@@ -16,6 +16,7 @@ from layerlab.cli import (  # noqa: F401  (registers commands)
     models,
     outputs,
     run,
+    serve,
     study,
 )
 from layerlab.cli.app import EXIT_ERROR_RATE, EXIT_INCOMPLETE, app, main

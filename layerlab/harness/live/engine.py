@@ -289,7 +289,8 @@ class Engine:
         provider, name = split_model(cell.model)
         context = RecordContext(self.corpus, self.key, provider, name, self.run_id)
         prepared, target = self.prepared[cell.scenario], runner.target
-        tools, request = start_record(target, cell.task, prepared, self.arms[cell.mode])
+        tools, request = start_record(target, cell.task, prepared, self.arms[cell.mode],
+                                      runner.mcp)  # fmt: skip
         try:
             raw, error = await runner.call(lambda: target.answer(request))
         except TargetExit as exc:

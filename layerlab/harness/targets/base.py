@@ -105,6 +105,11 @@ def raise_for_error(obs: Mapping[str, Any], error: type[ToolError] = ToolError) 
 _TOOLBOXES: weakref.WeakKeyDictionary[TargetRequest, ToolBox] = weakref.WeakKeyDictionary()
 
 
+# The run's MCP service of a request (:class:`~layerlab.harness.targets.mcp.McpService`): it
+# gives the record its MCP address on first use and takes it back when the record ends.
+_MCP: weakref.WeakKeyDictionary[TargetRequest, Any] = weakref.WeakKeyDictionary()
+
+
 def _toolbox(request: TargetRequest) -> ToolBox:
     try:
         return _TOOLBOXES[request]
@@ -127,7 +132,11 @@ class TargetRequest:
       ``open_document`` opens any id a search of the record returned (a session-scoped
       ``doc~s-...`` one included);
     * ``retriever(query)`` returns a list of :class:`Document` and raises :class:`ToolError` when
-      the tool fails (a retriever has no other way to say so).
+      the tool fails (a retriever has no other way to say so);
+    * ``mcp_url``: the same tools as an MCP server (streamable HTTP on 127.0.0.1), at an
+      address of this record's own, valid while the record is answered (for an agent built on
+      an agent framework: :mod:`~layerlab.harness.targets.mcp`); None without the ``mcp``
+      extra or outside a run.
 
     The request holds no reference to the scenario or its index (the tools live apart).
     """
@@ -156,6 +165,11 @@ class TargetRequest:
         obs = self.search(query)
         raise_for_error(obs)
         return documents(obs)
+
+    @property
+    def mcp_url(self) -> str | None:
+        service = _MCP.get(self)
+        return None if service is None or self not in _TOOLBOXES else service.address(self)
 
 
 class Target(Protocol):
@@ -352,17 +366,25 @@ def reply_problem(raw: Any) -> str | None:
 
 
 def start_record(
-    target: Target, task: Task, prepared: PreparedScenario, arm: str | Arm
+    target: Target, task: Task, prepared: PreparedScenario, arm: str | Arm, mcp: Any = None
 ) -> tuple[ToolBox, TargetRequest]:
-    """A record's faulted tools and the request the target gets."""
+    """A record's faulted tools and the request the target gets; ``mcp`` (the run's
+    :class:`~layerlab.harness.targets.mcp.McpService`) gives it an MCP address."""
     tools = ToolBox(task, prepared, arm)
-    return tools, TargetRequest(tools, target.spec.options())
+    request = TargetRequest(tools, target.spec.options())
+    if mcp is not None:
+        _MCP[request] = mcp
+    return tools, request
 
 
 def end_record(request: TargetRequest) -> None:
     """The record has ended (answered, failed or timed out): its request calls no more tools,
-    whoever kept it (a thread left running past its timeout included)."""
+    whoever kept it (a thread left running past its timeout included), and its MCP address
+    refuses every call."""
     _TOOLBOXES.pop(request, None)
+    service = _MCP.pop(request, None)
+    if service is not None:
+        service.release(request)
 
 
 def score_record(

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from layerlab.harness.targets.mcp import McpService
 from layerlab.harness.targets.options import bool_setting, check_settings, timeout_setting
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 
@@ -190,6 +191,9 @@ class Runner:
         self.is_async = bool(getattr(target, "is_async", False))
         self._serial: asyncio.Semaphore | None = None if declared else asyncio.Semaphore(1)
         self._aloop: _Loop | None = None
+        self.mcp = McpService()  # the records' MCP addresses (a server started on first use)
+        if spec.kind == "http":  # every request body carries one: started before the records
+            self.mcp.start()
         self._threads_before = set(threading.enumerate())
         self._real_exit = os._exit
         os._exit = self._exit  # type: ignore[assignment]  # caught while the run answers
@@ -260,6 +264,7 @@ class Runner:
         """Close the target (bounded), stop the targets' loop, note leftover threads."""
         try:
             close_target(self.target)
+            self.mcp.close()
             if self._aloop is not None:
                 self._aloop.loop.call_soon_threadsafe(self._aloop.loop.stop)
         finally:

@@ -4,12 +4,15 @@ layerlab serves the record's faulted tools on localhost (:mod:`~layerlab.harness
 and POSTs each question to the service as JSON::
 
     {"question": "...", "answer_kind": "duration", "session_id": "s-1a2b3c4d",
-     "tools_url": "http://127.0.0.1:PORT", "tools_token": "..."}
+     "tools_url": "http://127.0.0.1:PORT", "tools_token": "...",
+     "mcp_url": "http://127.0.0.1:PORT2/mcp/<token>"}
 
 The service searches through ``tools_url`` with the header ``Authorization: Bearer
 {tools_token}`` (``POST {tools_url}/search {"session_id", "query", "top_k"}``, ``POST
 {tools_url}/open_document {"session_id", "doc_id"}``; the token is the record's, valid while it
-is answered: without it the tool server answers 401, nothing else can act inside the run) and
+is answered: without it the tool server answers 401, nothing else can act inside the run;
+``GET {tools_url}/tools`` lists them as OpenAI function definitions), or through the same tools
+over MCP at ``mcp_url`` (the record's own address; absent without the ``mcp`` extra), and
 answers with the
 reply contract as JSON (``{"status": "answered", "answer": "...", "citations": ["doc-id"]}`` or
 ``{"status": "abstained", "reason": "..."}``); a ``text/plain`` answer is read as free text. An
@@ -72,9 +75,13 @@ class HttpTarget:
     def answer(self, request: TargetRequest) -> Any:
         # each record has its own token: records of one session may be in flight together
         with self.server.serving(request) as (tools_url, tools_token):
-            payload = json.dumps({"question": request.question, "answer_kind": request.answer_kind,
-                                  "session_id": request.session_id, "tools_url": tools_url,
-                                  "tools_token": tools_token})  # fmt: skip
+            body = {"question": request.question, "answer_kind": request.answer_kind,
+                    "session_id": request.session_id, "tools_url": tools_url,
+                    "tools_token": tools_token}  # fmt: skip
+            mcp_url = request.mcp_url
+            if mcp_url is not None:
+                body["mcp_url"] = mcp_url
+            payload = json.dumps(body)
             req = urllib.request.Request(
                 self.spec.ref, data=payload.encode(), method="POST",
                 headers={"Content-Type": "application/json", "Accept": "application/json",

@@ -34,7 +34,9 @@ Records are invoked concurrently (``invoke`` in threads, up to ``--concurrency``
 only runs asynchronously (a ``RunnableLambda`` of an ``async def``), or any chain with
 ``--target-setting ainvoke=true``, is awaited with ``ainvoke``. A factory (or the chain it
 returns) that sets ``concurrent = False`` is invoked one record at a time; a chain with
-``setup()``/``close()`` has them called once per run.
+``setup()``/``close()`` has them called once per run. A chain that reaches its tools over MCP
+reads the record's address with :func:`mcp_url` while it runs (the address is not in the
+chain's input: a fresh token per record would change every prompt that shows the input).
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ def _request() -> TargetRequest:
         return _CURRENT.get()
     except LookupError:
         raise RuntimeError("the layerlab retriever/tool is used outside a record") from None
+
+
+def mcp_url() -> str | None:
+    """The MCP address of the record being answered, for a chain that reaches its tools over
+    MCP (e.g. ``langchain-mcp-adapters``): call it inside the chain, per record. None without
+    the ``mcp`` extra."""
+    return _request().mcp_url
 
 
 @functools.cache

@@ -5,7 +5,11 @@
 tool's observation (the same JSON a Python target's ``search`` returns: ``{"status":
 "ok"|"partial", "results": [...]}`` or ``{"status": "error"|"refused", "error": {"code",
 "message"}}``), always with HTTP 200 — a tool error is the tool's answer, not the server's.
-``GET /openapi.json`` describes both (OpenAPI 3).
+``GET /openapi.json`` describes both (OpenAPI 3); ``GET /tools`` lists them as OpenAI function
+definitions (``{"tools": [{"type": "function", "function": {"name", "description",
+"parameters"}}, ...]}``, :data:`~layerlab.harness.tools.TOOL_DEFINITIONS`), ready to register
+with an OpenAI-style agent — its tool calls then POST here with the record's token. Neither
+needs a token (they hold no record's data).
 
 Each record in flight gets its own unguessable token (``secrets.token_urlsafe``), sent to the
 service with the question and valid only while the record is answered: a call without one is
@@ -73,6 +77,12 @@ def openapi() -> dict[str, Any]:
                 "413": {"description": f"the body is larger than {MAX_BODY} bytes"},
             },
         }}  # fmt: skip
+    paths["/tools"] = {"get": {
+        "operationId": "tools",
+        "summary": "The tools as OpenAI function definitions (register them with your agent)",
+        "responses": {"200": {"description": "{\"tools\": [OpenAI function definitions]}",
+                              "content": {"application/json": {"schema": {"type": "object"}}}}},
+    }}  # fmt: skip
     return {"openapi": "3.0.3",
             "info": {"title": "layerlab faulted tools", "version": TOOLS_VERSION},
             "components": {"securitySchemes": {"tools_token": {
@@ -124,10 +134,14 @@ class ToolServer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:  # noqa: N802
-                if self.path.split("?")[0] == "/openapi.json":
+                path = self.path.split("?")[0]
+                if path == "/openapi.json":
                     self._send(200, openapi())
+                elif path == "/tools":
+                    self._send(200, {"tools": list(TOOL_DEFINITIONS)})
                 else:
-                    self._send(404, {"error": f"no such path {self.path!r} (GET /openapi.json)"})
+                    self._send(404, {"error": f"no such path {self.path!r} (GET /openapi.json, "
+                                              "/tools)"})  # fmt: skip
 
             def _record(self) -> tuple[TargetRequest, threading.Lock] | None:
                 """The record the caller's token names; None (answered) when it names none."""
