@@ -4,7 +4,9 @@
   (:func:`register`, :func:`get`, :data:`REGISTRY`), the fitted :class:`Retriever` and its
   :class:`Ranking`; a configuration's ``kind`` picks its text scorer (:data:`SCORERS`,
   registered with :func:`text_scorer`);
-* :mod:`~layerlab.system.retrieval.sparse`: the ``tfidf`` and ``bm25`` text scorers.
+* :mod:`~layerlab.system.retrieval.sparse`: the ``tfidf`` and ``bm25`` text scorers;
+* :mod:`~layerlab.system.retrieval.dense`: the ``dense`` text scorer (bundled wordllama
+  embeddings, offline; retrievers ``dense`` and ``dense_validity``).
 
 The paper's reported retriever is ``tfidf_domain_validity`` (:data:`REPORTED`); its ablations
 are :func:`paper_retrievers`.
@@ -12,7 +14,7 @@ are :func:`paper_retrievers`.
 
 from __future__ import annotations
 
-from layerlab.system.retrieval import sparse
+from layerlab.system.retrieval import dense, sparse
 from layerlab.system.retrieval.base import (
     REGISTRY,
     REPORTED,
@@ -42,6 +44,7 @@ __all__ = [
     "ScorerFactory",
     "TextScorer",
     "base",
+    "dense",
     "get",
     "index_text",
     "make",
