@@ -214,9 +214,16 @@ def audit_retriever(
         paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    extra: list[str] = typer.Option(
+        [],
+        "--retriever",
+        help="Also audit this retriever (a registered name or a team's python:MODULE:FACTORY / "
+        "langchain:MODULE:FACTORY), as a row beyond the paper; repeatable.",
+    ),
 ) -> None:
     """Required-document recall and current-version preference for every retriever, under the
-    clean, conflicting-evidence and corrupted-metadata conditions (paper Table 3)."""
+    clean, conflicting-evidence and corrupted-metadata conditions (paper Table 3), and the rows
+    beyond the paper: the dense retriever (with the dense extra) and any --retriever."""
     import json
 
     from layerlab.reporting import terminal as report
@@ -225,7 +232,7 @@ def audit_retriever(
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
     conditions = audit.conditions_from(c, scen)
-    result = audit.audit(c, key, conditions)
+    result = audit.audit(c, key, conditions, beyond=audit.beyond_paper(extra))
     if as_json:
         typer.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
