@@ -118,6 +118,19 @@ def _shard_flag(value: str | None) -> str | None:
     return value
 
 
+def _retriever_flag(value: str | None) -> str | None:
+    """``--retriever`` checked where it is parsed (a usage error, exit 2, before any run folder
+    exists): a registered name or an importable ``python:``/``langchain:`` factory."""
+    from layerlab.system import retrieval
+
+    if value is not None:
+        try:
+            retrieval.check(value)
+        except retrieval.RetrieverError as exc:
+            raise typer.BadParameter(str(exc).removeprefix("--retriever").lstrip(": ")) from None
+    return value
+
+
 def _usage(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(2)

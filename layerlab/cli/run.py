@@ -25,6 +25,7 @@ from layerlab.cli.app import (
     _load_corpus,
     _load_mitigations,
     _load_scenarios,
+    _retriever_flag,
     _shard_flag,
     _spec_fail,
     _target_spec,
@@ -32,6 +33,9 @@ from layerlab.cli.app import (
     mitigation_app,
     run_app,
 )
+
+_RETRIEVER_HELP = ("The tool's first stage: a registered retriever (e.g. bm25) or your own, "
+                   "python:MODULE:FACTORY or langchain:MODULE:FACTORY (docs/retrievers.md).")
 
 
 @run_app.command("deterministic")
@@ -41,7 +45,7 @@ def run_deterministic(
     scenarios_path: Path = typer.Option(
         paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
     ),
-    retriever: str = typer.Option("tfidf_domain_validity", help="Registered retriever name."),
+    retriever: str = typer.Option("tfidf_domain_validity", help=_RETRIEVER_HELP, callback=_retriever_flag),
     mitigation: list[str] = typer.Option(
         None,
         "--mitigation",
@@ -59,6 +63,8 @@ def run_deterministic(
     from layerlab.archive import write_records
     from layerlab.harness import deterministic as harness
     from layerlab.reporting import terminal as report
+    from layerlab.system import retrieval
+    from layerlab.system.retrieval import RetrieverError
 
     _check_out(out)
     c, key = _load_corpus(corpus_dir)
@@ -70,8 +76,10 @@ def run_deterministic(
         raise _fail(f"--mitigation: {exc.args[0]}") from None
     try:
         records = harness.run_deterministic(c, key, scen, arms, retriever=retriever)
-    except KeyError as exc:
-        raise _fail(f"--retriever: {exc.args[0]}") from None
+    except (KeyError, RetrieverError) as exc:  # a team's store that failed to index: one line
+        raise _fail(str(exc) if isinstance(exc, RetrieverError) else f"--retriever: {exc.args[0]}") from None
+    if retrieval.report(retriever):
+        typer.echo(retrieval.report(retriever), err=True)
     summary = harness.summarize(records)
     write_records(out / "records.parquet", records)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -194,9 +202,7 @@ def run_live(
     agent: bool = typer.Option(False, "--agent", help=_AGENT_HELP["agent"]),
     max_steps: int = typer.Option(4, "--max-steps", help=_AGENT_HELP["steps"]),
     tool_protocol: str = typer.Option("auto", "--tool-protocol", help=_AGENT_HELP["protocol"]),
-    retriever: str = typer.Option(
-        "tfidf_domain_validity", help="Registered retriever (the tool's first stage), e.g. bm25."
-    ),
+    retriever: str = typer.Option("tfidf_domain_validity", help=_RETRIEVER_HELP, callback=_retriever_flag),
     target: str = typer.Option(None, "--target", help=_AGENT_HELP["target"]),
     target_name: str = typer.Option("", "--target-name", help=_AGENT_HELP["name"]),
     target_version: str = typer.Option("", "--target-version", help=_AGENT_HELP["version"]),
@@ -434,7 +440,7 @@ _CONFIG_OWNS = (
     "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
     "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
     "sample_log", "agent", "max_steps", "tool_protocol", "target", "target_name", "target_version",
-    "target_setting",
+    "target_setting", "retriever",
 )  # fmt: skip
 
 

@@ -61,7 +61,7 @@ from layerlab.models.cache import ResponseCache
 from layerlab.models.cachecheck import CacheError, flag_for, open_cache
 from layerlab.models.llm import ProviderSettings, import_litellm
 from layerlab.models.routing import Route, endpoint_label, record_seed, split_model
-from layerlab.system import prompt
+from layerlab.system import prompt, retrieval
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,9 @@ def run_live(
         from layerlab.harness.targets.identity import with_code
 
         config = dataclasses.replace(config, target=with_code(provenance.target_of(config), say))
+    if retrieval.is_external(config.retriever):  # a team's retriever code, in the run id too
+        code = tuple(sorted(retrieval.code(config.retriever).items()))
+        config = dataclasses.replace(config, retriever_code=code)
     work = config.this_shard(corpus)  # what this process runs: the shard's tasks (shards.py)
     n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
     plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
@@ -271,6 +274,8 @@ def run_live(
         for m, e in errors.items()
         if e["called"] and e["provider_error"] / e["called"] > max_error_rate
     ]
+    if retrieval.is_external(config.retriever):
+        notes.append(retrieval.report(config.retriever))
     msg = "\n".join([*notes, msg, _error_line(errors)])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), run.cache_folder)
 

@@ -124,17 +124,55 @@ def get(name: str) -> RetrieverConfig:
 
 @dataclass(frozen=True)
 class Ranking:
-    """Top-k result of a batch search: ``indices[i, j]`` is the j-th document for query i."""
+    """Top-k result of a batch search: ``indices[i, j]`` is the j-th document for query i
+    (``-1``: none). ``errors[i]``, when given, is why query i's search failed (``""``: it did
+    not): an external retriever's bad reply or exception, which the tool reports as an error."""
 
     indices: NDArray[np.int64]
     scores: NDArray[np.float64]
     documents: tuple[Document, ...]
+    errors: tuple[str, ...] = ()
 
     def doc_ids(self, i: int) -> list[str]:
         return [self.documents[j].doc_id for j in self.indices[i] if j >= 0]
 
     def docs(self, i: int) -> list[Document]:
         return [self.documents[j] for j in self.indices[i] if j >= 0]
+
+    def error(self, i: int) -> str:
+        """Why query ``i``'s search failed, or ``""``."""
+        return self.errors[i] if self.errors else ""
+
+
+def top_k(scores: NDArray[np.float64], k: int, documents: tuple[Document, ...]) -> Ranking:
+    """The top ``k`` of a ``(n_queries, n_documents)`` score matrix (ties broken by index
+    order; ``-inf``, filtered out, dropped)."""
+    k = min(k, scores.shape[1])
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(scores, order, axis=1)
+    order = np.where(np.isneginf(top), -1, order)
+    return Ranking(order.astype(np.int64), top, documents)
+
+
+class Searcher(Protocol):
+    """What the tool's first stage is: a registered :class:`Retriever` or an external one
+    (:class:`~layerlab.system.retrieval.external.ExternalRetriever`), fitted on one index."""
+
+    config: RetrieverConfig
+    documents: tuple[Document, ...]
+
+    def score(
+        self, questions: Sequence[str], labelled_domains: Sequence[str] | None = None
+    ) -> NDArray[np.float64]: ...
+
+    def search(
+        self,
+        questions: Sequence[str],
+        labelled_domains: Sequence[str] | None = None,
+        k: int | None = None,
+    ) -> Ranking: ...
+
+    def rank(self, scores: NDArray[np.float64], k: int | None = None) -> Ranking: ...
 
 
 class Retriever:
@@ -187,18 +225,18 @@ class Retriever:
         return np.array(self._text(questions), dtype=np.float64)
 
     def search(
-        self, questions: Sequence[str], labelled_domains: Sequence[str] | None = None
+        self,
+        questions: Sequence[str],
+        labelled_domains: Sequence[str] | None = None,
+        k: int | None = None,
     ) -> Ranking:
-        """Top-k documents per question (ties broken by index order; filtered docs dropped)."""
-        return self.rank(self.score(questions, labelled_domains))
+        """Top-k documents per question (``k``: default the config's ``top_k``; ties broken by
+        index order; filtered docs dropped)."""
+        return self.rank(self.score(questions, labelled_domains), k)
 
-    def rank(self, scores: NDArray[np.float64]) -> Ranking:
+    def rank(self, scores: NDArray[np.float64], k: int | None = None) -> Ranking:
         """Top-k of an already computed score matrix (see :meth:`score`)."""
-        k = min(self.config.top_k, scores.shape[1])
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        top = np.take_along_axis(scores, order, axis=1)
-        order = np.where(np.isneginf(top), -1, order)
-        return Ranking(order.astype(np.int64), top, self.documents)
+        return top_k(scores, self.config.top_k if k is None else k, self.documents)
 
 
 def index_text(doc: Document) -> str:
