@@ -57,7 +57,7 @@ def table3(audit_result: Mapping[str, Any]) -> pd.DataFrame:
             for cond, m in per.items():
                 rows.append(
                     {
-                        "retriever": name + label,
+                        "retriever": _shown(name) + label,
                         "condition": cond,
                         "top-1 recall": m["top1_recall"],
                         "top-3 recall": m["top3_recall"],
@@ -69,14 +69,21 @@ def table3(audit_result: Mapping[str, Any]) -> pd.DataFrame:
     if extra:
         from layerlab.reporting.tables.captions import CAPTIONS
 
+        teams = [f"{_shown(n)} is {n}" for n in extra if _shown(n) != n]
         frame.attrs["caption"] = (
             f"{CAPTIONS['table3']} Rows marked{BEYOND} are not the paper's: "
-            + ", ".join(extra)
-            + " (dense: wordllama static embeddings, offline; python:...my_dense_store: the "
-            "store-backed example, wordllama vectors in an embedded Qdrant collection with or "
-            "without its status filter)."
+            + ", ".join(_shown(n) for n in extra)
+            + ". The dense retrievers score wordllama static embeddings (offline)"
+            + (f"; a team's own retriever is named by its factory ({'; '.join(teams)})"
+               if teams else "")  # fmt: skip
+            + "."
         )
     return frame
+
+
+def _shown(spec: str) -> str:
+    """A retriever's name in Table 3: a team's ``KIND:MODULE:FACTORY`` by its factory."""
+    return spec.rpartition(":")[2] if spec.count(":") == 2 else spec
 
 
 def audit_notes(audit_result: Mapping[str, Any]) -> pd.DataFrame:
