@@ -89,3 +89,13 @@ def test_dense_is_a_real_first_stage_and_validity_prefers_the_current_version(
     assert plain.top3_recall > 0.9 and 0.3 < plain.current_version_preference < 0.8
     assert valid.current_version_preference == 1.0 and valid.top1_recall > 0.9
     assert "dense" not in retrieval.paper_retrievers()
+
+
+def test_without_the_dense_extra_the_error_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from layerlab import extras
+
+    monkeypatch.setattr(dense.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModuleNotFoundError) as err:
+        dense.package_folder()
+    line = extras.missing_line(err.value, "the dense retriever")
+    assert line == "the dense retriever needs wordllama (pip install 'layerlab[dense]')"
