@@ -179,3 +179,29 @@ def test_offline_and_reproducible(
         s.index(docs)
         runs.append([s.search(q, 3) for q in qs])
     assert runs[0] == runs[1]
+
+
+# --- the committed worked example: the chain over this store, through --retriever ----------------
+
+DENSE_ARCHIVE = paths.USER_PIPELINES / "my-dense-chain"
+
+
+@pytest.mark.skipif(not DENSE_ARCHIVE.exists(), reason="the dense-chain archive is not committed")
+def test_the_committed_dense_chain_is_a_complete_run_through_the_store() -> None:
+    from typer.testing import CliRunner
+
+    from layerlab import archive
+    from layerlab.cli import app
+
+    res = CliRunner().invoke(app, ["archive", "check", str(DENSE_ARCHIVE)])
+    assert res.exit_code == 0, res.output
+    m = archive.read_manifest(DENSE_ARCHIVE)
+    assert m["complete"] and m["retriever"] == SPEC and m["mitigations"] == ["strict", "repair"]
+    assert m["records"] == m["n_tasks"] * len(load_scenarios()) * 2
+    assert (m["target"]["kind"], m["target"]["name"]) == ("langchain", "my-dense-chain")
+    recs = archive.read_records(DENSE_ARCHIVE / archive.ARCHIVE)
+    stale = [r for r in recs if r.scenario == "stale_index"]
+    # the store's filter returned nothing on the stale index: no evidence, nothing retrieved
+    assert stale and not any(r.retrieval_ok for r in stale) and not any(r.answered for r in stale)
+    clean = [r for r in recs if r.scenario == "clean"]
+    assert sum(r.retrieval_ok for r in clean) >= len(clean) // 2  # a real first stage
