@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline local-replicates lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-dense local-replicates lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ n = split($$2, w, " "); \
@@ -177,6 +177,23 @@ user-pipeline: $(LOCAL_STAMP) ## A team's LangChain chain (BM25 + local model) a
 	    --out out/user_pipelines/my-rag-chain --no-progress $$resume || exit $$?; \
 	  mkdir -p data/archives/user_pipelines/my-rag-chain; \
 	  cp out/user_pipelines/my-rag-chain/{records.parquet,manifest.json,results.json,target.parquet} data/archives/user_pipelines/my-rag-chain/
+	$(MAKE) --no-print-directory checksums
+# tasks of the dense-store example: sized from the local model's measured speed on a shared 2-core
+# machine (docs/dense.md); DENSE_TASKS=16 is a larger run (in a fresh DENSE_OUT folder)
+DENSE_TASKS ?= 8
+DENSE_OUT ?= out/user_pipelines/my-dense-chain
+user-dense: $(LOCAL_STAMP) ## The same chain over a team's dense store (wordllama + Qdrant, --retriever python:), strict/repair (resumable).
+	@$(BIN)/layerlab models serve qwen2.5-coder-1.5b --port 8150 --threads 2 & pid=$$!; \
+	  trap "kill $$pid" EXIT; \
+	  for i in $$(seq 120); do curl -sf http://127.0.0.1:8150/v1/models >/dev/null && break; sleep 1; done; \
+	  resume=; [ -e $(DENSE_OUT)/manifest.json ] && resume=--resume; \
+	  PYTHONPATH=notebooks $(BIN)/layerlab run live --target langchain:my_rag_chain:make_chain \
+	    --target-name my-dense-chain --target-version 1.0 --target-setting base_url=http://127.0.0.1:8150/v1 \
+	    --target-setting timeout=900 --retriever python:my_dense_store:DenseStore \
+	    --tasks data/specs/local_model_tasks.txt --limit $(DENSE_TASKS) --mitigation strict --mitigation repair \
+	    --concurrency 1 --out $(DENSE_OUT) --no-progress $$resume || exit $$?; \
+	  mkdir -p data/archives/user_pipelines/my-dense-chain; \
+	  cp $(DENSE_OUT)/{records.parquet,manifest.json,results.json,target.parquet} data/archives/user_pipelines/my-dense-chain/
 	$(MAKE) --no-print-directory checksums
 local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 replicates (within-task variability; resumable).
 	$(call local_run,local_model_replicates,--temperature 0.7 --replicates 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)

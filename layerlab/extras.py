@@ -16,6 +16,7 @@ EXTRAS = {
     "langchain_core": "langchain",
     "bm25s": "langchain",
     "wordllama": "dense",
+    "qdrant_client": "dense",
     "mcp": "mcp",
     "agents": "agents",
     "llama_index": "llamaindex",

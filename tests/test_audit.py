@@ -107,3 +107,33 @@ def test_tells_problems_names_each_failed_criterion() -> None:
     assert len(lines) == 5
     assert lines[0].startswith("past tense: current 5.0% vs superseded 95.0%")
     assert "id suffix -a: current version holds it 62.5%" in lines[1]
+
+
+def test_table3_rows_beyond_the_paper_leave_the_papers_unchanged() -> None:
+    import importlib.util
+
+    import pandas as pd
+    import pytest
+
+    from layerlab import paths
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.reporting.tables.benchmark import BEYOND, table3
+    from layerlab.reporting.tables.captions import CAPTIONS
+
+    if importlib.util.find_spec("wordllama") is None:
+        pytest.skip("the dense extra is not installed")
+    c = corpus_mod.load(paths.CORPUS_DIR)
+    key = corpus_mod.load_answer_key(paths.CORPUS_DIR)
+    conditions = audit.conditions_from(c, load_scenarios())
+    result = audit.audit(c, key, conditions, beyond=audit.beyond_paper())
+    assert set(result["beyond_paper"]) == set(audit.BEYOND_PAPER)
+    t3 = table3(result)
+    paper = pd.read_csv(paths.ROOT / "paper" / "tables" / "table3.csv")
+    n = len(paper)  # the committed paper rows, first and unchanged
+    pd.testing.assert_frame_equal(t3.head(n).reset_index(drop=True), paper, check_dtype=False)
+    extra = t3.iloc[n:]
+    assert len(extra) == len(audit.BEYOND_PAPER) * len(conditions)
+    assert extra["retriever"].str.endswith(BEYOND).all()
+    caption = t3.attrs["caption"]
+    assert caption.startswith(CAPTIONS["table3"]) and "beyond the paper" in caption
+    assert "caption" not in table3({k: v for k, v in result.items() if k != "beyond_paper"}).attrs

@@ -110,6 +110,21 @@ def test_retriever_ablation_shows_zero_and_hides_no_bar() -> None:
     plt.close(fig)
 
 
+def test_retriever_ablation_is_the_papers_rows_only() -> None:
+    from layerlab.reporting.tables.benchmark import BEYOND
+
+    t3 = pd.DataFrame(
+        {
+            "retriever": ["tfidf", f"dense{BEYOND}", f"DenseStore{BEYOND}"],
+            "condition": ["clean"] * 3,
+            "top-1 recall": [0.55, 0.56, 0.94],
+        }
+    )
+    fig = figures.retriever_ablation(t3, 240, "Top-1 recall")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["tfidf"]
+    plt.close(fig)
+
+
 def test_specificity_heatmap_prints_intervals_and_no_negative_zero() -> None:
     cells = pd.DataFrame(
         {

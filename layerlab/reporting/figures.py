@@ -269,10 +269,13 @@ def retriever_ablation(
     """``metric`` per retriever (rows) and index condition (one marker each), with 95% Wilson
     intervals over the ``n_tasks`` tasks and the value printed beside every point, so a zero is
     as visible as a one. The legend sits below the axes, hiding nothing; a sensitivity retriever
-    is labelled as such."""
+    is labelled as such. Table 3's extra rows (beyond the paper) are left out: the figure is
+    the paper's."""
+    from layerlab.reporting.tables.benchmark import BEYOND
     from layerlab.system import retrieval
 
     _setup()
+    table3 = table3[~table3["retriever"].str.endswith(BEYOND)]  # the paper's rows only
     retrievers = list(dict.fromkeys(table3["retriever"]))
     conditions = list(dict.fromkeys(table3["condition"]))
     colours = sns.color_palette("colorblind", len(conditions))

@@ -24,10 +24,13 @@ def print_audit(result: dict[str, Any], console: Console | None = None) -> None:
     table = Table(title=f"Retriever audit ({result['n_tasks']} tasks)")
     for col in ("retriever", "condition", "top-1 recall", "top-3 recall", "current-version pref."):
         table.add_column(col, justify="left" if col in {"retriever", "condition"} else "right")
-    for name, per in result["retrievers"].items():
+    rows = [(n, per, "") for n, per in result["retrievers"].items()]
+    beyond = result.get("beyond_paper") or {}
+    rows += [(n, per, " (beyond the paper)") for n, per in beyond.items()]
+    for name, per, label in rows:
         for i, (cond, m) in enumerate(per.items()):
             table.add_row(
-                name if i == 0 else "",
+                name + label if i == 0 else "",
                 cond,
                 f"{m['top1_recall']:.3f}",
                 f"{m['top3_recall']:.3f}",

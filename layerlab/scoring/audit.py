@@ -136,24 +136,54 @@ def conditions_from(
     return out
 
 
+BEYOND_PAPER = ("dense", "dense_validity")
+"""Registered retrievers the audit adds to the paper's as extra rows, "beyond the paper" (the
+dense kind: bundled wordllama embeddings, the ``dense`` extra)."""
+
+STORE_EXAMPLES = (
+    "python:notebooks.my_dense_store:DenseStore",
+    "python:notebooks.my_dense_store:UnfilteredDenseStore",
+)
+"""The store-backed worked example (wordllama vectors in Qdrant, with and without its status
+filter) as retriever specs, importable from the checkout's root (notebook 03's extra rows)."""
+
+
+def beyond_paper(extra: Sequence[str] = ()) -> list[str]:
+    """The extra rows' retrievers: :data:`BEYOND_PAPER` when the dense extra is installed, then
+    ``extra`` (registered names or a team's ``KIND:MODULE:FACTORY``), each once."""
+    import importlib.util
+
+    dense = list(BEYOND_PAPER) if importlib.util.find_spec("wordllama") is not None else []
+    return list(dict.fromkeys([*dense, *extra]))
+
+
 def audit(
     corpus: Corpus,
     key: AnswerKey,
     conditions: Mapping[str, Sequence[Document]] | None = None,
     retrievers: Sequence[str] | None = None,
+    beyond: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The full audit as a JSON-ready dict (see ``layerlab audit retriever --json``)."""
+    """The full audit as a JSON-ready dict (see ``layerlab audit retriever --json``).
+
+    ``retrievers`` (default: the paper's, :func:`~layerlab.system.retrieval.paper_retrievers`)
+    fill ``retrievers``; ``beyond`` (e.g. :func:`beyond_paper`) fills ``beyond_paper`` with the
+    same metrics, rows that are not the paper's (Table 3 labels them so)."""
     conditions = conditions or {"clean": corpus.documents}
     names = list(retrievers or retrieval.paper_retrievers())
-    return {
+
+    def rows(name: str) -> dict[str, dict[str, float]]:
+        return {c: evaluate(name, docs, corpus, key).as_dict() for c, docs in conditions.items()}
+
+    out: dict[str, Any] = {
         "n_tasks": len(corpus.tasks),
-        "retrievers": {
-            name: {c: evaluate(name, docs, corpus, key).as_dict() for c, docs in conditions.items()}
-            for name in names
-        },
+        "retrievers": {name: rows(name) for name in names},
         "domain_cues": domain_cue_counts(corpus),
         "duplicate_query": {"queries": duplicate_queries(corpus, key)},
     }
+    if beyond:
+        out["beyond_paper"] = {name: rows(name) for name in beyond}
+    return out
 
 
 # --- corpus tells ------------------------------------------------------------------------------

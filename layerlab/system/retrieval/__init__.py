@@ -5,6 +5,8 @@
   :class:`Ranking`; a configuration's ``kind`` picks its text scorer (:data:`SCORERS`,
   registered with :func:`text_scorer`);
 * :mod:`~layerlab.system.retrieval.sparse`: the ``tfidf`` and ``bm25`` text scorers;
+* :mod:`~layerlab.system.retrieval.dense`: the ``dense`` text scorer (bundled wordllama
+  embeddings, offline; retrievers ``dense`` and ``dense_validity``);
 * :mod:`~layerlab.system.retrieval.external`: a team's own retriever or vector store
   (``python:MODULE:FACTORY``, ``langchain:MODULE:FACTORY``: the adapters
   :mod:`~layerlab.system.retrieval.python` and :mod:`~layerlab.system.retrieval.langchain`),
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from layerlab.corpus.build import Document
-from layerlab.system.retrieval import external, langchain, python, sparse
+from layerlab.system.retrieval import dense, external, langchain, python, sparse
 from layerlab.system.retrieval.base import (
     REGISTRY,
     REPORTED,
@@ -105,6 +107,7 @@ __all__ = [
     "ScorerFactory",
     "TextScorer",
     "base",
+    "dense",
     "get",
     "index_text",
     "make",
