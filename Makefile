@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline local-replicates lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline local-replicates lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ n = split($$2, w, " "); \
@@ -86,11 +86,14 @@ NBVAL_ARTIFACTS := $(CURDIR)/out/nbval-artifacts
 test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), notebooks under nbval, freshness of tables and figures.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/layerlab models fetch smollm2-135m
-	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest
+	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest -m "not slow and not wheel" --durations=15
 	rm -rf $(NBVAL_ARTIFACTS)
 	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider notebooks/
 	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m layerlab.reporting.papervalues
 	$(BIN)/layerlab reproduce --compare $(NBVAL_ARTIFACTS)
+
+test-wheel: $(STAMP) ## Build the wheel and install it outside the repository (tests/test_wheel.py; CI runs it after make test).
+	$(BIN)/python -m pytest -m wheel --durations=5
 
 test-slow: $(LOCAL_STAMP) ## The full-size tests that `make test` runs on smaller inputs, and Qwen on a few records (marker `slow`).
 	$(BIN)/layerlab models fetch qwen2.5-coder-1.5b
@@ -99,6 +102,11 @@ test-slow: $(LOCAL_STAMP) ## The full-size tests that `make test` runs on smalle
 lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
 
+# TeX for `make paper`: `apt-get install --no-install-recommends texlive-latex-base
+# texlive-latex-recommended texlive-fonts-recommended latexmk` (layerlab.reporting.paper's hint)
+# brings 14 TeX packages on Debian 12: 8,920 files of 158 MB, plus 42 MB of formats and font maps
+# written at install (/var/lib/texmf); apt counts them as 164 MB (dpkg Installed-Size). Measured
+# with dpkg -L, du -cb and du -s /var/lib/texmf (issue 35 item 7).
 paper: $(STAMP) ## Build paper/main.pdf from paper/main.tex and the generated tables and figures (needs TeX; see README).
 	$(BIN)/python -m layerlab.reporting.paper
 

@@ -22,7 +22,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def pytest_configure(config: pytest.Config) -> None:
     """``slow`` tests (full-size runs of behaviour the default suite covers on smaller inputs)
-    are opt-in: ``-m slow`` (``make test-slow``) or any other ``-m`` expression selects them."""
+    are opt-in: ``-m slow`` (``make test-slow``) or any other ``-m`` expression selects them.
+    ``wheel`` tests (build and install the wheel, about 100 s) run in ``make test-wheel``, which
+    CI runs after ``make test``; a bare ``pytest`` runs them too."""
+    config.addinivalue_line("markers", "wheel: builds and installs the wheel (make test-wheel)")
     if not config.option.markexpr:
         config.option.markexpr = "not slow"
 

@@ -718,7 +718,9 @@ CASES = [
     # run deterministic
     Case("det-unknown-mitigation", "run deterministic --mitigation nosuch --out {t}/d", r"--mitigation: unknown mitigation 'nosuch'.*; known: "),
     Case("det-unknown-retriever", "run deterministic --retriever bm42 --out {t}/d",
-         r"--retriever: unknown retriever 'bm42'"),
+         r"--retriever: unknown retriever 'bm42'", code=2),
+    Case("det-unknown-retriever-module", "run deterministic --retriever python:no_such_rag:Store --out {t}/d",
+         r"--retriever python:no_such_rag:Store: no module named 'no_such_rag'", code=2),
     Case("det-bad-scenarios-file", "run deterministic --scenarios {t}/s.yaml --out {t}/d",
          r"s\.yaml:26: scenarios\[1\]\.faults\[0\]\.op: unknown fault operator 'nosuch'", files={"s.yaml": _scen("op: serve_superseded", "op: nosuch")}),
     Case("det-missing-scenarios-file", "run deterministic --scenarios {t}/nope.yaml --out {t}/d",

@@ -64,7 +64,7 @@ def test_bad_input_is_a_clear_error() -> None:
     res = runner.invoke(
         app, ["explore", "--task", "hr-01-q1", "--scenario", "clean", "--retriever", "nope"]
     )
-    assert res.exit_code == 1 and "--retriever: unknown retriever 'nope'" in res.output
+    assert res.exit_code == 2 and "--retriever: unknown retriever 'nope'" in res.output
 
 
 def test_cli_traces_under_a_runs_retriever() -> None:

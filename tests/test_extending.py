@@ -1,5 +1,5 @@
-"""The README's "Extending layerlab" and layout sections cannot go stale: every path, Python name,
-command and make target they name exists."""
+"""The docs' "Extending layerlab" (docs/extending.md) and layout (docs/layout.md) sections cannot
+go stale: every path, Python name, command and make target they name exists."""
 
 from __future__ import annotations
 
@@ -7,18 +7,10 @@ import importlib
 import re
 
 import pytest
+from docfiles import section
 
 from layerlab import paths
 from layerlab.cli import main
-
-README = (paths.ROOT / "README.md").read_text()
-
-
-def section(title: str) -> str:
-    start = README.index(f"## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start : end if end != -1 else None]
-
 
 EXTENDING = section("Extending layerlab")
 TICKED = re.findall(r"`([^`\n]+)`", EXTENDING + section("Data flow and layout"))
@@ -54,7 +46,7 @@ def test_the_sections_name_something() -> None:
 @pytest.mark.parametrize("rel", _paths())
 def test_every_path_exists(rel: str) -> None:
     candidates = [paths.ROOT / rel, paths.ROOT / "layerlab" / rel]
-    assert any(c.exists() for c in candidates), f"README names {rel!r}, which does not exist"
+    assert any(c.exists() for c in candidates), f"docs name {rel!r}, which does not exist"
 
 
 @pytest.mark.parametrize("dotted", _names())
@@ -66,10 +58,10 @@ def test_every_python_name_resolves(dotted: str) -> None:
         except ModuleNotFoundError:
             continue
         for attr in parts[i:]:
-            assert hasattr(obj, attr), f"README names {dotted!r}: no {attr!r} in {obj!r}"
+            assert hasattr(obj, attr), f"docs name {dotted!r}: no {attr!r} in {obj!r}"
             obj = getattr(obj, attr)
         return
-    pytest.fail(f"README names {dotted!r}, which does not import")
+    pytest.fail(f"docs name {dotted!r}, which does not import")
 
 
 @pytest.mark.parametrize("words", _commands(), ids=" ".join)
@@ -105,14 +97,14 @@ def test_the_layout_tree_lists_every_layer_and_module() -> None:
             stem = mod.stem if mod.suffix == ".py" else mod.name
             if stem.startswith("__") or not (mod.suffix == ".py" or (mod / "__init__.py").exists()):
                 continue
-            assert stem in words, f"README's layout tree does not name {layer}{mod.name}"
+            assert stem in words, f"docs/layout.md's tree does not name {layer}{mod.name}"
         nested = [m for m in (pkg / layer).iterdir() if (m / "__init__.py").exists()]
         for sub in nested:
             for mod in sub.glob("[!_]*.py"):
                 if sub.name == "tables":
                     continue  # the table registry's builders are listed by the registry itself
                 assert mod.stem in words, (
-                    f"README's layout tree does not name {layer}{sub.name}/{mod.name}"
+                    f"docs/layout.md's tree does not name {layer}{sub.name}/{mod.name}"
                 )
 
 

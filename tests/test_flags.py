@@ -111,10 +111,71 @@ def test_every_help_page_fits_80_columns_whole(monkeypatch, capsys) -> None:
     line wider than the terminal."""
     monkeypatch.setenv("COLUMNS", "80")
     broken = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*-$")
+    metavar = re.compile(r"\{[\w.]+\}")  # typer's {RUN}, {PATH...}: click writes RUN, PATH...
     bad = []
     for path, _cmd in _commands(typer.main.get_command(app)):
         assert main([*path[1:], "--help"]) in (0, None)
         for line in capsys.readouterr().out.splitlines():
-            if len(line) > 80 or "…" in line or "``" in line or broken.search(line.rstrip()):
+            raw = any(m in line for m in ("``", "\\[", "<list[")) or metavar.search(line)
+            if len(line) > 80 or "…" in line or raw or broken.search(line.rstrip()):
                 bad.append(f"{' '.join(path)}: {line!r}")
     assert not bad, "\n".join(bad[:20])
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    """A help page's sections: heading -> the flag names listed under it."""
+    out: dict[str, list[str]] = {}
+    heading = ""
+    for line in text.splitlines():
+        if re.fullmatch(r"\S.*:", line):
+            heading = line[:-1]
+            out[heading] = []
+        elif heading and re.match(r"  -", line):
+            out[heading] += re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", line.split("  ")[1])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("command", "panels"),
+    [
+        (["run", "live"], ["What to test", "The matrix", "Output and resume", "Agent mode",
+                           "Calls and failures", "Decoding"]),
+        (["gate"], ["Rate thresholds", "Table 10 verdicts", "Input and output"]),
+    ],
+)  # fmt: skip
+def test_long_commands_list_their_options_by_topic(monkeypatch, capsys, command, panels) -> None:
+    """``run live`` (40 flags) and ``gate`` list every option under a topic heading; only
+    ``--help`` is left under "Options"."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main([*command, "--help"]) in (0, None)
+    sections = _sections(capsys.readouterr().out)
+    assert [h for h in sections if h not in ("Usage: layerlab " + " ".join(command) + " [OPTIONS]",
+                                             "Arguments")] == [*panels, "Options"]  # fmt: skip
+    assert sections["Options"] == ["--help"]
+    cmd = typer.main.get_command(app)
+    for name in command:
+        cmd = cmd.commands[name]  # type: ignore[attr-defined]
+    declared = {p.opts[0] for p in cmd.params if p.param_type_name == "option"}
+    listed = [f for h in panels for f in sections[h]]
+    assert declared <= set(listed), declared - set(listed)
+    assert "--model" in sections.get("What to test", ["--model"])
+
+
+def test_help_is_formatted_through_the_public_hooks(monkeypatch) -> None:
+    """The help formatter is the commands' context's (``Context.formatter_class``): importing
+    the CLI patches no module of typer's or click's; a flag name and a path with hyphens are
+    never split at a line end, and the docstrings' ````code```` quotes are dropped."""
+    from typer._click import formatting  # only to see that it is left alone
+
+    from layerlab.cli.help import Context, PlainFormatter
+
+    assert formatting.wrap_text.__module__ == formatting.__name__
+    assert Context.formatter_class is PlainFormatter
+    f = PlainFormatter(width=56)
+    f.write_text("Run ``layerlab gate`` with --max-error-rate-of-the-run at /work/my-long-checkout-name/x.")
+    f.write_dl([("--max-error-rate <float>", "Exit 4 above --max-error-rate (see /a/b-c/d-e/f-g/h).")])
+    text = f.getvalue()
+    assert "``" not in text and "\u2011" not in text
+    words = text.split()
+    assert "--max-error-rate-of-the-run" in words and "/work/my-long-checkout-name/x." in words
+    assert all(not w.endswith("-") for w in words), text

@@ -171,11 +171,15 @@ def test_a_missing_or_partial_archive_is_bad_input(capsys, tmp_path) -> None:
 
 
 def test_verdict_gates_read_table_10(capsys) -> None:
+    """``--no-over-broad`` on a run of every arm checks each mitigation but layerlab's own
+    deliberately over-broad controls (which Table 10 flags, as it must), and says so."""
     rc, out, err = gate(capsys, MITIGATIONS, "--no-over-broad", "--verbose")
-    assert rc == 1 and err == []
+    assert rc == 0 and err == []
     block = "reference agents (deterministic baselines)"
     table = pd.read_csv(paths.ROOT / "paper" / "tables" / "table10.csv")
     expected = table[table["block"] == block].set_index("mitigation")["verdict"].to_dict()
+    controls = ("always_abstain", "ignore_metadata")
+    assert all(expected[c].startswith("over-broad") for c in controls)  # what they are for
     got = {}
     at = "δ = 10 pp, power at +20 pp"  # the margin and the power every verdict line states
     for line in out[:-1]:
@@ -187,14 +191,11 @@ def test_verdict_gates_read_table_10(capsys) -> None:
         assert where == f"[{block}]"
         got[name] = verdict
         assert status == ("FAIL" if verdict.startswith("over-broad") else "PASS")
-    assert got == expected  # the same verdicts as the published Table 10
-    fails = [x.split(" — ")[0].split(" (--")[0] for x in out if x.startswith("FAIL")]
-    assert fails == [
-        f"FAIL verdict always_abstain [{block}]: over-broad (harm)",
-        f"FAIL verdict ignore_metadata [{block}]: over-broad (harm)",
-    ]
+    assert got == {k: v for k, v in expected.items() if k not in controls}  # Table 10's verdicts
     assert out[-1] == (
-        f"gate FAILED on {MITIGATIONS}: 2 of 11 checks failed (verdicts: 2 of 11 failed)"
+        f"gate passed on {MITIGATIONS}: all 9 checks passed (9 verdict); --no-over-broad left "
+        "out always_abstain, ignore_metadata: layerlab's deliberately over-broad controls, in a "
+        "run of every arm (roles.yaml over_broad_controls)"
     )
     rc, out, _ = gate(
         capsys, MITIGATIONS, "--specific", "freshness_guard", "--specific", "validity_resolution"
@@ -206,6 +207,27 @@ def test_verdict_gates_read_table_10(capsys) -> None:
         "+20 pp, 1.00)",
         f"gate FAILED on {MITIGATIONS}: 1 of 2 checks failed (verdicts: 1 of 2 failed)",
     ]
+
+
+def _arms_of(src: Path, out: Path, arms: tuple[str, ...]) -> Path:
+    """A complete run folder of ``src``'s records of ``arms``: a run that named these arms."""
+    keep = [r for r in archive.read_records(src / archive.ARCHIVE) if r.mitigation in arms]
+    m = archive.read_manifest(src)
+    for k in ("manifest_sha256", "files", "records"):
+        m.pop(k, None)
+    m.update(expected_records=len(keep), complete=True, mitigations=list(arms))
+    archive.write_run(out, keep, m)
+    return out
+
+
+def test_no_over_broad_checks_a_control_the_run_names(capsys, tmp_path) -> None:
+    """A run that names its arms (``--mitigation strict --mitigation freshness_guard
+    --mitigation always_abstain``) has each one checked: the control it named fails."""
+    run = _arms_of(MITIGATIONS, tmp_path / "run", ("strict", "freshness_guard", "always_abstain"))
+    rc, out, err = gate(capsys, run, "--no-over-broad", "--n-boot", "200")
+    assert (rc, err) == (1, [])
+    assert [x.split(" [")[0] for x in out[:-1]] == ["FAIL verdict always_abstain"]
+    assert out[-1] == f"gate FAILED on {run}: 1 of 2 checks failed (verdicts: 1 of 2 failed)"
 
 
 USER_CHAIN = paths.ARCHIVES / "user_pipelines" / "my-rag-chain"

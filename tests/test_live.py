@@ -387,6 +387,16 @@ def test_credentials_and_host_never_reach_the_run_folder(tmp_path, server) -> No
     assert (tmp_path / "c" / live.CACHE_DB).is_file()
     assert b"secret" not in (tmp_path / "c" / live.CACHE_DB).read_bytes()
     assert f"reply cache: {tmp_path / 'c'}" in res.output
+    # every count says what it counts, and they agree: records = asked a model + ended before
+    # the reader; the error line's denominator is the records that asked the model
+    n = len(archive.read_records(out / archive.ARCHIVE))
+    done = re.search(r"^complete: (\d+) records \((\d+) asked a model, (\d+) ended before the "
+                     r"reader\); this invocation: \d+ provider calls \(retries included\), \d+ "
+                     r"replies from the cache$", res.output, re.M)  # fmt: skip
+    assert done is not None, res.output
+    total, asked, ended = map(int, done.groups())
+    assert total == n == asked + ended and ended > 0  # permission_denied ends at the contract
+    assert f"provider errors: layerlab/extractive 0 of {asked} records that asked it (0.0%)" in res.output
     assert "secret" not in res.output
     # the run id ignores credentials: the same run without them is the same run
     plain = live.LiveConfig(

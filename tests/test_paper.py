@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from layerlab import paths
+from layerlab.analysis import units
 from layerlab.reporting import export, paper, papervalues
 
 MAIN = paths.PAPER / paper.MAIN
@@ -38,7 +39,7 @@ def test_tables_one_to_ten_come_first_in_order() -> None:
     assert _inputs()[:10] == [f"table{i}" for i in range(1, 11)]
 
 
-@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see the README")
+@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see docs/paper.md")
 def test_paper_builds_without_overfull_tables(tmp_path) -> None:
     b = paper.build(out_dir=tmp_path / "build", pdf=tmp_path / "main.pdf")
     assert b.pdf.stat().st_size > 10_000
@@ -69,7 +70,7 @@ def test_paper_builds_without_overfull_tables(tmp_path) -> None:
     assert "destination with the same identifier" not in log
 
 
-@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see the README")
+@pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see docs/paper.md")
 def test_build_reports_an_overfull_table_by_file(tmp_path) -> None:
     """A table wider than the page is named, not just warned about in a log nobody reads."""
     src = tmp_path / "src"
@@ -184,6 +185,26 @@ def test_a_long_table_breaks_across_pages_and_a_very_wide_one_turns() -> None:
     assert tex.startswith("\\begin{landscape}")
 
 
+def test_a_long_wrapped_tables_notes_stay_with_its_last_rows() -> None:
+    """A table as wide as the page that breaks across pages has its notes in longtable's last
+    foot (set on the page of its last rows, never alone on a page of their own); a long table
+    at its natural width has them under it; a target's block label is compact."""
+    words = "tfidf_domain_validity and more words " * 2
+    wide = pd.DataFrame({f"h{i}": [words] * 60 for i in range(6)})
+    tex = export.to_latex(wide, "Wide and long.", "tab:w", notes="What the intervals assume.")
+    assert "\\begin{longtable}" in tex and "p{" in tex
+    foot = tex.split("\\endfoot\n", 1)[1].split("\\endlastfoot", 1)[0]
+    assert foot.startswith("\\bottomrule\n\\multicolumn{6}{@{}p{0.98\\linewidth}@{}}")
+    assert "\\textit{Notes.} What the intervals assume." in foot
+    assert tex.count("Notes.") == 1
+    narrow = pd.DataFrame({"s": [f"row {i}" for i in range(90)], "v": [0.25] * 90})
+    tex = export.to_latex(narrow, "Long.", "tab:n", notes="N.")
+    assert "\\endlastfoot" not in tex
+    assert tex.split("\\end{longtable}\n", 1)[1].startswith("{\\noindent\\textit{Notes.} N.")
+    blocks = pd.DataFrame({"block": [units.BLOCK_TARGETS], "rate": [0.5]})
+    assert "targets & 0.500" in export.to_latex(blocks, "T.", "tab:b")
+
+
 def test_latex_escapes_what_the_default_font_cannot_print() -> None:
     df = pd.DataFrame({"p": ["< 1e-10", "a|b", "x − y × z → w", "50%_#&"]})
     tex = export.to_latex(df, "p-values < 0.05", "tab:e")
@@ -204,6 +225,10 @@ def test_generated_latex_compiles_at_every_layout(tmp_path) -> None:
         ),
         "long": pd.DataFrame({"s": [f"row {i}" for i in range(90)], "v": [0.25] * 90}),
         "landscape": pd.DataFrame({f"numeric column {i}": [123.456] for i in range(14)}),
+        "long_wrapped": pd.DataFrame(
+            {f"h{i}": [f"row {j} tfidf_domain_validity and more words " * 2 for j in range(40)]
+             for i in range(6)}
+        ),  # fmt: skip
     }
     (tmp_path / "tables").mkdir()
     preamble = MAIN.read_text(encoding="utf-8").split("\\begin{document}")[0]
@@ -211,7 +236,8 @@ def test_generated_latex_compiles_at_every_layout(tmp_path) -> None:
     body = []
     for name, df in frames.items():
         (tmp_path / "tables" / f"{name}.tex").write_text(
-            export.to_latex(df, f"The {name} layout.", f"tab:{name}"), encoding="utf-8"
+            export.to_latex(df, f"The {name} layout.", f"tab:{name}", notes="What 95% means."),
+            encoding="utf-8",
         )
         body.append(f"\\input{{tables/{name}.tex}}")
     (tmp_path / "main.tex").write_text(

@@ -51,6 +51,20 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
+@pytest.fixture(scope="module")
+def toy_run(site: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``mitigation run --mitigation toy_guard`` with the plug-in installed, made once for the
+    tests that read it (each copies it before it changes anything): the folder and its stdout."""
+    run = tmp_path_factory.mktemp("toy") / "run"
+    res = _python(
+        "import sys; from layerlab.cli import main; sys.exit(main(sys.argv[1:]))",
+        site,
+        *("mitigation", "run", "--out", str(run), "--mitigation", "toy_guard"),
+    )
+    assert res.returncode == 0, res.stderr
+    return run, res.stdout
+
+
 _TABLE10 = """
 import json, sys
 from layerlab.analysis import specificity
@@ -62,18 +76,14 @@ print("ROW " + json.dumps({k: str(v) for k, v in row.items()}))
 """
 
 
-def test_an_installed_plugin_mitigation_gets_its_table10_row(site: Path, tmp_path: Path) -> None:
+def test_an_installed_plugin_mitigation_gets_its_table10_row(
+    site: Path, toy_run: tuple[Path, str]
+) -> None:
     listed = _python("from layerlab.cli import main; main(['mitigation', 'list'])", site)
     assert listed.returncode == 0, listed.stderr
     assert "toy_guard" in listed.stdout and "toy_partial_refusal" in listed.stdout
-    run = tmp_path / "run"
-    res = _python(
-        "import sys; from layerlab.cli import main; sys.exit(main(sys.argv[1:]))",
-        site,
-        *("mitigation", "run", "--out", str(run), "--mitigation", "toy_guard"),
-    )
-    assert res.returncode == 0, res.stderr
-    assert "arms: strict, toy_guard" in res.stdout
+    run, said = toy_run
+    assert "arms: strict, toy_guard" in said
     hashes = json.loads((run / "manifest.json").read_text())["spec_hashes"]
     assert set(hashes) == {"corpus", "scenarios", "mitigations", "mitigations:toy"}  # its arms file
     t10 = _python(_TABLE10, site, str(run))
@@ -160,13 +170,11 @@ def _plain(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_plugin_arm_keeps_its_verdict_when_the_plugin_is_gone(
-    site: Path, tmp_path: Path
+    site: Path, tmp_path: Path, toy_run: tuple[Path, str]
 ) -> None:
     """Issue 34 item 4: the manifest keeps each arm's definition (the plug-in's distribution
     and version too); recompute and gate read it from there, not from what is importable."""
-    run = tmp_path / "run"
-    made = _python(_CLI, site, "mitigation", "run", "--out", str(run), "--mitigation", "toy_guard")
-    assert made.returncode == 0, made.stderr
+    run = shutil.copytree(toy_run[0], tmp_path / "run")
     arms = json.loads((run / "manifest.json").read_text())["mitigation_arms"]
     assert arms["baseline"] == "strict"
     assert arms["arms"]["toy_guard"] == {
@@ -194,14 +202,12 @@ def test_a_plugin_arm_keeps_its_verdict_when_the_plugin_is_gone(
 
 
 def test_an_arm_known_neither_by_its_manifest_nor_the_spec_is_bad_input(
-    site: Path, tmp_path: Path
+    site: Path, tmp_path: Path, toy_run: tuple[Path, str]
 ) -> None:
     from layerlab import archive
     from layerlab.mitigations import book
 
-    run = tmp_path / "run"
-    made = _python(_CLI, site, "mitigation", "run", "--out", str(run), "--mitigation", "toy_guard")
-    assert made.returncode == 0, made.stderr
+    run = shutil.copytree(toy_run[0], tmp_path / "run")
     m = archive.read_manifest(run)
     del m[book.KEY]  # as a manifest written before the key existed
     archive.write_manifest(run, m)

@@ -234,3 +234,21 @@ def test_unknown_scenario_in_a_role_is_named(tmp_path: Path, old: str, new: str,
     msg = str(e.value)
     assert msg.startswith(f"{bad}:") and f": {field}: unknown scenario" in msg, msg
     assert "expected one of ['clean'" in msg
+
+
+def test_the_over_broad_controls_are_entries_of_the_mitigations_spec(tmp_path: Path) -> None:
+    """``gate --no-over-broad`` reads layerlab's deliberate controls from roles.yaml; a name
+    that is no mitigation entry is one line naming the field."""
+    from layerlab.faults.roles import load_roles
+    from layerlab.mitigations import load_mitigations
+
+    controls = load_roles().over_broad_controls
+    assert controls == ["always_abstain", "ignore_metadata"]
+    assert set(controls) <= set(load_mitigations().arms)
+    text = paths.ROLE_SPEC.read_text(encoding="utf-8")
+    bad = tmp_path / "roles.yaml"
+    bad.write_text(text.replace("[always_abstain, ignore_metadata]", "[always_abstian]"), encoding="utf-8")
+    with pytest.raises(SpecError) as e:
+        load_roles(bad)
+    msg = str(e.value)
+    assert msg.startswith(f"{bad}:") and ": over_broad_controls[0]: unknown mitigation 'always_abstian'" in msg

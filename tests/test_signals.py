@@ -99,12 +99,12 @@ def test_other_commands_say_they_stopped_and_the_command_to_run_again() -> None:
     assert "the notebooks that finished have written" in line
 
 
-def test_exit_codes_are_the_shells_and_the_readme_says_so() -> None:
+def test_exit_codes_are_the_shells_and_the_docs_say_so() -> None:
     from layerlab import paths
 
     assert (EXIT_SIGINT, EXIT_SIGTERM) == (130, 143)
-    readme = (paths.ROOT / "README.md").read_text(encoding="utf-8")
-    assert "130 interrupted (Ctrl-C), 143 (SIGTERM)" in readme
+    cli_doc = (paths.ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert "130 interrupted (Ctrl-C), 143 (SIGTERM)" in cli_doc
 
 
 def test_sigterm_during_a_command_gives_the_line_and_143_in_process(

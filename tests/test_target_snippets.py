@@ -1,5 +1,5 @@
-"""The README's "Test your own RAG system" snippets, executed: each target kind's code block
-runs as a target on every scenario under every mitigation arm of the committed spec, without
+"""The target snippets of docs/targets.md ("Test your own RAG system"), executed: each target
+kind's code block runs as a target on every scenario under every mitigation arm of the committed spec, without
 an error (no provider error, no malformed reply; the HTTP block's curl calls all succeed)."""
 
 from __future__ import annotations
@@ -22,18 +22,19 @@ from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import live
 from layerlab.mitigations import load_mitigations
 
-README = Path(__file__).parents[1] / "README.md"  # the repository's README
+TARGETS_DOC = Path(__file__).parents[1] / "docs" / "targets.md"  # the targets page of the docs
 TASKS = ("finance-01-q1",)
 
 
 def _blocks() -> dict[str, str]:
     """The section's code blocks by the kind their first line names."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Test your own RAG system", 1)[1].split("\n## ", 1)[0]
+    text = TARGETS_DOC.read_text(encoding="utf-8")
+    assert text.startswith("# Test your own RAG system\n"), "docs/targets.md lost its title"
+    section = text.split("\n## ", 1)[0]  # the page, up to a subsection of its own
     out: dict[str, str] = {}
     for lang, body in re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S):
         kind = re.match(r"# --target (python|langchain|http)", body)
-        assert kind, f"a README target block names no kind: {body[:60]!r}"
+        assert kind, f"a docs/targets.md target block names no kind: {body[:60]!r}"
         out[kind.group(1)] = body
         assert lang == ("bash" if kind.group(1) == "http" else "python")
     assert set(out) == {"python", "langchain", "http"}, sorted(out)
@@ -71,10 +72,10 @@ def _clean(recs: pd.DataFrame, r: live.LiveResult) -> None:
 
 
 @pytest.mark.parametrize("kind", ["python", "langchain"])
-def test_a_readme_python_snippet_runs_under_every_arm(
+def test_a_docs_python_snippet_runs_under_every_arm(
     kind: str, corpus, key, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mod = f"readme_{kind}"
+    mod = f"docs_{kind}"
     (tmp_path / f"{mod}.py").write_text(PREAMBLE[kind] + _blocks()[kind], encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     attr = "answer" if kind == "python" else "factory"
@@ -84,8 +85,8 @@ def test_a_readme_python_snippet_runs_under_every_arm(
         assert recs[recs.scenario == "clean"].answered.any()
 
 
-def test_the_readme_http_snippet_runs_under_every_arm(corpus, key, tmp_path: Path) -> None:
-    """A service that runs the README's shell block for every question it gets (with the
+def test_the_docs_http_snippet_runs_under_every_arm(corpus, key, tmp_path: Path) -> None:
+    """A service that runs the page's shell block for every question it gets (with the
     request's tools_url, tools_token and session_id) and then abstains."""
     script = _blocks()["http"]
     runs: list[tuple[int, str, str]] = []
@@ -101,7 +102,7 @@ def test_the_readme_http_snippet_runs_under_every_arm(corpus, key, tmp_path: Pat
             p = subprocess.run(["bash", "-e", "-c", script], env=env, capture_output=True,
                                text=True, timeout=30, check=False)  # fmt: skip
             runs.append((p.returncode, p.stdout, p.stderr))
-            data = json.dumps({"status": "abstained", "reason": "readme snippet"}).encode()
+            data = json.dumps({"status": "abstained", "reason": "docs snippet"}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

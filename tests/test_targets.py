@@ -343,6 +343,13 @@ def test_cli_target_run_provenance_free_text_and_resume(tmp_path: Path, capsys) 
     assert main([*args, "--sample-log", str(log)]) == 0, capsys.readouterr().err
     said = capsys.readouterr().out
     assert "target: prose 0.3 (python: user_targets:free_text), the system under test" in said
+    # a target run's own lines only: no reply cache, no provider calls or cache hits, and the
+    # error line counts the records the complete line counts
+    n = len(archive.read_records(out / archive.ARCHIVE))
+    assert "reply cache" not in said and "provider calls" not in said and "cache hit" not in said
+    assert f"complete: {n} records, each one asked of the target" in said.splitlines()
+    assert (f"provider errors (the target raised or timed out): target/prose 0 of {n} records "
+            "(0.0%)") in said.splitlines()  # fmt: skip
     assert json.loads((out / "results.json").read_text())["target"]["name"] == "prose"
     html = tmp_path / "report.html"
     assert main(["report", str(out), "--out", str(html)]) == 0
@@ -452,7 +459,8 @@ def test_a_target_that_raises_after_a_refusal_is_a_counted_error(
     errors = archive.read_manifest(out)["errors"]["target/crash_on_error"]
     assert errors == {"called": len(recs), "provider_error": len(denied), "malformed_reply": 0}
     assert r.over_error_rate == ("target/crash_on_error",)
-    assert f"provider errors: target/crash_on_error {len(denied)}/{len(recs)}" in r.message
+    assert (f"provider errors (the target raised or timed out): target/crash_on_error "
+            f"{len(denied)} of {len(recs)} records") in r.message  # fmt: skip
 
 
 def _walk(roots: dict[str, Any], depth: int = 8) -> list[tuple[str, Any]]:

@@ -25,6 +25,7 @@ from packaging.requirements import Requirement
 
 from layerlab import paths
 
+pytestmark = pytest.mark.wheel  # its own make target (make test-wheel), run by CI after make test
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("layerlab", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
 

@@ -20,7 +20,10 @@ a cell whose label some records did not record (an archive migrated from schema 
 **Verdict gates** read Table 10 (:func:`layerlab.analysis.compare.matrix_summary`, with the
 paper's resamples and seed, so the verdicts are the table's, at the equivalence margin δ of
 ``delta``, default :data:`layerlab.analysis.specificity.DELTA`): ``no_over_broad`` fails for every
-mitigation whose verdict is over-broad *or inconclusive* (too few tasks to show it is not),
+mitigation whose verdict is over-broad *or inconclusive* (too few tasks to show it is not) —
+but layerlab's own deliberately over-broad controls when the run holds every arm
+(:func:`left_out_controls`: the summary line names them; a run that names its arms has each
+checked),
 ``specific`` for each named mitigation whose verdict is not ``specific`` — inconclusive included,
 and the line says so (each kind of unit judged as its own block, as the table does). ``min_power``
 adds a check per judged mitigation: the design's power to show a target gain of
@@ -225,6 +228,7 @@ class Outcome:
 
     run: str
     checks: list[Check] = field(default_factory=list)
+    left_out: tuple[str, ...] = ()  # over-broad controls --no-over-broad did not check
 
     @property
     def failures(self) -> list[Check]:
@@ -236,15 +240,21 @@ class Outcome:
             k: [c for c in self.checks if c.kind == k] for k in ("threshold", "verdict", "power")
         }
         n, bad = len(self.checks), len(self.failures)
+        out = (
+            f"; --no-over-broad left out {', '.join(self.left_out)}: layerlab's deliberately "
+            "over-broad controls, in a run of every arm (roles.yaml over_broad_controls)"
+            if self.left_out
+            else ""
+        )
         if not bad:
             kinds = ", ".join(f"{len(v)} {k}" for k, v in counts.items() if v)
-            return f"gate passed on {self.run}: all {n} checks passed ({kinds})"
+            return f"gate passed on {self.run}: all {n} checks passed ({kinds}){out}"
         kinds = "; ".join(
             f"{k}s: {sum(not c.passed for c in v)} of {len(v)} failed"
             for k, v in counts.items()
             if v
         )
-        return f"gate FAILED on {self.run}: {bad} of {n} checks failed ({kinds})"
+        return f"gate FAILED on {self.run}: {bad} of {n} checks failed ({kinds}){out}"
 
 
 def _frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -354,11 +364,12 @@ def check_verdicts(
     seed: int,
     delta: float | None = None,
     min_power: float | None = None,
+    left_out: Sequence[str] = (),
 ) -> list[Check]:
     """Table 10's verdicts of the run's own mitigation arms against its baseline, per block:
-    with ``no_over_broad`` one check per mitigation, one per ``specific`` name, and with
-    ``min_power`` one power check per mitigation judged (every one when no verdict gate is
-    asked for)."""
+    with ``no_over_broad`` one check per mitigation but those ``left_out``
+    (:func:`left_out_controls`), one per ``specific`` name, and with ``min_power`` one power
+    check per mitigation judged (every one when no verdict gate is asked for)."""
     from layerlab.analysis import compare, specificity
     from layerlab.mitigations import book
 
@@ -398,6 +409,8 @@ def check_verdicts(
         powered = set(rows) if (no_over_broad or not specific) else set(specific)
         if no_over_broad:
             for name, r in rows.items():
+                if name in left_out:
+                    continue
                 v = str(r["verdict"])
                 ok = not specificity.is_over_broad(v) and v != specificity.INCONCLUSIVE
                 out.append(_verdict_line(ok, name, block, r, "--no-over-broad", at))
@@ -410,6 +423,27 @@ def check_verdicts(
             for name in (n for n in rows if n in powered):
                 out.append(_power_line(name, block, rows[name], min_power))
     return out
+
+
+def left_out_controls(run: Path | str, arms: Sequence[str]) -> tuple[str, ...]:
+    """The arms ``--no-over-broad`` does not check: layerlab's deliberately over-broad controls
+    (``roles.yaml`` ``over_broad_controls``, as the shipped spec defines them) when the run holds
+    every matrix arm of the shipped spec (``--mitigation all``: the user named no arm); none when
+    the run names its arms, so a control the user named is checked."""
+    from layerlab.faults.roles import load_roles
+    from layerlab.mitigations import book
+
+    shipped = book.shipped()
+    if not set(shipped.matrix_arms) <= set(arms):
+        return ()
+    try:
+        defined = book.book_for([run], arms).arms
+    except book.UnknownArmError:
+        return ()  # check_verdicts reports it
+    return tuple(
+        n for n in load_roles().over_broad_controls
+        if n in arms and defined.get(n) == shipped.arms.get(n)
+    )  # fmt: skip
 
 
 def _verdict_line(
@@ -484,7 +518,11 @@ def evaluate(
         outcome.checks.extend(check_threshold(df, t, strict_ci))
     if no_over_broad or specific or min_power is not None:
         arms = list(dict.fromkeys(df[ARM]))
+        if no_over_broad:
+            outcome.left_out = left_out_controls(run, arms)
         outcome.checks.extend(
-            check_verdicts(run, arms, no_over_broad, specific, n_boot, seed, delta, min_power)
+            check_verdicts(
+                run, arms, no_over_broad, specific, n_boot, seed, delta, min_power, outcome.left_out
+            )
         )
     return outcome

@@ -86,7 +86,13 @@ class Manifest:
         "(module:attr; a URL only as local or remote), settings (secret-looking ones not stored), "
         "their SHA-256, the tools' version and the SHA-256 of the per-record table (target.parquet)"
     )
-    retriever: str | Unset = _key("the registered retriever")
+    retriever: str | Unset = _key(
+        "the search tool's first stage: a registered retriever, or a team's own "
+        "(python:MODULE:FACTORY, langchain:MODULE:FACTORY)"
+    )
+    retriever_code: dict[str, str] | Unset = _key(
+        "a team's retriever: its module and package (SHA-256 of their files; never the code)"
+    )
     settings: dict[str, Any] | Unset = _key(
         "run settings (timeouts, retries, endpoints as local or remote only)"
     )

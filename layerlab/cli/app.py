@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from layerlab.cli.help import Typer
 from layerlab.corpus.spec import SpecError
 from layerlab.registry import PluginError
 
@@ -24,35 +25,8 @@ if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
     from layerlab.corpus.build import AnswerKey, Corpus
     from layerlab.faults.scenario import Scenario
 
-def _plain_help() -> None:
-    """Help text as a terminal shows it: the docstrings' ````code```` quotes are dropped, and a
-    flag name is kept whole on its line (click wraps where a hyphen is, ``--max-`` /
-    ``error-rate``): its hyphens stand in as non-breaking ones while the text is wrapped."""
-    import re
-
-    try:  # typer >= 0.20 formats help with the click it vendors
-        from typer._click import formatting
-    except ImportError:  # pragma: no cover
-        from click import formatting  # type: ignore[no-redef]
-
-    wrap, flag, nb = formatting.wrap_text, re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*"), "\u2011"
-
-    def wrap_text(text: str, *args: Any, **kwargs: Any) -> str:
-        whole = flag.sub(lambda m: m.group(0).replace("-", nb), text.replace("``", ""))
-        return wrap(whole, *args, **kwargs).replace(nb, "-")
-
-    formatting.wrap_text = wrap_text  # type: ignore[assignment]
-
-
-_plain_help()
-app = typer.Typer(
-    no_args_is_help=True,
-    add_completion=False,
-    help=__doc__,
-    pretty_exceptions_enable=False,
-    # click's own help: it wraps every flag and text to the terminal (80 columns included);
-    # rich's option tables cut long flag names ("--target-versi…") at 80 columns
-    rich_markup_mode=None,
+app = Typer(  # plain help that fits the terminal, options in panels (layerlab.cli.help)
+    no_args_is_help=True, add_completion=False, help=__doc__, pretty_exceptions_enable=False
 )
 EXIT_INCOMPLETE = 3
 EXIT_ERROR_RATE = 4
@@ -115,6 +89,19 @@ def _shard_flag(value: str | None) -> str | None:
             parse_shard(value)
         except ValueError:
             raise typer.BadParameter(f"expected I/N with 1 <= I <= N, e.g. 2/4 (got {value!r})") from None
+    return value
+
+
+def _retriever_flag(value: str | None) -> str | None:
+    """``--retriever`` checked where it is parsed (a usage error, exit 2, before any run folder
+    exists): a registered name or an importable ``python:``/``langchain:`` factory."""
+    from layerlab.system import retrieval
+
+    if value is not None:
+        try:
+            retrieval.check(value)
+        except retrieval.RetrieverError as exc:
+            raise _usage(str(exc)) from None
     return value
 
 
@@ -186,8 +173,8 @@ def _main(argv: list[str] | None) -> int:
             if msg.startswith(f"No such option: {short}") and msg[len(short) + 16 :][:1] in "( ":
                 also = "; a mitigation is --mitigation" if long == "--model" else ""
                 msg += f" ({short} is {long} wherever a command has one{also})"
-        cmd = exc.ctx.command_path if exc.ctx is not None else "layerlab"
-        typer.echo(f"error: {cmd}: {msg} (see --help)", err=True)
+        where = exc.ctx.command_path if exc.ctx is not None else "layerlab"
+        typer.echo(f"error: {where}: {msg} (see --help)", err=True)
         return 2
     except click.ClickException as exc:
         typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
@@ -295,7 +282,7 @@ def _spec_fail(exc: SpecError, what: str) -> typer.Exit:
 
 def _group(name: str, help: str) -> typer.Typer:
     """A command group, registered on :data:`app` (``--help`` lists groups in this order)."""
-    group = typer.Typer(no_args_is_help=True, help=help)
+    group = Typer(no_args_is_help=True, help=help)
     app.add_typer(group, name=name)
     return group
 

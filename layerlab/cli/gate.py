@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from layerlab.cli.app import app
+from layerlab.cli.help import panelled
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
@@ -16,7 +17,7 @@ verdict is not what CI expects; exit 0 when every check passes, 2 on bad input
 (one line naming the flag).
 
 \b
-A threshold is MEASURE\\[:SCENARIO]\\[@ARM]\\[/MODEL]=VALUE:
+A threshold is MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE:
   MEASURE   S strict success, SR (or safe) safe resolution, GF grounded
             false positive, GF_cited, E exact match, R retrieval,
             G citation, V schema, malformed, provider_error (shares)
@@ -32,11 +33,22 @@ by task); the rate is compared, the interval's worse bound with
 --strict-ci. A threshold that matches no cell of RUN is an error, never a
 pass. Verdicts are Table 10's at the equivalence margin --delta (default
 10 pp); --specific and --no-over-broad treat "inconclusive" (too few tasks
-to tell) as not passing. One line per failed check, then one summary line.
+to tell) as not passing. --no-over-broad checks every arm of a run that names
+its arms; in a run of every arm (--mitigation all) it leaves out layerlab's
+deliberately over-broad controls (always_abstain, ignore_metadata: they exist
+to be flagged), and the summary line names them. One line per failed check,
+then one summary line.
 """
 
+# ``gate --help``: the flags under headings by topic (parameter names, in order)
+_PANELS = {
+    "Rate thresholds": ("minimum", "maximum", "strict_ci"),
+    "Table 10 verdicts": ("no_over_broad", "specific", "delta", "min_power", "n_boot", "seed"),
+    "Input and output": ("config", "allow_partial", "verbose"),
+}
 
-@app.command("gate", help=_HELP)
+
+@app.command("gate", help=_HELP, cls=panelled(_PANELS))
 def gate_cmd(
     run: Path = typer.Argument(
         ..., metavar="RUN", help="A run folder or archive (what recompute and report accept)."
@@ -54,7 +66,10 @@ def gate_cmd(
         help="Fail when the rate is above VALUE (repeatable).",
     ),
     no_over_broad: bool = typer.Option(
-        False, "--no-over-broad", help="Fail when any mitigation's Table 10 verdict is over-broad."
+        False,
+        "--no-over-broad",
+        help="Fail when a mitigation's Table 10 verdict is over-broad (in a run of every arm: "
+        "each but layerlab's own over-broad controls always_abstain and ignore_metadata).",
     ),
     specific: list[str] = typer.Option(
         None,

@@ -18,6 +18,7 @@ from layerlab.cli.app import (
     _check_out_file,
     _fail,
     _load_corpus,
+    _retriever_flag,
     _usage,
     app,
 )
@@ -334,7 +335,8 @@ def explore_cmd(
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
     retriever: str = typer.Option(
         None, "--retriever", help="Registered retriever (default: the reported one; a live "
-        "run's manifest records its own, e.g. bm25)."
+        "run's manifest records its own, e.g. bm25) or your own: python:MODULE:FACTORY, "
+        "langchain:MODULE:FACTORY.", callback=_retriever_flag,
     ),  # fmt: skip
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
@@ -351,18 +353,13 @@ def explore_cmd(
         READERS.lookup(reader)
     except KeyError as exc:
         raise _fail(f"--reader: {exc.args[0]}") from None
-    if retriever is not None:
-        from layerlab.system import retrieval
-
-        try:
-            retrieval.get(retriever)
-        except KeyError as exc:
-            raise _fail(f"--retriever: {exc.args[0]}") from None
     c, key = _load_corpus(corpus_dir)
     try:
         t = explore.trace(task, scenario, mode, reader, corpus=c, key=key, retriever=retriever)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
+    except ValueError as exc:  # a team's retriever that failed to index: one line
+        raise _fail(str(exc)) from None
     typer.echo(explore.render(t))
 
 

@@ -25,6 +25,7 @@ from layerlab.cli.app import (
     _load_corpus,
     _load_mitigations,
     _load_scenarios,
+    _retriever_flag,
     _shard_flag,
     _spec_fail,
     _target_spec,
@@ -32,6 +33,10 @@ from layerlab.cli.app import (
     mitigation_app,
     run_app,
 )
+from layerlab.cli.help import panelled
+
+_RETRIEVER_HELP = ("The tool's first stage: a registered retriever (e.g. bm25) or your own, "
+                   "python:MODULE:FACTORY or langchain:MODULE:FACTORY (docs/retrievers.md).")
 
 
 @run_app.command("deterministic")
@@ -41,7 +46,7 @@ def run_deterministic(
     scenarios_path: Path = typer.Option(
         paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."
     ),
-    retriever: str = typer.Option("tfidf_domain_validity", help="Registered retriever name."),
+    retriever: str = typer.Option("tfidf_domain_validity", help=_RETRIEVER_HELP, callback=_retriever_flag),
     mitigation: list[str] = typer.Option(
         None,
         "--mitigation",
@@ -59,6 +64,8 @@ def run_deterministic(
     from layerlab.archive import write_records
     from layerlab.harness import deterministic as harness
     from layerlab.reporting import terminal as report
+    from layerlab.system import retrieval
+    from layerlab.system.retrieval import RetrieverError
 
     _check_out(out)
     c, key = _load_corpus(corpus_dir)
@@ -70,8 +77,10 @@ def run_deterministic(
         raise _fail(f"--mitigation: {exc.args[0]}") from None
     try:
         records = harness.run_deterministic(c, key, scen, arms, retriever=retriever)
-    except KeyError as exc:
-        raise _fail(f"--retriever: {exc.args[0]}") from None
+    except (KeyError, RetrieverError) as exc:  # a team's store that failed to index: one line
+        raise _fail(str(exc) if isinstance(exc, RetrieverError) else f"--retriever: {exc.args[0]}") from None
+    if retrieval.report(retriever):
+        typer.echo(retrieval.report(retriever), err=True)
     summary = harness.summarize(records)
     write_records(out / "records.parquet", records)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
@@ -107,12 +116,6 @@ def mitigation_run(
             spec.arm(m)
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
-    from layerlab.system.reader import READERS
-
-    try:
-        READERS.lookup(reader)
-    except KeyError as exc:
-        raise _fail(f"--reader: {exc.args[0]}") from None
     _load_corpus(corpus_dir)  # a missing or edited corpus folder: one line, before any work
     man = specificity.run_archive(out, mitigation or None, reader, spec_path, corpus_dir)
     typer.echo(
@@ -134,7 +137,20 @@ _AGENT_HELP = {
 }
 
 
-@run_app.command("live")
+# ``run live --help``: its 40 flags under headings by topic (parameter names, in order)
+_LIVE_PANELS = {
+    "What to test": ("model", "target", "target_name", "target_version", "target_setting", "config_path"),
+    "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "replicates",
+                   "retriever", "corpus_dir", "scenarios_path"),
+    "Output and resume": ("out", "resume", "retry_errors", "cache_dir", "sample_log", "progress"),
+    "Agent mode": ("agent", "max_steps", "tool_protocol"),
+    "Calls and failures": ("api_base", "local_servers", "concurrency", "budget", "timeout",
+                           "attempts", "backoff", "retry_seed", "max_error_rate"),
+    "Decoding": ("temperature", "top_p", "max_tokens", "seed", "response_format", "share_replies"),
+}  # fmt: skip
+
+
+@run_app.command("live", cls=panelled(_LIVE_PANELS))
 def run_live(
     ctx: typer.Context,
     model: list[str] = typer.Option(
@@ -194,9 +210,7 @@ def run_live(
     agent: bool = typer.Option(False, "--agent", help=_AGENT_HELP["agent"]),
     max_steps: int = typer.Option(4, "--max-steps", help=_AGENT_HELP["steps"]),
     tool_protocol: str = typer.Option("auto", "--tool-protocol", help=_AGENT_HELP["protocol"]),
-    retriever: str = typer.Option(
-        "tfidf_domain_validity", help="Registered retriever (the tool's first stage), e.g. bm25."
-    ),
+    retriever: str = typer.Option("tfidf_domain_validity", help=_RETRIEVER_HELP, callback=_retriever_flag),
     target: str = typer.Option(None, "--target", help=_AGENT_HELP["target"]),
     target_name: str = typer.Option("", "--target-name", help=_AGENT_HELP["name"]),
     target_version: str = typer.Option("", "--target-version", help=_AGENT_HELP["version"]),
@@ -351,7 +365,9 @@ def run_live(
             )
         config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
     log = _open_sample_log(sample_log, out)
-    bar = _progress_hook() if progress else None
+    from layerlab.reporting.terminal import ProgressBar
+
+    bar = ProgressBar(target=spec is not None) if progress else None
     try:
         result = live.run_live(
             c,
@@ -374,7 +390,8 @@ def run_live(
             log.close()
     _report_run(out, log, result.message)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
-    typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
+    if spec is None:  # a target's replies are its own: layerlab caches none
+        typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
     if result.over_error_rate:
         typer.echo(
             f"error: provider-error rate above --max-error-rate {max_error_rate:g} for "
@@ -434,7 +451,7 @@ _CONFIG_OWNS = (
     "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
     "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
     "sample_log", "agent", "max_steps", "tool_protocol", "target", "target_name", "target_version",
-    "target_setting",
+    "target_setting", "retriever",
 )  # fmt: skip
 
 
@@ -452,6 +469,7 @@ def _run_config(
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live, runconfig
     from layerlab.mitigations import load_mitigations
+    from layerlab.reporting.terminal import ProgressBar
 
     for name in _CONFIG_OWNS:
         source = ctx.get_parameter_source(name)
@@ -481,7 +499,7 @@ def _run_config(
             scen,
             run,
             scenario_hash=spec_hash(scenarios_path),
-            progress=_progress_hook if progress else None,
+            progress=(lambda: ProgressBar(target=spec.target is not None)) if progress else None,
             samples=log,
             say=lambda m: typer.echo(m, err=True),
         )
@@ -533,44 +551,3 @@ def _print_results(out: Path) -> None:
     from layerlab.reporting import runs
 
     runs.print_run_results(out, typer.echo)
-
-
-class _Bar:
-    """The live run's progress bar; its ETA comes from a smoothed rate that counts cache hits
-    apart (:class:`~layerlab.harness.live.progress.Eta`). At 80 columns the bar narrows and the
-    counters are cut, never the record total."""
-
-    def __init__(self) -> None:
-        from layerlab.harness.live.progress import Eta
-
-        self.p: Any = None
-        self.task: Any = None
-        self.eta = Eta()
-
-    def update(self, counters: Any, total: int) -> None:
-        import time
-
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.table import Column
-
-        from layerlab.harness.live.progress import format_eta
-
-        if self.task is None:
-            whole, cut = Column(no_wrap=True, min_width=2 * len(str(total)) + 1), Column(ratio=1, no_wrap=True)
-            self.p = Progress(TextColumn("records"), BarColumn(bar_width=12), MofNCompleteColumn(table_column=whole),
-                              TextColumn("{task.description}", table_column=cut), TextColumn("{task.fields[eta]}"))  # fmt: skip
-            self.p.start()
-            self.task = self.p.add_task("", total=total, eta=format_eta(None))
-        c = counters
-        self.eta.update(time.monotonic(), c.records, c.cache_hits)
-        desc = f"calls {c.calls} hits {c.cache_hits} retries {c.retries} failures {c.failures}"
-        eta = format_eta(self.eta.remaining(c.records, total))
-        self.p.update(self.task, completed=c.records, description=desc, eta=eta)
-
-    def close(self) -> None:
-        if self.task is not None:
-            self.p.stop()
-
-
-def _progress_hook() -> _Bar:
-    return _Bar()

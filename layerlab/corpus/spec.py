@@ -251,7 +251,7 @@ def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
 def _describe(err: Any, model: type[BaseModel]) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        return "unknown key (check the spelling against the DSL reference in the README)"
+        return "unknown key (check the spelling against the DSL reference in docs/corpus.md)"
     if kind == "missing":
         return "required field is missing"
     if kind.endswith("_type") or kind in {"int_parsing", "string_type"}:

@@ -135,7 +135,7 @@ def _describe_err(err: Any) -> str:
     if err["type"] == "literal_error" and err["loc"] == ("status",):
         return f"expected 'current' or 'superseded', got {err['input']!r}"
     if err["type"] == "extra_forbidden":
-        return "unknown field (check the spelling against the README's 'Your own documents')"
+        return "unknown field (check the spelling against 'Your own documents' in docs/corpus.md)"
     if err["type"] == "missing":
         return "required field is missing"
     if err["type"] == "string_pattern_mismatch":

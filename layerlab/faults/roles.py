@@ -2,8 +2,9 @@
 
 The contract treatment's target (the specificity margin of the paired analysis), the fault-free
 negative control, the retriever audit's conditions and the explorer's representative cases
-(Table 6), and per reliability layer what a team reads about a system failing it (``findings``:
-what it did, what it does not check, the mitigation entry that guards the layer). Every name must
+(Table 6), per reliability layer what a team reads about a system failing it (``findings``:
+what it did, what it does not check, the mitigation entry that guards the layer), and layerlab's
+deliberately over-broad control arms (``over_broad_controls``). Every name must
 be a scenario (a layer of a scenario, a guard an entry of the mitigations spec); an unknown one is
 a :class:`SpecError` naming the file, line and field. Roles change no record, so they are not part
 of any archive's provenance (the scenario and mitigation specs' hashes are).
@@ -55,6 +56,9 @@ class Roles(_Strict):
     audit: list[str] = Field(min_length=1)
     explorer: list[ExplorerCase] = Field(min_length=1)
     findings: dict[str, LayerFinding] = Field(default_factory=dict)  # by layer
+    # layerlab's deliberately over-broad control arms (entries of the mitigations spec): Table 10
+    # must flag them, so ``gate --no-over-broad`` leaves them out when a run holds every arm
+    over_broad_controls: list[str] = Field(default_factory=list)
 
     def named(self) -> Iterator[tuple[tuple[Any, ...], str]]:
         """Every scenario a role names, with its field."""
@@ -108,6 +112,11 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
                         f"unknown mitigation {f.guard!r}; expected an entry of the mitigations spec",
                     )
                 )
+        problems += [
+            (("over_broad_controls", i), f"unknown mitigation {name!r}; expected an entry of the mitigations spec")
+            for i, name in enumerate(roles.over_broad_controls)
+            if name not in arms
+        ]  # fmt: skip
         return problems
 
     roles = load_yaml_as(p, Roles, check=check)

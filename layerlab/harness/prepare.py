@@ -18,7 +18,7 @@ from layerlab.corpus.build import Corpus, Document, Task
 from layerlab.faults.operators import Payload, ToolContext, stable_int
 from layerlab.faults.scenario import Scenario
 from layerlab.system import retrieval
-from layerlab.system.contract import ContractMode, ContractResult, search_payload
+from layerlab.system.contract import ContractMode, ContractResult, search_failure, search_payload
 from layerlab.system.reader import (
     Evidence,
     ReaderInput,
@@ -50,21 +50,29 @@ def _search(
     scopes: frozenset[str] | None,
     rankings: RankingCache | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Every task's tool payload under ``retriever`` over ``docs``.
+    """Every task's tool payload under ``retriever`` over ``docs`` (a registered name, or a
+    team's ``KIND:MODULE:FACTORY``: a query its store failed gets the tool's error reply).
 
     ``rankings`` memoises the fitted retriever's batch ranking by (retriever, index, tasks):
-    most scenarios fault the tool, not the index, so within one run they share one TF-IDF fit.
+    most scenarios fault the tool, not the index, so within one run they share one fit (and an
+    external store is asked each question once per distinct index).
     """
     tasks = corpus.tasks
-    ck = (retriever, tuple(docs), tasks, tuple(sorted(corpus.cue_words.items())))
+    # a team's store may filter by the principal's scopes itself: its ranking depends on them
+    asked = scopes if retrieval.is_external(retriever) else None
+    ck = (retriever, tuple(docs), tasks, tuple(sorted(corpus.cue_words.items())), asked)
     ranking = rankings.get(ck) if rankings is not None else None
     if ranking is None:
         r = retrieval.make(retriever, docs, corpus.cue_words)
-        ranking = r.search([t.question for t in tasks], [t.domain for t in tasks])
+        ranking = r.search([t.question for t in tasks], [t.domain for t in tasks],
+                           principal_scopes=scopes)  # fmt: skip
         if rankings is not None:
             rankings[ck] = ranking
     sent: dict[str, dict[str, Any]] = {}
     for i, t in enumerate(tasks):
+        if ranking.error(i):
+            sent[t.task_id] = search_failure(ranking.error(i))
+            continue
         keep = ranking.indices[i] >= 0
         sent[t.task_id] = search_payload(
             t.question,
@@ -100,13 +108,14 @@ class PreparedScenario:
     _checked: dict[tuple[ContractMode, str], tuple[ContractResult, ReaderInput | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
-    _fitted: dict[str, retrieval.Retriever] = field(
+    _fitted: dict[str, retrieval.Searcher] = field(
         default_factory=dict, compare=False, repr=False
     )
 
-    def fitted(self, retriever: str | None = None) -> retrieval.Retriever:
-        """The registered ``retriever`` fitted on this scenario's index (once): what an agent's
-        own queries are searched with (:mod:`layerlab.harness.tools`)."""
+    def fitted(self, retriever: str | None = None) -> retrieval.Searcher:
+        """``retriever`` (registered, or a team's) fitted on this scenario's index (once; a
+        team's store is indexed once per distinct index in the process): what an agent's or a
+        target's own queries are searched with (:mod:`layerlab.harness.tools`)."""
         name = retriever or self.retriever
         if name not in self._fitted:
             if self.corpus is None:

@@ -35,6 +35,10 @@ Your own system instead of ``models`` (README, "Test your own RAG system")::
 
     target: {spec: "python:my_rag.app:answer", name: my-rag, version: "1.4", settings: {top_k: 3}}
 
+Your own retriever or vector store as the tool's first stage (docs/retrievers.md)::
+
+    retriever: "python:my_rag.store:MyRetriever"     # or langchain:my_rag.store:make_store
+
 Every ``run live`` setting a paper reports has a key here; the flags it owns are refused next to
 ``--config`` rather than silently ignored.
 
@@ -61,6 +65,7 @@ from layerlab.harness.live.settings import DEFAULT_MAX_ERROR_RATE, RunSettings
 from layerlab.models.llm import ProviderSettings
 from layerlab.models.routing import api_base_problem, credentials_in, redact_urls
 from layerlab.registry import did_you_mean
+from layerlab.system import retrieval
 
 LIMIT_SEED = 0  # default seed of the --limit selection
 
@@ -184,6 +189,9 @@ class RunConfigSpec(BaseModel):
     sample_log: str | None = Field(default=None, min_length=1)  # private log, outside the run
     gate: GateSpec | None = None  # CI gates on the finished run: ``layerlab gate RUN --config``
     agent: AgentSpec | None = None  # agent mode; default: single-call mode
+    # the search tool's first stage: a registered retriever or a team's own
+    # (python:MODULE:FACTORY, langchain:MODULE:FACTORY; docs/retrievers.md)
+    retriever: str = Field(retrieval.REPORTED.name, min_length=1)
 
     def run(self, given: RunSettings) -> RunSettings:
         """The run settings: those the configuration sets, the others as ``given``."""
@@ -243,6 +251,10 @@ def _checks(
                 c.target.target()
             except TargetError as exc:
                 out.append((("target", "spec"), str(exc).removeprefix("--target: ")))
+        try:  # a registered name, or a team's factory that imports
+            retrieval.check(c.retriever, "retriever")
+        except retrieval.RetrieverError as exc:
+            out.append((("retriever",), str(exc).removeprefix("retriever").lstrip(": ")))
         seen: set[str] = set()
         for i, m in enumerate(c.models):
             if m.model in seen:
@@ -418,6 +430,7 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
             models=(), scenarios=tuple(spec.scenarios or all_scenarios),
             mitigations=tuple(spec.mitigations or contract_arms()), task_ids=task_ids,
             settings=s["settings"], replicates=spec.replicates, target=spec.target.target(),
+            retriever=spec.retriever,
         )  # fmt: skip
         return [Group(cfg.models, cfg, None, "")]
     groups: dict[tuple[Any, ...], list[str]] = {}
@@ -445,6 +458,7 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
                 if spec.agent is not None
                 else None
             ),
+            retriever=spec.retriever,
         )
         slug = re.sub(r"[^a-z0-9]+", "-", models[0].lower()).strip("-")
         folder = "" if len(groups) == 1 else f"{SUBRUNS}/{i + 1:02d}-{slug}"

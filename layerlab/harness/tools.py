@@ -27,8 +27,6 @@ import hashlib
 from dataclasses import dataclass, fields
 from typing import Any
 
-import numpy as np
-
 from layerlab._io import canonical_json
 from layerlab.corpus.build import Task
 from layerlab.faults.operators import SCOPED_ID
@@ -45,7 +43,7 @@ from layerlab.harness.step import (
 )
 from layerlab.mitigations import Arm
 from layerlab.system import retrieval
-from layerlab.system.contract import ContractResult, search_payload
+from layerlab.system.contract import ContractResult, search_failure, search_payload
 from layerlab.system.reader import Evidence, ReaderInput, reader_input
 
 TOOLS_VERSION = "layerlab.tools/v2"
@@ -259,12 +257,12 @@ class ToolBox:
             if own and n == 0 and retr == prep.retriever:
                 return prep.checked(contract, task, 0, retr)  # exactly the single call's reply
             r = prep.fitted(retr)  # fitted once per scenario and retriever
-            scores = r.score([query], [task.domain])[0]
-            order = np.argsort(-scores, kind="stable")[:top_k]
-            keep = [int(j) for j in order if not np.isneginf(scores[j])]
-            sent = search_payload(query, [r.documents[j] for j in keep],
-                                  [float(scores[j]) for j in keep], self.session_id,
-                                  prep.scenario.principal_scopes())  # fmt: skip
+            ranking = r.search([query], [task.domain], top_k, prep.scenario.principal_scopes())
+            if ranking.error(0):  # a team's store failed: the tool's error reply
+                return self._checked(search_failure(ranking.error(0)), n)
+            keep = ranking.indices[0] >= 0
+            sent = search_payload(query, ranking.docs(0), ranking.scores[0][keep].tolist(),
+                                  self.session_id, prep.scenario.principal_scopes())  # fmt: skip
             return self._checked(sent, n)
 
         return fetch

@@ -275,7 +275,7 @@ def runtime_version() -> str:
     except PackageNotFoundError:
         raise ModelError(
             "the local model runtime (llama-cpp-python[server]) is not installed; run `make local` "
-            "(it compiles llama.cpp once: see the README for how long that takes)"
+            "(it compiles llama.cpp once: docs/local-models.md says how long that takes)"
         ) from None
 
 

@@ -175,7 +175,7 @@ def advice(returncode: int, build: dict[str, Any] | None = None) -> str:
         return (
             f"the llama.cpp runtime crashed on this CPU{how}: rebuild it "
             f"{'without AVX2' if portable else 'portably'} with `make local "
-            f'LLAMA_CMAKE_ARGS="{flags}"` (see the README\'s local runtime)'
+            f'LLAMA_CMAKE_ARGS="{flags}"` (see docs/local-models.md)'
         )
     if returncode == -signal.SIGKILL:
         return "it was killed from outside or ran out of memory (see `dmesg`)"

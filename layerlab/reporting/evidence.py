@@ -44,6 +44,20 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+EDITS, PROBLEMS = 12, 6  # the contract's edits and problems an evidence path shows
+
+
+def _contract(c: Any) -> dict[str, Any]:
+    """What the tool contract did to a payload, as an evidence path shows it: its outcome, the
+    first :data:`EDITS` edits (and how many more) and the first :data:`PROBLEMS` problems."""
+    return {
+        "outcome": c.outcome,
+        "edits": list(c.edits[:EDITS]),
+        "more_edits": max(0, len(c.edits) - EDITS),
+        "problems": list(c.problems[:PROBLEMS]),
+    }
+
+
 def _evidence(inp: Any) -> dict[str, Any] | None:
     """A reader input as the path carries it: the prompt's header fields and evidence block."""
     if inp is None:
@@ -138,8 +152,15 @@ class Recomputer:
         recomputed: the path would be another spec's)."""
         from layerlab import archive, paths
         from layerlab.corpus.spec import spec_hash
-        from layerlab.system import prompt
+        from layerlab.system import prompt, retrieval
 
+        if retrieval.is_external(self.retriever):  # a team's store: recomputed only as it was
+            try:
+                code = retrieval.code(self.retriever)
+            except retrieval.RetrieverError:
+                return [f"retriever {self.retriever} (not importable here)"]
+            if self.manifest.get("retriever_code") not in (None, code):
+                return [f"retriever {self.retriever}'s code"]
         have = archive.provenance_of(self.manifest)
         now = {
             "corpus_spec": self.corpus.spec_hash,
@@ -196,12 +217,7 @@ class Recomputer:
                 "sent": self._payload(t.sent),
                 "received": self._payload(t.received),
                 "accepted": self._payload(t.contract.payload),
-                "contract": {
-                    "outcome": t.contract.outcome,
-                    "edits": list(t.contract.edits[:12]),
-                    "more_edits": max(0, len(t.contract.edits) - 12),
-                    "problems": list(t.contract.problems[:6]),
-                },
+                "contract": _contract(t.contract),
                 "actions": list(t.actions),
                 "reader": _evidence(inp),
                 "prompt_hash": phash,
@@ -264,12 +280,7 @@ class Recomputer:
             "retriever": self.retriever,
             "calls": steps,
             "lost": lost,
-            "contract": {
-                "outcome": g.contract.outcome,
-                "edits": list(g.contract.edits[:12]),
-                "more_edits": max(0, len(g.contract.edits) - 12),
-                "problems": list(g.contract.problems[:6]),
-            },
+            "contract": _contract(g.contract),
             "actions": list(g.actions),
             "reader": None if lost else _evidence(g.inp),
         }

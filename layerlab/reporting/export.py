@@ -21,6 +21,7 @@ import pandas as pd
 
 from layerlab import paths
 from layerlab._io import atomic_write_text
+from layerlab.analysis import units
 
 FLOAT_FORMAT = "{:.3f}"
 
@@ -257,8 +258,9 @@ def _numeric(df: pd.DataFrame, c: object) -> bool:
 # manuscript states once what each block is); the CSV and Markdown keep the full label.
 BLOCK_COLUMN = "block"
 BLOCK_SHORT = {
-    "real models": "models",
-    "reference agents (deterministic baselines)": "agents",
+    units.BLOCK_MODELS: "models",
+    units.BLOCK_REFERENCE: "agents",
+    units.BLOCK_TARGETS: "targets",  # in a narrow column it took three lines a row
 }
 
 
@@ -272,7 +274,8 @@ def to_latex(df: pd.DataFrame, caption: str, label: str, notes: str = "") -> str
     """``df`` as a booktabs table that fits the text width (see :func:`layout`): numbers right,
     text left; wrapped columns as fixed-width ragged columns; long tables as a ``longtable``.
     ``notes`` (what the intervals assume, say) go under the table in its font size, so the
-    caption stays short; a ``block`` column gets its compact labels (:data:`BLOCK_SHORT`)."""
+    caption stays short (a long table's in its last foot, on the page of its last rows); a
+    ``block`` column gets its compact labels (:data:`BLOCK_SHORT`)."""
     df = _short(df)
     header = [str(c) for c in df.columns]
     rows = [[_cell(v) for v in row] for row in df.itertuples(index=False)]
@@ -308,9 +311,18 @@ def to_latex(df: pd.DataFrame, caption: str, label: str, notes: str = "") -> str
             r"\endhead",
             r"\bottomrule",
             r"\endfoot",
+            # a wrapped table (as wide as the page) has its notes in the last page's foot:
+            # longtable keeps them with the last rows, never alone on the next page
+            *(
+                [r"\bottomrule", rf"\multicolumn{{{len(header)}}}{{@{{}}p{{0.98\linewidth}}@{{}}}}"
+                 rf"{{\RaggedRight\textit{{Notes.}} {_tex(notes)}}} \\", r"\endlastfoot"]
+                if notes and wrap
+                else []
+            ),  # fmt: skip
             *body,
             r"\end{longtable}",
-            *([rf"{{\noindent\textit{{Notes.}} {_tex(notes)}\par}}"] if notes else []),
+            # a table at its natural width (narrower than the page): the notes under it
+            *([rf"{{\noindent\textit{{Notes.}} {_tex(notes)}\par}}"] if notes and not wrap else []),
             r"\endgroup",
         ]
     else:

@@ -21,7 +21,7 @@ from layerlab import paths
 
 MAIN = "main.tex"
 PDF = "main.pdf"
-# the apt-get line the README gives (Debian/Ubuntu); texlive-latex-recommended brings booktabs
+# the apt-get line docs/paper.md gives (Debian/Ubuntu); texlive-latex-recommended brings booktabs
 # and ragged2e, texlive-latex-base array, longtable and graphicx
 INSTALL_HINT = (
     "apt-get install -y --no-install-recommends texlive-latex-base texlive-latex-recommended "

@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -70,8 +71,9 @@ def _csv(tables: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
-def _row(t: pd.DataFrame, name: str, **match: str) -> pd.Series:
-    sel = t
+def _row(tables: Path, name: str, **match: str) -> pd.Series:
+    """The one row of the generated table ``name`` whose columns match (``block``: its start)."""
+    sel = _csv(tables, name)
     for k, v in match.items():
         sel = sel[sel[k].str.startswith(v)] if k == "block" else sel[sel[k] == v]
     if len(sel) != 1:
@@ -138,10 +140,9 @@ def _verdicts(tables: Path) -> dict[str, str]:
 def _model_matrix(tables: Path) -> dict[str, str]:
     from layerlab.analysis import stats
 
-    cells = _csv(tables, "table10_cells")
     out = {}
     for prefix in ("Ref", "Model"):
-        r = _row(cells, "table10_cells", block=BLOCKS[prefix], mitigation="ignore_metadata")
+        r = _row(tables, "table10_cells", block=BLOCKS[prefix], mitigation="ignore_metadata")
         for s in ("clean", "conflicting_evidence"):
             out[f"Ignore{prefix}{_camel(s)}"] = _tex(r[s].lstrip("*"))
     for prefix, folder in (("Model", paths.LOCAL_MODEL_MITIGATIONS), ("Ref", paths.ARCHIVES /
@@ -171,21 +172,24 @@ def _sampling() -> dict[str, str]:
     d = stats.identical_prompt_discordance(old, "safe_resolution")
     s = d[d["scenario"] == "stale_index"].iloc[0]
     out["SmolStalePairs"] = str(int(s["identical pairs"]))
-    out["SmolStaleStrictOnly"] = str(int(s["strict only"]))
-    out["SmolStaleRepairOnly"] = str(int(s["repair only"]))
-    out["SmolStaleP"] = f"{float(s['sign-test p']):.4f}"
-    return out
+    return {**out, **_discordant("SmolStale", s, 4)}
+
+
+def _discordant(key: str, r: Mapping[str, Any], digits: int) -> dict[str, str]:
+    """A paired strict/repair comparison's discordant counts and its sign test's p (a row of
+    :func:`~layerlab.analysis.stats.identical_prompt_discordance` or of the exchangeability
+    table): ``{key}StrictOnly``, ``{key}RepairOnly``, ``{key}P``."""
+    return {
+        f"{key}StrictOnly": str(int(float(r["strict only"]))),
+        f"{key}RepairOnly": str(int(float(r["repair only"]))),
+        f"{key}P": f"{float(r['sign-test p']):.{digits}f}",
+    }
 
 
 def _exchangeability(tables: Path) -> dict[str, str]:
-    t = _csv(tables, "exchangeability_models")
-    out = {}
+    out: dict[str, str] = {}
     for s in ("clean", "stale_index"):
-        r = _row(t, "exchangeability_models", scenario=s)
-        key = _camel(s)
-        out[f"Exch{key}StrictOnly"] = r["strict only"]
-        out[f"Exch{key}RepairOnly"] = r["repair only"]
-        out[f"Exch{key}P"] = f"{float(r['sign-test p']):.2f}"
+        out |= _discordant(f"Exch{_camel(s)}", _row(tables, "exchangeability_models", scenario=s), 2)
     return out
 
 
@@ -240,12 +244,11 @@ def _agent(tables: Path) -> dict[str, str]:
         "AgentInvalid": str(sum(r["invalid_calls"] for r in rows)),
         "AgentAllTurns": f"{round(100 * sum(r['step_limit'] for r in rows) / n)}\\%",
     }
-    t = _csv(tables, "agent_vs_single")
-    out["AgentTasks"] = _row(t, "agent_vs_single", arm="strict", scenario="clean")["tasks"]
+    out["AgentTasks"] = _row(tables, "agent_vs_single", arm="strict", scenario="clean")["tasks"]
     for s in ("clean", "stale_index", "missing_tool_output", "partial_timeout",
               "conflicting_evidence", "permission_denied", "corrupted_metadata",
               "wrong_session"):  # fmt: skip
-        r = _row(t, "agent_vs_single", arm="strict", scenario=s)
+        r = _row(tables, "agent_vs_single", arm="strict", scenario=s)
         key = _camel(s)
         out[f"Agent{key}Single"] = _rate(float(r["single call"]))
         out[f"Agent{key}Agent"] = _rate(float(r["agent"]))
@@ -253,6 +256,30 @@ def _agent(tables: Path) -> dict[str, str]:
         out[f"Agent{key}GfSingle"] = _rate(float(r["GF single"]))
         out[f"Agent{key}GfAgent"] = _rate(float(r["GF agent"]))
     return out
+
+
+def _findings(tables: Path) -> dict[str, str]:
+    """The real model's headline numbers the abstract states: the contract treatment's target
+    gain on schema drift with its interval and largest off-target change (the specificity
+    margin), its grounded false positives on the stale index and its strict success on clean
+    questions (Tables 5 and 4, the strict arm)."""
+    model = BLOCKS["Model"]
+    m = _row(tables, "specificity_margin", block=model)
+
+    def pp(v: str) -> str:
+        return f"{float(v):.1f}"
+
+    def pct(v: str) -> str:
+        return f"{100 * float(v):.1f}\\%"
+
+    return {
+        "ModelDriftGain": pp(m["target gain (pp)"]),
+        "ModelDriftLow": pp(m["95% low (pp)"]),
+        "ModelDriftHigh": pp(m["95% high (pp)"]),
+        "ModelDriftOffTarget": pp(m["off-target change (pp)"]),
+        "ModelStaleGf": pct(_row(tables, "table5", block=model, scenario="stale_index")["GF strict"]),
+        "ModelCleanS": pct(_row(tables, "table4", block=model, scenario="clean")["strict"]),
+    }
 
 
 def values(tables: Path | None = None) -> dict[str, str]:
@@ -269,6 +296,7 @@ def values(tables: Path | None = None) -> dict[str, str]:
         _exchangeability(tables),
         _user_pipeline(),
         _agent(tables),
+        _findings(tables),
     ):
         clash = set(out) & set(part)
         if clash:

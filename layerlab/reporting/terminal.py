@@ -234,3 +234,43 @@ def finding_lines(found: list[dict[str, Any]]) -> list[str]:
             out.append(f"  note: {f['note']}")
     return out
 
+
+class ProgressBar:
+    """The live run's progress bar (``update`` is the run's progress hook); its ETA comes from a
+    smoothed rate that counts cache hits apart (:class:`~layerlab.harness.live.progress.Eta`).
+    At 80 columns the bar narrows and the counters are cut, never the record total. A target's
+    bar counts failures only (it makes no provider call and layerlab caches none of its replies)."""
+
+    def __init__(self, target: bool = False) -> None:
+        from layerlab.harness.live.progress import Eta
+
+        self.p: Any = None
+        self.task: Any = None
+        self.eta = Eta()
+        self.target = target
+
+    def update(self, counters: Any, total: int) -> None:
+        import time
+
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.table import Column
+
+        from layerlab.harness.live.progress import format_eta
+
+        if self.task is None:
+            whole, cut = Column(no_wrap=True, min_width=2 * len(str(total)) + 1), Column(ratio=1, no_wrap=True)
+            self.p = Progress(TextColumn("records"), BarColumn(bar_width=12), MofNCompleteColumn(table_column=whole),
+                              TextColumn("{task.description}", table_column=cut), TextColumn("{task.fields[eta]}"))  # fmt: skip
+            self.p.start()
+            self.task = self.p.add_task("", total=total, eta=format_eta(None))
+        c = counters
+        self.eta.update(time.monotonic(), c.records, c.cache_hits)
+        desc = f"calls {c.calls} hits {c.cache_hits} retries {c.retries} failures {c.failures}"
+        if self.target:
+            desc = f"failures {c.failures}"
+        eta = format_eta(self.eta.remaining(c.records, total))
+        self.p.update(self.task, completed=c.records, description=desc, eta=eta)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.p.stop()

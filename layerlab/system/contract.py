@@ -142,6 +142,13 @@ def search_payload(
     return payload
 
 
+def search_failure(message: str) -> dict[str, Any]:
+    """The tool's reply when its retriever failed (an external retriever's exception or bad
+    reply, :mod:`layerlab.system.retrieval.external`): an error and nothing else, which every
+    contract finds unavailable, as it finds a missing tool output."""
+    return {"error": {"code": "retriever_error", "message": message}}
+
+
 # --- repair ------------------------------------------------------------------------------------
 
 TOP_ALIASES = {

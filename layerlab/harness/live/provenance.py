@@ -67,6 +67,8 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
         ident["agent"] = agent_versions()
     cfg: dict[str, Any] = ident["config"]  # type: ignore[assignment]
     del cfg["shard"]  # a shard is a slice of the run: its records are the run's (shards.py)
+    if not config.retriever_code:  # runs of a registered retriever keep the ids they had
+        del cfg["retriever_code"]
     if config.target is None:  # model runs keep the ids they had before targets
         del cfg["target"]
     else:  # the target's identity: its settings only as their hash, its code's fingerprint
@@ -110,6 +112,7 @@ def manifest(
         mitigation_arms=book.manifest_entry(load_mitigations(), config.mitigations),
         n_tasks=n_tasks,
         retriever=config.retriever,
+        retriever_code=dict(config.retriever_code) if config.retriever_code else archive.UNSET,
         settings=settings,
         prompt_version=prompt.PROMPT_VERSION,
         replicates=config.replicates,

@@ -61,7 +61,7 @@ from layerlab.models.cache import ResponseCache
 from layerlab.models.cachecheck import CacheError, flag_for, open_cache
 from layerlab.models.llm import ProviderSettings, import_litellm
 from layerlab.models.routing import Route, endpoint_label, record_seed, split_model
-from layerlab.system import prompt
+from layerlab.system import prompt, retrieval
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,9 @@ def run_live(
         from layerlab.harness.targets.identity import with_code
 
         config = dataclasses.replace(config, target=with_code(provenance.target_of(config), say))
+    if retrieval.is_external(config.retriever):  # a team's retriever code, in the run id too
+        code = tuple(sorted(retrieval.code(config.retriever).items()))
+        config = dataclasses.replace(config, retriever_code=code)
     work = config.this_shard(corpus)  # what this process runs: the shard's tasks (shards.py)
     n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
     plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
@@ -259,7 +262,7 @@ def run_live(
             "continue with --resume"
         )
     if complete:
-        msg = f"complete: {len(records)} records, {counters.calls} provider calls, {counters.cache_hits} cache hits"
+        msg = _complete_line(len(records), errors, counters, config.target is not None)
     else:
         msg = (
             f"budget spent after {counters.calls} calls: {len(records)} of {plan['expected_records']} "
@@ -271,7 +274,9 @@ def run_live(
         for m, e in errors.items()
         if e["called"] and e["provider_error"] / e["called"] > max_error_rate
     ]
-    msg = "\n".join([*notes, msg, _error_line(errors)])
+    if retrieval.is_external(config.retriever):
+        notes.append(retrieval.report(config.retriever))
+    msg = "\n".join([*notes, msg, _error_line(errors, config.target is not None)])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), run.cache_folder)
 
 
@@ -360,12 +365,33 @@ def _tidy(out: Path, began: float) -> None:
     stale_temporaries(out, began)
 
 
-def _error_line(errors: Mapping[str, Mapping[str, int]]) -> str:
+def _complete_line(
+    n: int, errors: Mapping[str, Mapping[str, int]], counters: Counters, target: bool
+) -> str:
+    """What a finished run holds, each count naming what it counts: the records; of those, the
+    ones that asked a model (the denominators of :func:`_error_line`) and the ones a contract or
+    mitigation ended before the reader; this invocation's provider calls and cache hits. A target
+    is asked on every record and makes no provider call of layerlab's, so its line says that."""
+    if target:
+        return f"complete: {n} records, each one asked of the target"
+    asked = sum(e["called"] for e in errors.values())
+    return (
+        f"complete: {n} records ({asked} asked a model, {n - asked} ended before the reader); "
+        f"this invocation: {counters.calls} provider calls (retries included), "
+        f"{counters.cache_hits} replies from the cache"
+    )
+
+
+def _error_line(errors: Mapping[str, Mapping[str, int]], target: bool = False) -> str:
+    """Per model, its ``provider_error`` records of the records that asked it (a target: of every
+    record; its exception or timeout is a provider error)."""
+    asked = "" if target else " that asked it"
     parts = []
     for m, e in errors.items():
         rate = e["provider_error"] / e["called"] if e["called"] else 0.0
-        parts.append(f"{m} {e['provider_error']}/{e['called']} ({rate:.1%})")
-    return "provider errors: " + ", ".join(parts)
+        parts.append(f"{m} {e['provider_error']} of {e['called']} records{asked} ({rate:.1%})")
+    head = "provider errors (the target raised or timed out)" if target else "provider errors"
+    return f"{head}: " + ", ".join(parts)
 
 
 def _reachable(models: Sequence[str], routes: Mapping[str, Route], started: set[str]) -> None:

@@ -93,7 +93,12 @@ class LiveConfig:
     mitigations: tuple[str, ...] = field(default_factory=harness.contract_arms)
     task_ids: tuple[str, ...] | None = None
     settings: ProviderSettings = field(default_factory=ProviderSettings)
+    # the search tool's first stage: a registered retriever, or a team's own
+    # (``python:MODULE:FACTORY``, ``langchain:MODULE:FACTORY``: docs/retrievers.md)
     retriever: str = retrieval.REPORTED.name
+    # the fingerprint of a team's retriever code (module and package SHA-256), set when a run
+    # starts (:func:`layerlab.system.retrieval.code`); in the run id and the manifest
+    retriever_code: tuple[tuple[str, str], ...] = ()
     # Each cell is an independent draw: one call per record, ``replicates`` records per cell.
     replicates: int = 1
     # Share one reply between records whose prompts are identical: it forces every difference
@@ -155,12 +160,10 @@ class LiveConfig:
 
     def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
         """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
-        if self.retriever not in retrieval.REGISTRY:
-            known = list(retrieval.REGISTRY)
-            raise LiveRunError(
-                f"--retriever: unknown retriever {self.retriever!r}"
-                f"{did_you_mean(self.retriever, known)}; known: {known}"
-            )
+        try:  # a registered name, or a team's python:/langchain: factory that imports
+            retrieval.check(self.retriever)
+        except retrieval.RetrieverError as exc:
+            raise LiveRunError(str(exc)) from None
 
         unknown = [s for s in self.scenarios if s not in scenarios]
         if unknown:

@@ -11,31 +11,14 @@ none gets a warning that its code is not recorded (the run id then covers only i
 
 from __future__ import annotations
 
-import hashlib
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
+from layerlab._code import NOT_RECORDED, module_code
 from layerlab.harness.targets.spec import TargetSpec
 
-NOT_RECORDED = "not recorded"
 VERSION_HEADER = "X-Service-Version"
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _tree_sha256(folders: list[Path]) -> str:
-    """One hash over every ``.py`` file under ``folders``: its relative path and its hash."""
-    lines = []
-    for folder in folders:
-        for f in sorted(folder.rglob("*.py")):
-            if "__pycache__" not in f.parts:
-                lines.append(f"{f.relative_to(folder).as_posix()} {_sha256(f)}")
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
 def code_of_module(spec: TargetSpec) -> dict[str, str]:
@@ -43,16 +26,7 @@ def code_of_module(spec: TargetSpec) -> dict[str, str]:
     from layerlab.harness.targets.python import load_attr
 
     load_attr(spec)  # imports the module (the current folder on the path), or one clear line
-    module = spec.ref.partition(":")[0]
-    out = {"module": module}
-    file = getattr(sys.modules[module], "__file__", None)
-    out["module_sha256"] = _sha256(Path(file)) if file else NOT_RECORDED
-    top = sys.modules[module.partition(".")[0]]
-    folders = [Path(p) for p in getattr(top, "__path__", [])]
-    if folders:
-        out["package"] = top.__name__
-        out["package_sha256"] = _tree_sha256(folders)
-    return out
+    return module_code(spec.ref.partition(":")[0])
 
 
 def service_version(url: str, timeout: float = 5.0) -> str | None:

@@ -14,48 +14,22 @@ request. The module is imported from ``sys.path`` plus the current folder. Examp
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
+from layerlab._code import import_attr
 from layerlab.harness.targets.base import TargetRequest
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 
 
 def load_attr(spec: TargetSpec) -> Any:
     """The object ``module:attr`` names; :class:`TargetError` (one line) when it cannot be."""
-    module, _, attr = spec.ref.partition(":")
-    where = f"--target {spec.spec}"
-    here = os.getcwd()
-    if here not in sys.path:
-        sys.path.append(here)  # a user's module next to where the command runs
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or module
-        raise TargetError(
-            f"{where}: no module named {missing!r} (is its folder on PYTHONPATH or the current folder?)"
-        ) from None
-    except (Exception, SystemExit) as exc:  # the user's module failed (or exited) while importing
-        if isinstance(exc, SystemExit):
-            raise TargetError(
-                f"{where}: importing {module!r} called sys.exit({exc.code!r}) (SystemExit): a "
-                "target's module must not exit when imported"
-            ) from None
-        raise TargetError(
-            spec.redact(f"{where}: importing {module!r} failed ({type(exc).__name__}: {exc})")
-        ) from None
-    obj: Any = mod
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise TargetError(f"{where}: module {module!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+    obj = import_attr(spec.ref, f"--target {spec.spec}", TargetError, spec.redact)
     if not callable(obj):
         raise TargetError(
-            f"{where}: {attr!r} is not callable (a {type(obj).__name__}; expected a function or a class)"
+            f"--target {spec.spec}: {spec.ref.partition(':')[2]!r} is not callable (a "
+            f"{type(obj).__name__}; expected a function or a class)"
         )
     return obj
 

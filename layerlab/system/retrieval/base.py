@@ -1,13 +1,18 @@
-"""Retrievers: TF-IDF with optional query-derived domain cues and validity reranking.
+"""Retriever configurations, their registry, and the fitted retriever over one index.
+
+A configuration's ``kind`` names its text scorer, one module of this package per kind
+(:mod:`~layerlab.system.retrieval.sparse`: ``tfidf`` and ``bm25``); :func:`text_scorer` registers
+one. The cue and validity signals below are added on top of whatever the text scorer returns.
 
 ``tfidf_domain_validity`` is the paper's reported retriever. Its ablations switch the two
 signals off (``tfidf``, ``tfidf_domain``, ``tfidf_validity``); ``explicit_domain_filter`` is a
 sensitivity condition that *does* see each task's labelled domain and keeps only documents whose
-domain label matches it. Every retriever scores all queries against all documents in one sparse
+domain label matches it. Every retriever scores all queries against all documents in one
 matrix product; nothing loops over documents in Python.
 
-Scores are additive: cosine similarity, plus ``domain_weight`` when a document's domain label
-equals the domain the query's cue words resolve to, plus a validity term
+Scores are additive: the text similarity (TF-IDF cosine for the paper's family), plus
+``domain_weight`` when a document's domain label equals the domain the query's cue words resolve
+to, plus a validity term
 ``status_weight * [status == "current"] + year_weight * (year scaled to [0, 1])``. The
 validity weights are small next to topical similarity across policies but decide between two
 versions of the same policy, whose prose scores alike.
@@ -15,13 +20,12 @@ versions of the same policy, whose prose scores alike.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from layerlab.corpus.build import Document
 from layerlab.corpus.cues import CueMatcher
@@ -43,9 +47,31 @@ class RetrieverConfig:
     year_weight: float = 0.05
     top_k: int = TOP_K
     description: str = ""
-    # the text scorer: "tfidf" (the paper's family: TF-IDF cosine, plus the flags above) or
-    # "bm25" (Okapi BM25 through the bm25s library, what many deployed pipelines use)
+    # the text scorer (:data:`SCORERS`): "tfidf" (the paper's family: TF-IDF cosine, plus the
+    # flags above) or "bm25" (Okapi BM25 through the bm25s library, what many deployed
+    # pipelines use); a new kind is one module of this package that registers its scorer
     kind: str = "tfidf"
+
+
+class TextScorer(Protocol):
+    """A text scorer fitted on one index's texts: ``(n_queries, n_documents)`` similarities."""
+
+    def __call__(self, questions: Sequence[str]) -> NDArray[np.float64]: ...
+
+
+ScorerFactory = Callable[[RetrieverConfig, Sequence[str]], TextScorer]
+"""``(config, the index's texts) -> a fitted scorer``: what a kind's module registers."""
+
+SCORERS: Registry[ScorerFactory] = Registry("retriever kind")
+
+
+def text_scorer(kind: str) -> Callable[[ScorerFactory], ScorerFactory]:
+    """Register the decorated factory (a class or function) as the text scorer of ``kind``."""
+
+    def deco(factory: ScorerFactory) -> ScorerFactory:
+        return SCORERS.register(factory, kind)
+
+    return deco
 
 
 REGISTRY: Registry[RetrieverConfig] = Registry("retriever", lambda c: c.name)
@@ -98,17 +124,56 @@ def get(name: str) -> RetrieverConfig:
 
 @dataclass(frozen=True)
 class Ranking:
-    """Top-k result of a batch search: ``indices[i, j]`` is the j-th document for query i."""
+    """Top-k result of a batch search: ``indices[i, j]`` is the j-th document for query i
+    (``-1``: none). ``errors[i]``, when given, is why query i's search failed (``""``: it did
+    not): an external retriever's bad reply or exception, which the tool reports as an error."""
 
     indices: NDArray[np.int64]
     scores: NDArray[np.float64]
     documents: tuple[Document, ...]
+    errors: tuple[str, ...] = ()
 
     def doc_ids(self, i: int) -> list[str]:
         return [self.documents[j].doc_id for j in self.indices[i] if j >= 0]
 
     def docs(self, i: int) -> list[Document]:
         return [self.documents[j] for j in self.indices[i] if j >= 0]
+
+    def error(self, i: int) -> str:
+        """Why query ``i``'s search failed, or ``""``."""
+        return self.errors[i] if self.errors else ""
+
+
+def top_k(scores: NDArray[np.float64], k: int, documents: tuple[Document, ...]) -> Ranking:
+    """The top ``k`` of a ``(n_queries, n_documents)`` score matrix (ties broken by index
+    order; ``-inf``, filtered out, dropped)."""
+    k = min(k, scores.shape[1])
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(scores, order, axis=1)
+    order = np.where(np.isneginf(top), -1, order)
+    return Ranking(order.astype(np.int64), top, documents)
+
+
+class Searcher(Protocol):
+    """What the tool's first stage is: a registered :class:`Retriever` or an external one
+    (:class:`~layerlab.system.retrieval.external.ExternalRetriever`), fitted on one index."""
+
+    config: RetrieverConfig
+    documents: tuple[Document, ...]
+
+    def score(
+        self, questions: Sequence[str], labelled_domains: Sequence[str] | None = None
+    ) -> NDArray[np.float64]: ...
+
+    def search(
+        self,
+        questions: Sequence[str],
+        labelled_domains: Sequence[str] | None = None,
+        k: int | None = None,
+        principal_scopes: frozenset[str] | None = None,
+    ) -> Ranking: ...
+
+    def rank(self, scores: NDArray[np.float64], k: int | None = None) -> Ranking: ...
 
 
 class Retriever:
@@ -123,15 +188,10 @@ class Retriever:
         self.config = config
         self.documents = tuple(documents)
         self.matcher = CueMatcher(cue_words)
-        texts = [f"{d.title}. {d.text}" for d in self.documents]
-        self._bm25: Any = None
-        if config.kind == "bm25":
-            self._bm25 = _bm25_index(texts)
-        else:
-            self._vectorizer = TfidfVectorizer(
-                stop_words="english", sublinear_tf=True, ngram_range=(1, 2), min_df=1
-            )
-            self._matrix = self._vectorizer.fit_transform(texts) if texts else None
+        texts = [index_text(d) for d in self.documents]
+        self._text: TextScorer | None = (
+            SCORERS.lookup(config.kind)(config, texts) if texts else None
+        )
         self._domains = np.array([d.domain for d in self.documents], dtype=object)
         years = np.array([d.effective_year for d in self.documents], dtype=np.float64)
         span = float(years.max() - years.min()) if len(years) else 0.0
@@ -161,42 +221,30 @@ class Retriever:
         return scores
 
     def _text_scores(self, questions: Sequence[str]) -> NDArray[np.float64]:
-        """``(n_queries, n_documents)`` text similarity: TF-IDF cosine or BM25."""
-        if self._bm25 is not None:
-            import bm25s
-
-            tokens = bm25s.tokenize(list(questions), stopwords="en", return_ids=False,
-                                    show_progress=False)  # fmt: skip
-            return np.vstack([self._bm25.get_scores(t) for t in tokens]).astype(np.float64)
-        q = self._vectorizer.transform(list(questions))
-        return np.asarray((q @ self._matrix.T).todense(), dtype=np.float64)
+        """``(n_queries, n_documents)`` text similarity from the kind's scorer."""
+        assert self._text is not None  # an empty index is handled by :meth:`score`
+        return np.array(self._text(questions), dtype=np.float64)
 
     def search(
-        self, questions: Sequence[str], labelled_domains: Sequence[str] | None = None
+        self,
+        questions: Sequence[str],
+        labelled_domains: Sequence[str] | None = None,
+        k: int | None = None,
+        principal_scopes: frozenset[str] | None = None,
     ) -> Ranking:
-        """Top-k documents per question (ties broken by index order; filtered docs dropped)."""
-        return self.rank(self.score(questions, labelled_domains))
+        """Top-k documents per question (``k``: default the config's ``top_k``; ties broken by
+        index order; filtered docs dropped). ``principal_scopes`` is not used: access control
+        filters the results after the search (:func:`~layerlab.system.contract.search_payload`)."""
+        return self.rank(self.score(questions, labelled_domains), k)
 
-    def rank(self, scores: NDArray[np.float64]) -> Ranking:
+    def rank(self, scores: NDArray[np.float64], k: int | None = None) -> Ranking:
         """Top-k of an already computed score matrix (see :meth:`score`)."""
-        k = min(self.config.top_k, scores.shape[1])
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        top = np.take_along_axis(scores, order, axis=1)
-        order = np.where(np.isneginf(top), -1, order)
-        return Ranking(order.astype(np.int64), top, self.documents)
+        return top_k(scores, self.config.top_k if k is None else k, self.documents)
 
 
-def _bm25_index(texts: Sequence[str]) -> Any:
-    try:
-        import bm25s
-    except ImportError:  # an optional dependency (the study extra)
-        raise ImportError(
-            "the bm25 retriever needs bm25s: pip install 'layerlab[langchain]' (make installs it)"
-        ) from None
-    index = bm25s.BM25(k1=1.5, b=0.75)
-    index.index(bm25s.tokenize(list(texts), stopwords="en", show_progress=False),
-                show_progress=False)  # fmt: skip
-    return index
+def index_text(doc: Document) -> str:
+    """What a retriever indexes of a document: its title and its prose."""
+    return f"{doc.title}. {doc.text}"
 
 
 def make(
