@@ -74,3 +74,44 @@ def test_profile_splits_a_live_run_by_owner(capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     assert "480 records" in out[0] and len(out) == 2 + len(b)
     assert abs(sum(float(x.split("%")[0].split()[-1]) for x in out[2:]) - 100) < 0.5
+
+
+def test_native_tool_call_verdicts_on_canned_replies() -> None:
+    """The native tool-call measurement (tests/bench/native_tools.py) judges each reply by the
+    tool box's own schema check, and reads a final reply by the reply contract."""
+    from bench import native_tools as nt
+
+    def call(name: str, args: str, kind: str = "function") -> dict:
+        return {"id": "c0", "type": kind, "function": {"name": name, "arguments": args}}
+
+    ok = nt.judge_calls(
+        {"content": None, "tool_calls": [call("search", '{"query": "q", "top_k": 3}')]}
+    )
+    assert ok["syntax"] and ok["args"] and ok["first"] == "search" and ok["calls"] == 1
+    wide = nt.judge_calls({"tool_calls": [call("search", '{"query": "q", "top_k": 10}')]})
+    assert wide["syntax"] and not wide["args"] and "top_k" in wide["problem"]
+    for bad in (call("browse", '{"url": "x"}'), call("search", "query=q"), call("search", "[]")):
+        got = nt.judge_calls({"tool_calls": [bad]})
+        assert not got["syntax"] and not got["args"], bad
+    text = nt.judge_calls(
+        {"content": '<tool_call>\n{"name": "search", "arguments": {}}\n</tool_call>'}
+    )
+    assert text["text_call"] and text["calls"] == 0 and not text["syntax"]
+    reply = (
+        '{"status": "answered", "answer": "$10,000", "citations": ["finance-01-a"], "reason": null}'
+    )
+    assert nt.judge_answer({"content": reply}, "$10,000") == {
+        "final": True,
+        "correct": True,
+        "why": "answered",
+    }
+    assert nt.judge_answer({"content": reply}, "$5,000")["correct"] is False
+    assert (
+        nt.judge_answer({"content": "", "tool_calls": [call("search", "{}")]}, "x")["why"]
+        == "tool call"
+    )
+    assert nt.judge_answer({"content": "{ not json"}, "x")["final"] is False
+    rows = [{"kind": "first", "choice": "auto", "error": "", "seconds": 2.0, **ok},
+            {"kind": "first", "choice": "auto", "error": "HTTP 500", "seconds": 0.0, **wide}]  # fmt: skip
+    summary = nt.summarise(rows)["first/auto"]
+    assert summary["n"] == 2 and summary["errors"] == 1 and summary["args"] == "1/2"

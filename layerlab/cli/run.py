@@ -129,8 +129,8 @@ _AGENT_HELP = {
     "steps": "Agent mode: tool-calling turns before the final reply (1-16).",
     "protocol": "Agent mode: native (provider tool calls), json_action (a JSON action per reply) "
     "or auto (json_action for local models, native otherwise).",
-    "target": "Your own RAG system instead of -m: python:MODULE:FUNC, langchain:MODULE:FACTORY "
-    "or an http(s):// URL; it answers through the faulted tools (README: Test your own RAG system).",
+    "target": "Your own RAG system instead of -m: python:MODULE:FUNC, langchain:MODULE:FACTORY, "
+    "llamaindex:MODULE:FACTORY or an http(s):// URL; it answers through the faulted tools (README: Test your own RAG system).",
     "name": "The target's name in the archive (its records' model).",
     "version": "The target's version string, kept in the manifest.",
     "setting": "A target setting key=value (repeatable); secret-looking keys are hashed, never stored.",

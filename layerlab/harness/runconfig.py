@@ -150,7 +150,8 @@ class AgentSpec(BaseModel):
 
 class TargetEntry(BaseModel):
     """The system under test instead of models (``run live --target``): ``spec`` is
-    ``python:MODULE:ATTR``, ``langchain:MODULE:FACTORY`` or an http(s) URL."""
+    ``python:MODULE:ATTR``, ``langchain:MODULE:FACTORY``, ``llamaindex:MODULE:FACTORY`` or an
+    http(s) URL."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -13,7 +13,8 @@ id and two tools (:data:`layerlab.harness.tools.TOOL_DEFINITIONS`), and lets it 
   ``{"action": "answer", "status", "answer", "citations", "reason"}``; tool results come back as
   user turns. For local models served by llama.cpp with the model's own chat template, which
   does not turn ``tools`` into tool calls (measured: llama-cpp-python 0.3.36 with the Qwen2.5
-  GGUF template returned ``tool_calls: null`` and echoed the tool list as text).
+  GGUF template returned ``tool_calls: null`` and echoed the tool list as text; nor does its
+  ``chatml-function-calling`` format give a working loop: docs/local-models-tools.md).
 
 On the last turn (the step limit reached) the agent is told to answer now, and under
 ``json_action`` the schema allows only the answer.

@@ -8,6 +8,10 @@ contract (status, answer, citations) or free text (:func:`read_reply`). Kinds:
 * :mod:`~layerlab.harness.targets.langchain` — ``langchain:pkg.module:factory``: the factory gets
   a faulted ``BaseRetriever`` (raising ``ToolException`` on a tool error) and the ``search`` and
   ``open_document`` tools, and returns a Runnable;
+* :mod:`~layerlab.harness.targets.llamaindex` — ``llamaindex:pkg.module:factory``: the factory
+  gets a faulted LlamaIndex ``BaseRetriever`` (raising a ``ToolError`` on a tool error) and
+  returns a query engine (or a response synthesizer); the response's source nodes are its
+  citations;
 * :mod:`~layerlab.harness.targets.http` — ``http://host:port/path``: a service answering through
   layerlab's tool server (:mod:`~layerlab.harness.targets.toolserver`).
 

@@ -5,13 +5,14 @@ folder exists: :func:`~layerlab.harness.targets.check_target` keeps what it open
 then calls its ``setup()``; :class:`Runner` answers each record's request:
 
 * **concurrency** — a synchronous ``answer`` (a Python function or object, a LangChain
-  ``invoke``, an HTTP request) runs in a daemon thread of its own, so as many records are in
-  flight as the run's ``--concurrency``; an ``async def answer`` (or a chain that only runs
-  with ``ainvoke``) is awaited on the targets' own event loop (a daemon thread), never on the
-  run's. A target that is not safe to call concurrently declares ``concurrent = False`` (an
-  attribute of the function, class, object or LangChain factory, or ``--target-setting
-  concurrent=false``): its records are then answered one at a time. Records do not depend on
-  the order they finish in: the archive is the serial run's, byte for byte.
+  ``invoke``, a LlamaIndex ``query``, an HTTP request) runs in a daemon thread of its own, so as
+  many records are in flight as the run's ``--concurrency``; an ``async def answer`` (or a
+  chain that only runs with ``ainvoke``, an engine awaited with ``aquery``) is awaited on the
+  targets' own event loop (a daemon thread), never on the run's. A target that is not safe to
+  call concurrently declares ``concurrent = False`` (an attribute of the function, class,
+  object or LangChain/LlamaIndex factory, or ``--target-setting concurrent=false``): its
+  records are then answered one at a time. Records do not depend on the order they finish
+  in: the archive is the serial run's, byte for byte.
 * **timeouts** — each record's call has ``timeout`` seconds (``--target-setting timeout=S``,
   else the run's ``--timeout``); one that does not answer in time ends as ``provider_error``
   (its sample-log entry says ``timeout: no reply within S s``) and the run goes on. Its thread
@@ -80,6 +81,10 @@ def _load(spec: TargetSpec) -> Any:
         from layerlab.harness.targets.langchain import LangChainTarget
 
         return LangChainTarget(spec)
+    if spec.kind == "llamaindex":
+        from layerlab.harness.targets.llamaindex import LlamaIndexTarget
+
+        return LlamaIndexTarget(spec)
     from layerlab.harness.targets.http import HttpTarget
 
     return HttpTarget(spec)

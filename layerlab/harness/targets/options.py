@@ -1,6 +1,6 @@
 """The settings a target run reads itself (``--target-setting NAME=VALUE``), typed and ranged
-before a run folder exists: ``timeout`` (seconds per record, > 0), ``concurrent`` and
-``ainvoke`` (``true``/``false``). Other settings are the target's own (``req.settings``)."""
+before a run folder exists: ``timeout`` (seconds per record, > 0), ``concurrent``, ``ainvoke``
+and ``aquery`` (``true``/``false``). Other settings are the target's own (``req.settings``)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,9 @@ def bool_setting(spec: TargetSpec, name: str) -> bool | None:
 
 
 def check_settings(spec: TargetSpec) -> None:
-    """Refuse settings of the wrong type or range (``timeout``, ``concurrent``, ``ainvoke``)."""
+    """Refuse settings of the wrong type or range (``timeout``, ``concurrent``, ``ainvoke``,
+    ``aquery``)."""
     timeout_setting(spec, None)
     bool_setting(spec, "concurrent")
     bool_setting(spec, "ainvoke")
+    bool_setting(spec, "aquery")

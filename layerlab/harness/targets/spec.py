@@ -5,6 +5,7 @@
 
     python:pkg.module:function      a function (or a class with __call__ or answer) of a request
     langchain:pkg.module:factory    a factory (retriever, tool) -> a langchain_core Runnable
+    llamaindex:pkg.module:factory   a factory (retriever) -> a LlamaIndex query engine
     http://host:port/path           a service answering POSTed questions (https too)
 
 The archive records the target's kind, name, the version string its user gives, the reference
@@ -29,7 +30,7 @@ from typing import Any
 
 from layerlab._io import canonical_json
 
-KINDS = ("python", "langchain", "http")
+KINDS = ("python", "langchain", "llamaindex", "http")
 PROVIDER = "target"
 """The provider of a target run's records (their model is the target's name)."""
 
@@ -111,7 +112,9 @@ def redact_secrets(text: str, secrets: Iterable[str] = ()) -> str:
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _NAME = re.compile(r"[A-Za-z0-9][\w.+-]{0,63}")
-SHAPES = "python:MODULE:ATTR, langchain:MODULE:FACTORY or an http(s):// URL"
+SHAPES = (
+    "python:MODULE:ATTR, langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY or an http(s):// URL"
+)
 
 
 class TargetError(ValueError):
