@@ -263,9 +263,9 @@ def test_table8_lists_only_positive_gains_and_keeps_ties() -> None:
     tied = df.copy()
     sd = (tied["scenario"] == "schema_drift") & (tied[stats.ARM] == "repair")
     tied.loc[sd, "success"] = True
-    tied.loc[
-        (tied["scenario"] == "schema_drift") & (tied[stats.ARM] == "strict"), "success"
-    ] = False
+    tied.loc[(tied["scenario"] == "schema_drift") & (tied[stats.ARM] == "strict"), "success"] = (
+        False
+    )
     t8 = tables.table8(tied, top=2)
     assert len(t8) == 4 and (t8["gain"] == 1.0).all()
     assert "only gains above zero" in t8.attrs["caption"]
@@ -312,9 +312,10 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     # the shapes users run: one unit x 16, 40 and 80 tasks, every kind of setting
     one = set(table.loc[table["units"] == 1, "setting"])
     assert one == {s.name for s in coverage.one_unit_settings()} and len(one) == 18
-    # every goal is met but the documented shortfalls (open work, shown by notebook 10)
+    # every goal is met: no documented shortfall is left (issue 33), and none is found
+    assert coverage.SHORTFALLS == {}
     missed = {(r.setting, r.quantity) for r in coverage.failures(table).itertuples()}
-    assert missed == set(coverage.SHORTFALLS), coverage.failures(table)
+    assert missed == set(), coverage.failures(table)
     # the findings the rules rest on are in the table, not just asserted in prose
     rows = table.set_index(["setting", "quantity", "interval"])["coverage"]
     shared = ("9 units, shared task effect", "effect, zero off-target")
@@ -333,11 +334,19 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     null = "identical prompts, 2 units x 80 tasks x 9 scenarios"
     flags = table.set_index(["setting", "quantity", "interval"])["false flag"]
     reported = flags[(null, coverage.VERDICT, "reported (simultaneous band, δ equivalence)")]
-    assert (null, coverage.VERDICT) in coverage.SHORTFALLS  # 6.05% ± 0.53: open work
+    assert reported <= coverage.MAX_FALSE_FLAG  # was 6.05% ± 0.53 before the null-imposed flips
     assert flags[(null, coverage.VERDICT, "one-sided marginal, harm only (replaced)")] > reported
     ff = coverage.false_flags(table)
-    within = {k: v for k, v in ff.items() if (k, coverage.VERDICT) not in coverage.SHORTFALLS}
-    assert len(ff) == 5 and max(within.values()) <= coverage.MAX_FALSE_FLAG, ff
+    assert len(ff) == 5 and max(ff.values()) <= coverage.MAX_FALSE_FLAG, ff
+    # the three former shortfalls meet their goals (issue 33)
+    band = table.set_index(["setting", "quantity"])["coverage"]
+    assert band[("9 units, strong heterogeneity", coverage.BAND)] >= coverage.REQUIRED
+    rate = (
+        "1 unit x 80 tasks, +25 pp off-target gain (clean)",
+        "rate, strict",
+        coverage.RATE_INTERVAL,
+    )
+    assert rows[rate] >= coverage.REQUIRED
     # power is reported for +20 pp on the target at each one-unit size
     pw = coverage.powers(table)
     assert {f"1 unit x {n} tasks, +20 pp target" for n in coverage.ONE_UNIT_TASKS} <= set(pw)
@@ -367,8 +376,16 @@ def test_simultaneous_band_never_leaves_the_scale_of_a_rate_difference() -> None
             for s in ("clean", "schema_drift"):
                 ok = arm == stats.TREATMENT and s == "schema_drift" and rng.random() > 0.01
                 rows.append(
-                    {"provider": "p", "model": "m", "scenario": s, "mitigation": arm,
-                     "task_id": f"t{t}", "policy_id": f"p{t}", "replicate": 0, "success": ok}
+                    {
+                        "provider": "p",
+                        "model": "m",
+                        "scenario": s,
+                        "mitigation": arm,
+                        "task_id": f"t{t}",
+                        "policy_id": f"p{t}",
+                        "replicate": 0,
+                        "success": ok,
+                    }
                 )
     eff = stats.paired_effects(pd.DataFrame(rows), n_boot=500, seed=0)
     lo, hi = stats.simultaneous_band(eff, ["schema_drift", "clean"])
