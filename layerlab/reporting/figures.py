@@ -7,7 +7,7 @@ inline display in a notebook. Re-running a save on the same data writes the same
 Units are never pooled: a figure over records draws one panel per provider–model unit, real models
 first, reference agents (deterministic baselines) after, each labelled what it is
 (:func:`layerlab.reporting.display.unit_kind`), with the records or task pairs each point counts. Rates carry
-the library's cluster-aware Wilson intervals (:func:`layerlab.analysis.stats.rates`), effects their
+the library's cluster-aware Clopper-Pearson intervals (:func:`layerlab.analysis.stats.rates`), effects their
 bootstrap intervals (:func:`layerlab.analysis.stats.paired_effects`); nothing here computes an interval of
 its own.
 """
@@ -115,9 +115,7 @@ def _frame(data: Records) -> pd.DataFrame:
 def unit_order(df: pd.DataFrame) -> list[str]:
     """Units (``provider/model``): real models first, then reference agents, each sorted."""
     units = sorted(set(stats.unit_labels(df)))
-    return sorted(
-        units, key=lambda u: (display.unit_kind(u.split("/", 1)[0]) != display.REAL_MODEL, u)
-    )
+    return sorted(units, key=lambda u: (display.unit_kind(u.split("/", 1)[0]) != display.REAL_MODEL, u))
 
 
 def unit_rates(data: Records, outcome: str = stats.OUTCOME) -> pd.DataFrame:
@@ -183,9 +181,7 @@ def rates_by_scenario(long: pd.DataFrame, title: str, label: str = "strict succe
         ax.set_ylim(-0.05, 1.05)
         ax.set_ylabel(label, fontsize=8)
     axes[-1, 0].set_xticks(range(len(scenarios)), scenarios, rotation=30, ha="right")
-    axes[0, 0].legend(
-        title="arm", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0)
-    )
+    axes[0, 0].legend(title="arm", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(title, fontsize=10, y=1.0 + 0.06 / len(units))
     return fig
 
@@ -202,7 +198,7 @@ def rates_by_unit(
     long = unit_rates(data, outcome)
     units = list(dict.fromkeys(long["unit"]))
     designs = "/".join(sorted(set(long["design"])))
-    what = f"{len(units)} unit(s), one panel each; 95% cluster-aware Wilson intervals ({designs})"
+    what = f"{len(units)} unit(s), one panel each; 95% cluster-aware Clopper-Pearson intervals ({designs})"
     return rates_by_scenario(long, f"{title}\n{what}", label)
 
 
@@ -334,9 +330,7 @@ def specificity_heatmap(cells: pd.DataFrame, title: str, units: Sequence[str] = 
     rows = list(dict.fromkeys(cells["mitigation"]))
     cols = list(dict.fromkeys(cells["scenario"]))
     grid = cells.set_index(["mitigation", "scenario"])
-    data = (
-        cells.pivot(index="mitigation", columns="scenario", values="estimate").loc[rows, cols] * 100
-    )
+    data = cells.pivot(index="mitigation", columns="scenario", values="estimate").loc[rows, cols] * 100
     text = [
         [
             f"{display.points(100 * grid.loc[(r, c), 'estimate'], 0)}\n"
