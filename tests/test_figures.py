@@ -129,6 +129,10 @@ def test_specificity_heatmap_prints_intervals_and_no_negative_zero() -> None:
     title = fig.axes[0].get_title()
     assert "reference agent (deterministic baseline)" in title and "n = 240 task pairs per cell" in title
     plt.close(fig)
+    cells["method"] = ["score", "score", "bootstrap", "score"]
+    fig = figures.specificity_heatmap(cells, "Effects")
+    assert "95% intervals: score 3, bootstrap 1 cells" in fig.axes[0].get_title()
+    plt.close(fig)
 
 
 def test_show_returns_the_saved_png_for_inline_display(tmp_path, ref: pd.DataFrame) -> None:

@@ -371,7 +371,8 @@ def specificity_heatmap(cells: pd.DataFrame, title: str, units: Sequence[str] = 
     who = "; ".join(display.unit_label(u) for u in units)
     ax.set_title(
         f"{title}\n{who + '; ' if who else ''}{_n_text(cells['n_pairs'])} task pairs per cell; "
-        f"{methods_text(list(cells['method']))} in brackets",
+        f"{methods_text(list(cells['method'])) if 'method' in cells else '95% intervals'} "
+        "in brackets",
         fontsize=9,
     )
     return fig
