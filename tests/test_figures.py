@@ -55,7 +55,7 @@ def test_rates_by_unit_has_a_labelled_panel_per_unit_with_n(with_model: pd.DataF
     assert titles[0].startswith("local/fake-model — real model") and "n = 240 records per point" in titles[0]
     assert all("reference agent (deterministic baseline)" in t for t in titles[1:])
     assert "3 unit(s), one panel each" in fig._suptitle.get_text()
-    assert "95% cluster-aware Wilson" in fig._suptitle.get_text()
+    assert "95% cluster-aware Clopper-Pearson" in fig._suptitle.get_text()
     for ax in fig.axes:  # every point carries an error bar
         assert any(c.__class__.__name__ == "ErrorbarContainer" for c in ax.containers)
     plt.close(fig)
@@ -143,6 +143,10 @@ def test_specificity_heatmap_prints_intervals_and_no_negative_zero() -> None:
     assert not any(re.search(r"-0\b", t) for t in texts)
     title = fig.axes[0].get_title()
     assert "reference agent (deterministic baseline)" in title and "n = 240 task pairs per cell" in title
+    plt.close(fig)
+    cells["method"] = ["score", "score", "bootstrap", "score"]
+    fig = figures.specificity_heatmap(cells, "Effects")
+    assert "95% intervals: score 3, bootstrap 1 cells" in fig.axes[0].get_title()
     plt.close(fig)
 
 

@@ -200,9 +200,53 @@ def test_cluster_aware_rate_widens_under_heterogeneity_and_is_honest_at_zero() -
     assert (r.ci_high - r.ci_low) > 2 * (r.wilson_records_high - r.wilson_records_low)
     zero = stats.rate_interval(np.zeros((9, 240)), np.ones((9, 240)))
     assert zero.rate == 0.0 and zero.n_effective == 9  # units, not 2,160 records
-    assert zero.ci_high == pytest.approx(stats.wilson(0, 9)[1])
+    assert zero.ci_high == pytest.approx(stats.clopper_pearson(0, 9)[1])  # 1 - 0.025^(1/9)
+    assert zero.ci_high == pytest.approx(1 - 0.025 ** (1 / 9))
     few = stats.rate_interval(np.zeros((2, 240)), np.ones((2, 240)))
     assert few.design == "tasks" and few.n_effective == 240
+
+
+@pytest.mark.parametrize("k,n", [(0, 16), (3, 16), (8, 16), (40, 80), (79, 80), (80, 80)])
+def test_clopper_pearson_matches_statsmodels(k: int, n: int) -> None:
+    from statsmodels.stats.proportion import proportion_confint
+
+    lo, hi = stats.clopper_pearson(k, n)
+    elo, ehi = proportion_confint(k, n, method="beta")
+    assert lo == pytest.approx(elo, abs=1e-9) and hi == pytest.approx(ehi, abs=1e-9)
+
+
+def test_clopper_pearson_covers_at_least_nominal_where_wilson_dips() -> None:
+    """The reason rates use it: at 80 tasks Wilson's exact coverage of a rate of 0.5 is 94.3%
+    (within the Monte Carlo error of the 93% goal at 500 simulations); Clopper-Pearson's, at the
+    effective size n - 1 a rate's task-clustered variance gives, is at least 95% at every rate."""
+    from scipy.stats import binom
+
+    n = 80
+    ks = np.arange(n + 1)
+    for p in (0.05, 0.15, 0.3, 0.5):
+        pk = binom.pmf(ks, n, p)
+        cp = sum(
+            w
+            for k, w in zip(ks, pk, strict=True)
+            if _covers(stats.rate_interval(_one(k, n), np.ones((1, n))), p)
+        )
+        old = [
+            stats.wilson(k / n * (n - 1), n - 1) if 0 < k < n else stats.wilson(k, n) for k in ks
+        ]
+        wi = sum(w for w, (lo, hi) in zip(pk, old, strict=True) if lo <= p <= hi)
+        assert cp >= 0.95, (p, cp)
+        if p == 0.5:
+            assert wi == pytest.approx(0.9433, abs=5e-4)
+
+
+def _one(k: int, n: int) -> np.ndarray:
+    s = np.zeros((1, n))
+    s[0, :k] = 1.0
+    return s
+
+
+def _covers(r: stats.Rate, p: float) -> bool:
+    return bool(r.ci_low <= p <= r.ci_high)
 
 
 def test_identical_units_count_as_one_sample_of_tasks() -> None:
@@ -312,9 +356,10 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     # the shapes users run: one unit x 16, 40 and 80 tasks, every kind of setting
     one = set(table.loc[table["units"] == 1, "setting"])
     assert one == {s.name for s in coverage.one_unit_settings()} and len(one) == 18
-    # every goal is met but the documented shortfalls (open work, shown by notebook 10)
+    # every goal is met: no documented shortfall is left (issue 33), and none is found
+    assert coverage.SHORTFALLS == {}
     missed = {(r.setting, r.quantity) for r in coverage.failures(table).itertuples()}
-    assert missed == set(coverage.SHORTFALLS), coverage.failures(table)
+    assert missed == set(), coverage.failures(table)
     # the findings the rules rest on are in the table, not just asserted in prose
     rows = table.set_index(["setting", "quantity", "interval"])["coverage"]
     shared = ("9 units, shared task effect", "effect, zero off-target")
@@ -333,11 +378,19 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     null = "identical prompts, 2 units x 80 tasks x 9 scenarios"
     flags = table.set_index(["setting", "quantity", "interval"])["false flag"]
     reported = flags[(null, coverage.VERDICT, "reported (simultaneous band, δ equivalence)")]
-    assert (null, coverage.VERDICT) in coverage.SHORTFALLS  # 6.05% ± 0.53: open work
+    assert reported <= coverage.MAX_FALSE_FLAG  # was 6.05% ± 0.53 before the null-imposed flips
     assert flags[(null, coverage.VERDICT, "one-sided marginal, harm only (replaced)")] > reported
     ff = coverage.false_flags(table)
-    within = {k: v for k, v in ff.items() if (k, coverage.VERDICT) not in coverage.SHORTFALLS}
-    assert len(ff) == 5 and max(within.values()) <= coverage.MAX_FALSE_FLAG, ff
+    assert len(ff) == 5 and max(ff.values()) <= coverage.MAX_FALSE_FLAG, ff
+    # the three former shortfalls meet their goals (issue 33)
+    band = table.set_index(["setting", "quantity"])["coverage"]
+    assert band[("9 units, strong heterogeneity", coverage.BAND)] >= coverage.REQUIRED
+    rate = (
+        "1 unit x 80 tasks, +25 pp off-target gain (clean)",
+        "rate, strict",
+        coverage.RATE_INTERVAL,
+    )
+    assert rows[rate] >= coverage.REQUIRED
     # power is reported for +20 pp on the target at each one-unit size
     pw = coverage.powers(table)
     assert {f"1 unit x {n} tasks, +20 pp target" for n in coverage.ONE_UNIT_TASKS} <= set(pw)

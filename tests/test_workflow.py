@@ -98,11 +98,11 @@ def test_results_match_the_records_and_keep_baselines_apart(ref_frame: pd.DataFr
     agree = sub.assign(success=sub["task_id"].isin(tasks[::2]))
     r = results.rate(agree, "success")
     n_t = len(tasks)
-    expected = stats.wilson(r["rate"] * n_t, n_t)  # (up to the small-sample factor G/(G-1))
+    expected = stats.clopper_pearson(r["rate"] * n_t, n_t)  # (up to the factor G/(G-1))
     assert (r["ci_low"], r["ci_high"]) == pytest.approx(expected, abs=1e-3)
     assert r["ci_high"] - r["ci_low"] > 2.5 * (stats.wilson(r["k"], r["n"])[1] - stats.wilson(r["k"], r["n"])[0])
     zero = results.rate(sub.assign(success=False), "success")  # no success: the bound is the
-    assert zero["ci_high"] == round(stats.wilson(0, n_t)[1], 4)  # tasks', not the records'
+    assert zero["ci_high"] == round(stats.clopper_pearson(0, n_t)[1], 4)  # tasks', not records'
     # the table shows the baseline arm first, and models apart from reference agents
     assert list(results.table(res, reference=True)["arm"][:2]) == ["strict", "repair"]
     assert results.table(res, reference=False).empty

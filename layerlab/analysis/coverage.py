@@ -12,6 +12,7 @@ Interval types and what they are judged against:
 - ``crossed below min units`` — what a crossed interval would claim about the population of
   models from too few units (not reported; shown to justify the rule);
 - ``margin plug-in percentile`` — the percentile interval of ``gain − max|change|`` (replaced);
+- ``reported (cluster-aware Clopper-Pearson)`` — the rates' interval (Tables 4 and 9, results.json);
 - ``Wilson, records independent`` — the old Table 4 interval, judged against the population;
 - ``reported (simultaneous band)`` — the band Table 10's verdict reads, scored as one interval:
   covered when it covers every cell of the mitigation at once.
@@ -65,19 +66,16 @@ COVERAGE_CSV = COVERAGE_DIR / "coverage.csv"
 NOMINAL = 0.95
 REQUIRED = 0.93  # every reported interval type must reach this in every setting
 MAX_FALSE_FLAG = 0.05  # Table 10's verdict may call at most this share of null mitigations
-# The rows of the committed table (``make coverage``, 2026-12-02) that miss a goal, each with
-# its measured value and Monte Carlo error: open work (issue 33), shown by notebook 10 beside the
-# table; the committed-table test requires exactly these, so a new miss or a fix is noticed.
-SHORTFALLS: dict[tuple[str, str], str] = {
-    ("9 units, strong heterogeneity", "effect, every cell together"):
-        "simultaneous band covers 91.2% ± 1.3 (goal 93%)",
-    ("identical prompts, 2 units x 80 tasks x 9 scenarios", "verdict"):
-        "false-flag rate 6.05% ± 0.53 (goal at most 5%)",
-    ("1 unit x 80 tasks, +25 pp off-target gain (clean)", "rate, strict"):
-        "cluster-aware Wilson covers 92.2% ± 1.2 (goal 93%)",
-}  # fmt: skip
+# Rows of the committed table that miss a goal, each with its measured value and Monte Carlo
+# error (open work, shown by notebook 10 beside the table; the committed-table test requires
+# exactly these, so a new miss or a fix is noticed). Empty since issue 33's three shortfalls were
+# fixed in the methods: the crossed band's t tail at its own level (effects.crossed_tail), the
+# null-imposed sign flips of the band (exact.signflip_crit) and Clopper-Pearson rates at the
+# effective size (rates.clopper_pearson).
+SHORTFALLS: dict[tuple[str, str], str] = {}
 # specific or over-broad (inconclusive is no claim; ineffective is right)
 VERDICT = "verdict"  # the quantity of the verdict rows
+RATE_INTERVAL = "reported (cluster-aware Clopper-Pearson)"  # the rates' interval rows
 BAND = "effect, every cell together"  # the simultaneous band's rows: all cells covered at once
 VERDICT_SHARES = ("specific", "over-broad", "ineffective", "inconclusive")
 
@@ -230,7 +228,7 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
         rpop = r.design != "tasks"
         add(
             f"rate, {arm}",
-            "reported (cluster-aware Wilson)",
+            RATE_INTERVAL,
             r.design,
             "population" if rpop else "these units",
             "reported",

@@ -247,7 +247,7 @@ def effects_from_paired(
     lo, hi = np.nanquantile(cal, [alpha / 2, 1 - alpha / 2], axis=0)
     lo, hi = np.clip(lo, -1.0, 1.0), np.clip(hi, -1.0, 1.0)  # a difference of rates
     # where the bootstrap collapses or under-covers (one unit, constant cells): the score interval
-    methods = exact.cell_methods(p)
+    methods = exact.cell_methods(p, d)
     sc = np.array([m != exact.BOOTSTRAP for m in methods])
     if sc.any():
         b, c, n = exact.discordant(p)
@@ -346,6 +346,23 @@ class Band:
     n: NDArray[np.float64]
 
 
+def crossed_tail(c: float, n_units: int, alpha: float = ALPHA) -> float:
+    """The crossed band's critical value with the t(U-1) tail at the level the band needs.
+
+    The calibrated replicates carry the widening t(U-1)/z at the marginal level ``alpha`` only,
+    so the bootstrap's max-|t| quantile ``c`` (in units of their sd) is a normal-scale critical
+    value: the band's per-cell level is ``a = 2(1 - Φ(c))``, well beyond ``alpha/2``, where
+    t(U-1)'s tail is heavier still. Returned: ``t(U-1)`` at ``1 - a/2`` over the marginal widening
+    ``t(U-1; alpha)/z(alpha)`` (at 9 units and c = 2.7 about 3.0 instead of 2.7). Without it the
+    band over 9 units with strong between-unit heterogeneity, whose variance the units lead,
+    covered every cell together in 91.2% ± 1.3 of archives."""
+    from scipy.stats import norm, t
+
+    df = n_units - 1
+    a = 2 * float(norm.sf(c))
+    return float(t.isf(a / 2, df)) / t_over_z(n_units, alpha)
+
+
 def band(eff: Effects, scenarios: Sequence[str], alpha: float | None = None) -> Band:
     """Simultaneous band over ``scenarios``: all cover together at 1 − alpha.
 
@@ -364,7 +381,7 @@ def band(eff: Effects, scenarios: Sequence[str], alpha: float | None = None) -> 
     idx = [scen.index(s) for s in scenarios]
     k = len(idx)
     est = point_estimates(p)[idx]
-    methods = np.array(eff.methods or exact.cell_methods(p))[idx]
+    methods = np.array(eff.methods or exact.cell_methods(p, eff.design))[idx]
     live = ~exact.constant_cells(p)[idx]
     cal = eff.calibrated()[:, idx]
     sd = np.nanstd(cal, axis=0)
@@ -391,6 +408,8 @@ def band(eff: Effects, scenarios: Sequence[str], alpha: float | None = None) -> 
             c_live = (
                 float(np.nanquantile(zmax, 1 - a_live)) if zmax is not None else z_score(a_live)
             )
+            if eff.design == "crossed" and len(p.units) >= 2:
+                c_live = crossed_tail(c_live, len(p.units), alpha)
         crit[live] = c_live
     # a difference of two rates lies in [-1, 1]; clipping the band there loses no coverage
     lo, hi = np.clip(est - crit * sd, -1.0, 1.0), np.clip(est + crit * sd, -1.0, 1.0)

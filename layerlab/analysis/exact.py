@@ -9,20 +9,29 @@ point on a constant cell (every pair discordant the same way, or none: "+100 [+1
 discordant counts b (treatment only) and c (baseline only) out of n pairs, and Tango's score
 interval (Tango 1998, Stat Med 17:891) inverts the score test of ``Δ = (b - c)/n`` with the
 restricted maximum-likelihood variance: it never has width zero and keeps its coverage at 16
-pairs. The method per cell (:func:`cell_methods`):
+pairs. With several units resampled by task (fewer than ``MIN_UNITS``) the same holds at the
+task level when every unit agrees on each task (deterministic agents): the counts are then of
+discordant tasks, so one effect gets one interval whether its archive holds one agent or several
+that agree (Table 5's reference block and Table 10's mitigation archive). The method per cell
+(:func:`cell_methods`, the one owner of the choice; every table and figure reads the cell's
+interval from :func:`layerlab.analysis.effects.effects_from_paired`, which applies it):
 
-- ``score`` — one unit and binary pairs: Tango's score interval from the discordant counts;
-- ``score (constant cell)`` — any design, every pair's difference the same (the bootstrap has no
-  spread): Tango's interval at the pooled pairs;
-- ``bootstrap`` — everything else (several units; pairs of replicate means): the calibrated
+- ``score`` — tasks resampled (one unit, or fewer than ``MIN_UNITS``) and binary task-level
+  differences: Tango's score interval from the discordant tasks;
+- ``score (constant cell)`` — any other design, every pair's difference the same (the bootstrap
+  has no spread): Tango's interval at the tasks;
+- ``bootstrap`` — everything else (units that disagree; pairs of replicate means): the calibrated
   bootstrap of :mod:`layerlab.analysis.effects` (tasks only: widened by t(df)/z).
 
-The simultaneous band over a mitigation's cells at one unit is calibrated by a sign-flip
-permutation: the per-task centred differences of every cell flipped by one Rademacher sign per
-task (the cells' dependence kept), the 1 - alpha quantile of the maximum studentised statistic over
-the cells that vary is the critical value every varying cell's interval uses; constant cells get
-their share of alpha by Bonferroni. With two or more units the band's critical value is the
-bootstrap's max-|t| (:func:`layerlab.analysis.effects.simultaneous_band`).
+The simultaneous band over a mitigation's cells with tasks resampled is calibrated by sign flips
+of the task clusters (one Rademacher sign per task shared by every cell, so the cells' dependence
+is kept): the critical value every varying cell's interval uses is the larger of the 1 - alpha
+quantiles of the maximum studentised statistic over the cells from the flipped residuals and from
+the flipped differences themselves (null imposed: an exact permutation test of "no effect in any
+cell" when the arms are exchangeable, :func:`signflip_crit`); constant cells get their share of
+alpha by Bonferroni. With at least ``MIN_UNITS`` units the band's critical value is the
+bootstrap's max-|t| with the t(U-1) tail at the band's level
+(:func:`layerlab.analysis.effects.crossed_tail`).
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ SCORE = "score"
 SCORE_CONSTANT = "score (constant cell)"
 BOOTSTRAP = "bootstrap"
 METHODS = {
-    SCORE: "Tango score interval from the discordant pairs (one unit, one record per arm and task)",
+    SCORE: "Tango score interval from the discordant tasks (tasks resampled, one record per arm "
+    "and task, every unit agreeing on each task)",
     SCORE_CONSTANT: "Tango score interval at the pooled pairs (a constant cell: every pair's "
     "difference the same, where a bootstrap has no spread)",
     BOOTSTRAP: "calibrated bootstrap",
@@ -48,19 +58,33 @@ N_FLIP = 2000  # sign-flip draws of the one-unit band
 _EPS = 1e-9
 
 
+def _task_means(p: Paired) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Per scenario and task ``(S, T)``: the mean paired difference over the units' valid pairs
+    of that task, and whether the task has any."""
+    cnt = p.valid.sum(axis=0)
+    tot = np.where(p.valid, p.diff, 0.0).sum(axis=0)
+    has = cnt > 0
+    return np.where(has, tot / np.maximum(cnt, 1), 0.0), has
+
+
 def discordant(p: Paired) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """Per scenario ``(b, c, n)``: the summed positive and negative paired differences over the
-    valid pairs of every unit (the discordant counts when pairs are binary) and the pairs."""
-    d = np.where(p.valid, p.diff, 0.0)
-    b = np.clip(d, 0, None).sum(axis=(0, 2))
-    c = np.clip(-d, 0, None).sum(axis=(0, 2))
-    return b, c, p.valid.sum(axis=(0, 2)).astype(np.float64)
+    """Per scenario ``(b, c, n)`` over the tasks: the summed positive and negative per-task mean
+    paired differences (over every unit's valid pairs of the task) and the tasks with pairs. When
+    the cell is binary (:func:`binary_cells`) b and c count the discordant tasks: tasks, not
+    records, are what the tasks-only design resamples, so units that agree on a task add no
+    information about it (at one unit: the discordant pairs)."""
+    m, has = _task_means(p)
+    b = np.clip(m, 0, None).sum(axis=1)
+    c = np.clip(-m, 0, None).sum(axis=1)
+    return b, c, has.sum(axis=1).astype(np.float64)
 
 
 def binary_cells(p: Paired) -> NDArray[np.bool_]:
-    """Per scenario: every valid pair's difference is -1, 0 or +1 (one record per arm and task)."""
-    ok = np.isclose(np.abs(p.diff), 1.0) | np.isclose(p.diff, 0.0) | ~p.valid
-    return np.asarray(ok.all(axis=(0, 2)))
+    """Per scenario: every task's mean paired difference is -1, 0 or +1 (one record per arm and
+    task, and every unit agreeing on each task)."""
+    m, has = _task_means(p)
+    ok = np.isclose(np.abs(m), 1.0) | np.isclose(m, 0.0) | ~has
+    return np.asarray(ok.all(axis=1))
 
 
 def constant_cells(p: Paired) -> NDArray[np.bool_]:
@@ -70,13 +94,14 @@ def constant_cells(p: Paired) -> NDArray[np.bool_]:
     return np.asarray(~np.isfinite(big) | (np.abs(small - big) < 1e-12))
 
 
-def cell_methods(p: Paired) -> tuple[str, ...]:
+def cell_methods(p: Paired, design: str | None = None) -> tuple[str, ...]:
     """The interval method of each scenario's cell (see the module docstring): the one owner of
-    that choice."""
-    one = len(p.units) == 1
+    that choice. ``design``: the reported bootstrap design (default: tasks at one unit); the
+    score interval from the discordant tasks applies where tasks alone are resampled."""
+    tasks_only = len(p.units) == 1 if design is None else design == "tasks" or len(p.units) == 1
     out = []
     for binary, const in zip(binary_cells(p), constant_cells(p), strict=True):
-        if one and binary:
+        if tasks_only and binary:
             out.append(SCORE)
         elif const:
             out.append(SCORE_CONSTANT)
@@ -85,19 +110,26 @@ def cell_methods(p: Paired) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _cluster_residuals(
+def _cluster_sums(
     p: Paired, idx: list[int], clusters: NDArray[np.int64] | None
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """Per cell of ``idx`` and task cluster (a task, or ``clusters[t]``'s group): the residual
-    sum ``e = Σ d - mean · count`` over every unit's valid pairs of that cluster, the cells'
-    pair counts N and cluster counts G."""
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per cell of ``idx`` and task cluster (a task, or ``clusters[t]``'s group): the summed
+    paired differences ``y`` over every unit's valid pairs of that cluster and their count."""
     T = len(p.tasks)
     cot = np.arange(T) if clusters is None else np.asarray(clusters)
     onehot = np.zeros((T, int(cot.max()) + 1 if T else 0))
     onehot[np.arange(T), cot] = 1.0
     v = p.valid[:, idx, :].astype(np.float64)
     y = (np.where(p.valid[:, idx, :], p.diff[:, idx, :], 0.0)).sum(axis=0) @ onehot  # (L, G)
-    cn = v.sum(axis=0) @ onehot
+    return y, v.sum(axis=0) @ onehot
+
+
+def _cluster_residuals(
+    p: Paired, idx: list[int], clusters: NDArray[np.int64] | None
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Per cell of ``idx`` and task cluster: the residual sum ``e = Σ d - mean · count`` over
+    every unit's valid pairs of that cluster, the cells' pair counts N and cluster counts G."""
+    y, cn = _cluster_sums(p, idx, clusters)
     n = cn.sum(axis=1)
     e = np.where(cn > 0, y - (y.sum(axis=1) / np.maximum(n, 1))[:, None] * cn, 0.0)
     g = (cn > 0).sum(axis=1).astype(np.float64)
@@ -167,31 +199,46 @@ def signflip_crit(
     seed: int = 0,
     clusters: NDArray[np.int64] | None = None,
 ) -> float:
-    """With tasks resampled (one unit, or few), the 1 - ``alpha`` quantile of the maximum over
-    the cells ``idx`` of the studentised mean ``|m*| / se*`` of the sign-flipped residuals of the
-    task clusters (one Rademacher sign per cluster, shared by every cell and unit so their
-    dependence is kept; for cells of several units or replicate means ``se*`` is re-estimated
-    from each flipped sample, so the tails are a t's, as the interval ``estimate ± crit × se``
-    needs; binary one-unit cells keep the fixed ``sqrt(Σ e²)/n``, as their score interval's
-    variance is fixed by the counts): the simultaneous critical value of those cells, never below
-    the marginal normal quantile. Cells without spread are left out (nan when none varies)."""
+    """With tasks resampled (one unit, or few), the simultaneous critical value of the cells
+    ``idx`` that vary, from sign flips of the task clusters (one Rademacher sign per cluster,
+    shared by every cell and unit so their dependence is kept): the larger of two 1 - ``alpha``
+    quantiles of the maximum over the cells of a studentised mean, never below the marginal
+    normal quantile (nan when no cell varies).
+
+    - *unrestricted*: the flipped residuals about each cell's estimate, which calibrate the
+      interval away from zero;
+    - *null-imposed* (restricted): the flipped differences themselves, as if no cell had an
+      effect. The unflipped sample is one of these draws and its statistic is the observed one,
+      so a band at this critical value excludes zero in some cell with probability at most
+      ``alpha`` whenever the arms are exchangeable (identical inputs, independent draws: every
+      task's difference is symmetric), a sign-flip permutation test over the cells. The
+      unrestricted draws alone over-reject there: with few discordant tasks per cell the
+      residuals about a nonzero estimate are too small and too smooth (the identical-prompt null
+      of 2 units x 80 tasks x 9 scenarios was flagged in 6.05% ± 0.53 of archives at 5%).
+
+    For cells of several units or replicate means the standard error is re-estimated from each
+    flipped sample (a t's tails, as the interval ``estimate ± crit × se`` needs); binary one-unit
+    cells keep the fixed variance of the counts (their score interval's; restricted, this is the
+    exact sign test of the discordant pairs)."""
+    y, cn = _cluster_sums(p, idx, clusters)
     e, n, g = _cluster_residuals(p, idx, clusters)
     ss = (e * e).sum(axis=1)
     live = (ss > 1e-12) & (g >= 2)
     if not live.any():
         return float("nan")
-    binary = (
-        binary_cells(p)[idx] if len(p.units) == 1 and clusters is None else np.zeros(len(idx), bool)
-    )[live]
-    e, ss, n, g = e[live], ss[live], n[live], g[live]
+    binary = (binary_cells(p)[idx] if clusters is None else np.zeros(len(idx), bool))[live]
+    y, e, ss, n, g = y[live], e[live], ss[live], n[live], g[live]
     rng = np.random.default_rng([seed, 104_729])
     eps = rng.integers(0, 2, size=(n_flip, e.shape[1])) * 2.0 - 1.0
-    t = eps @ e.T  # (n_flip, L) flipped residual sums; their mean over the G clusters: t / g
-    fixed = ss / (n * n)
-    restud = g / np.maximum(g - 1, 1) * np.maximum(ss - t * t / g, 1e-300) / (n * n)
-    stat = np.abs(t / n) / np.sqrt(np.where(binary, fixed, restud))
-    c = float(np.quantile(stat.max(axis=1), 1 - alpha))
-    return max(c, math.sqrt(2.0) * _erfinv(1 - alpha))
+    crits = []
+    for r in (e, y):  # unrestricted residuals, then the null-imposed differences
+        s2 = (r * r).sum(axis=1)
+        t = eps @ r.T  # (n_flip, L) flipped sums; their mean over the G clusters: t / g
+        fixed = s2 / (n * n)
+        restud = g / np.maximum(g - 1, 1) * np.maximum(s2 - t * t / g, 1e-300) / (n * n)
+        stat = np.abs(t / n) / np.sqrt(np.where(binary, fixed, restud))
+        crits.append(float(np.quantile(stat.max(axis=1), 1 - alpha)))
+    return max(*crits, math.sqrt(2.0) * _erfinv(1 - alpha))
 
 
 def _erfinv(y: float) -> float:

@@ -1,9 +1,9 @@
-"""Cluster-aware rates: the Wilson interval, the one- and two-way cluster-robust variance of a
+"""Cluster-aware rates: the Clopper–Pearson and Wilson intervals, the one- and two-way cluster-robust variance of a
 mean, per-scenario rates by arm (Table 4), provider averages (Table 9) and the within-task
 variability of replicated archives.
 
 Scenario rates use the two-way (unit + task − cell; Cameron–Gelbach–Miller) cluster-robust
-variance inside a Wilson interval at the design-effect-adjusted sample size; with fewer than
+variance inside a Clopper–Pearson interval at the design-effect-adjusted sample size; with fewer than
 :data:`~layerlab.analysis.units.MIN_UNITS` units the variance is clustered by task only and
 describes these units.
 """
@@ -60,6 +60,23 @@ def wilson(k: float, n: float, alpha: float = ALPHA) -> tuple[float, float]:
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     # at p = 0 or 1 the bound is exact; clip rounding so it never crosses the estimate
     return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
+
+
+def clopper_pearson(k: float, n: float, alpha: float = ALPHA) -> tuple[float, float]:
+    """Clopper–Pearson ("exact") interval for ``k`` successes in ``n`` trials from the beta
+    quantiles, which extend to an effective, non-integer ``k`` and ``n``. Its coverage is at least
+    ``1 - alpha`` at every rate for binomial counts; Wilson's oscillates around it and dips to
+    about 93.7% at 80 tasks (94.3% at a rate of 0.5, computed exactly), too close to the coverage
+    goal to hold in every setting of the coverage suite."""
+    from scipy.stats import beta
+
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    k = min(max(k, 0.0), n)
+    lo = 0.0 if k <= 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k >= n else float(beta.isf(alpha / 2, k + 1, n - k))
+    p = k / n
+    return min(lo, p), max(hi, p)
 
 
 def _cluster_var(sums: NDArray[np.float64], counts: NDArray[np.float64], mean: Any) -> Any:
@@ -166,7 +183,8 @@ def rate_interval(
 
     The variance is two-way cluster-robust over units and tasks (crossed, at least ``min_units``
     units, widened by t(U-1)/z) or clustered by task (tasks only: these units); the interval is
-    Wilson's at the effective sample size ``p(1-p) / variance``, capped at the record count. A
+    Clopper–Pearson's (:func:`clopper_pearson`) at the effective sample size
+    ``p(1-p) / variance``, capped at the record count. A
     rate of exactly 0 or 1 has no sampled variance: its effective size is the number of
     independent clusters (units when crossed, tasks otherwise), so the bound stays honest.
     ``wilson_records_*`` treats every record as independent, kept for comparison only.
@@ -190,7 +208,7 @@ def rate_interval(
         n_eff = n
     else:
         n_eff = float(min(n, p * (1 - p) / var))
-    lo, hi = wilson(p * n_eff, n_eff, alpha)
+    lo, hi = clopper_pearson(p * n_eff, n_eff, alpha)
     rlo, rhi = wilson(k, n, alpha)
     return Rate(int(round(k)), int(n), p, lo, hi, d, U, T, n_eff, rlo, rhi)
 

@@ -46,7 +46,7 @@ RATES = {
 # Failure shares: diagnostic value -> short name.
 FAILURES = {"malformed_reply": "malformed", "provider_error": "provider_error"}
 INTERVAL = (
-    "Wilson 95% at the effective sample size, clustered by task (a task's records share its "
+    "Clopper-Pearson 95% at the effective sample size, clustered by task (a task's records share its "
     "evidence; stats.cluster_rate, tasks only: describes these tasks)"
 )
 

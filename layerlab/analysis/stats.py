@@ -54,6 +54,7 @@ from layerlab.analysis.effects import (
 from layerlab.analysis.provenance import records_frame, run_settings, sampling_phrase
 from layerlab.analysis.rates import (
     Rate,
+    clopper_pearson,
     cluster_rate,
     provider_averages,
     rate_interval,
@@ -124,6 +125,7 @@ __all__ = [
     "arm_pairs",
     "blocks",
     "bootstrap",
+    "clopper_pearson",
     "cluster_df",
     "cluster_rate",
     "contract_arms",

@@ -7,7 +7,7 @@ inline display in a notebook. Re-running a save on the same data writes the same
 Units are never pooled: a figure over records draws one panel per provider–model unit, real models
 first, reference agents (deterministic baselines) after, each labelled what it is
 (:func:`layerlab.reporting.display.unit_kind`), with the records or task pairs each point counts. Rates carry
-the library's cluster-aware Wilson intervals (:func:`layerlab.analysis.stats.rates`), effects their
+the library's cluster-aware Clopper-Pearson intervals (:func:`layerlab.analysis.stats.rates`), effects their
 bootstrap intervals (:func:`layerlab.analysis.stats.paired_effects`); nothing here computes an interval of
 its own.
 """
@@ -198,16 +198,24 @@ def rates_by_unit(
     long = unit_rates(data, outcome)
     units = list(dict.fromkeys(long["unit"]))
     designs = "/".join(sorted(set(long["design"])))
-    what = f"{len(units)} unit(s), one panel each; 95% cluster-aware Wilson intervals ({designs})"
+    what = f"{len(units)} unit(s), one panel each; 95% cluster-aware Clopper-Pearson intervals ({designs})"
     return rates_by_scenario(long, f"{title}\n{what}", label)
+
+
+def methods_text(methods: Sequence[str]) -> str:
+    """Which interval method the cells used (:func:`layerlab.analysis.exact.cell_methods`), for a
+    figure's title: ``95% intervals: score 7, bootstrap 2 cells``."""
+    counts = {m: list(methods).count(m) for m in dict.fromkeys(methods)}
+    return "95% intervals: " + ", ".join(f"{m} {n}" for m, n in counts.items()) + " cells"
 
 
 def paired_effects_by_unit(
     data: Records, title: str, n_boot: int = stats.N_BOOT, seed: int = 0
 ) -> Any:
     """Treatment − baseline success per scenario, one forest panel per unit, each with its own
-    bootstrap 95% intervals (:func:`layerlab.analysis.stats.paired_effects` on that unit's records: tasks
-    resampled). The panel title gives the unit, what it is and the task pairs per scenario.
+    95% intervals (:func:`layerlab.analysis.stats.paired_effects` on that unit's records, tasks
+    resampled; each cell's method: :func:`layerlab.analysis.exact.cell_methods`).
+    The panel title gives the unit, what it is and the task pairs per scenario.
 
     Panels sit in a grid two wide (legible at page width, however many units); each non-zero
     effect is written out beside its own interval, on the side with room (toward zero)."""
@@ -220,9 +228,11 @@ def paired_effects_by_unit(
     fig, axes = plt.subplots(
         nrows, ncols, figsize=(7.2, 0.9 + 3.1 * nrows), sharey=True, squeeze=False
     )
+    methods: list[str] = []
     for i, unit in enumerate(units):
         ax = axes[i // ncols, i % ncols]
         eff = stats.paired_effects(df[labels == unit], n_boot=n_boot, seed=seed)
+        methods += list(eff.table["method"])
         e = eff.table.iloc[::-1].reset_index(drop=True)
         y = list(range(len(e)))
         ax.hlines(y, 100 * e["ci_low"], 100 * e["ci_high"], color="#333333", linewidth=2)
@@ -255,8 +265,8 @@ def paired_effects_by_unit(
     for j in range(len(units), nrows * ncols):  # an odd count leaves one cell empty
         fig.delaxes(axes[j // ncols, j % ncols])
     fig.suptitle(
-        f"{title}\n{len(units)} unit(s), one panel each; bootstrap 95% intervals "
-        f"({n_boot:,} resamples of tasks, seed {seed})",
+        f"{title}\n{len(units)} unit(s), one panel each; {methods_text(methods)} "
+        f"(bootstrap: {n_boot:,} resamples of tasks, seed {seed})",
         fontsize=10,
     )
     fig.tight_layout()
@@ -316,9 +326,9 @@ def retriever_ablation(
 
 
 def specificity_heatmap(cells: pd.DataFrame, title: str, units: Sequence[str] = ()) -> Any:
-    """Mitigation × scenario paired effects (pp) as a diverging heatmap with each cell's bootstrap
-    95% interval under its estimate; target cells boxed. The title names the unit(s) and the task
-    pairs per cell."""
+    """Mitigation × scenario paired effects (pp) as a diverging heatmap with each cell's 95%
+    interval (its method's, :func:`layerlab.analysis.exact.cell_methods`) under its estimate;
+    target cells boxed. The title names the unit(s), the task pairs per cell and the methods."""
     _setup()
     rows = list(dict.fromkeys(cells["mitigation"]))
     cols = list(dict.fromkeys(cells["scenario"]))
@@ -364,7 +374,8 @@ def specificity_heatmap(cells: pd.DataFrame, title: str, units: Sequence[str] = 
     who = "; ".join(display.unit_label(u) for u in units)
     ax.set_title(
         f"{title}\n{who + '; ' if who else ''}{_n_text(cells['n_pairs'])} task pairs per cell; "
-        "bootstrap 95% intervals in brackets",
+        f"{methods_text(list(cells['method'])) if 'method' in cells else '95% intervals'} "
+        "in brackets",
         fontsize=9,
     )
     return fig

@@ -312,7 +312,7 @@ def _figures(res: dict[str, Any]) -> list[str]:
             fig = figures.rates_by_scenario(
                 long,
                 f"{label[0].upper()}{label[1:]} by scenario and arm — {what}; "
-                "95% Wilson intervals clustered by task",
+                "95% Clopper-Pearson intervals clustered by task",
                 label=label,
             )
             out.append(

@@ -131,7 +131,7 @@ def rate_design(r: pd.DataFrame, what: str = "Intervals") -> str:
                 "interval describes these units, not a population of models"
             )
     return (
-        f"{what}: Wilson at the design-effect-adjusted sample size, "
+        f"{what}: Clopper-Pearson at the design-effect-adjusted sample size, "
         + "; ".join(parts)
         + "; records are not treated as independent (a rate of 0 or 1 uses the number of "
         "independent clusters as its sample size)."

@@ -92,7 +92,7 @@ def _table9_block(df: pd.DataFrame) -> pd.DataFrame:
     }
     t.attrs["detail"] = units_sentence(df)
     t.attrs["notes"] = [
-        "Pooled success interval: Wilson at the design-effect-adjusted sample size, variance "
+        "Pooled success interval: Clopper-Pearson at the design-effect-adjusted sample size, variance "
         f"{'; '.join(what[d] for d in designs if d in what)}; a task's records across scenarios "
         "and arms form one cluster.",
         *failure_notes(df),
