@@ -7,7 +7,7 @@ unit of the user's run beside one unit of another source** (a model beside the s
 committed run, beside another model, beside each reference agent on its own), aligned on the
 tasks, scenarios and arms both hold. What alignment dropped is stated — how many records and
 tasks of each side, and why (a task, scenario or arm the other side lacks). On the common cells
-it gives each side's rate (Wilson, clustered by task: :func:`layerlab.analysis.results.rate`) and
+it gives each side's rate (Clopper–Pearson, clustered by task: :func:`layerlab.analysis.results.rate`) and
 the paired difference per scenario and arm with its bootstrap interval (the analysis library's
 :func:`~layerlab.analysis.stats.paired_effects`, one unit: tasks resampled, the interval
 describing these tasks). Identical runs differ by exactly zero, with [0, 0].

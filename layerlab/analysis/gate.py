@@ -11,7 +11,7 @@ Without ``:SCENARIO`` the rate is over every scenario of the arm (the headline r
 ``results.json``); ``:*`` checks each scenario on its own. Without ``@ARM`` every arm is checked
 on its own, without ``/MODEL`` every unit (``provider/model``, or the model's name alone). VALUE is
 a share (``0.6``) or a percentage (``60%``). Every rate is :func:`layerlab.analysis.results.rate`
-— the rate and Wilson interval clustered by task that ``results.json`` and the report show — over
+— the rate and Clopper–Pearson interval clustered by task that ``results.json`` and the report show — over
 the records of one model × scenario × arm cell; ``strict_ci`` compares the interval's bound that
 is worse for the check (the lower bound for a minimum, the upper for a maximum) instead of the
 point estimate. A threshold that matches no cell of the run is an input error, never a pass;

@@ -7,7 +7,7 @@ inside the package import from the owners):
 - :mod:`~layerlab.analysis.units` — the constant block, the contract arms and their target (from
   the specs), scenario/arm/unit order, blocks and the bootstrap design rule;
 - :mod:`~layerlab.analysis.provenance` — archives as a DataFrame and their runs' settings;
-- :mod:`~layerlab.analysis.rates` — Wilson and cluster-robust rates (Tables 4 and 9);
+- :mod:`~layerlab.analysis.rates` — Clopper–Pearson and cluster-robust rates (Tables 4 and 9);
 - :mod:`~layerlab.analysis.bootstrap` — the paired layout and the vectorised bootstrap;
 - :mod:`~layerlab.analysis.effects` — calibrated paired effects, the margin, Tables 5 and 8;
 - :mod:`~layerlab.analysis.crosschecks` — McNemar, GEE and identical-prompt checks.

@@ -28,7 +28,7 @@ A threshold is MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE:
 Examples: --min S:clean=0.6  --min SR:permission_denied@strict=90%
           --max GF:*=0.1  --min S:clean@repair/local/qwen2.5-coder-1.5b=0.5
 
-Rates are results.json's (per model x scenario x arm; Wilson 95% clustered
+Rates are results.json's (per model x scenario x arm; Clopper-Pearson 95% clustered
 by task); the rate is compared, the interval's worse bound with
 --strict-ci. A threshold that matches no cell of RUN is an error, never a
 pass. Verdicts are Table 10's at the equivalence margin --delta (default

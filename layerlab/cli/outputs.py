@@ -198,7 +198,7 @@ def compare_cmd(
         typer.echo(f"note: {note}")
     if rep.comparisons:
         typer.echo(
-            f"{rep.outcome} in %, 95% intervals (rates: Wilson clustered by task; differences this run "
+            f"{rep.outcome} in %, 95% intervals (rates: Clopper-Pearson clustered by task; differences this run "
             f"minus the other, paired by task: {rep.comparisons[0].note})"
         )
     if json_out is not None:
