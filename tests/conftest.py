@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,12 @@ from layerlab.harness.prepare import prepare
 from layerlab.harness.step import gate
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# The Ctrl-C tests need SIGINT handled: a background job of a non-interactive shell (`make test &`,
+# `nohup ... &`) starts with SIGINT ignored, and an ignored signal stays ignored in every process
+# the tests start, so a run under test could not be interrupted. Python's own handler restores it
+# here and, reset to the default at exec, in every subprocess.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:

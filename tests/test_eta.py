@@ -110,9 +110,9 @@ def test_the_bar_keeps_its_record_total_whole_at_80_columns() -> None:
 
     from rich.console import Console
 
-    from layerlab.cli.run import _Bar
+    from layerlab.reporting.terminal import ProgressBar
 
-    bar = _Bar()
+    bar = ProgressBar()
     c = SimpleNamespace(records=23000, calls=22320, cache_hits=12000, retries=30, failures=1)
     bar.update(c, 23760)
     bar.close()
