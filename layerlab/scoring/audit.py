@@ -154,6 +154,15 @@ def beyond_paper(extra: Sequence[str] = ()) -> list[str]:
     import importlib.util
 
     dense = list(BEYOND_PAPER) if importlib.util.find_spec("wordllama") is not None else []
+    if any(e in STORE_EXAMPLES for e in extra):
+        import sys
+
+        from layerlab import paths
+
+        # the examples are the checkout's notebooks/my_dense_store.py, imported from its root: a
+        # notebook's kernel (nbval, JupyterLab) runs in notebooks/, where `notebooks` is no module
+        if str(paths.ROOT) not in sys.path:
+            sys.path.append(str(paths.ROOT))
     return list(dict.fromkeys([*dense, *extra]))
 
 
