@@ -33,7 +33,8 @@ venv: $(STAMP) ## Create .venv from the hash-locked requirements (done by the ta
 
 # The local model runtime, llama-cpp-python[server], is a source package: its sdist (sha256 in
 # requirements-llama.lock) is compiled once into a wheel kept in the user cache, then installed
-# with its server dependencies from the hash-locked requirements-local.lock. The wheel folder is
+# with its server dependencies from the hash-locked requirements-local.lock (installed first: the
+# check of a fresh build loads the runtime, which imports diskcache). The wheel folder is
 # keyed by the build flags and, for a native build, by this CPU's instruction sets
 # (layerlab/models/runtime.py), so a wheel made for another CPU is rebuilt, never loaded; its
 # build.json (flags, the CPU features it needs) is checked before it is installed, and the
@@ -50,6 +51,7 @@ LLAMA_WHEELS := $(CACHE)/wheels/$(shell $(PYTHON) -c 'import platform,sys; print
 LOCAL_STAMP := $(VENV)/.local-$(shell cat requirements-local.lock requirements-llama.lock | cksum | cut -d' ' -f1)-$(LLAMA_KEY)
 
 $(LOCAL_STAMP): $(STAMP) requirements-local.lock requirements-llama.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-local.lock
 	@if ! [ -e $(LLAMA_WHEELS)/build.json ] || ! ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
 	  echo "building llama-cpp-python $(LLAMA_VERSION) once (compiles llama.cpp for this CPU: about 6.5 min on 2 idle cores; cached in $(LLAMA_WHEELS))"; \
 	  echo "  LLAMA_CMAKE_ARGS=$(LLAMA_CMAKE_ARGS)"; \
@@ -61,7 +63,6 @@ $(LOCAL_STAMP): $(STAMP) requirements-local.lock requirements-llama.lock
 	  $(BIN)/python layerlab/models/runtime.py record $(LLAMA_WHEELS).part "$(LLAMA_CMAKE_ARGS)" $$(( $$(date +%s) - began )) || exit $$?; \
 	  rm -rf $(LLAMA_WHEELS); mv $(LLAMA_WHEELS).part $(LLAMA_WHEELS); fi
 	$(BIN)/python layerlab/models/runtime.py verify $(LLAMA_WHEELS)/build.json
-	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-local.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --force-reinstall --no-deps --no-index --find-links $(LLAMA_WHEELS) llama-cpp-python==$(LLAMA_VERSION)
 	cp $(LLAMA_WHEELS)/build.json $(VENV)/llama-build.json
 	$(BIN)/layerlab models fetch smollm2-135m

@@ -90,6 +90,18 @@ def test_the_sign_flip_band_covers_every_cell_together() -> None:
     assert marginal / sims < joint / sims
 
 
+def test_the_sign_flip_test_counts_the_observed_sample_among_its_flips() -> None:
+    """The identity is one of the flips and the critical value an order statistic of them, so
+    the permutation test is exact: with the identity as the only flip no cell can be shown (the
+    critical value is the observed statistic itself), and with many flips a cell of 10 tasks
+    up and 1 down is shown (exact sign test: p = 24/2048)."""
+    cells = {"stale_index": [1] * 10 + [-1], "clean": [1, -1] * 3}
+    p = _one_unit(cells, 12)
+    observed = 9 / np.sqrt(11)  # the stale cell's McNemar statistic |b - c| / sqrt(b + c)
+    assert exact.signflip_crit(p, [0, 1], 0.05, n_flip=1) == pytest.approx(observed)
+    assert exact.signflip_crit(p, [0, 1], 0.05, n_flip=4096) < observed
+
+
 def _judge(cells: dict[str, list[int]], n_tasks: int) -> specificity.Judgement:
     p = _one_unit(cells, n_tasks)
     eff = effects_from_paired(p, n_boot=300)

@@ -378,13 +378,13 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     null = "identical prompts, 2 units x 80 tasks x 9 scenarios"
     flags = table.set_index(["setting", "quantity", "interval"])["false flag"]
     reported = flags[(null, coverage.VERDICT, "reported (simultaneous band, δ equivalence)")]
-    # 6.05% ± 0.53 before the null-imposed flips; still a documented shortfall (5.55%)
-    assert reported < 0.0605 and (null, coverage.VERDICT) in coverage.SHORTFALLS
+    # 6.05% ± 0.53 before the null-imposed flips, 5.55% at 2,000 archives; now within the goal
+    assert reported <= coverage.MAX_FALSE_FLAG and not coverage.SHORTFALLS
     assert flags[(null, coverage.VERDICT, "one-sided marginal, harm only (replaced)")] > reported
     ff = coverage.false_flags(table)
-    within = {k: v for k, v in ff.items() if (k, coverage.VERDICT) not in coverage.SHORTFALLS}
-    assert len(ff) == 5 and len(within) == 4 and max(within.values()) <= coverage.MAX_FALSE_FLAG
-    # two of the three former shortfalls meet their goals (issue 33)
+    assert len(ff) == 5 and max(ff.values()) <= coverage.MAX_FALSE_FLAG
+    assert table.loc[table["setting"] == null, "simulations"].min() >= coverage.FULL.null_sims
+    # the three former shortfalls meet their goals (issue 33)
     band = table.set_index(["setting", "quantity"])["coverage"]
     assert band[("9 units, strong heterogeneity", coverage.BAND)] >= coverage.REQUIRED
     rate = (

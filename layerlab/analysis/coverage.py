@@ -68,16 +68,12 @@ REQUIRED = 0.93  # every reported interval type must reach this in every setting
 MAX_FALSE_FLAG = 0.05  # Table 10's verdict may call at most this share of null mitigations
 # Rows of the committed table that miss a goal, each with its measured value and Monte Carlo
 # error (open work, shown by notebook 10 beside the table; the committed-table test requires
-# exactly these, so a new miss or a fix is noticed). Issue 33's three shortfalls were worked on
-# in the methods: the crossed band's t tail at its own level (effects.crossed_tail; the strong-
-# heterogeneity band now covers) and Clopper-Pearson rates at the effective size
-# (rates.clopper_pearson; the one-unit rate now covers). The null-imposed sign flips of the band
-# (exact.signflip_crit) lowered the identical-prompt false flags from 6.05% to 5.55% in the full
-# suite (2,000 archives; 4.5% +- 0.66 in a 1,000-archive check on other seeds), still above 5%.
-SHORTFALLS: dict[tuple[str, str], str] = {
-    ("identical prompts, 2 units x 80 tasks x 9 scenarios", "verdict"):
-        "false-flag rate 5.55% ± 0.51 (goal at most 5%)",
-}  # fmt: skip
+# exactly these, so a new miss or a fix is noticed). None now (issue 33): the crossed band's t
+# tail at its own level (effects.crossed_tail), Clopper-Pearson rates at the effective size
+# (rates.clopper_pearson) and an exact sign-flip test (exact.signflip_crit: null-imposed flips,
+# the identity among them, an order-statistic critical value). The identical-prompt 2-unit null,
+# 5.55% +- 0.51 at 2,000 archives, is 4.68% at 10,000 (null settings now get 10,000 archives).
+SHORTFALLS: dict[tuple[str, str], str] = {}
 # specific or over-broad (inconclusive is no claim; ineffective is right)
 VERDICT = "verdict"  # the quantity of the verdict rows
 RATE_INTERVAL = "reported (cluster-aware Clopper-Pearson)"  # the rates' interval rows

@@ -230,6 +230,7 @@ def signflip_crit(
     y, e, ss, n, g = y[live], e[live], ss[live], n[live], g[live]
     rng = np.random.default_rng([seed, 104_729])
     eps = rng.integers(0, 2, size=(n_flip, e.shape[1])) * 2.0 - 1.0
+    eps[0] = 1.0  # the identity is one of the flips: the permutation test is then exact
     crits = []
     for r in (e, y):  # unrestricted residuals, then the null-imposed differences
         s2 = (r * r).sum(axis=1)
@@ -237,7 +238,9 @@ def signflip_crit(
         fixed = s2 / (n * n)
         restud = g / np.maximum(g - 1, 1) * np.maximum(s2 - t * t / g, 1e-300) / (n * n)
         stat = np.abs(t / n) / np.sqrt(np.where(binary, fixed, restud))
-        crits.append(float(np.quantile(stat.max(axis=1), 1 - alpha)))
+        # the order statistic at or above 1 - alpha (no interpolation between two atoms of a
+        # discrete max statistic, so at most alpha of the flips lie beyond it)
+        crits.append(float(np.quantile(stat.max(axis=1), 1 - alpha, method="higher")))
     return max(*crits, math.sqrt(2.0) * _erfinv(1 - alpha))
 
 

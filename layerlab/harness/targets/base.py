@@ -23,6 +23,7 @@ target's tool calls delivered (:func:`layerlab.harness.tools.finish`), exactly a
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
 import weakref
@@ -74,6 +75,17 @@ class TargetReply:
     answer: str | None = None
     citations: tuple[str, ...] = ()
     reason: str | None = None
+
+
+def call_hook(obj: Any, name: str) -> None:
+    """Call the user's object's optional lifecycle hook ``name`` (``setup`` or ``close``) when it
+    has a callable one: what every adapter's own ``setup()``/``close()`` forwards to (a plain
+    function's attributes are not hooks)."""
+    if inspect.isfunction(obj):
+        return
+    hook = getattr(obj, name, None)
+    if callable(hook):
+        hook()
 
 
 def documents(obs: Mapping[str, Any]) -> list[Document]:

@@ -46,7 +46,13 @@ import functools
 import json
 from typing import Any
 
-from layerlab.harness.targets.base import TargetRequest, ToolError, documents, raise_for_error
+from layerlab.harness.targets.base import (
+    TargetRequest,
+    ToolError,
+    call_hook,
+    documents,
+    raise_for_error,
+)
 from layerlab.harness.targets.options import bool_setting
 from layerlab.harness.targets.python import _takes, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
@@ -204,11 +210,7 @@ class LangChainTarget:
         return {"answer": answer, "citations": list(sources or [])}
 
     def setup(self) -> None:
-        hook = getattr(self.chain, "setup", None)
-        if callable(hook):
-            hook()
+        call_hook(self.chain, "setup")
 
     def close(self) -> None:
-        hook = getattr(self.chain, "close", None)
-        if callable(hook):
-            hook()
+        call_hook(self.chain, "close")

@@ -54,7 +54,13 @@ import functools
 import json
 from typing import Any
 
-from layerlab.harness.targets.base import TargetRequest, ToolError, documents, raise_for_error
+from layerlab.harness.targets.base import (
+    TargetRequest,
+    ToolError,
+    call_hook,
+    documents,
+    raise_for_error,
+)
 from layerlab.harness.targets.options import bool_setting
 from layerlab.harness.targets.python import _takes, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
@@ -273,11 +279,7 @@ class LlamaIndexTarget:
         }
 
     def setup(self) -> None:
-        hook = getattr(self.engine, "setup", None)
-        if callable(hook):
-            hook()
+        call_hook(self.engine, "setup")
 
     def close(self) -> None:
-        hook = getattr(self.engine, "close", None)
-        if callable(hook):
-            hook()
+        call_hook(self.engine, "close")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from layerlab._code import import_attr
-from layerlab.harness.targets.base import TargetRequest
+from layerlab.harness.targets.base import TargetRequest, call_hook
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 
 
@@ -86,11 +86,7 @@ class PythonTarget:
         return self._fn(request)
 
     def setup(self) -> None:
-        hook = getattr(self._obj, "setup", None) if not inspect.isfunction(self._obj) else None
-        if callable(hook):
-            hook()
+        call_hook(self._obj, "setup")
 
     def close(self) -> None:
-        hook = getattr(self._obj, "close", None) if not inspect.isfunction(self._obj) else None
-        if callable(hook):
-            hook()
+        call_hook(self._obj, "close")

@@ -37,14 +37,22 @@ def coverage_table(table: pd.DataFrame) -> pd.DataFrame:
     from layerlab.analysis.specificity import delta_phrase
 
     t = table.copy()
+    null_names = {
+        s.name for s in coverage.all_settings() if coverage.is_null(s)
+    } & set(t["setting"])
+    null = t["setting"].isin(null_names)
     small = t["units"] < stats.MIN_UNITS
-    sims = "/".join(map(str, sorted(set(t.loc[~small, "simulations"])))) or "-"
-    sims_small = "/".join(map(str, sorted(set(t.loc[small, "simulations"])))) or "-"
+
+    def counts(rows: pd.Series) -> str:
+        return "/".join(map(str, sorted(set(t.loc[rows, "simulations"])))) or "-"
+
+    sims, sims_small = counts(~small & ~null), counts(small & ~null)
+    sims_null = f"; {counts(null)} in the null settings" if null.any() else ""
     boots = "/".join(map(str, sorted(set(t["resamples"]))))
     t = t.drop(columns=["simulations", "resamples"])
     t.attrs["caption"] = (
         f"{CAPTIONS['coverage']} {sims} simulated archives per setting ({sims_small} below "
-        f"{stats.MIN_UNITS} units), {boots} resamples each; 'checks' counts interval-truth comparisons "
+        f"{stats.MIN_UNITS} units{sims_null}), {boots} resamples each; 'checks' counts interval-truth comparisons "
         "(one per simulation, or per zero-effect scenario). Reported intervals must reach "
         f"{coverage.REQUIRED:.0%}; 'labelled' and 'not reported' rows show why the package does "
         "not rely on them (nested: the paper's scheme; records-independent Wilson: the old Table 4 "
