@@ -46,7 +46,12 @@ def main() -> None:
             with lock:
                 if 0 <= args.die_after <= served[0]:
                     print(f"fake llama server: dying by {args.signal}", flush=True)
+                    # to this thread, not the process: kill(getpid()) is delivered to the main
+                    # thread, and this one could send its reply before the process ended (a run
+                    # whose last call that was then completed: CI saw it once)
+                    signal.pthread_kill(threading.get_ident(), signal.Signals[args.signal])
                     os.kill(os.getpid(), signal.Signals[args.signal])
+                    threading.Event().wait()  # never answer, whatever the signal did
                 served[0] += 1
             content = reply_for("layerlab/extractive", req["messages"])
             self._send(
