@@ -29,11 +29,21 @@ ARCHIVE = paths.USER_PIPELINES / "my-rag-chain"
 sys.path.insert(0, str(paths.NOTEBOOKS))  # the user's module sits beside the notebook that uses it
 
 
-def test_the_committed_example_is_a_complete_checked_target_run() -> None:
-    res = runner.invoke(app, ["archive", "check", str(ARCHIVE)])
+SIZED = paths.USER_PIPELINES / "my-rag-chain-48"  # the same chain at the size a verdict needs
+
+
+@pytest.mark.parametrize(
+    ("folder", "tasks", "arms"),
+    [(ARCHIVE, 16, 12), (SIZED, 48, 2)],
+    ids=["16 tasks, every arm", "48 tasks, baseline and validity resolution"],
+)
+def test_the_committed_example_is_a_complete_checked_target_run(
+    folder: Path, tasks: int, arms: int
+) -> None:
+    res = runner.invoke(app, ["archive", "check", str(folder)])
     assert res.exit_code == 0, res.output
-    m = archive.read_manifest(ARCHIVE)
-    assert m["complete"] and m["records"] == 16 * 9 * 12 and m["retriever"] == "bm25"
+    m = archive.read_manifest(folder)
+    assert m["complete"] and m["records"] == tasks * 9 * arms and m["retriever"] == "bm25"
     t = m["target"]
     assert (t["kind"], t["name"], t["ref"]) == (
         "langchain",
@@ -41,10 +51,26 @@ def test_the_committed_example_is_a_complete_checked_target_run() -> None:
         "my_rag_chain:make_chain",
     )
     assert t["settings"] == {"base_url": "local"}  # the endpoint only as local/remote
-    text = (ARCHIVE / archive.MANIFEST).read_text()
+    text = (folder / archive.MANIFEST).read_text()
     assert "127.0.0.1" not in text and "8140" not in text
-    recs = archive.read_records(ARCHIVE / archive.ARCHIVE)
+    recs = archive.read_records(folder / archive.ARCHIVE)
     assert {(r.provider, r.model) for r in recs} == {("target", "my-rag-chain")}
+    assert len({r.task_id for r in recs}) == tasks
+
+
+def test_the_larger_run_calls_the_guard_the_worked_example_could_not() -> None:
+    """At 16 tasks validity resolution's row is inconclusive (its clean-question change not
+    shown); the 48-task run is what makes the example say something about it."""
+    import pandas as pd
+
+    small = pd.read_csv(paths.TABLES / "user_table10.csv", dtype=str).set_index("mitigation")
+    sized = pd.read_csv(paths.TABLES / "user_table10_sized.csv", dtype=str).set_index("mitigation")
+    assert small.loc["validity_resolution", "verdict"] == "inconclusive"
+    assert list(sized.index) == ["validity_resolution"]
+    assert sized.loc["validity_resolution", "verdict"] != "inconclusive"
+    assert float(sized.loc["validity_resolution", "MDE (pp, 80% power)"]) < float(
+        small.loc["validity_resolution", "MDE (pp, 80% power)"]
+    )
 
 
 class _Chat:

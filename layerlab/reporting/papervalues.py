@@ -39,6 +39,16 @@ _WORDS = ("zero", "one", *NUMBER_WORDS[:19])
 BLOCKS = {"Ref": "reference agents", "Model": "real models", "User": "targets"}
 """Macro prefix of each block of Table 10 / user_table10 (matched on the block label's start)."""
 
+VERDICT_TABLES = {"table10": "", "user_table10": "", "user_table10_sized": "Sized"}
+"""The tables whose verdicts the prose may quote, each with the word its macros add after the
+block's prefix (``\\vVerdictUserValidityResolution``, ``\\vVerdictUserSizedValidityResolution``)."""
+
+
+def verdict_prefix(table: str, block: str) -> str | None:
+    """The macro prefix of a verdict row of ``table`` in ``block`` (None: a block with none)."""
+    prefix = next((p for p, b in BLOCKS.items() if block.startswith(b)), None)
+    return None if prefix is None else prefix + VERDICT_TABLES[table]
+
 
 class ValuesError(RuntimeError):
     """A value the prose needs is missing from the tables or archives (one line)."""
@@ -118,10 +128,10 @@ def _models() -> dict[str, str]:
 
 def _verdicts(tables: Path) -> dict[str, str]:
     out = {}
-    for name in ("table10", "user_table10"):
+    for name in VERDICT_TABLES:
         t = _csv(tables, name)
         for _, r in t.iterrows():
-            prefix = next((p for p, b in BLOCKS.items() if r["block"].startswith(b)), None)
+            prefix = verdict_prefix(name, r["block"])
             if prefix is None:
                 raise ValuesError(f"{name}.csv: block {r['block']!r} has no macro prefix")
             m = _camel(r["mitigation"])
@@ -226,6 +236,24 @@ def _user_pipeline() -> dict[str, str]:
     return out
 
 
+def _user_sized() -> dict[str, str]:
+    """The larger user-pipeline run: its tasks, and validity resolution's paired change on clean
+    questions (tasks it turned into a success, and the other way) against the baseline."""
+    from layerlab.analysis import stats
+
+    df = stats.records_frame([paths.USER_PIPELINES / "my-rag-chain-48"])
+    clean = df[df["scenario"] == "clean"].pivot_table(
+        index="task_id", columns="mitigation", values="success", aggfunc="first"
+    )
+    base, guard = clean["strict"].astype(bool), clean["validity_resolution"].astype(bool)
+    return {
+        "UserSizedTasks": str(df["task_id"].nunique()),
+        "UserSizedRecords": f"{len(df):,}".replace(",", "{,}"),
+        "UserSizedCleanUp": str(int((guard & ~base).sum())),
+        "UserSizedCleanDown": str(int((base & ~guard).sum())),
+    }
+
+
 def _agent(tables: Path) -> dict[str, str]:
     from layerlab.harness.live.agentlog import read_table
 
@@ -295,6 +323,7 @@ def values(tables: Path | None = None) -> dict[str, str]:
         _sampling(),
         _exchangeability(tables),
         _user_pipeline(),
+        _user_sized(),
         _agent(tables),
         _findings(tables),
     ):

@@ -49,7 +49,12 @@ if TYPE_CHECKING:
     )
     from layerlab.reporting.tables.specificity import table10, table10_cells
     from layerlab.reporting.tables.study import table7, table7_by_condition
-    from layerlab.reporting.tables.userpipeline import user_table4, user_table5, user_table10
+    from layerlab.reporting.tables.userpipeline import (
+        user_table4,
+        user_table5,
+        user_table10,
+        user_table10_sized,
+    )
     from layerlab.reporting.tables.variability import (
         coverage_table,
         exchangeability_table,
@@ -93,6 +98,7 @@ _OWNER = {
     "user_table4": "userpipeline",
     "user_table5": "userpipeline",
     "user_table10": "userpipeline",
+    "user_table10_sized": "userpipeline",
 }
 
 __all__ = [
@@ -130,6 +136,7 @@ __all__ = [
     "table9",
     "table_answer_quality",
     "user_table10",
+    "user_table10_sized",
     "user_table4",
     "user_table5",
 ]

@@ -74,6 +74,10 @@ CAPTIONS = {
     "user_table5": "A team's own pipeline (the worked example): Table 5's rows.",
     "user_table10": "A team's own pipeline (the worked example): Table 10's rows, every "
     "mitigation on the pipeline's own records.",
+    "user_table10_sized": "A team's own pipeline at the size its guard's verdict needs: Table 10's "
+    "rows of a second, larger run of the same chain (more tasks, fewer arms: the baseline and "
+    "validity resolution, the guard whose change on clean questions the worked example's 16 tasks "
+    "could not show; make user-pipeline-sized).",
     "answer_quality": "Supplementary: answer quality of the answered records by scenario and arm, "
     "beside strict exact match E (which S uses, unchanged): containment (the normalised expected "
     "answer appears in the normalised answer as whole tokens, RGB-style), right value with extra "

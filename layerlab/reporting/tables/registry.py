@@ -63,6 +63,9 @@ INPUTS = {
     "user_analysis": "analysis.stats.analyse of those records on strict success",
     "user_matrix": "the specificity matrix of the user-pipeline archive (every matrix arm)",
     "user_matrix_records": "that archive's records, as the matrix reads them",
+    "user_sized_matrix": "the specificity matrix of the larger user-pipeline archive (data/archives/"
+    "user_pipelines/my-rag-chain-48: the baseline and validity resolution on 48 tasks)",
+    "user_sized_matrix_records": "that archive's records, as the matrix reads them",
 }
 
 
@@ -142,6 +145,11 @@ TABLES = (
     Table("user_table4", userpipeline.user_table4, ("user_records",)),
     Table("user_table5", userpipeline.user_table5, ("user_analysis",)),
     Table("user_table10", userpipeline.user_table10, ("user_matrix", "user_matrix_records")),
+    Table(
+        "user_table10_sized",
+        userpipeline.user_table10_sized,
+        ("user_sized_matrix", "user_sized_matrix_records"),
+    ),
     Table("specificity_margin", effects.margin_table, ("analysis",), appendix=True, recompute=True),
     Table(
         "table5_crosscheck", effects.crosscheck_table, ("analysis",), appendix=True, recompute=True
