@@ -180,7 +180,7 @@ user-pipeline: $(LOCAL_STAMP) ## A team's LangChain chain (BM25 + local model) a
 	  cp out/user_pipelines/my-rag-chain/{records.parquet,manifest.json,results.json,target.parquet} data/archives/user_pipelines/my-rag-chain/
 	$(MAKE) --no-print-directory checksums
 # The same chain at the size its guard's verdict needs (issue 33): 48 stratified tasks, every
-# scenario, the baseline and validity resolution (864 records; about 1 h on 2 cores), whose
+# scenario, the baseline and validity resolution (864 records; 23 min on 2 cores), whose
 # clean-question change 16 tasks could not show (notebook 13: user_table10_sized).
 user-pipeline-sized: $(LOCAL_STAMP) ## The user chain on 48 tasks, baseline and validity resolution (resumable).
 	@$(BIN)/layerlab models serve qwen2.5-coder-1.5b --port 8140 --threads 2 & pid=$$!; \
