@@ -374,9 +374,8 @@ def matrix_blocks(
         )
     if len(arms) < 2:
         raise CompareError(f"{run}: holds only the baseline arm {base!r}: no mitigation to judge")
-    d = specificity.DELTA if delta is None else delta
     return {
-        name: (specificity.matrix(sub, defined, n_boot=n_boot, seed=seed, delta=d), sub)
+        name: (specificity.matrix(sub, defined, n_boot=n_boot, seed=seed, delta=delta), sub)
         for name, sub in stats.blocks(src.df).items()
     }
 
@@ -472,6 +471,6 @@ def display_matrix(mx: Any, df: pd.DataFrame | None = None) -> pd.DataFrame:
             "margin pp": [pp(*r) for r in s[["margin", "margin low", "margin high"]].values],
             "verdict": s["verdict"],
             **extra,
-            "MDE pp (80% power)": [f"{100 * v:.0f}" if v == v else "-" for v in s["mde"]],
+            "P(specific) at this size": [f"{v:.2f}" if v == v else "-" for v in s["p specific"]],
         }
     )

@@ -229,6 +229,7 @@ class Outcome:
     run: str
     checks: list[Check] = field(default_factory=list)
     left_out: tuple[str, ...] = ()  # over-broad controls --no-over-broad did not check
+    notes: list[str] = field(default_factory=list)  # printed always (an overridden margin)
 
     @property
     def failures(self) -> list[Check]:
@@ -397,14 +398,13 @@ def check_verdicts(
                 f"{did_you_mean(name, judged) or did_you_mean(name, book.shipped().arms)}; "
                 f"it holds: {', '.join(judged) or 'only the baseline ' + base}"
             )
-    d = specificity.DELTA if delta is None else delta
     try:
-        blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed, delta=d)
+        blocks = compare.matrix_summary(run, n_boot=n_boot, seed=seed, delta=delta)
     except (compare.CompareError, ValueError) as exc:
         raise GateError(f"{flag}: {exc}") from None
     out = []
-    at = f"{specificity.delta_phrase(d)}, power at +{100 * specificity.POWER_EFFECT:g} pp"
     for block, mx in blocks.items():
+        at = mx.delta_text if delta is not None else f"{mx.delta_text} (roles.yaml)"
         rows = {str(r["mitigation"]): r for _, r in mx.summary.iterrows()}
         powered = set(rows) if (no_over_broad or not specific) else set(specific)
         if no_over_broad:
@@ -413,16 +413,35 @@ def check_verdicts(
                     continue
                 v = str(r["verdict"])
                 ok = not specificity.is_over_broad(v) and v != specificity.INCONCLUSIVE
-                out.append(_verdict_line(ok, name, block, r, "--no-over-broad", at))
+                out.append(_verdict_line(ok, name, block, r, "--no-over-broad", at, run))
         for name in specific:
             if name in rows:
                 r = rows[name]
                 ok = str(r["verdict"]) == specificity.SPECIFIC
-                out.append(_verdict_line(ok, name, block, r, f"--specific {name}", at))
+                out.append(_verdict_line(ok, name, block, r, f"--specific {name}", at, run))
         if min_power is not None:
             for name in (n for n in rows if n in powered):
-                out.append(_power_line(name, block, rows[name], min_power))
+                asked = "specific" if name in specific else "conclusive"
+                out.append(_power_line(name, block, rows[name], min_power, asked))
     return out
+
+
+def delta_note(delta: float | None) -> str:
+    """The line a gate prints when ``--delta`` overrides the specs' equivalence margin: a verdict
+    at another margin is another claim, and the log must say which was tested."""
+    from layerlab.analysis import specificity
+
+    if delta is None:
+        return ""
+    spec = specificity.layer_margins()
+    default = min(spec.values(), default=specificity.DELTA)
+    if abs(delta - default) < 1e-12 and len(set(spec.values())) <= 1:
+        return ""
+    return (
+        f"note: verdicts at {specificity.delta_phrase(delta)} set by --delta, not the specs' "
+        f"{specificity.delta_phrase(default)} (data/specs/roles.yaml equivalence_margin): an "
+        "off-target change up to that size counts as none; state it with the result"
+    )
 
 
 def left_out_controls(run: Path | str, arms: Sequence[str]) -> tuple[str, ...]:
@@ -446,8 +465,30 @@ def left_out_controls(run: Path | str, arms: Sequence[str]) -> tuple[str, ...]:
     )  # fmt: skip
 
 
+def chance(r: Mapping[str, Any], asked: str) -> float:
+    """The probability a run of this design gets the verdict ``asked`` (``specific``, or
+    ``conclusive``: specific or ineffective, what --no-over-broad passes on), from the matrix
+    row's simulated shares (:mod:`layerlab.analysis.planning`); nan when not simulated."""
+    if asked == "specific":
+        return float(r.get("p specific", float("nan")))
+    return float(r.get("p specific", float("nan"))) + float(r.get("p ineffective", float("nan")))
+
+
+def _reach(r: Mapping[str, Any], asked: str) -> str:
+    """What this design can decide, for a verdict line: the probability of the verdict asked
+    and, below the floor, how many tasks specific needs."""
+    p = chance(r, asked)
+    if p != p:
+        return ""
+    out = f"; P({asked}) at this size {p:.2f} ({int(r.get('sims', 0))} simulated runs)"
+    floor, n = int(r.get("floor", 0)), int(r.get("tasks", 0))
+    if asked == "specific" and n < floor and "specific needs" not in str(r.get("reason", "")):
+        out += f"; specific needs >= {floor} tasks with unchanged off-target outcomes"
+    return out
+
+
 def _verdict_line(
-    ok: bool, name: str, block: str, r: Mapping[str, Any], flag: str, at: str
+    ok: bool, name: str, block: str, r: Mapping[str, Any], flag: str, at: str, run: Any = None
 ) -> Check:
     from layerlab.analysis.specificity import INCONCLUSIVE
 
@@ -455,28 +496,30 @@ def _verdict_line(
     why = f" — {r['reason']}" if r.get("reason") else ""
     if v == INCONCLUSIVE and not ok:
         why += "; inconclusive is not a pass"
-    power = float(r.get("power", float("nan")))
-    pw = f", {power:.2f}" if power == power else ""
+    asked = "specific" if flag.startswith("--specific") else "conclusive"
+    reach = _reach(r, asked)
+    if not ok and chance(r, asked) < 0.8 and run is not None:
+        reach += f"; `layerlab plan {run} --specific {name}` sizes a run that decides"
     return Check(
         "verdict",
         ok,
-        f"{'PASS' if ok else 'FAIL'} verdict {name} [{block}]: {v}{why} ({flag}; {at}{pw})",
+        f"{'PASS' if ok else 'FAIL'} verdict {name} [{block}]: {v}{why} ({flag}; {at}{reach})",
     )
 
 
-def _power_line(name: str, block: str, r: Mapping[str, Any], min_power: float) -> Check:
-    from layerlab.analysis.specificity import POWER_EFFECT
-
-    power, mde = float(r["power"]), float(r["mde"])
-    ok = power == power and power >= min_power
-    got = f"{power:.2f}" if power == power else "none (no target scenario)"
+def _power_line(
+    name: str, block: str, r: Mapping[str, Any], min_power: float, asked: str
+) -> Check:
+    p = chance(r, asked)
+    ok = p == p and p >= min_power
+    got = f"{p:.2f}" if p == p else "not simulated"
     op = ">=" if ok else "<"
-    m = f"; MDE +{100 * mde:.0f} pp at 80% power" if mde == mde else ""
     return Check(
         "power",
         ok,
-        f"{'PASS' if ok else 'FAIL'} power {name} [{block}]: {got} {op} {min_power:.2f} to show a "
-        f"+{100 * POWER_EFFECT:g} pp target gain{m} (--min-power {min_power:g})",
+        f"{'PASS' if ok else 'FAIL'} power {name} [{block}]: P({asked}) at this size {got} {op} "
+        f"{min_power:.2f} ({int(r.get('sims', 0))} runs simulated from its own per-task rates; "
+        f"--min-power {min_power:g})",
     )
 
 
@@ -520,6 +563,8 @@ def evaluate(
         arms = list(dict.fromkeys(df[ARM]))
         if no_over_broad:
             outcome.left_out = left_out_controls(run, arms)
+        if note := delta_note(delta):
+            outcome.notes.append(note)
         outcome.checks.extend(
             check_verdicts(
                 run, arms, no_over_broad, specific, n_boot, seed, delta, min_power, outcome.left_out

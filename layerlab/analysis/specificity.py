@@ -13,8 +13,10 @@ mitigation's cells, off-target changes flagged in either direction and named.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +29,10 @@ from numpy.typing import NDArray
 from layerlab import __version__, archive, paths
 from layerlab.analysis import exact
 from layerlab.analysis.bootstrap import point_estimates
-from layerlab.analysis.effects import Effects, arm_effects, specificity_margin
+from layerlab.analysis.effects import Effects, arm_effects, marginal, specificity_margin
 from layerlab.analysis.effects import band as effect_band
 from layerlab.analysis.provenance import records_frame
+from layerlab.analysis.rates import z_score
 from layerlab.analysis.units import blocks
 from layerlab.faults.scenario import Scenario, load_scenarios
 from layerlab.harness import deterministic as harness
@@ -51,19 +54,21 @@ VERDICTS = (
 DELTA = 0.10  # the equivalence margin: an off-target change within ±DELTA counts as none
 POWER_EFFECT = 0.20  # the target gain the design's power is stated at
 VERDICT_RULE = (
-    "Verdict, judged by one simultaneous 95% band over all of a mitigation's cells (target and "
-    "off-target together, family-wise) and the equivalence margin δ: over-broad (harm) if some "
-    "off-target cell's band lies entirely below zero, over-broad (gain) if entirely above zero (it "
-    "appears to solve a failure of a layer it does not target), over-broad (harm, gain) if both; "
-    "otherwise specific if the target gain's band lies entirely above zero and every off-target "
-    "band lies within ±δ (no off-target change larger than δ, shown); ineffective if the target "
-    "gain's band lies entirely below δ; otherwise inconclusive, with the cell whose band is too "
-    "wide and the smallest target gain the design would show with 80% power (MDE, from its pairs "
-    "and observed discordance). Inconclusive means too few tasks to tell, not no effect. The "
-    "per-cell intervals are marginal: each covers its own effect 95% of the time, but with 8 "
-    "off-target cells and no effect at least one of them excludes zero in about a third of "
-    "archives, so the verdict does not read them (the coverage table measures how often a "
-    "mitigation with no effect is called specific or over-broad)."
+    "Verdict (intersection-union: each claim is tested at level α = 5% and a verdict is a claim "
+    "with that error rate). Over-broad (harm) if some off-target cell's simultaneous 95% band "
+    "(family-wise over all of the mitigation's cells) lies entirely below zero, over-broad (gain) "
+    "if entirely above (it appears to solve a failure of a layer it does not target), over-broad "
+    "(harm, gain) if both; the line names the cell and its band. Otherwise specific if every "
+    "target cell's 95% interval lies above zero and every off-target cell's 90% interval lies "
+    "within ±δ (two one-sided tests of equivalence, TOST, per cell: specific is a conjunction, so "
+    "no multiplicity correction is due, and it is false at most α of the time whenever some "
+    "off-target change is δ or larger or the target gain is 0 or less); ineffective if the target "
+    "gain's one-sided 95% upper bound lies below δ; otherwise inconclusive, with the cell that "
+    "keeps it open. Inconclusive means too few tasks to tell, not no effect: an unchanged "
+    "off-target cell's 90% interval fits within ±δ only from n > z²(1-δ)/δ tasks (25 at δ = 10 "
+    "pp; policies, when question variants of a policy are clustered), and a sampled system needs "
+    "epochs. The per-cell 95% intervals in the tables are marginal; the verdict reads the band "
+    "only for over-broad."
 )
 ARCHIVE_DIR = paths.ARCHIVES / "mitigations"
 
@@ -113,6 +118,18 @@ class Judgement:
     mde: float = float("nan")
     power: float = float("nan")
     delta: float = DELTA
+    tost: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    alpha: float = 0.05
+
+
+def specific_floor(alpha: float = 0.05, delta: float = DELTA) -> int:
+    """The fewest tasks (policies, when clustered) at which an off-target cell with no changed
+    task can show equivalence: its (1 - 2 alpha) score interval ±z²/(n + z²) fits within ±delta
+    only from ``n > z² (1 - delta) / delta`` (25 at alpha 5% and delta 10 pp)."""
+    from layerlab.analysis.rates import z_score
+
+    z2 = z_score(2 * alpha) ** 2
+    return int(math.floor(z2 * (1 - delta) / delta)) + 1
 
 
 def verdict_label(
@@ -142,55 +159,109 @@ def _band_text(lo: float, hi: float) -> str:
     return f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pp"
 
 
+def layer_margins(scenarios: Mapping[str, Scenario] | None = None) -> dict[str, float]:
+    """Scenario -> the equivalence margin δ of its layer (``roles.yaml``'s
+    ``equivalence_margin``; a scenario of several layers takes the smallest)."""
+    from layerlab.faults.roles import load_roles
+
+    roles = load_roles()
+    return {
+        n: min(roles.margin(part) for part in s.spec.layer.split("+"))
+        for n, s in (scenarios or load_scenarios()).items()
+    }
+
+
+def cell_margins(cells: Sequence[str], delta: float | Mapping[str, float] | None) -> dict[str, float]:
+    """Each cell's δ: one number for every cell, a mapping by scenario, or (None) the spec's
+    margin of the cell's layer (:func:`layer_margins`)."""
+    if isinstance(delta, int | float):
+        return dict.fromkeys(cells, float(delta))
+    by = layer_margins() if delta is None else delta
+    return {s: float(by.get(s, DELTA)) for s in cells}
+
+
 def judge(
     eff: Effects,
     target: Sequence[str],
     off_target: Sequence[str],
     alpha: float | None = None,
-    delta: float = DELTA,
+    delta: float | Mapping[str, float] | None = DELTA,
+    n_flip: int = exact.N_FLIP,
 ) -> Judgement:
-    """The verdict of :data:`VERDICT_RULE` from one simultaneous band over ``target`` and
-    ``off_target`` cells (:func:`layerlab.analysis.effects.band`, the band the margin's interval
-    is projected from), with the reason it is not specific, the design's minimum detectable
-    target gain at 80% power and its power at :data:`POWER_EFFECT`. With no target the verdict
-    can only be over-broad, ineffective or inconclusive."""
-    cells = [*target, *off_target]
-    bd = effect_band(eff, cells, alpha)
-    lo, hi = bd.low, bd.high
-    k = len(target)
-    band = {s: (float(a), float(b)) for s, a, b in zip(cells, lo, hi, strict=True)}
+    """The verdict of :data:`VERDICT_RULE`: over-broad from one simultaneous band over
+    ``target`` and ``off_target`` cells (:func:`layerlab.analysis.effects.band`); specific from
+    each target's marginal (1 - alpha) interval and each off-target cell's (1 - 2 alpha)
+    interval (TOST against ±``delta``); ineffective from the targets' one-sided upper bounds
+    (Bonferroni over several targets: the smallest gain is below delta if any one is). With no
+    target the verdict can only be over-broad, ineffective or inconclusive. ``reason`` says why
+    the verdict is not specific, naming the cell and its interval."""
+    alpha = eff.alpha if alpha is None else alpha
+    cells, k = [*target, *off_target], len(target)
+    dd = cell_margins(cells, delta)
+    bd = effect_band(eff, cells, alpha, n_flip)
+    band = {s: (float(a), float(b)) for s, a, b in zip(cells, bd.low, bd.high, strict=True)}
     harm = tuple(s for s in off_target if band[s][1] < 0)
     gain = tuple(s for s in off_target if band[s][0] > 0)
-    wide = tuple(s for s in off_target if band[s][0] < -delta or band[s][1] > delta)
-    t_lo = float(lo[:k].min()) if k else float("nan")
-    t_hi = float(hi[:k].min()) if k else float("nan")
-    verdict = verdict_label(t_lo, harm, gain, t_hi, wide, delta)
+    o_lo, o_hi = marginal(eff, off_target, 2 * alpha)
+    tost = {s: (float(a), float(b)) for s, a, b in zip(off_target, o_lo, o_hi, strict=True)}
+    wide = tuple(s for s in off_target if not (-dd[s] < tost[s][0] and tost[s][1] < dd[s]))
+    delta = min((dd[s] for s in target), default=min(dd.values(), default=DELTA))
+    t_lo = t_hi = float("nan")
     mde = power = float("nan")
     reasons = []
     if k:
-        j = int(lo[:k].argmin())  # the target cell that limits the gain
-        mde = exact.mde(float(bd.se[j]), float(bd.n[j]), float(bd.crit[j]))
-        power = exact.power_at(POWER_EFFECT, float(bd.se[j]), float(bd.n[j]), float(bd.crit[j]))
+        lo95, hi95 = marginal(eff, target, alpha)
+        _, up = marginal(eff, target, 2 * alpha / k)
+        j = int(np.argmin(lo95))
+        t_lo, t_hi = float(lo95[j]), float(np.min(up))
+        crit = z_score(alpha)
+        mde = exact.mde(float(bd.se[j]), float(bd.n[j]), crit)
+        power = exact.power_at(POWER_EFFECT, float(bd.se[j]), float(bd.n[j]), crit)
         if not t_lo > 0 and not t_hi < delta:
             reasons.append(
-                f"target {target[j]} band {_band_text(*band[target[j]])} includes 0 and reaches "
-                f"δ {100 * delta:g} pp"
+                f"target {target[j]} 95% interval {_band_text(t_lo, float(hi95[j]))} "
+                f"includes 0 and reaches δ {100 * delta:g} pp"
             )
+    verdict = verdict_label(t_lo, harm, gain, t_hi, wide, delta)
     if wide and not (harm or gain):
-        worst = max(wide, key=lambda s: band[s][1] - band[s][0])
+        worst = max(wide, key=lambda s: tost[s][1] - tost[s][0])
         names = ", ".join(wide) if len(wide) <= 3 else f"{len(wide)} cells"
         reasons.append(
-            f"off-target {names} not shown within ±{100 * delta:g} pp (widest: "
-            f"{worst} {_band_text(*band[worst])})"
+            f"off-target {names} not shown within ±{100 * dd[worst]:g} pp (90% interval of "
+            f"{worst}: {_band_text(*tost[worst])})"
         )
     reason = ""
     if verdict == INCONCLUSIVE:
         reason = "; ".join(reasons)
-        if mde == mde:
-            reason += f"; MDE +{100 * mde:.0f} pp at 80% power"
+        floor = specific_floor(alpha, min(dd[s] for s in off_target)) if off_target else 0
+        n = _clusters(eff)
+        if wide and n < floor:
+            unit = "policies" if eff.policy_level else "tasks"
+            reason += (
+                f"; specific needs at least {floor} {unit} with unchanged off-target outcomes "
+                f"(this run: {n})"
+            )
+    elif is_over_broad(verdict):
+        reason = "; ".join(
+            f"off-target {s} {'harm' if s in harm else 'gain'}: band {_band_text(*band[s])} "
+            "excludes 0"
+            for s in off_target
+            if s in harm or s in gain
+        )
     elif verdict == INEFFECTIVE and k:
-        reason = f"target gain's band {_band_text(t_lo, t_hi)} lies below δ {100 * delta:g} pp"
-    return Judgement(verdict, t_lo, t_hi, harm, gain, band, wide, reason, mde, power, delta)
+        reason = (
+            f"target gain's one-sided 95% upper bound {100 * t_hi:+.1f} pp lies below δ "
+            f"{100 * delta:g} pp"
+        )
+    return Judgement(
+        verdict, t_lo, t_hi, harm, gain, band, wide, reason, mde, power, delta, tost, alpha
+    )
+
+
+def _clusters(eff: Effects) -> int:
+    """The independent units of the design's equivalence tests: policies or tasks."""
+    p = eff.paired
+    return len(np.unique(p.policy)) if eff.policy_level else len(p.tasks)
 
 
 def scenario_layers(scenarios: Mapping[str, Scenario] | None = None) -> dict[str, str]:
@@ -204,13 +275,19 @@ def matrix(
     scenarios: Mapping[str, Scenario] | None = None,
     n_boot: int = 10_000,
     seed: int = 0,
-    policy_level: bool = False,
+    policy_level: bool | None = None,
     alpha: float = 0.05,
-    delta: float = DELTA,
+    delta: float | None = None,
+    sims: int | None = None,
 ) -> Matrix:
     """The specificity matrix of every mitigation arm in ``df`` against the baseline arm; the
     arms' layers and stages from ``spec`` (recompute, compare and gate pass the archives' own
-    definitions, :func:`layerlab.mitigations.book.book_for`; default: the installed spec)."""
+    definitions, :func:`layerlab.mitigations.book.book_for`; default: the installed spec).
+    ``policy_level``: None resamples by policy when question variants share policies
+    (:func:`layerlab.analysis.effects.resolve_policy_level`). ``sims``: simulated archives per
+    arm for the probability of each verdict at this design (:mod:`layerlab.analysis.planning`;
+    default its ``SIMS``, 0 leaves it out). ``delta``: one equivalence margin for every cell, or
+    None for each layer's margin in ``roles.yaml`` (:func:`layer_margins`)."""
     spec = spec or load_mitigations()
     layers = scenario_layers(scenarios)
     present = list(dict.fromkeys(df["mitigation"]))
@@ -223,72 +300,131 @@ def matrix(
     cells, summary, note, methods = [], [], "", ""
     for name in arms:
         eff = arm_effects(df, name, spec.baseline, OUTCOME, n_boot, seed, policy_level, alpha)
-        note = eff.note
+        note, methods = eff.note, eff.method_phrase()
         scen = list(eff.paired.scenarios)
         tgt = set(targets(spec.arm(name), layers)) if name in spec.arms else set()
-        ti = [i for i, s in enumerate(scen) if s in tgt]
-        oi = [i for i, s in enumerate(scen) if s not in tgt]
-        t = eff.table.set_index("scenario")
-        tgt_names = [scen[i] for i in ti]
-        off_names = [scen[i] for i in oi]
+        tgt_names = [s for s in scen if s in tgt]
+        off_names = [s for s in scen if s not in tgt]
         j = judge(eff, tgt_names, off_names, alpha, delta)
-        methods = eff.method_phrase()
-        for s in scen:
-            e = t.loc[s]
-            cells.append(
-                {
-                    "mitigation": name,
-                    "scenario": s,
-                    "target": s in tgt,
-                    "estimate": float(e["estimate"]),
-                    "ci_low": float(e["ci_low"]),
-                    "ci_high": float(e["ci_high"]),
-                    "band_low": j.band[s][0],
-                    "band_high": j.band[s][1],
-                    "exactly_zero": bool(e["exactly_zero"]),
-                    "n_pairs": int(e["n_pairs"]),
-                    "method": str(e["method"]),
-                }
-            )
-        # one owner of the margin and its covering interval: specificity_margin (the gain
-        # of several targets is the smallest target gain; a simultaneous bootstrap band); the
-        # verdict reads the same band (judge, above)
-        if ti and oi:
-            m = specificity_margin(eff, target=tgt_names, off_target=off_names, alpha=alpha)
-            gain, margin, m_lo, m_hi = m["target_gain"], m["margin"], m["ci_low"], m["ci_high"]
-            off_change = float(m["largest_off_target_change"])
-            worst_name = m["largest_off_target"] if abs(off_change) > 0 else "none (all 0)"
-        else:
-            est = point_estimates(eff.paired)
-            gain = float(est[ti].min()) if ti else float("nan")
-            margin = m_lo = m_hi = float("nan")
-            off_change, worst_name = float("nan"), "none (all 0)"
-        g_lo, g_hi = j.target_low, j.target_high
-        a = spec.arms.get(name)
-        summary.append(
+        cells += _cell_rows(name, eff, tgt, j)
+        row = _summary_row(name, eff, tgt_names, off_names, j, spec, alpha)
+        row.update(_chances(df, name, spec.baseline, tgt_names, off_names, j, sims, seed))
+        summary.append(row)
+    shown = DELTA if delta is None else delta
+    if delta is None and summary:
+        shown = min(float(r["delta"]) for r in summary)
+    return Matrix(pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note, shown, methods)
+
+
+def _cell_rows(name: str, eff: Effects, tgt: set[str], j: Judgement) -> list[dict[str, Any]]:
+    """One matrix cell per scenario: its effect, marginal 95% interval, band and (off target)
+    the 90% interval the equivalence test reads."""
+    t = eff.table.set_index("scenario")
+    nan = (float("nan"), float("nan"))
+    rows = []
+    for s in eff.paired.scenarios:
+        e = t.loc[s]
+        rows.append(
             {
                 "mitigation": name,
-                "layers": "+".join(a.layers) if a else "?",
-                "stage": "+".join(a.stages) if a else "?",
-                "targets": ", ".join(s for s in scen if s in tgt) or "-",
-                "target gain": gain,
-                "target gain low": float(g_lo),
-                "target gain high": float(g_hi),
-                "largest off-target": worst_name,
-                "off-target change": off_change,
-                "margin": margin,
-                "margin low": float(m_lo),
-                "margin high": float(m_hi),
-                "off-target harm": ", ".join(j.harm) or "-",
-                "off-target gain": ", ".join(j.gain) or "-",
-                "verdict": j.verdict,
-                "reason": j.reason,
-                "mde": j.mde,
-                "power": j.power,
-                "delta": delta,
+                "scenario": s,
+                "target": s in tgt,
+                "estimate": float(e["estimate"]),
+                "ci_low": float(e["ci_low"]),
+                "ci_high": float(e["ci_high"]),
+                "band_low": j.band[s][0],
+                "band_high": j.band[s][1],
+                "tost_low": j.tost.get(s, nan)[0],
+                "tost_high": j.tost.get(s, nan)[1],
+                "exactly_zero": bool(e["exactly_zero"]),
+                "n_pairs": int(e["n_pairs"]),
+                "method": str(e["method"]),
             }
         )
-    return Matrix(pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note, delta, methods)
+    return rows
+
+
+def _summary_row(
+    name: str,
+    eff: Effects,
+    tgt_names: list[str],
+    off_names: list[str],
+    j: Judgement,
+    spec: MitigationSet | book.ArmBook,
+    alpha: float,
+) -> dict[str, Any]:
+    """A mitigation's row of the summary: target gain, the largest off-target change, the margin
+    (one owner: :func:`specificity_margin`, projected from the band) and the verdict."""
+    if tgt_names and off_names:
+        m = specificity_margin(eff, target=tgt_names, off_target=off_names, alpha=alpha)
+        gain, margin, m_lo, m_hi = m["target_gain"], m["margin"], m["ci_low"], m["ci_high"]
+        off_change = float(m["largest_off_target_change"])
+        worst_name = m["largest_off_target"] if abs(off_change) > 0 else "none (all 0)"
+    else:
+        est = point_estimates(eff.paired)
+        scen = list(eff.paired.scenarios)
+        gain = float(min(est[scen.index(s)] for s in tgt_names)) if tgt_names else float("nan")
+        margin = m_lo = m_hi = float("nan")
+        off_change, worst_name = float("nan"), "none (all 0)"
+    g_hi = float("nan")
+    if tgt_names:
+        lo95, hi95 = marginal(eff, tgt_names, alpha)
+        g_hi = float(hi95[int(np.argmin(lo95))])
+    wide = max(j.tost, key=lambda s: j.tost[s][1] - j.tost[s][0]) if j.tost else ""
+    a = spec.arms.get(name)
+    return {
+        "mitigation": name,
+        "layers": "+".join(a.layers) if a else "?",
+        "stage": "+".join(a.stages) if a else "?",
+        "targets": ", ".join(tgt_names) or "-",
+        "target gain": gain,
+        "target gain low": j.target_low,
+        "target gain high": g_hi,
+        "largest off-target": worst_name,
+        "off-target change": off_change,
+        "widest off-target": wide or "-",
+        "widest off-target low": j.tost[wide][0] if wide else float("nan"),
+        "widest off-target high": j.tost[wide][1] if wide else float("nan"),
+        "margin": margin,
+        "margin low": float(m_lo),
+        "margin high": float(m_hi),
+        "off-target harm": ", ".join(j.harm) or "-",
+        "off-target gain": ", ".join(j.gain) or "-",
+        "verdict": j.verdict,
+        "reason": j.reason,
+        "mde": j.mde,
+        "power": j.power,
+        "delta": j.delta,
+        "policy level": eff.policy_level,
+        "tasks": len(eff.paired.tasks),
+        "floor": specific_floor(alpha, j.delta),
+    }
+
+
+def _chances(
+    df: pd.DataFrame,
+    name: str,
+    baseline: str,
+    tgt_names: list[str],
+    off_names: list[str],
+    j: Judgement,
+    sims: int | None,
+    seed: int,
+) -> dict[str, Any]:
+    """The probability of each verdict at this run's design (its tasks and epochs), by
+    simulation from its own per-task rates (:func:`layerlab.analysis.planning.
+    verdict_probability`): what a re-run of the same size would say if its effects are true."""
+    from layerlab.analysis import planning
+
+    n = planning.SIMS if sims is None else sims
+    keys = ("p specific", "p over-broad", "p ineffective", "p inconclusive")
+    if not n:
+        return {**dict.fromkeys(keys, float("nan")), "epochs": float("nan"), "sims": 0}
+    pilot = planning.pilot(df, name, baseline, OUTCOME)
+    pr = planning.verdict_probability(
+        pilot, tgt_names, off_names, len(pilot.tasks), pilot.epochs, n, seed, j.alpha, j.delta
+    )
+    return {**{f"p {w}": v for w, v in pr.items()}, "epochs": pilot.epochs, "sims": n}
 
 
 def run_archive(

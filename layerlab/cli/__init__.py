@@ -3,8 +3,8 @@
 ``app`` holds the Typer app, the exit codes, the error handling and the groups; ``inputs`` the
 specs, corpus, scenarios, mitigations and audits; ``run`` the harnesses; ``study`` the LangChain study; ``archives`` archive
 check, migrate and merge; ``outputs`` recompute, reproduce, explore, report, view and dictionary;
-``models`` the local models; ``cache`` the reply cache; ``gate`` CI gates on a run; ``serve``
-the faulted tools over MCP. Importing this package registers every command; each command
+``models`` the local models; ``cache`` the reply cache; ``gate`` CI gates on a run; ``plan``
+the size of a run that decides; ``serve`` the faulted tools over MCP. Importing this package registers every command; each command
 imports the library lazily, so ``layerlab --help`` stays fast.
 """
 
@@ -15,6 +15,7 @@ from layerlab.cli import (  # noqa: F401  (registers commands)
     inputs,
     models,
     outputs,
+    plan,
     run,
     serve,
     study,

@@ -31,9 +31,13 @@ Examples: --min S:clean=0.6  --min SR:permission_denied@strict=90%
 Rates are results.json's (per model x scenario x arm; Clopper-Pearson 95% clustered
 by task); the rate is compared, the interval's worse bound with
 --strict-ci. A threshold that matches no cell of RUN is an error, never a
-pass. Verdicts are Table 10's at the equivalence margin --delta (default
-10 pp); --specific and --no-over-broad treat "inconclusive" (too few tasks
-to tell) as not passing. --no-over-broad checks every arm of a run that names
+pass. Verdicts are Table 10's (intersection-union tests, each claim at 5%)
+at the equivalence margin of roles.yaml (10 pp) or --delta, printed in every
+verdict line; a --delta other than the specs' prints a note line. --specific
+and --no-over-broad treat "inconclusive" (too few tasks to tell) as not
+passing; each verdict line gives the probability of the verdict asked at
+this run's size, simulated from its own per-task rates, and `layerlab plan`
+sizes a run that decides. --no-over-broad checks every arm of a run that names
 its arms; in a run of every arm (--mitigation all) it leaves out layerlab's
 deliberately over-broad controls (always_abstain, ignore_metadata: they exist
 to be flagged), and the summary line names them. One line per failed check,
@@ -82,16 +86,18 @@ def gate_cmd(
         "--delta",
         min=0.0,
         max=1.0,
-        help="The verdicts' equivalence margin δ as a share (default 0.10: an off-target change "
-        "shown within ±10 pp counts as none).",
+        help="The verdicts' equivalence margin δ as a share for every layer (default: "
+        "data/specs/roles.yaml equivalence_margin, 0.10: an off-target change shown within "
+        "±10 pp counts as none). A value other than the specs' is printed as a note.",
     ),
     min_power: float = typer.Option(
         None,
         "--min-power",
         min=0.0,
         max=1.0,
-        help="Fail unless the design's power to show a +20 pp target gain reaches this share, per "
-        "mitigation judged (all mitigations when no verdict gate is given).",
+        help="Fail unless the probability of the verdict asked (specific for --specific arms, "
+        "conclusive otherwise) at this run's size reaches this share, simulated from the run's "
+        "own per-task rates; per mitigation judged (all when no verdict gate is given).",
     ),
     strict_ci: bool = typer.Option(
         False,
@@ -159,6 +165,8 @@ def gate_cmd(
     except gate.GateError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    for note in outcome.notes:
+        typer.echo(note)
     for c in outcome.checks:
         if verbose or not c.passed:
             typer.echo(c.line)

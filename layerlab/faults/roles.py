@@ -59,6 +59,13 @@ class Roles(_Strict):
     # layerlab's deliberately over-broad control arms (entries of the mitigations spec): Table 10
     # must flag them, so ``gate --no-over-broad`` leaves them out when a run holds every arm
     over_broad_controls: list[str] = Field(default_factory=list)
+    # the specificity verdict's equivalence margin per layer (``default`` for the rest)
+    equivalence_margin: dict[str, float] = Field(default_factory=lambda: {"default": 0.10})
+
+    def margin(self, layer: str) -> float:
+        """The equivalence margin δ of an off-target cell of ``layer``."""
+        m = self.equivalence_margin
+        return float(m.get(layer, m.get("default", 0.10)))
 
     def named(self) -> Iterator[tuple[tuple[Any, ...], str]]:
         """Every scenario a role names, with its field."""
@@ -117,6 +124,15 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
             for i, name in enumerate(roles.over_broad_controls)
             if name not in arms
         ]  # fmt: skip
+        for layer, d in roles.equivalence_margin.items():
+            if layer != "default" and layer not in layers:
+                problems.append(
+                    (("equivalence_margin", layer), f"unknown layer {layer!r}; expected 'default' or one of {layers} (from {sp})")
+                )  # fmt: skip
+            if not 0 < d < 1:
+                problems.append(
+                    (("equivalence_margin", layer), f"{d!r} is not a margin; expected a share between 0 and 1 (0.10 = 10 pp)")
+                )  # fmt: skip
         return problems
 
     roles = load_yaml_as(p, Roles, check=check)

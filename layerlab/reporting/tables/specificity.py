@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from layerlab.analysis import stats
-from layerlab.analysis.specificity import POWER_EFFECT, delta_phrase
+from layerlab.analysis.specificity import delta_phrase
 
 if TYPE_CHECKING:
     from layerlab.analysis.specificity import Matrix
@@ -91,9 +91,11 @@ def _summary(m: Matrix) -> pd.DataFrame:
             "target scenario(s)": s["targets"],
             "target gain (pp)": [_pp(v) for v in s["target gain"]],
             "95% interval": [_ci(*marginal.get(str(a), (nan, nan))) for a in s["mitigation"]],
-            "verdict band (simultaneous 95%)": [
-                _ci(lo, hi)
-                for lo, hi in zip(s["target gain low"], s["target gain high"], strict=True)
+            "widest off-target 90% interval": [
+                "-" if w == "-" else f"{w} {_ci(lo, hi)}"
+                for w, lo, hi in s[
+                    ["widest off-target", "widest off-target low", "widest off-target high"]
+                ].itertuples(index=False)
             ],
             "largest off-target": s["largest off-target"],
             "change (pp)": [_pp(v) for v in s["off-target change"]],
@@ -104,16 +106,27 @@ def _summary(m: Matrix) -> pd.DataFrame:
             "off-target harm": s["off-target harm"],
             "off-target gain": s["off-target gain"],
             "verdict": s["verdict"],
-            # the design's power, as the smallest target gain it shows at 80% (the power at
-            # +20 pp is gate's and the coverage table's: Table 10 has no room left on a page)
-            "MDE (pp, 80% power)": [_mde(v) for v in s["mde"]],
+            # what this design can decide: the chance a run of its size says specific, by
+            # simulation from its own per-task rates (layerlab.analysis.planning)
+            "P(specific) at this size": [_prob(v) for v in s["p specific"]],
             "why not specific": [r or "-" for r in s["reason"]],
         }
     )
 
 
-def _mde(v: float) -> str:
-    return "-" if v != v else f"+{100 * v:.0f}"
+def _prob(v: float) -> str:
+    return "-" if v != v else f"{v:.2f}"
+
+
+def _sims(m: Matrix) -> str:
+    n = m.summary["sims"].max() if "sims" in m.summary and len(m.summary) else 0
+    return f"{int(n)}" if n == n else "0"
+
+
+def _floor(m: Matrix) -> str:
+    from layerlab.analysis.specificity import specific_floor
+
+    return f"{specific_floor(0.05, m.delta)} tasks (policies, where question variants cluster)"
 
 
 def _cells(m: Matrix) -> pd.DataFrame:
@@ -145,8 +158,10 @@ def _captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
         "table10": "Mitigation x scenario specificity matrix: per mitigation, its paired effect "
         f"against the {m.baseline} baseline on its target scenarios (target gain) and off target "
         "(the largest change), the margin and the verdict at the equivalence margin "
-        f"{delta_phrase(m.delta)}, with the smallest target gain the design shows with 80% power "
-        f"(MDE) and its power at +{100 * POWER_EFFECT:g} pp, in percentage points." + archive,
+        f"{delta_phrase(m.delta)}, in percentage points, with the widest off-target 90% interval "
+        "(the equivalence test's) and the probability that a run of this size is called "
+        f"specific (from {_sims(m)} archives simulated from its own per-task rates; specific "
+        f"needs at least {_floor(m)} with unchanged off-target outcomes)." + archive,
         "table10_cells": "Specificity matrix cells: the paired effect of each mitigation against "
         f"the {m.baseline} baseline on each scenario, in percentage points, with its 95% interval; "
         "* marks target scenarios (the mitigation's layer)." + archive,
@@ -164,8 +179,9 @@ def _notes(delta: float) -> str:
         "safe resolution - a structured non-answer - on unsafe ones). Cell intervals are marginal "
         "95% intervals (each covers its own effect; together they are not simultaneous). "
         "Target gain = the smallest gain over the target scenarios, with that cell's marginal "
-        "interval (as in the cells table) and the mitigation's simultaneous 95% band over all its "
-        "cells, which the verdict reads; where a cell's pairs are few or constant its interval is "
+        "interval (as in the cells table); off target, the verdict reads each cell's 90% interval "
+        "(equivalence) and the mitigation's simultaneous 95% band over all its cells (over-broad); "
+        "where a cell's pairs are few or constant its interval is "
         "a score interval from the discordant pairs, never of width zero (the caption names the "
         "method each block used). Margin = target gain minus the largest absolute "
         "off-target change whose simultaneous band excludes zero, with an interval projected from "
