@@ -113,29 +113,91 @@ def test_each_of_the_four_verdicts_is_reachable_with_hand_made_cells() -> None:
     spec = _judge({"stale_index": gain, "clean": [], "schema_drift": []}, 80)
     assert spec.verdict == specificity.SPECIFIC and spec.reason == ""
     assert spec.target_low > 0
-    assert all(abs(x) < specificity.DELTA for s in ("clean", "schema_drift") for x in spec.band[s])
+    assert all(abs(x) < specificity.DELTA for s in ("clean", "schema_drift") for x in spec.tost[s])
     broad = _judge({"stale_index": gain, "clean": [1] * 40, "schema_drift": []}, 80)
     assert broad.verdict == f"{specificity.OVER_BROAD} ({specificity.GAIN})" and broad.gain == (
         "clean",
     )
+    # the line that says over-broad names the off-target cell and its band
+    lo, hi = broad.band["clean"]
+    assert broad.reason == f"off-target clean gain: band [{100 * lo:+.1f}, {100 * hi:+.1f}] pp excludes 0"
     harm = _judge({"stale_index": gain, "clean": [-1] * 40, "schema_drift": []}, 80)
     assert harm.verdict == f"{specificity.OVER_BROAD} ({specificity.HARM})"
+    assert "off-target clean harm: band [" in harm.reason
     none = _judge({"stale_index": [], "clean": [], "schema_drift": []}, 80)
     assert none.verdict == specificity.INEFFECTIVE and none.target_high < specificity.DELTA
+    assert "upper bound" in none.reason
     few = _judge({"stale_index": [1, 1, 1, 1, -1, -1], "clean": [], "schema_drift": []}, 16)
     assert few.verdict == specificity.INCONCLUSIVE
-    assert "target stale_index band" in few.reason and "MDE +" in few.reason
-    assert 0.2 < few.mde <= 1.0 and 0.0 < few.power < 0.8
-    # a clear target gain at 16 tasks is still inconclusive: ±δ cannot be shown off target
+    assert "target stale_index 95% interval" in few.reason
+    # a clear target gain at 16 tasks is still inconclusive: an unchanged cell's 90% interval
+    # is ±z²/(n + z²) = ±14.5 pp, and the reason says how many tasks specific needs
     wide = _judge({"stale_index": [1] * 14, "clean": [], "schema_drift": []}, 16)
     assert wide.verdict == specificity.INCONCLUSIVE and wide.target_low > 0
     assert "off-target clean, schema_drift not shown within ±10 pp" in wide.reason
+    assert "specific needs at least 25 tasks with unchanged off-target outcomes" in wide.reason
     # a wider margin decides it: δ is a setting
     p = _one_unit({"stale_index": [1] * 14, "clean": [], "schema_drift": []}, 16)
     eff = effects_from_paired(p, n_boot=300)
     assert specificity.judge(
         eff, ["stale_index"], ["clean", "schema_drift"], delta=0.4
     ).verdict == (specificity.SPECIFIC)
+
+
+def test_specific_is_reachable_from_the_floor_of_tasks_not_from_seventy() -> None:
+    """Specific is a conjunction, tested by intersection-union: the off-target cells' 90%
+    intervals (TOST) need no multiplicity correction, so an unchanged cell fits ±10 pp from
+    n > z²(1 - δ)/δ = 24.4 tasks (the simultaneous band at z(0.05/9) needed 70)."""
+    assert specificity.specific_floor() == 25
+    assert specificity.specific_floor(delta=0.05) == 52
+    for n, want in ((24, specificity.INCONCLUSIVE), (25, specificity.SPECIFIC),
+                    (40, specificity.SPECIFIC)):  # fmt: skip
+        cells = {"stale_index": [1] * (n - 2), **{s: [] for s in ("clean", "schema_drift")}}
+        assert _judge(cells, n).verdict == want, n
+
+
+def test_policy_clusters_are_the_default_when_variants_share_a_policy() -> None:
+    """Three question variants per policy: intervals count the design effect of the policy
+    (Rao-Scott), and an unchanged cell counts policies, not tasks; one variant per policy or
+    policy_level=False keeps tasks."""
+    p = _one_unit({"stale_index": [1] * 60, "clean": [1, 1, 1, -1, -1, -1], "drift": []}, 81)
+    p3 = Paired(p.units, p.scenarios, p.tasks, p.diff, p.valid, np.arange(81) // 3,
+                p.treatment, p.baseline)  # fmt: skip
+    eff = effects_from_paired(p3, n_boot=200)
+    assert eff.policy_level and set(eff.methods) == {exact.SCORE_CLUSTERED}
+    flat = effects_from_paired(p3, n_boot=200, policy_level=False)
+    assert not flat.policy_level and set(flat.methods) == {exact.SCORE}
+    assert not effects_from_paired(p, n_boot=200).policy_level
+    t, f = eff.table.set_index("scenario"), flat.table.set_index("scenario")
+    # clean's 3 up and 3 down fall in one policy each: the cluster variance is 3x the flat one
+    assert t.loc["clean", "ci_high"] - t.loc["clean", "ci_low"] > 1.4 * (
+        f.loc["clean", "ci_high"] - f.loc["clean", "ci_low"]
+    )
+    zero_lo, zero_hi = t.loc["drift", ["ci_low", "ci_high"]]
+    z2 = 1.959964**2
+    assert zero_hi == pytest.approx(z2 / (27 + z2), abs=1e-4)  # 27 policies, not 81 tasks
+    assert specificity.judge(eff, ["stale_index"], ["clean", "drift"]).verdict == (
+        specificity.INCONCLUSIVE
+    )
+
+
+def test_the_exact_critical_value_holds_the_level_by_enumeration() -> None:
+    """Binary cells' band: the exact binomial null per cell, Bonferroni over cells. Enumerating
+    every sign pattern of 12 discordant tasks shared by three cells shows the chance that some
+    cell's interval excludes zero stays at or below alpha, and the value is deterministic."""
+    rng = np.random.default_rng(4)
+    pattern = rng.choice([-1, 0, 1], size=(3, 12), p=[0.3, 0.3, 0.4])
+    m = np.abs(pattern).sum(axis=1).astype(float)
+    crit = exact.exact_crit(m, 0.05)
+    assert crit == exact.exact_crit(m[::-1], 0.05) and crit >= 2.39  # z(0.05/3)
+    signs = np.array(np.meshgrid(*[[-1, 1]] * 12)).reshape(12, -1)  # every flip of the tasks
+    stat = np.abs(pattern @ signs) / np.sqrt(np.maximum(m, 1))[:, None]
+    assert (stat > crit + 1e-12).any(axis=0).mean() <= 0.05
+    # McNemar's normal quantile alone would over-reject a small cell: 8 of 8 one way
+    from layerlab.analysis.rates import z_score
+
+    assert exact.exact_crit(np.array([8.0]), 0.05 / 9) == pytest.approx(8 / np.sqrt(8))
+    assert z_score(0.05 / 9) < 8 / np.sqrt(8)  # 2/256 = 0.0078 > 0.05/9 at McNemar's quantile
 
 
 def test_verdict_labels_follow_the_rule() -> None:

@@ -181,7 +181,7 @@ def test_verdict_gates_read_table_10(capsys) -> None:
     controls = ("always_abstain", "ignore_metadata")
     assert all(expected[c].startswith("over-broad") for c in controls)  # what they are for
     got = {}
-    at = "δ = 10 pp, power at +20 pp"  # the margin and the power every verdict line states
+    at = "δ = 10 pp (roles.yaml); P(conclusive) at this size "  # every verdict line states both
     for line in out[:-1]:
         body, _, tail = line.rpartition(" (--no-over-broad; ")
         assert tail.startswith(at), line
@@ -201,12 +201,15 @@ def test_verdict_gates_read_table_10(capsys) -> None:
         capsys, MITIGATIONS, "--specific", "freshness_guard", "--specific", "validity_resolution"
     )
     assert rc == 1
-    assert out == [
-        f"FAIL verdict validity_resolution [{block}]: ineffective — target gain's band "
-        "[-3.1, +3.1] pp lies below δ 10 pp (--specific validity_resolution; δ = 10 pp, power at "
-        "+20 pp, 1.00)",
-        f"gate FAILED on {MITIGATIONS}: 1 of 2 checks failed (verdicts: 1 of 2 failed)",
-    ]
+    assert len(out) == 2 and out[0].startswith(
+        f"FAIL verdict validity_resolution [{block}]: ineffective — target gain's one-sided 95% "
+        "upper bound +"
+    )
+    assert "pp lies below δ 10 pp (--specific validity_resolution; δ = 10 pp (roles.yaml); " in (
+        out[0]
+    )
+    assert "P(specific) at this size 0.00 if nothing changes off target (200 simulated" in out[0]
+    assert out[1] == f"gate FAILED on {MITIGATIONS}: 1 of 2 checks failed (verdicts: 1 of 2 failed)"
 
 
 def _arms_of(src: Path, out: Path, arms: tuple[str, ...]) -> Path:
@@ -234,23 +237,49 @@ USER_CHAIN = paths.ARCHIVES / "user_pipelines" / "my-rag-chain"
 
 
 def test_inconclusive_is_not_a_pass_and_a_gate_can_require_power(capsys) -> None:
-    """16 tasks at one unit: the guard's gain is shown but ±10 pp off target is not, so
-    ``--specific`` fails and says why; ``--min-power`` fails on the design's power."""
+    """16 tasks at one unit: the guard's gain is shown but ±10 pp off target is not (below the
+    floor of 25 tasks), so ``--specific`` fails, says why and how likely the verdict asked is at
+    this size; ``--min-power`` fails on that probability; a --delta other than the specs' passes
+    and is printed as a note."""
     rc, out, err = gate(capsys, USER_CHAIN, "--specific", "repair", "--n-boot", "500")
     assert rc == 1 and err == [] and len(out) == 2
     assert out[0].startswith("FAIL verdict repair [") and ": inconclusive — " in out[0]
-    assert "not shown within ±10 pp" in out[0] and "MDE +" in out[0]
+    assert "not shown within ±10 pp" in out[0]
+    assert "specific needs at least 25 tasks with unchanged off-target outcomes (this run: 16)" in (
+        out[0]
+    )
     assert "inconclusive is not a pass (--specific repair; δ = 10 pp" in out[0]
-    # δ is a setting: at ±50 pp the same guard is specific
+    assert "P(specific) at this size 0.00" in out[0] and "`layerlab plan " in out[0]
+    # δ is a setting: at ±50 pp the same guard is specific, and the log says δ was overridden
     rc, out, _ = gate(
         capsys, USER_CHAIN, "--specific", "repair", "--delta", "0.5", "--n-boot", "500", "--verbose"
     )
-    assert rc == 0 and out[0].startswith("PASS verdict repair [") and "specific (" in out[0]
-    assert "δ = 50 pp" in out[0]
+    assert rc == 0 and out[0].startswith("note: verdicts at δ = 50 pp set by --delta, not the ")
+    assert out[1].startswith("PASS verdict repair [") and "specific (" in out[1]
+    assert "δ = 50 pp" in out[1]
     rc, out, _ = gate(capsys, USER_CHAIN, "--min-power", "0.8", "--n-boot", "500")
     assert rc == 1 and all(x.startswith("FAIL power ") for x in out[:-1]), out
-    assert "to show a +20 pp target gain; MDE +" in out[0] and "(--min-power 0.8)" in out[0]
+    assert "P(conclusive) at this size 0.00 < 0.80" in out[0] and "(--min-power 0.8)" in out[0]
     assert out[-1].endswith("(powers: 11 of 11 failed)")
+
+
+def test_specific_passes_at_40_tasks_for_a_guard_that_changes_nothing_else(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    """A deterministic target whose repair arm fixes schema drift and changes nothing else:
+    at 40 tasks (above the floor of 25) ``gate --specific repair`` passes, and says the chance
+    of that verdict at this size."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # user_targets
+    out = tmp_path / "run"
+    args = ["run", "live", "--target", "python:user_targets:extractive", "--limit", "40",
+            "--mitigation", "strict", "--mitigation", "repair", "--out", str(out), "--no-progress",
+            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    rc, lines, err = gate(capsys, out, "--specific", "repair", "--n-boot", "500", "--verbose")
+    assert (rc, err) == (0, []), lines
+    assert lines[0].startswith("PASS verdict repair [targets (systems under test)]: specific (")
+    assert "P(specific) at this size 1.00" in lines[0]
 
 
 def test_a_verdict_gate_on_a_run_without_mitigation_arms_is_bad_input(

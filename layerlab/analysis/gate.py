@@ -480,7 +480,10 @@ def _reach(r: Mapping[str, Any], asked: str) -> str:
     p = chance(r, asked)
     if p != p:
         return ""
-    out = f"; P({asked}) at this size {p:.2f} ({int(r.get('sims', 0))} simulated runs)"
+    out = (
+        f"; P({asked}) at this size {p:.2f} if nothing changes off target "
+        f"({int(r.get('sims', 0))} simulated runs)"
+    )
     floor, n = int(r.get("floor", 0)), int(r.get("tasks", 0))
     if asked == "specific" and n < floor and "specific needs" not in str(r.get("reason", "")):
         out += f"; specific needs >= {floor} tasks with unchanged off-target outcomes"
@@ -518,8 +521,8 @@ def _power_line(
         "power",
         ok,
         f"{'PASS' if ok else 'FAIL'} power {name} [{block}]: P({asked}) at this size {got} {op} "
-        f"{min_power:.2f} ({int(r.get('sims', 0))} runs simulated from its own per-task rates; "
-        f"--min-power {min_power:g})",
+        f"{min_power:.2f} ({int(r.get('sims', 0))} runs simulated from its own per-task rates, "
+        f"nothing changed off target; --min-power {min_power:g})",
     )
 
 

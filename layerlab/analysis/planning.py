@@ -7,8 +7,10 @@ pilot's question variants share policies, so the clustering the statistics see i
 drawn task keeps its per-arm success rates, and each of ``epochs`` records per arm is a Bernoulli
 draw at that rate, arms independent given the task. A pilot of one epoch has rates of 0 or 1, so
 the simulation repeats its outcomes exactly: right for a deterministic system, an understatement
-of the noise of a sampled one (run the pilot with ``--epochs 2`` or more). The probabilities take
-the pilot's effects as the truth: a planning figure for the next run, not a test.
+of the noise of a sampled one (run the pilot with ``--epochs 2`` or more). The off-target cells
+are simulated unchanged (the treatment at the baseline's per-task rates): the probability of
+"specific" is the design's power for the verdict a team asks for, the target's gain taken from
+the pilot; a planning figure for the next run, not a test.
 """
 
 from __future__ import annotations
@@ -117,11 +119,20 @@ def _draw_tasks(p: Pilot, n_tasks: int, rng: np.random.Generator) -> tuple[NDArr
     return np.concatenate(out), np.concatenate(pol)
 
 
-def simulate(p: Pilot, n_tasks: int, epochs: int, rng: np.random.Generator) -> Paired:
+def simulate(
+    p: Pilot,
+    n_tasks: int,
+    epochs: int,
+    rng: np.random.Generator,
+    unchanged: Sequence[str] = (),
+) -> Paired:
     """One simulated archive of ``n_tasks`` tasks and ``epochs`` records per arm and cell,
-    as the paired layout the statistics read."""
+    as the paired layout the statistics read; in the ``unchanged`` scenarios the treatment arm
+    draws at the baseline's per-task rates (the guard changes nothing there)."""
     idx, policy = _draw_tasks(p, n_tasks, rng)
-    t, b, v = p.treated[:, :, idx], p.base[:, :, idx], p.valid[:, :, idx]
+    keep = np.array([s in set(unchanged) for s in p.scenarios])[None, :, None]
+    t = np.where(keep, p.base, p.treated)[:, :, idx]
+    b, v = p.base[:, :, idx], p.valid[:, :, idx]
     diff = (rng.binomial(epochs, t) - rng.binomial(epochs, b)) / epochs
     names = tuple(f"sim-{i:04d}" for i in range(n_tasks))
     return Paired(
@@ -143,7 +154,11 @@ def verdict_probability(
 ) -> dict[str, float]:
     """The share of ``sims`` simulated archives of ``n_tasks`` tasks x ``epochs`` given each
     verdict word (specific, over-broad, ineffective, inconclusive) by
-    :func:`~layerlab.analysis.specificity.judge`."""
+    :func:`~layerlab.analysis.specificity.judge`, in the world the verdict "specific" describes:
+    the target cells at the pilot's per-task rates, the off-target cells unchanged (both arms at
+    the baseline's per-task rates, drawn independently per epoch). It is the design's power for
+    the verdict asked, not a forecast of this guard's verdict: a guard the pilot shows over-broad
+    stays over-broad at any size."""
     from layerlab.analysis import specificity
     from layerlab.analysis.effects import effects_from_paired
 
@@ -153,7 +168,7 @@ def verdict_probability(
              specificity.INCONCLUSIVE]  # fmt: skip
     counts = dict.fromkeys(words, 0)
     for i in range(sims):
-        sim = simulate(p, n_tasks, epochs, rng)
+        sim = simulate(p, n_tasks, epochs, rng, unchanged=off_target)
         eff = effects_from_paired(sim, n_boot=N_BOOT, seed=i, alpha=alpha)
         v = specificity.judge(eff, target, off_target, alpha, d, N_FLIP).verdict
         counts[specificity.OVER_BROAD if specificity.is_over_broad(v) else v] += 1

@@ -21,7 +21,7 @@ def recompute(
     out: Path,
     n_boot: int = 10_000,
     seed: int = 0,
-    policy_level: bool = False,
+    policy_level: bool | None = None,
     with_audit: bool = True,
     matrix_archives: Sequence[Path] | None = None,
     allow_partial: bool = False,

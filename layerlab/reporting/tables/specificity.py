@@ -160,7 +160,8 @@ def _captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
         "(the largest change), the margin and the verdict at the equivalence margin "
         f"{delta_phrase(m.delta)}, in percentage points, with the widest off-target 90% interval "
         "(the equivalence test's) and the probability that a run of this size is called "
-        f"specific (from {_sims(m)} archives simulated from its own per-task rates; specific "
+        f"specific if the mitigation changes nothing off target (from {_sims(m)} archives "
+        "simulated from its own per-task rates, off-target cells at the baseline's; specific "
         f"needs at least {_floor(m)} with unchanged off-target outcomes)." + archive,
         "table10_cells": "Specificity matrix cells: the paired effect of each mitigation against "
         f"the {m.baseline} baseline on each scenario, in percentage points, with its 95% interval; "
