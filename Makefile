@@ -142,8 +142,8 @@ local-archives: $(LOCAL_STAMP) ## Run the real local models (hours; resumable) i
 
 # The same model over every arm of the mitigation matrix on 40 stratified tasks of those 80
 # (12 arms x 9 scenarios x 40 tasks = 4,320 records; greedy, so an arm whose prompt is unchanged
-# reuses the reply: about 240 calls beyond local-archives'), and sampled replicates (temperature
-# 0.7, 3 replicates, 40 tasks, clean/stale_index/schema_drift/wrong_session: about 840 calls).
+# reuses the reply: about 240 calls beyond local-archives'), and sampled epochs (temperature
+# 0.7, 3 epochs, 40 tasks, clean/stale_index/schema_drift/wrong_session: about 840 calls).
 MATRIX_ARMS = $(shell $(BIN)/python -c 'from layerlab.mitigations import load_mitigations as l; s = l(); print(" ".join("--mitigation " + a for a in (s.baseline, *s.matrix_arms)))' 2>/dev/null)
 define local_run
 	@for m in $(LOCAL_MODELS); do \
@@ -212,8 +212,8 @@ user-dense: $(LOCAL_STAMP) ## The same chain over a team's dense store (wordllam
 	  mkdir -p data/archives/user_pipelines/my-dense-chain; \
 	  cp $(DENSE_OUT)/{records.parquet,manifest.json,results.json,target.parquet} data/archives/user_pipelines/my-dense-chain/
 	$(MAKE) --no-print-directory checksums
-local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 replicates (within-task variability; resumable).
-	$(call local_run,local_model_replicates,--temperature 0.7 --replicates 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)
+local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 epochs (within-task variability; resumable).
+	$(call local_run,local_model_replicates,--temperature 0.7 --epochs 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)
 
 lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
@@ -226,7 +226,7 @@ coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/cove
 	$(BIN)/python -m layerlab.analysis.coverage --full --write
 
 lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).
-	uv pip compile pyproject.toml --extra dev --extra notebooks --extra langchain --extra dense --extra mcp --extra agents --extra llamaindex --generate-hashes --universal --python-version 3.11 -o requirements.lock
+	uv pip compile pyproject.toml --extra dev --extra notebooks --extra langchain --extra dense --extra mcp --extra agents --extra llamaindex --extra inspect --generate-hashes --universal --python-version 3.11 -o requirements.lock
 	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --no-emit-package llama-cpp-python -o requirements-local.lock
 	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --quiet \
 	  | awk '/^llama-cpp-python==/{p=1; print; next} p && /^ +--hash/{print; next} {p=0}' > requirements-llama.lock

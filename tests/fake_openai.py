@@ -12,6 +12,9 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
 * ``limited``   — per prompt: first call 429 with ``Retry-After: 0.3``, then answers;
 * ``prefix``    — like llama.cpp's server reusing the previous prompt's prefix at a near-tie:
   answers, except that a prompt identical to the one it served just before gets an abstention;
+* ``coin``      — a sampled model: answers like ``good`` or abstains, a coin flip drawn from the
+  request's ``seed`` and prompt (so each record's draw is reproducible and an epoch, which gets
+  its own seed, draws again; without a seed, from the prompt's count of requests);
 * ``tools``     — agent mode, native tool calls: acts like the extractive reference agent
   (search, once more after a fault, then answer), its searches as OpenAI ``tool_calls``;
 * ``badtools``  — agent mode: an unknown tool, then a search with bad arguments, then acts
@@ -108,7 +111,7 @@ class FakeOpenAI:
                     server.hits[(model, h)] += 1
                     n = server.hits[(model, h)]
                 known = {"good", "flaky", "slow", "malformed", "text", "down", "gone", "limited"}
-                known |= {"fading", "prefix", "tools", "badtools", "endless", "mcp-agent"}
+                known |= {"fading", "prefix", "tools", "badtools", "endless", "mcp-agent", "coin"}
                 if model not in known or (model == "gone" and server.requests > 1):
                     return self._send(
                         404,
@@ -141,6 +144,12 @@ class FakeOpenAI:
                     with server.lock:
                         repeated, server.last_prompt = server.last_prompt == h, h
                     if repeated:
+                        content = json.dumps(
+                            {"status": "abstained", "answer": None, "citations": [], "reason": "x"}
+                        )
+                if model == "coin":
+                    draw = hashlib.sha256(f"{req.get('seed', n)}:{h}".encode()).digest()[0]
+                    if draw % 2:
                         content = json.dumps(
                             {"status": "abstained", "answer": None, "citations": [], "reason": "x"}
                         )

@@ -393,7 +393,7 @@ def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, sm
     write_run(tmp_path / "run", small_run, {"run_id": "deterministic", "kind": "deterministic", "complete": True})
     res = results.write_results(tmp_path / "run")
     on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert on_disk["results_version"] == results.RESULTS_VERSION == 3
+    assert on_disk["results_version"] == results.RESULTS_VERSION == 4
     (model,) = on_disk["models"]
     for arm, cell in model["arms"].items():
         recs = [r for r in small_run if r.mitigation == arm]

@@ -499,7 +499,7 @@ def test_run_config_takes_error_rate_retry_seed_seed_and_sample_log(tmp_path: Pa
     cfg = tmp_path / "conf" / "run.yaml"
     cfg.parent.mkdir()
     cfg.write_text(
-        "models:\n  - model: layerlab/extractive\nscenarios: [clean]\nlimit: 2\nreplicates: 2\n"
+        "models:\n  - model: layerlab/extractive\nscenarios: [clean]\nlimit: 2\nepochs: 2\n"
         "defaults: {seed: 5, response_format: none}\nmax_error_rate: 0.05\nretry_seed: 3\n"
         "sample_log: private/samples.jsonl\n"
     )
@@ -507,7 +507,9 @@ def test_run_config_takes_error_rate_retry_seed_seed_and_sample_log(tmp_path: Pa
     res = runner.invoke(app, ["run", "live", "--config", str(cfg), "--out", str(out), "--no-progress"])
     assert res.exit_code == 0, res.output
     m = archive.read_manifest(out)
-    assert m["replicates"] == 2 and m["seed"] == 5 and m["records"] == 2 * 2 * 2
+    # a reference agent's epochs would be identical: asked once, the manifest says why
+    assert m["epochs"]["requested"] == 2 and m["epochs"]["run"] == {"layerlab/extractive": 1}
+    assert m["replicates"] == 1 and m["seed"] == 5 and m["records"] == 2 * 2
     log = cfg.parent / "private" / "samples.jsonl"  # relative to the configuration's folder
     assert len(samplelog.read(log)) == m["records"]
     assert (out / "run.yaml").read_text() == cfg.read_text()

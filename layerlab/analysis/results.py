@@ -27,15 +27,17 @@ import pandas as pd
 
 from layerlab import archive
 from layerlab._io import atomic_write_text
+from layerlab.analysis import passk
 from layerlab.analysis.rates import cluster_rate
 from layerlab.analysis.units import ARM, contract_arms, scenario_order
 from layerlab.models.agents import is_reference, is_target
 from layerlab.scoring.score import SAFE_NON_ANSWER
 
 RESULTS = "results.json"
+# 4: per model its epochs, and for runs of more than one epoch pass@k and pass^k by scenario;
 # 3: GF under the delivered-document definition, GF_cited, answer measures, not-recorded counts;
 # 2: intervals clustered by task (1: every record independent)
-RESULTS_VERSION = 3
+RESULTS_VERSION = 4
 # Headline rates: archive label -> short name used in tables and JSON.
 RATES = {
     "success": "S",
@@ -158,7 +160,9 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
 
     Returns ``{"models": [...], "interval": ...}``; each model entry holds its provider, whether
     it is a reference agent, its record count, per-arm headline cells and a per-scenario
-    breakdown (success and safe resolution per arm), and the diagnostic counts per arm
+    breakdown (success and safe resolution per arm; in a run of more than one epoch also
+    their pass@k and pass^k, :func:`layerlab.analysis.passk.by_scenario`), and the diagnostic
+    counts per arm
     (:func:`table_diagnostics`: correct abstentions counted as ``safe_non_answer``, not as the
     failure of the layer they met).
     """
@@ -185,6 +189,9 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
                 for a in arms
                 if not ss[ss[ARM] == a].empty
             }
+        for s, per_arm_k in passk.by_scenario(sub).items():  # runs of more than one epoch
+            for a, pk in per_arm_k.items():
+                by_scenario[s][a]["pass_k"] = pk
         shown = table_diagnostics(sub)  # a correct abstention counts as resolved
         diagnostics = {
             a: {str(k): int(v) for k, v in sorted(shown[sub[ARM] == a].value_counts().items())}
@@ -198,12 +205,16 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
                 "records": len(sub),
                 "tasks": int(sub["task_id"].nunique()),
                 "replicates": int(sub["replicate"].max()) + 1 if "replicate" in sub else 1,
+                "epochs": passk.epochs(sub),
                 "arms": per_arm,
                 "by_scenario": by_scenario,
                 "diagnostics": diagnostics,
             }
         )
-    return {"results_version": RESULTS_VERSION, "interval": INTERVAL, "models": models}
+    out: dict[str, Any] = {"results_version": RESULTS_VERSION, "interval": INTERVAL, "models": models}
+    if passk.epochs(df) > 1:  # some cell was asked more than once: what pass@k and pass^k are
+        out["pass_k"] = passk.DEFINITION
+    return out
 
 
 def records_frame(folder_or_archive: Path) -> pd.DataFrame:

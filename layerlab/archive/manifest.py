@@ -69,7 +69,14 @@ class Manifest:
         "and the distribution and version of a plug-in's kind (older runs: the shipped spec)"
     )
     prompt_version: str | Unset = _key("the prompt template's version")
-    replicates: int | Unset = _key("independent repetitions of every cell")
+    replicates: int | Unset = _key(
+        "epochs: independent repetitions of every cell (the most any model ran; see epochs)"
+    )
+    epochs: dict[str, Any] | Unset = _key(
+        "a run of more than one epoch (`--epochs K`): the epochs requested, those run per model, "
+        "and why a model ran one (a greedy model, a deterministic reference agent: its epochs "
+        "would be identical)"
+    )
     share_replies: bool | Unset = _key("whether arms whose prompts coincide share one reply")
     sampling: dict[str, Any] | Unset = _key("how replies were decoded (temperature, top_p, ...)")
     response_format: str | Unset = _key("the structured-output mode asked of the provider")

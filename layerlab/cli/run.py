@@ -140,7 +140,7 @@ _AGENT_HELP = {
 # ``run live --help``: its 40 flags under headings by topic (parameter names, in order)
 _LIVE_PANELS = {
     "What to test": ("model", "target", "target_name", "target_version", "target_setting", "config_path"),
-    "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "replicates",
+    "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "epochs",
                    "retriever", "corpus_dir", "scenarios_path"),
     "Output and resume": ("out", "resume", "retry_errors", "cache_dir", "sample_log", "progress"),
     "Agent mode": ("agent", "max_steps", "tool_protocol"),
@@ -183,11 +183,16 @@ def run_live(
         help="Base URL of a server of the model (vLLM, Ollama, llama.cpp, ...); repeat it to "
         "spread calls over several servers of the same model.",
     ),
-    replicates: int = typer.Option(
+    epochs: int = typer.Option(
         1,
-        "--replicates",
+        "--epochs",
         min=1,
-        help="Records per cell: each an independent call (repeated replications).",
+        help="Ask every cell K times, each its own call and seed (records: replicate = the "
+        "epoch); pass@k and pass^k by scenario beside S. A greedy model or a reference agent, "
+        "whose epochs would be identical, runs 1.",
+    ),
+    replicates: int = typer.Option(
+        None, "--replicates", min=1, hidden=True, help="The earlier name of --epochs."
     ),
     share_replies: bool = typer.Option(
         None,
@@ -272,7 +277,7 @@ def run_live(
         None,
         "--config",
         help="A YAML run configuration (models with their own endpoints and settings, scenarios, "
-        "mitigations, tasks or limit, budget, replicates); stored in --out as run.yaml.",
+        "mitigations, tasks or limit, budget, epochs); stored in --out as run.yaml.",
     ),
 ) -> None:
     """Run the matrix through litellm: any model, budgets, cache, retries, resume.
@@ -336,7 +341,8 @@ def run_live(
             mitigations=_load_mitigations(paths.MITIGATION_SPEC).expand(mode) or contract_arms(),
             task_ids=task_ids,
             settings=settings,
-            replicates=replicates,
+            epochs=epochs,
+            replicates=replicates,  # the earlier name: the same setting (both: must agree)
             share_replies=share_replies,
             response_format=response_format,  # checked by LiveConfig
             seed=seed,
@@ -447,7 +453,7 @@ def _task_ids(tasks: str) -> tuple[str, ...]:
 
 # flags a run configuration sets itself: refused next to --config rather than silently ignored
 _CONFIG_OWNS = (
-    "model", "scenario", "mode", "tasks", "api_base", "replicates", "share_replies",
+    "model", "scenario", "mode", "tasks", "api_base", "epochs", "replicates", "share_replies",
     "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
     "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
     "sample_log", "agent", "max_steps", "tool_protocol", "target", "target_name", "target_version",

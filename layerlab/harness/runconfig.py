@@ -7,7 +7,7 @@ variant of any; every order is drawn from a seeded generator, so the same ``N`` 
 same tasks (and the run id, which covers the task set, lets ``--resume`` find the run again).
 
 A run configuration (``run live --config run.yaml``) names the models, each with its own
-endpoints and settings, the scenarios, mitigations, tasks, budget and replicates; it is validated
+endpoints and settings, the scenarios, mitigations, tasks, budget and epochs; it is validated
 by the spec loader (``file:line: field: what was expected``; an endpoint carrying credentials is
 refused) and stored with the run, every URL in it recorded as ``local`` or ``remote``. Example::
 
@@ -22,7 +22,7 @@ refused) and stored with the run, every URL in it recorded as ``local`` or ``rem
     scenarios: [clean, stale_index, schema_drift]
     mitigations: [strict, repair]
     limit: 24
-    replicates: 2
+    epochs: 2                 # every cell asked twice (replicates: the earlier name)
     seed: 11                  # base of the per-record seeds sent to servers (also per model)
     budget: 5000
     max_error_rate: 0.1       # exit 4 when a model's provider-error share is above this
@@ -180,7 +180,8 @@ class RunConfigSpec(BaseModel):
     tasks: list[str] | None = None  # task ids; default all
     limit: int | None = Field(default=None, ge=1)  # a stratified, seeded subset of the tasks
     limit_seed: int = LIMIT_SEED
-    replicates: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1)  # every cell asked this many times (pass@k, pass^k)
+    replicates: int | None = Field(default=None, ge=1)  # the earlier name of epochs
     budget: int | None = Field(default=None, ge=0)  # hard cap on provider calls over the whole run
     concurrency: int = Field(8, ge=1)
     share_replies: bool | None = None  # default: shared exactly when decoding is greedy
@@ -192,6 +193,11 @@ class RunConfigSpec(BaseModel):
     # the search tool's first stage: a registered retriever or a team's own
     # (python:MODULE:FACTORY, langchain:MODULE:FACTORY; docs/retrievers.md)
     retriever: str = Field(retrieval.REPORTED.name, min_length=1)
+
+    @property
+    def n_epochs(self) -> int:
+        """``epochs``, or ``replicates`` (its earlier name) where that is the one given."""
+        return self.replicates if self.replicates is not None else self.epochs
 
     def run(self, given: RunSettings) -> RunSettings:
         """The run settings: those the configuration sets, the others as ``given``."""
@@ -242,6 +248,8 @@ def _checks(
             out.append((("models",), "expected at least one model (or a target)"))
         if c.models and c.target is not None:
             out.append((("target",), "a target replaces the models: give one or the other"))
+        if c.replicates is not None and "epochs" in c.model_fields_set:
+            out.append((("replicates",), "the earlier name of epochs: give epochs only"))
         if c.agent is not None and c.target is not None:
             out.append((("agent",), "a target calls the tools itself: no agent mode with a target"))
         if c.target is not None:
@@ -429,7 +437,7 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
         cfg = live.LiveConfig(
             models=(), scenarios=tuple(spec.scenarios or all_scenarios),
             mitigations=tuple(spec.mitigations or contract_arms()), task_ids=task_ids,
-            settings=s["settings"], replicates=spec.replicates, target=spec.target.target(),
+            settings=s["settings"], epochs=spec.n_epochs, target=spec.target.target(),
             retriever=spec.retriever,
         )  # fmt: skip
         return [Group(cfg.models, cfg, None, "")]
@@ -449,7 +457,7 @@ def plan(spec: RunConfigSpec, all_scenarios: Sequence[str], tasks: Sequence[Task
             mitigations=tuple(spec.mitigations or contract_arms()),
             task_ids=task_ids,
             settings=s["settings"],
-            replicates=spec.replicates,
+            epochs=spec.n_epochs,
             share_replies=spec.share_replies,
             response_format=s["response_format"],
             seed=s["seed"],

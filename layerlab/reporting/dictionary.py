@@ -188,8 +188,9 @@ RECORD_COLUMNS: dict[str, Column] = {
         "`<domain>-<NN>-q<variant>`, e.g. `finance-05-q1`",
     ),
     "replicate": Column(
-        "index of the independent repetition of the cell (part of the record key)",
-        "`0` … `replicates − 1`; `0` for single runs",
+        "the epoch: index of the independent repetition of the cell (`run live --epochs K`; "
+        "part of the record key)",
+        "`0` … `K − 1`; `0` for runs of one epoch (a greedy model or a reference agent runs one)",
     ),
     "domain": Column("the task's domain (the `<domain>` of its policy id)", _domains),
     "policy_id": Column(

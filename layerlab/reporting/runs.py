@@ -49,7 +49,7 @@ def print_run_results(out: Any, echo: Any) -> None:
     folder's ``results.json``; ``echo`` prints a line."""
     import json
 
-    from layerlab.analysis import results
+    from layerlab.analysis import passk, results
     from layerlab.reporting import agentsummary
     from layerlab.reporting.terminal import finding_lines, print_wide
 
@@ -70,6 +70,10 @@ def print_run_results(out: Any, echo: Any) -> None:
             if res.get("target") and not ref:
                 title = "Results by arm (strict/repair: the harness's contract; other arms add a guard)"
             print_wide(df, f"{title}: rate [95% interval]")
+    epochs = [row for m in res["models"] for row in passk.shown(m)]
+    if epochs:  # a run of more than one epoch: beside S, how often one of k / all k succeed
+        print_wide(pd.DataFrame(epochs), "Epochs: S and safe resolution beside pass@k (one of "
+                   "k epochs succeeds) and pass^k (all k do), k = the epochs, by scenario")  # fmt: skip
     agentsummary.print_for(out, echo)  # an agent run's mode and steps per scenario
     if res.get("usage"):  # cost and time over every invocation of the run
         print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")

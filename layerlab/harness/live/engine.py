@@ -104,7 +104,7 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Cell:
-    """One record to make: model, scenario, arm, task and replicate."""
+    """One record to make: model, scenario, arm, task and epoch (``replicate``)."""
 
     model: str
     scenario: str
@@ -346,7 +346,7 @@ def todo_cells(
 ) -> tuple[list[Cell], int]:
     """The cells still to compute and the matrix size; counts those done.
 
-    Cells come in matrix order (model, scenario, task), but the arms and replicates of one
+    Cells come in matrix order (model, scenario, task), but the arms and epochs of one
     task come in a seeded random order (:func:`arm_order`): a server that reuses the previous
     prompt's prefix evaluates a repeated prompt differently (llama.cpp re-reads only its last
     token), so a fixed order would give one arm that position every time and make the arms'
@@ -371,9 +371,9 @@ def todo_cells(
 
 
 def arm_order(config: LiveConfig, model: str, scenario: str, task_id: str) -> list[tuple[str, int]]:
-    """The (arm, replicate) pairs of one task in the order they are asked: a permutation
-    seeded by (run seed, model, scenario, task), so each arm is as often first as second."""
-    pairs = [(mode, r) for mode in config.mitigations for r in range(config.replicates)]
+    """The (arm, epoch) pairs of one task in the order they are asked: a permutation seeded by
+    (run seed, model, scenario, task), so each arm is as often first as second."""
+    pairs = [(mode, r) for mode in config.mitigations for r in range(config.epochs_for(model))]
     if len(pairs) > 1:
         ident = canonical_json(["arm-order", config.seed or 0, model, scenario, task_id])
         random.Random(hashlib.sha256(ident.encode()).digest()).shuffle(pairs)

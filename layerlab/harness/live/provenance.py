@@ -20,7 +20,7 @@ from layerlab.archive import Record
 from layerlab.corpus.build import Corpus
 from layerlab.harness.live import shards
 from layerlab.harness.live.budget import Counters
-from layerlab.harness.live.settings import LiveConfig, sampling
+from layerlab.harness.live.settings import LiveConfig, epochs_entry, max_epochs, sampling
 from layerlab.harness.targets.spec import TargetSpec
 from layerlab.mitigations import book, load_mitigations
 from layerlab.models.routing import endpoint_label, split_model
@@ -66,6 +66,7 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     else:
         ident["agent"] = agent_versions()
     cfg: dict[str, Any] = ident["config"]  # type: ignore[assignment]
+    _epochs_ident(config, cfg)
     del cfg["shard"]  # a shard is a slice of the run: its records are the run's (shards.py)
     if not config.retriever_code:  # runs of a registered retriever keep the ids they had
         del cfg["retriever_code"]
@@ -81,6 +82,24 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     if config.response_format != "none":
         ident["reply_schema"] = prompt.REPLY_SCHEMA_VERSION
     return "live-" + hashlib.sha256(canonical_json(ident).encode()).hexdigest()[:16]
+
+
+def _epochs_ident(config: LiveConfig, cfg: dict[str, Any]) -> None:
+    """The epochs in the run id under their earlier name, ``replicates`` (ids stay as they
+    were): the epochs run, so a greedy model asked for 3 is the run of 1 it makes; where the
+    models run different numbers (a reference agent beside a sampled model), each one's."""
+    del cfg["epochs"]
+    run = {m: config.epochs_for(m) for m in config.models}
+    cfg["replicates"] = max_epochs(config)
+    if len(set(run.values())) > 1:
+        cfg["epochs_run"] = run
+
+
+def expected_records(config: LiveConfig, n_tasks: int) -> dict[str, int]:
+    """Records a complete run holds, per ``-m`` model (each asked :meth:`LiveConfig.epochs_for`
+    epochs of every scenario, arm and task)."""
+    cells = len(config.scenarios) * len(config.mitigations) * n_tasks
+    return {m: cells * config.epochs_for(m) for m in config.models}
 
 
 def manifest(
@@ -115,7 +134,8 @@ def manifest(
         retriever_code=dict(config.retriever_code) if config.retriever_code else archive.UNSET,
         settings=settings,
         prompt_version=prompt.PROMPT_VERSION,
-        replicates=config.replicates,
+        replicates=max_epochs(config),
+        epochs=epochs_entry(config) if config.epochs > 1 else archive.UNSET,
         share_replies=config.share_replies,
         sampling=sampling(config),
         response_format=config.response_format,
@@ -134,11 +154,7 @@ def manifest(
             else {**target_of(config).manifest(), "tools": agent_versions()["tools"]}
         ),
         shard=shards.label(config.shard) if isinstance(config.shard, tuple) else archive.UNSET,
-        expected_records=len(config.models)
-        * len(config.scenarios)
-        * len(config.mitigations)
-        * n_tasks
-        * config.replicates,
+        expected_records=sum(expected_records(config, n_tasks).values()),
     )
     if outcome is None:
         return plan

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from layerlab import archive
-from layerlab.analysis import results
+from layerlab.analysis import passk, results
 from layerlab.archive import Record
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.faults.scenario import Scenario
@@ -123,6 +123,8 @@ def run_live(
     )  # fmt: skip
     run.check(out, config.settings.api_bases, config.models)
     config.check(corpus, scenarios)
+    for line in config.epochs_notes():  # a greedy model or a reference agent: one epoch
+        say(line)
     if config.target is not None:  # the target's code in the run id (targets/identity.py)
         from layerlab.harness.targets.identity import with_code
 
@@ -152,9 +154,9 @@ def run_live(
         raise LiveRunError(f"{exc} (nothing written)") from None
     if config.target is None:  # a target run asks no provider: litellm is not imported
         agents.register()
-    per_model = plan["expected_records"] // max(1, len(config.models))
+    per_model = provenance.expected_records(config, n_tasks)
     pending = [  # a model whose records are all done is not asked again
-        m for m in config.models if sum(k[:2] == config.record_model(m) for k in done) < per_model
+        m for m in config.models if sum(k[:2] == config.record_model(m) for k in done) < per_model[m]
     ]
     fatal: LiveRunError | None = None
     interrupted = False
@@ -276,6 +278,7 @@ def run_live(
     ]
     if retrieval.is_external(config.retriever):
         notes.append(retrieval.report(config.retriever))
+    notes += passk.deterministic_notes(records, config.epochs, (*archive.LABELS, "diagnostic"))
     msg = "\n".join([*notes, msg, _error_line(errors, config.target is not None)])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), run.cache_folder)
 

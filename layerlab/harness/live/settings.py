@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -99,8 +99,10 @@ class LiveConfig:
     # the fingerprint of a team's retriever code (module and package SHA-256), set when a run
     # starts (:func:`layerlab.system.retrieval.code`); in the run id and the manifest
     retriever_code: tuple[tuple[str, str], ...] = ()
-    # Each cell is an independent draw: one call per record, ``replicates`` records per cell.
-    replicates: int = 1
+    # Each cell is asked ``epochs`` times, each epoch its own draw (one call per record, its own
+    # seed): records carry the epoch index as ``replicate``. A system whose epochs would be
+    # identical (:meth:`identical_epochs`) runs one (:meth:`epochs_for`).
+    epochs: int = 1
     # Share one reply between records whose prompts are identical: it forces every difference
     # between arms on an unchanged prompt to zero. ``None`` (the default) shares exactly when
     # decoding is greedy (temperature 0), where a reply is a function of its prompt: a server's
@@ -118,8 +120,15 @@ class LiveConfig:
     target: TargetSpec | str | None = None
     # None: every task; else (I, N): shard I of N of the tasks (shards.py; not in the run id)
     shard: tuple[int, int] | str | None = None
+    # the earlier name of ``epochs`` (``--replicates``, ``replicates:``): the same setting
+    replicates: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, replicates: int | None = None) -> None:
+        if replicates is not None:
+            if self.epochs not in (1, replicates):
+                raise ValueError(f"--replicates {replicates} is the old name of --epochs "
+                                 f"{self.epochs}: give one")  # fmt: skip
+            object.__setattr__(self, "epochs", replicates)
         if isinstance(self.shard, str):
             from layerlab.harness.live.shards import parse_shard
 
@@ -134,8 +143,8 @@ class LiveConfig:
             object.__setattr__(self, "models", (self.target.model,))
         elif any(split_model(m)[0] == TARGET_PROVIDER for m in self.models):
             raise ValueError(f"-m/--model {self.models[0]!r}: a target is given with --target")
-        if self.replicates < 1:
-            raise ValueError("replicates must be >= 1")
+        if self.epochs < 1:
+            raise ValueError(f"--epochs {self.epochs}: expected a whole number >= 1")
         settings = self.settings
         if (
             settings.temperature is None
@@ -157,6 +166,35 @@ class LiveConfig:
         """(provider, model) as this run's records name the ``-m`` model ``model``."""
         provider, name = split_model(model)
         return (provider, name + AGENT_SUFFIX) if self.agent is not None else (provider, name)
+
+    def identical_epochs(self, model: str) -> str | None:
+        """Why every epoch of ``-m`` model ``model`` would give the same records (so one is
+        asked), or None when they may differ: a deterministic reference agent, or a greedy model
+        whose identical prompts share one reply (``share_replies``; without it each epoch asks
+        again, and a server's floating-point noise is what the epochs measure). A target is a
+        team's own system: whether it is deterministic cannot be known before it answers."""
+        from layerlab.models.agents import is_reference
+
+        if self.target is not None:
+            return None
+        if is_reference(split_model(model)[0]):
+            return "is a deterministic reference agent"
+        if self.settings.temperature == 0 and self.share_replies:
+            return "is greedy (temperature 0)"
+        return None
+
+    def epochs_for(self, model: str) -> int:
+        """The epochs asked of ``-m`` model ``model``: ``epochs``, or 1 where they would be
+        identical (:meth:`identical_epochs`)."""
+        return 1 if self.identical_epochs(model) is not None else self.epochs
+
+    def epochs_notes(self) -> list[str]:
+        """One line per model that runs fewer epochs than asked, and why."""
+        return [
+            f"--epochs {self.epochs}: {m} {why}, its epochs would be identical; running 1 epoch"
+            for m in self.models
+            if self.epochs > 1 and (why := self.identical_epochs(m)) is not None
+        ]
 
     def check(self, corpus: Corpus, scenarios: Mapping[str, Scenario]) -> None:
         """Refuse scenarios, task ids or reference agents the corpus and scenarios do not know."""
@@ -277,8 +315,23 @@ def sampling(config: LiveConfig) -> dict[str, Any]:
         "top_p": s.top_p,
         "max_tokens": s.max_tokens,
         "seed": config.seed,
-        "replicates": config.replicates,
+        "replicates": max_epochs(config),
         "share_replies": config.share_replies,
+    }
+
+
+def max_epochs(config: LiveConfig) -> int:
+    """The most epochs any of the run's models is asked (the manifest's ``replicates``)."""
+    return max((config.epochs_for(m) for m in config.models), default=config.epochs)
+
+
+def epochs_entry(config: LiveConfig) -> dict[str, Any]:
+    """The manifest's ``epochs``: requested, run per model, and why a model ran fewer."""
+    why = {m: r for m in config.models if (r := config.identical_epochs(m)) is not None}
+    return {
+        "requested": config.epochs,
+        "run": {m: config.epochs_for(m) for m in config.models},
+        "why": {m: f"{r}: its epochs would be identical" for m, r in why.items()},
     }
 
 
