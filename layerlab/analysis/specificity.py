@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from numpy.typing import NDArray
 
 from layerlab import __version__, archive, paths
 from layerlab.analysis import exact
@@ -495,79 +494,3 @@ def block_frames(archives: Sequence[Path | str] | None = None) -> dict[str, pd.D
     if archives is None:
         archives = [ARCHIVE_DIR, *paths.archives_in(paths.LOCAL_MODEL_MITIGATIONS)]
     return blocks(matrix_frame(archives))
-
-
-def tasks_for_specific(
-    eff: Effects,
-    target: Sequence[str],
-    off_target: Sequence[str],
-    alpha: float | None = None,
-    delta: float = DELTA,
-    power: float = exact.POWER,
-    max_tasks: int = 1_000_000,
-) -> dict[str, Any]:
-    """How many tasks this design would need for "specific" to be reachable: the smallest number
-    of tasks at which, with every cell's observed effect and discordance scaled to that many
-    tasks (counts in proportion; a bootstrap cell's standard error by ``sqrt(n0 / n)``) and the
-    band at the observed critical value plus the normal quantile of ``power``, every target
-    cell's interval lies above zero and every off-target cell's within ±``delta``. ``tasks`` is
-    None when no size reaches it: an observed target gain of at most 0, or an off-target change
-    of at least ``delta`` (then the larger design shows over-broad, not specific); ``limiting``
-    names the cell that sets the size (or prevents it). A planning figure for the next run, not a
-    test: it takes the observed effects as true."""
-    from statistics import NormalDist
-
-    cells = [*target, *off_target]
-    bd = effect_band(eff, cells, alpha)
-    scen = list(eff.paired.scenarios)
-    idx = [scen.index(s) for s in cells]
-    est = point_estimates(eff.paired)[idx]
-    b, c, n0 = (x[idx] for x in exact.discordant(eff.paired))
-    methods = np.array(eff.methods or exact.cell_methods(eff.paired, eff.design))[idx]
-    score = methods != exact.BOOTSTRAP
-    crit = bd.crit + NormalDist().inv_cdf(power)
-    k = len(target)
-    now = int(max(n0)) if len(n0) else 0
-    blocked = [s for s, e in zip(cells[:k], est[:k], strict=True) if e <= 0]
-    blocked += [s for s, e in zip(cells[k:], est[k:], strict=True) if abs(e) >= delta]
-
-    def shown(n: float, which: NDArray[np.bool_] | None = None) -> NDArray[np.bool_]:
-        """Per cell, whether its projected band at ``n`` tasks shows what "specific" needs
-        (``which``: the cells that instead must show a change, band excluding zero)."""
-        f = n / np.maximum(n0, 1.0)
-        s_lo, s_hi = exact.score_interval(b * f, c * f, np.full(len(cells), n), crit)
-        half = crit * bd.se / np.sqrt(f)
-        lo = np.where(score, s_lo, est - half)
-        hi = np.where(score, s_hi, est + half)
-        ok = np.where(np.arange(len(cells)) < k, lo > 0, (lo >= -delta) & (hi <= delta))
-        if which is not None:
-            ok = np.where(which, (lo > 0) | (hi < 0), True)
-        return np.asarray(ok)
-
-    def smallest(test: Any) -> int | None:
-        hi_n = max(now, 2)
-        while not test(hi_n):
-            if hi_n >= max_tasks:
-                return None
-            hi_n *= 2
-        lo_n = 1
-        while hi_n - lo_n > 1:
-            mid = (lo_n + hi_n) // 2
-            lo_n, hi_n = (lo_n, mid) if test(mid) else (mid, hi_n)
-        return hi_n
-
-    out: dict[str, Any] = {"tasks now": now, "power": power, "delta": delta}
-    if not k or blocked:
-        why = "no target" if not k else blocked[0]
-        if k:
-            why += f" observed {100 * est[cells.index(blocked[0])]:+.1f} pp"
-        big = np.array([i >= k and abs(e) >= delta for i, e in enumerate(est)])
-        # an off-target change of at least δ: the size at which the band shows it (over-broad)
-        over = smallest(lambda n: bool(shown(n, big).all())) if big.any() else None
-        return {**out, "tasks": None, "limiting": why, "tasks over-broad": over}
-    n_spec = smallest(lambda n: bool(shown(n).all()))
-    if n_spec is None:
-        return {**out, "tasks": None, "limiting": f"more than {max_tasks} tasks"}
-    last = shown(n_spec - 1) if n_spec > 1 else np.ones(len(cells), bool)
-    limiting = next((s for s, ok in zip(cells, last, strict=True) if not ok), cells[0])
-    return {**out, "tasks": n_spec, "limiting": limiting}

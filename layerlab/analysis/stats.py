@@ -44,13 +44,13 @@ from layerlab.analysis.effects import (
     effects_by_design,
     effects_from_paired,
     effects_long,
-    model_gains,
     paired_effects,
     pick_design,
     simultaneous_band,
     small_sample_factor,
     specificity_margin,
 )
+from layerlab.analysis.gains import model_gains
 from layerlab.analysis.provenance import records_frame, run_settings, sampling_phrase
 from layerlab.analysis.rates import (
     Rate,
