@@ -60,6 +60,13 @@ class Effects:
     policy_level: bool
     alpha: float
     methods: tuple[str, ...] = ()  # per scenario, the interval method (exact.cell_methods)
+    # per scenario the (b, c, n) a score interval reads (exact.cell_counts), computed once
+    counts: tuple[NDArray[np.float64], ...] = ()
+
+    def score_counts(self) -> tuple[NDArray[np.float64], ...]:
+        """Per scenario the discordant counts the score intervals read (design-effect adjusted
+        at policy level): :func:`exact.cell_counts`, computed once."""
+        return self.counts or exact.cell_counts(self.paired, self.policy_level)
 
     def calibrated(self) -> NDArray[np.float64]:
         """Replicates rescaled around the estimate so their spread matches the interval's."""
@@ -256,8 +263,9 @@ def effects_from_paired(
     # where the bootstrap collapses or under-covers (one unit, constant cells): the score interval
     methods = exact.cell_methods(p, d, policy_level)
     sc = np.array([m != exact.BOOTSTRAP for m in methods])
+    counts = exact.cell_counts(p, policy_level)
     if sc.any():
-        b, c, n = exact.cell_counts(p, policy_level)
+        b, c, n = counts
         s_lo, s_hi = exact.score_interval(b[sc], c[sc], n[sc], z_score(alpha))
         lo, hi = lo.copy(), hi.copy()
         lo[sc], hi[sc] = s_lo, s_hi
@@ -304,6 +312,7 @@ def effects_from_paired(
         policy_level,
         alpha,
         methods,
+        counts,
     )
 
 
@@ -401,7 +410,7 @@ def band(
     clusters = p.policy if eff.policy_level and exact.has_clusters(p) else None
     if flip:  # the sign-flip critical value is for the cluster-studentised mean
         sd = exact.cluster_se(p, idx, clusters)
-    b, c, n = (x[idx] for x in exact.cell_counts(p, eff.policy_level))
+    b, c, n = (x[idx] for x in eff.score_counts())
     crit = np.full(k, z_score(alpha / max(k, 1)))  # constant cells: their Bonferroni share
     # binary cells of independent tasks: the exact binomial null of their discordant tasks
     binary = exact.binary_cells(p)[idx] & (methods == exact.SCORE) & flip & (clusters is None)
@@ -456,24 +465,49 @@ def marginal(
     or the calibrated bootstrap's percentile interval widened for ``alpha``'s small-sample
     factor. At the effects' own level this is the table's interval; the verdict's equivalence
     tests (TOST) read it at 2 alpha."""
+    return marginals(eff, [(scenarios, alpha)])[0]
+
+
+def marginals(
+    eff: Effects, asks: Sequence[tuple[Sequence[str], float]]
+) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+    """:func:`marginal` for several (scenarios, alpha) at once: the score cells of every ask in
+    one vectorised score-interval call (the verdict asks three)."""
     p = eff.paired
     scen = list(p.scenarios)
-    idx = [scen.index(s) for s in scenarios]
-    t = eff.table
-    if math.isclose(alpha, eff.alpha):
-        return t["ci_low"].to_numpy()[idx], t["ci_high"].to_numpy()[idx]
-    est = point_estimates(p)[idx]
-    f = small_sample_factor(p, eff.design, eff.policy_level, alpha) / small_sample_factor(
-        p, eff.design, eff.policy_level, eff.alpha
-    )
-    reps = est + f[idx] * (eff.calibrated()[:, idx] - est)
-    lo, hi = np.clip(np.nanquantile(reps, [alpha / 2, 1 - alpha / 2], axis=0), -1.0, 1.0)
-    methods = np.array(eff.methods or exact.cell_methods(p, eff.design, eff.policy_level))[idx]
-    score = methods != exact.BOOTSTRAP
-    if score.any():
-        b, c, n = (x[idx][score] for x in exact.cell_counts(p, eff.policy_level))
-        lo[score], hi[score] = exact.score_interval(b, c, n, z_score(alpha))
-    return np.asarray(lo), np.asarray(hi)
+    methods = np.array(eff.methods or exact.cell_methods(p, eff.design, eff.policy_level))
+    est_all = point_estimates(p)
+    counts = eff.score_counts()
+    out, stack = [], []
+    for scenarios, alpha in asks:
+        idx = [scen.index(s) for s in scenarios]
+        lo, hi = np.full(len(idx), np.nan), np.full(len(idx), np.nan)
+        score = methods[idx] != exact.BOOTSTRAP
+        if math.isclose(alpha, eff.alpha):
+            t = eff.table
+            lo, hi = t["ci_low"].to_numpy()[idx].copy(), t["ci_high"].to_numpy()[idx].copy()
+        else:
+            if not score.all():  # the bootstrap cells: their calibrated replicates at alpha
+                boot = [i for i, sc in zip(idx, score, strict=True) if not sc]
+                f = small_sample_factor(p, eff.design, eff.policy_level, alpha)[boot]
+                f = f / small_sample_factor(p, eff.design, eff.policy_level, eff.alpha)[boot]
+                e = est_all[boot]
+                reps = e + f * (eff.calibrated()[:, boot] - e)
+                q = np.clip(np.nanquantile(reps, [alpha / 2, 1 - alpha / 2], axis=0), -1.0, 1.0)
+                lo[~score], hi[~score] = q[0], q[1]
+            if score.any():
+                stack.append((len(out), score, [i for i, sc in zip(idx, score, strict=True) if sc],
+                              alpha))  # fmt: skip
+        out.append((lo, hi))
+    if stack:
+        cells = np.concatenate([np.asarray(ix) for _, _, ix, _ in stack])
+        crit = np.concatenate([np.full(len(ix), z_score(a)) for _, _, ix, a in stack])
+        s_lo, s_hi = exact.score_interval(*(x[cells] for x in counts), crit)
+        at = 0
+        for k, score, ix, _ in stack:
+            out[k][0][score], out[k][1][score] = s_lo[at : at + len(ix)], s_hi[at : at + len(ix)]
+            at += len(ix)
+    return out
 
 
 def specificity_margin(

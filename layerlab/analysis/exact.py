@@ -189,7 +189,7 @@ def score_interval(
     c: NDArray[np.float64] | float,
     n: NDArray[np.float64] | float,
     crit: NDArray[np.float64] | float,
-    iters: int = 40,
+    iters: int = 34,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Tango's score interval ``{Δ : |Z(Δ)| <= crit}`` for the paired difference, by bisection
     (the statistic decreases in Δ), both bounds at once. Never of width zero for ``n`` pairs and

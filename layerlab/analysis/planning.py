@@ -167,9 +167,11 @@ def verdict_probability(
     words = [specificity.SPECIFIC, specificity.OVER_BROAD, specificity.INEFFECTIVE,
              specificity.INCONCLUSIVE]  # fmt: skip
     counts = dict.fromkeys(words, 0)
+    # binary cells (a deterministic pilot, one epoch) read score intervals, not the bootstrap
+    n_boot = N_BOOT if epochs > 1 or not p.deterministic else 20
     for i in range(sims):
         sim = simulate(p, n_tasks, epochs, rng, unchanged=off_target)
-        eff = effects_from_paired(sim, n_boot=N_BOOT, seed=i, alpha=alpha)
+        eff = effects_from_paired(sim, n_boot=n_boot, seed=i, alpha=alpha)
         v = specificity.judge(eff, target, off_target, alpha, d, N_FLIP).verdict
         counts[specificity.OVER_BROAD if specificity.is_over_broad(v) else v] += 1
     return {w: c / sims for w, c in counts.items()}

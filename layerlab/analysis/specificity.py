@@ -28,7 +28,13 @@ import pandas as pd
 from layerlab import __version__, archive, paths
 from layerlab.analysis import exact
 from layerlab.analysis.bootstrap import point_estimates
-from layerlab.analysis.effects import Effects, arm_effects, marginal, specificity_margin
+from layerlab.analysis.effects import (
+    Effects,
+    arm_effects,
+    marginal,
+    marginals,
+    specificity_margin,
+)
 from layerlab.analysis.effects import band as effect_band
 from layerlab.analysis.provenance import records_frame
 from layerlab.analysis.rates import z_score
@@ -201,7 +207,8 @@ def judge(
     band = {s: (float(a), float(b)) for s, a, b in zip(cells, bd.low, bd.high, strict=True)}
     harm = tuple(s for s in off_target if band[s][1] < 0)
     gain = tuple(s for s in off_target if band[s][0] > 0)
-    o_lo, o_hi = marginal(eff, off_target, 2 * alpha)
+    asks = [(off_target, 2 * alpha), (target, alpha), (target, 2 * alpha / max(k, 1))]
+    (o_lo, o_hi), (lo95, hi95), (_, up) = marginals(eff, asks)
     tost = {s: (float(a), float(b)) for s, a, b in zip(off_target, o_lo, o_hi, strict=True)}
     wide = tuple(s for s in off_target if not (-dd[s] < tost[s][0] and tost[s][1] < dd[s]))
     delta = min((dd[s] for s in target), default=min(dd.values(), default=DELTA))
@@ -209,8 +216,6 @@ def judge(
     mde = power = float("nan")
     reasons = []
     if k:
-        lo95, hi95 = marginal(eff, target, alpha)
-        _, up = marginal(eff, target, 2 * alpha / k)
         j = int(np.argmin(lo95))
         t_lo, t_hi = float(lo95[j]), float(np.min(up))
         crit = z_score(alpha)

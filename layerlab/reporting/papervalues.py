@@ -136,14 +136,14 @@ def _verdicts(tables: Path) -> dict[str, str]:
                 raise ValuesError(f"{name}.csv: block {r['block']!r} has no macro prefix")
             m = _camel(r["mitigation"])
             out[f"Verdict{prefix}{m}"] = _tex(r["verdict"])
-            # the design's reach: the smallest target gain it shows with 80% power, and the
-            # largest off-target change (issue 33: what a verdict at this size can say)
-            out[f"Mde{prefix}{m}"] = _tex(str(r["MDE (pp, 80% power)"]).lstrip("+"))
+            # the design's reach: the probability a run of this size is called specific if
+            # the guard changes nothing off target, and the largest off-target change
+            out[f"PSpecific{prefix}{m}"] = _tex(str(r["P(specific) at this size"]))
             out[f"OffTarget{prefix}{m}"] = _tex(str(r["change (pp)"]))
-    from layerlab.analysis import exact, specificity
+    from layerlab.analysis import specificity
 
     out["Delta"] = f"{100 * specificity.DELTA:.0f}"
-    out["MdePower"] = f"{100 * exact.POWER:.0f}"
+    out["SpecificFloor"] = str(specificity.specific_floor())
     return out
 
 
