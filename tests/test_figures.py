@@ -70,6 +70,10 @@ def test_records_or_several_frames_are_accepted(ref: pd.DataFrame) -> None:
 def test_forest_has_one_panel_per_unit_with_task_pairs(with_model: pd.DataFrame) -> None:
     fig = figures.paired_effects_by_unit(with_model, "Effects", n_boot=200, seed=1)
     titles = [ax.get_title(loc="left") for ax in fig.axes]
+    # the title names the method every cell used; a bootstrap only where a cell used one
+    head = fig._suptitle.get_text()
+    assert "95% intervals: Tango's score interval in every cell" in head
+    assert "bootstrap" not in head and "resamples" not in head
     assert len(titles) == 3 and "real model" in titles[0]
     assert all("task pairs per scenario" in t for t in titles)
     # the schema-drift effect is written out with its interval, so a narrow interval is readable
@@ -146,7 +150,14 @@ def test_specificity_heatmap_prints_intervals_and_no_negative_zero() -> None:
     plt.close(fig)
     cells["method"] = ["score", "score", "bootstrap", "score"]
     fig = figures.specificity_heatmap(cells, "Effects")
-    assert "95% intervals: score 3, bootstrap 1 cells" in fig.axes[0].get_title()
+    title = " ".join(fig.axes[0].get_title().split())
+    assert ("95% intervals in brackets: Tango's score interval (3 cells), the calibrated "
+            "bootstrap (1 cell)") in title  # fmt: skip
+    plt.close(fig)
+    cells["method"] = "score"
+    fig = figures.specificity_heatmap(cells, "Effects")
+    title = fig.axes[0].get_title()
+    assert "Tango's score interval in every cell" in title and "bootstrap" not in title
     plt.close(fig)
 
 

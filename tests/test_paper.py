@@ -317,3 +317,25 @@ def test_a_missing_table_is_one_line(tmp_path) -> None:
     with pytest.raises(papervalues.ValuesError, match=r"table1\.csv: missing") as e:
         papervalues.values(tmp_path)
     assert "\n" not in str(e.value)
+
+
+def test_each_interval_the_prose_quotes_is_its_own_quantitys() -> None:
+    """Issue 41: the abstract quoted the schema-drift gain with the margin's interval. The gain's
+    macros are Table 5's repair-minus-strict cell, the margin's the margin table's, and the
+    prose puts each interval beside its own quantity."""
+    known = papervalues.macros(VALUES.read_text(encoding="utf-8"))
+    block = papervalues.BLOCKS["Model"]
+    t5 = pd.read_csv(COMMITTED_TABLES / "table5.csv", dtype=str)
+    g = t5[t5["block"].str.startswith(block) & (t5["scenario"] == "schema_drift")].iloc[0]
+    m = pd.read_csv(COMMITTED_TABLES / "specificity_margin.csv", dtype=str)
+    m = m[m["block"].str.startswith(block)].iloc[0]
+    want = {
+        "ModelDriftGain": g["repair-strict (pp)"], "ModelDriftGainLow": g["95% low (pp)"],
+        "ModelDriftGainHigh": g["95% high (pp)"], "ModelDriftMargin": m["margin (pp)"],
+        "ModelDriftMarginLow": m["95% low (pp)"], "ModelDriftMarginHigh": m["95% high (pp)"],
+    }  # fmt: skip
+    assert {k: known[k] for k in want} == {k: f"{float(v):.1f}" for k, v in want.items()}
+    flat = " ".join(papervalues.prose(MAIN.read_text(encoding="utf-8")).split())
+    for q in ("Gain", "Margin"):
+        assert re.search(rf"\\vModelDrift{q}\{{\}} pp,? \(?[^()]*?interval \\vModelDrift{q}Low\{{\}} "
+                         rf"to \\vModelDrift{q}High", flat), q  # fmt: skip

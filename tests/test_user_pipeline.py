@@ -73,6 +73,27 @@ def test_the_larger_run_calls_the_guard_the_worked_example_could_not() -> None:
     )
 
 
+def test_the_larger_run_discloses_and_separates_the_tasks_of_the_first() -> None:
+    """The 48 tasks hold the first run's 16 (it motivated the larger run): the split gives the
+    change on the new tasks alone, and its parts add up to the sized table's clean cell."""
+    import pandas as pd
+
+    from layerlab.analysis import stats
+    from layerlab.reporting import tables
+
+    first, sized = stats.records_frame([ARCHIVE]), stats.records_frame([SIZED])
+    assert set(first["task_id"]) < set(sized["task_id"])
+    t = tables.sized_task_split(sized, first, n_boot=200).set_index("tasks")
+    every, shared, new = (t.loc[k] for k in ("all tasks", "tasks of the first run",
+                                              "new tasks only"))  # fmt: skip
+    assert (shared["n"], new["n"], every["n"]) == (16, 32, 48)
+    assert every["up"] == shared["up"] + new["up"] and every["down"] == shared["down"] + new["down"]
+    assert (new["up"], new["down"], new["change (pp)"]) == (8, 0, 25.0)
+    assert new["95% low (pp)"] > 0 and new["interval"].startswith("Tango score interval")
+    row = pd.read_csv(paths.TABLES / "user_table10_sized.csv", dtype=str).iloc[0]
+    assert row["largest off-target"] == "clean" and float(row["change (pp)"]) == every["change (pp)"]
+
+
 class _Chat:
     """An OpenAI-compatible stand-in: answers with the first context line's id's text's first
     dollar amount or duration, else "I don't know" — enough to see what the chain was given."""

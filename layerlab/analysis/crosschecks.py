@@ -1,6 +1,6 @@
-"""Cross-checks of the bootstrap: exact McNemar and a clustered GEE per scenario, and whether
-the arms are exchangeable where their prompts are byte-identical, and how many arm pairs saw
-identical inputs."""
+"""Cross-checks of the paired-effect intervals: exact McNemar and a clustered GEE per scenario,
+and whether the arms are exchangeable where their prompts are byte-identical, and how many arm
+pairs saw identical inputs."""
 
 from __future__ import annotations
 
@@ -72,8 +72,9 @@ def crosschecks(
     arm: str = ARM,
     min_units: int = MIN_UNITS,
 ) -> pd.DataFrame:
-    """statsmodels cross-checks per scenario, and whether each agrees with the bootstrap about the
-    effect being distinguishable from zero.
+    """statsmodels cross-checks per scenario, and whether each agrees with the cell's interval
+    (Tango's score interval or the bootstrap, :func:`layerlab.analysis.exact.cell_methods`) about
+    the effect being distinguishable from zero.
 
     Exact McNemar on the paired outcomes (p printed as a bound when it underflows), and a GEE
     linear-probability model of the outcome on the arm — the risk difference, so it is estimable

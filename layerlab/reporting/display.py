@@ -48,6 +48,23 @@ def unit_label(unit: str) -> str:
     return f"{unit} — {unit_kind(unit.split('/', 1)[0])}"
 
 
+def interval_methods(methods: Sequence[str]) -> str:
+    """The interval method of each cell (:func:`layerlab.analysis.exact.cell_methods`) in words,
+    for a figure's title or a caption: ``"Tango's score interval in every cell"``, or each method
+    with its cells (``"Tango's score interval (7 cells), the calibrated bootstrap (2 cells)"``)."""
+    from layerlab.analysis import exact
+
+    names = {
+        exact.SCORE: "Tango's score interval",
+        exact.SCORE_CONSTANT: "Tango's score interval at the pooled pairs (constant cells)",
+        exact.BOOTSTRAP: "the calibrated bootstrap",
+    }
+    counts = {m: list(methods).count(m) for m in dict.fromkeys(methods)}
+    if len(counts) == 1:
+        return f"{names[next(iter(counts))]} in every cell"
+    return ", ".join(f"{names[m]} ({n} cell{'s' * (n != 1)})" for m, n in counts.items())
+
+
 # --- scalar formatters -----------------------------------------------------------------------
 
 

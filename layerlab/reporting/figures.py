@@ -7,9 +7,10 @@ inline display in a notebook. Re-running a save on the same data writes the same
 Units are never pooled: a figure over records draws one panel per provider–model unit, real models
 first, reference agents (deterministic baselines) after, each labelled what it is
 (:func:`layerlab.reporting.display.unit_kind`), with the records or task pairs each point counts. Rates carry
-the library's cluster-aware Clopper-Pearson intervals (:func:`layerlab.analysis.stats.rates`), effects their
-bootstrap intervals (:func:`layerlab.analysis.stats.paired_effects`); nothing here computes an interval of
-its own.
+the library's cluster-aware Clopper-Pearson intervals (:func:`layerlab.analysis.stats.rates`), effects the
+interval each cell's method gives (:func:`layerlab.analysis.stats.paired_effects`: Tango's score interval
+where tasks alone are resampled and the pairs are binary, else the calibrated bootstrap; the title names
+it); nothing here computes an interval of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from layerlab import paths
-from layerlab.analysis import stats  # noqa: E402
+from layerlab.analysis import exact, stats  # noqa: E402
 from layerlab.mitigations import contract_pair  # noqa: E402
 from layerlab.reporting import display
 
@@ -204,9 +205,8 @@ def rates_by_unit(
 
 def methods_text(methods: Sequence[str]) -> str:
     """Which interval method the cells used (:func:`layerlab.analysis.exact.cell_methods`), for a
-    figure's title: ``95% intervals: score 7, bootstrap 2 cells``."""
-    counts = {m: list(methods).count(m) for m in dict.fromkeys(methods)}
-    return "95% intervals: " + ", ".join(f"{m} {n}" for m, n in counts.items()) + " cells"
+    figure's title: ``95% intervals: Tango's score interval in every cell``."""
+    return "95% intervals: " + display.interval_methods(methods)
 
 
 def paired_effects_by_unit(
@@ -264,9 +264,10 @@ def paired_effects_by_unit(
         )
     for j in range(len(units), nrows * ncols):  # an odd count leaves one cell empty
         fig.delaxes(axes[j // ncols, j % ncols])
+    boot = (f" (bootstrap: {n_boot:,} resamples of tasks, seed {seed})"
+            if exact.BOOTSTRAP in methods else "")  # fmt: skip
     fig.suptitle(
-        f"{title}\n{len(units)} unit(s), one panel each; {methods_text(methods)} "
-        f"(bootstrap: {n_boot:,} resamples of tasks, seed {seed})",
+        f"{title}\n{len(units)} unit(s), one panel each; {methods_text(methods)}{boot}",
         fontsize=10,
     )
     fig.tight_layout()
@@ -374,8 +375,8 @@ def specificity_heatmap(cells: pd.DataFrame, title: str, units: Sequence[str] = 
     who = "; ".join(display.unit_label(u) for u in units)
     ax.set_title(
         f"{title}\n{who + '; ' if who else ''}{_n_text(cells['n_pairs'])} task pairs per cell; "
-        f"{methods_text(list(cells['method'])) if 'method' in cells else '95% intervals'} "
-        "in brackets",
+        "95% intervals in brackets"
+        + (f": {display.interval_methods(list(cells['method']))}" if "method" in cells else ""),
         fontsize=9,
     )
     return fig

@@ -170,6 +170,7 @@ def _sampling() -> dict[str, str]:
     qwen = stats.records_frame(paths.archives_in(paths.LOCAL_MODEL_ARCHIVES))
     (run,) = qwen.attrs["runs"].values()
     out["QwenTemperature"] = f"{run['temperature']:g}"
+    out["ModelTasks"] = str(qwen["task_id"].nunique())
     rep = stats.records_frame(paths.archives_in(paths.LOCAL_MODEL_REPLICATES))
     (r,) = rep.attrs["runs"].values()
     out["ReplicateTemperature"] = f"{r['temperature']:g}"
@@ -246,12 +247,80 @@ def _user_sized() -> dict[str, str]:
         index="task_id", columns="mitigation", values="success", aggfunc="first"
     )
     base, guard = clean["strict"].astype(bool), clean["validity_resolution"].astype(bool)
-    return {
+    out = {
         "UserSizedTasks": str(df["task_id"].nunique()),
         "UserSizedRecords": f"{len(df):,}".replace(",", "{,}"),
         "UserSizedCleanUp": str(int((guard & ~base).sum())),
         "UserSizedCleanDown": str(int((base & ~guard).sum())),
     }
+    # its tasks hold the first run's, which motivated it: the change on the new tasks alone
+    from layerlab.reporting.display import points
+    from layerlab.reporting.tables.userpipeline import sized_task_split
+
+    split = sized_task_split(df, stats.records_frame([paths.USER_PIPELINES / "my-rag-chain"]))
+    shared, new = (split.set_index("tasks").loc[k] for k in ("tasks of the first run",
+                                                              "new tasks only"))  # fmt: skip
+    out["UserSizedSharedTasks"], out["UserSizedNewTasks"] = str(shared["n"]), str(new["n"])
+    out["UserSizedNewCleanUp"], out["UserSizedNewCleanDown"] = str(new["up"]), str(new["down"])
+    for key, col in (("Change", "change (pp)"), ("Low", "95% low (pp)"), ("High", "95% high (pp)")):
+        out[f"UserSizedNewClean{key}"] = _tex(points(new[col]))
+    return out
+
+
+def _null_verdicts(tables: Path) -> dict[str, str]:
+    """What the coverage table shows of a mitigation with no effect (the verdict's reported rows
+    whose truth calls for ``ineffective``): the largest false-flag rate over those settings and,
+    at one unit, the range over its task counts of the shares called inconclusive and the
+    largest share called ineffective."""
+    t = _csv(tables, "coverage")
+    null = t[(t["quantity"] == "verdict") & (t["status"] == "reported")
+             & (t["estimand"] == "ineffective")]  # fmt: skip
+    one = null[null["units"] == "1"]
+    if null.empty or one.empty:
+        raise ValuesError("coverage.csv: no reported verdict rows of a null setting at one unit")
+    tasks = one["setting"].str.extract(r"x (\d+) tasks")[0].astype(int)
+    inconclusive = one["inconclusive"].astype(float)
+
+    def pct(v: float) -> str:
+        return f"{100 * v:.1f}\\%"
+
+    return {
+        "NullSettings": word(len(null)),
+        "NullFalseFlagMax": pct(null["false flag"].astype(float).max()),
+        "NullOneUnitTasksLow": str(tasks.min()),
+        "NullOneUnitTasksHigh": str(tasks.max()),
+        "NullOneUnitInconclusiveLow": pct(inconclusive.min()),
+        "NullOneUnitInconclusiveHigh": pct(inconclusive.max()),
+        "NullOneUnitIneffectiveHigh": pct(one["ineffective"].astype(float).max()),
+    }
+
+
+def _figure_methods() -> dict[str, str]:
+    """The interval method the figures of paired effects drew (their titles say it too): the
+    forest's panels, one unit each (notebook 06's records), and the specificity heatmaps, every
+    arm of each block against the baseline (notebook 09's), each cell's method as
+    :func:`layerlab.analysis.exact.cell_methods` chooses it for the design the effects use."""
+    from layerlab.analysis import exact, specificity, stats
+    from layerlab.analysis.units import MIN_UNITS, resolve_design
+    from layerlab.mitigations import load_mitigations
+    from layerlab.reporting.display import interval_methods
+
+    def methods(p: Any) -> tuple[str, ...]:
+        return exact.cell_methods(p, resolve_design("auto", len(p.units), p.shares_tasks,
+                                                    MIN_UNITS))  # fmt: skip
+
+    df = stats.records_frame(paths.live_archives())
+    labels = stats.unit_labels(df)
+    forest = [m for u in sorted(set(labels)) for m in methods(stats.paired(df[labels == u]))]
+    out = {"MethodsForest": _tex(interval_methods(forest))}
+    for block, f in specificity.block_frames().items():
+        base = load_mitigations().baseline
+        cells = [m for arm in dict.fromkeys(f["mitigation"]) if arm != base
+                 for m in methods(stats.paired(f, specificity.OUTCOME, arm, base))]  # fmt: skip
+        prefix = verdict_prefix("table10", block)
+        if prefix is not None:
+            out[f"MethodsMatrix{prefix}"] = _tex(interval_methods(cells))
+    return out
 
 
 def _agent(tables: Path) -> dict[str, str]:
@@ -287,12 +356,14 @@ def _agent(tables: Path) -> dict[str, str]:
 
 
 def _findings(tables: Path) -> dict[str, str]:
-    """The real model's headline numbers the abstract states: the contract treatment's target
-    gain on schema drift with its interval and largest off-target change (the specificity
-    margin), its grounded false positives on the stale index and its strict success on clean
-    questions (Tables 5 and 4, the strict arm)."""
+    """The real model's headline numbers the abstract and the README state: the contract
+    treatment's target gain on schema drift with its own interval (Table 5), the specificity
+    margin with the margin's interval and the largest off-target change (Table A1), grounded
+    false positives and strict success on the stale index and wrong session (Tables 5 and 4,
+    the strict arm) and its strict success on clean questions."""
     model = BLOCKS["Model"]
     m = _row(tables, "specificity_margin", block=model)
+    gain = _row(tables, "table5", block=model, scenario="schema_drift")
 
     def pp(v: str) -> str:
         return f"{float(v):.1f}"
@@ -300,14 +371,23 @@ def _findings(tables: Path) -> dict[str, str]:
     def pct(v: str) -> str:
         return f"{100 * float(v):.1f}\\%"
 
-    return {
-        "ModelDriftGain": pp(m["target gain (pp)"]),
-        "ModelDriftLow": pp(m["95% low (pp)"]),
-        "ModelDriftHigh": pp(m["95% high (pp)"]),
+    out = {
+        "ModelDriftGain": pp(gain["repair-strict (pp)"]),
+        "ModelDriftGainLow": pp(gain["95% low (pp)"]),
+        "ModelDriftGainHigh": pp(gain["95% high (pp)"]),
+        "ModelDriftMargin": pp(m["margin (pp)"]),
+        "ModelDriftMarginLow": pp(m["95% low (pp)"]),
+        "ModelDriftMarginHigh": pp(m["95% high (pp)"]),
         "ModelDriftOffTarget": pp(m["off-target change (pp)"]),
         "ModelStaleGf": pct(_row(tables, "table5", block=model, scenario="stale_index")["GF strict"]),
         "ModelCleanS": pct(_row(tables, "table4", block=model, scenario="clean")["strict"]),
     }
+    for s in ("stale_index", "wrong_session"):  # the README's lead, as rates
+        out[f"ModelGf{_camel(s)}"] = _rate(float(_row(tables, "table5", block=model,
+                                                       scenario=s)["GF strict"]))  # fmt: skip
+        out[f"ModelS{_camel(s)}"] = _rate(float(_row(tables, "table4", block=model,
+                                                      scenario=s)["strict"]))  # fmt: skip
+    return out
 
 
 def values(tables: Path | None = None) -> dict[str, str]:
@@ -324,6 +404,8 @@ def values(tables: Path | None = None) -> dict[str, str]:
         _exchangeability(tables),
         _user_pipeline(),
         _user_sized(),
+        _null_verdicts(tables),
+        _figure_methods(),
         _agent(tables),
         _findings(tables),
     ):

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from layerlab.reporting.tables.specificity import table10, table10_cells
     from layerlab.reporting.tables.study import table7, table7_by_condition
     from layerlab.reporting.tables.userpipeline import (
+        sized_task_split,
         user_table4,
         user_table5,
         user_table10,
@@ -99,6 +100,7 @@ _OWNER = {
     "user_table5": "userpipeline",
     "user_table10": "userpipeline",
     "user_table10_sized": "userpipeline",
+    "sized_task_split": "userpipeline",
 }
 
 __all__ = [
@@ -120,6 +122,7 @@ __all__ = [
     "replicates_table",
     "safe_effects_table",
     "safe_resolution_by_unit",
+    "sized_task_split",
     "table1",
     "table10",
     "table10_cells",

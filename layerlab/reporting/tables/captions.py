@@ -30,14 +30,14 @@ CAPTIONS = {
     "repair-minus-strict success differences (percentage points), with 95% intervals. "
     + IDENTICAL_INPUTS,
     "table5_crosscheck": "statsmodels cross-checks of the paired effects: exact McNemar on the paired "
-    "outcomes and a GEE linear-probability model (risk difference), and whether each agrees with the "
-    "bootstrap about the effect being distinguishable from zero.",
+    "outcomes and a GEE linear-probability model (risk difference), and whether each agrees with "
+    "Table 5's interval about the effect being distinguishable from zero.",
     "specificity_margin": "Specificity margin: target-layer (schema drift) gain minus the largest absolute "
     "off-target change (percentage points).",
     "table5_safe": "Paired repair-minus-strict differences in safe resolution (strict success on "
-    "answerable scenarios, a structured non-answer on unsafe ones; percentage points, bootstrap 95% "
-    "intervals), and the specificity margin on that outcome: does repair change safe behaviour "
-    "off its target layer? " + IDENTICAL_INPUTS,
+    "answerable scenarios, a structured non-answer on unsafe ones; percentage points, 95% "
+    "intervals, each cell's method named in the notes), and the specificity margin on that "
+    "outcome: does repair change safe behaviour off its target layer? " + IDENTICAL_INPUTS,
     "table8": "Largest strict-to-repair success gains by model and scenario.",
     "table9": "Provider-level averages over all scenarios (context, not a capability ranking).",
     "coverage": "Coverage of the package's 95% intervals on synthetic archives with known truth.",

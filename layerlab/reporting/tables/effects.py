@@ -111,7 +111,7 @@ def _crosscheck_block(df: pd.DataFrame, eff: stats.Effects) -> pd.DataFrame:
     t.attrs["notes"] = [
         f"GEE: by unit needs at least {stats.MIN_UNITS} units; bias-reduced robust covariance, p "
         "from t(clusters - 1); p-values that underflow are printed as bounds.",
-        f"The bootstrap: {eff.describe()}.",
+        f"Table 5's intervals: {eff.describe()}.",
     ]
     return t
 
@@ -151,12 +151,13 @@ def margin_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
     """The specificity margin, one row per block (percentage points), caption in ``attrs``."""
     parts = {b: _margin_row(a.margin) for b, a in analysis.items()}
     t = stack(parts, "specificity_margin")
-    boots = block_notes({b: [f"bootstrap, {a.eff.describe()}."] for b, a in analysis.items()})
+    boots = block_notes({b: [f"Intervals: {a.eff.describe()}."] for b, a in analysis.items()})
     t.attrs["notes"] = (
         "The margin counts an off-target change only when its simultaneous band excludes zero "
         "(the plug-in gain - max|change| is biased low when off-target effects are zero but "
-        "noisy). The 95% interval projects a simultaneous (max-|t|) bootstrap band over all "
-        "scenarios: it covers the true margin whenever the band covers every effect. " + boots
+        "noisy). The 95% interval projects the simultaneous band over all scenarios (its "
+        "calibration below): it covers the true margin whenever the band covers every effect. "
+        + boots
     )
     return t
 
