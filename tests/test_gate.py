@@ -259,7 +259,7 @@ def test_inconclusive_is_not_a_pass_and_a_gate_can_require_power(capsys) -> None
     assert "δ = 50 pp" in out[1]
     rc, out, _ = gate(capsys, USER_CHAIN, "--min-power", "0.8", "--n-boot", "500")
     assert rc == 1 and all(x.startswith("FAIL power ") for x in out[:-1]), out
-    assert "P(conclusive) at this size 0.00 < 0.80" in out[0] and "(--min-power 0.8)" in out[0]
+    assert "P(conclusive) at this size 0.00 < 0.80" in out[0] and "--min-power 0.8)" in out[0]
     assert out[-1].endswith("(powers: 11 of 11 failed)")
 
 

@@ -80,7 +80,8 @@ def test_repair_gain_on_schema_drift_has_one_interval_in_every_table(
         "Table A4": from_a4,
     }
     ref = live_analysis[REF].eff
-    assert ref.methods[list(ref.paired.scenarios).index("schema_drift")] == exact.SCORE
+    method = ref.methods[list(ref.paired.scenarios).index("schema_drift")]
+    assert method in (exact.SCORE, exact.SCORE_CLUSTERED)  # clustered when variants share policies
     assert from_t5[1] - from_t5[0] > 0
     # the real model: Table 5 and the comparison share the 80-task archive
     row = t5[(t5["block"] == MODELS) & (t5["scenario"] == "schema_drift")].iloc[0]
@@ -92,7 +93,7 @@ def test_repair_gain_on_schema_drift_has_one_interval_in_every_table(
         text = " ".join(
             [t.attrs.get("caption", ""), *([notes] if isinstance(notes, str) else notes)]
         )
-        assert exact.METHODS[exact.SCORE] in text, text[:300]
+        assert exact.METHODS[method] in text, text[:300]
 
 
 def test_every_target_gain_in_table10_has_its_cells_interval() -> None:

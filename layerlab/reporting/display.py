@@ -56,6 +56,7 @@ def interval_methods(methods: Sequence[str]) -> str:
 
     names = {
         exact.SCORE: "Tango's score interval",
+        exact.SCORE_CLUSTERED: "Tango's score interval at the policies' design effect",
         exact.SCORE_CONSTANT: "Tango's score interval at the pooled pairs (constant cells)",
         exact.BOOTSTRAP: "the calibrated bootstrap",
     }
