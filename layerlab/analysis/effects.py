@@ -101,25 +101,34 @@ class Effects:
             )
         return txt + "; " + self.method_phrase()
 
-    def method_phrase(self) -> str:
-        """Which interval method the cells used (:func:`layerlab.analysis.exact.cell_methods`)
-        and how the simultaneous band is calibrated: one clause for captions."""
-        used = list(dict.fromkeys(self.methods))
+    def method_phrase(self, methods: Sequence[str] | None = None) -> str:
+        """Which interval method the cells used (:func:`layerlab.analysis.exact.cell_methods`;
+        ``methods``: those of several comparisons together, e.g. a matrix's arms) and how the
+        simultaneous band is calibrated: one clause for captions."""
+        methods = list(self.methods if methods is None else methods)
+        used = list(dict.fromkeys(methods))
         if used == [exact.BOOTSTRAP]:
             cells = "every cell's interval from that bootstrap"
         else:
             cells = "cell intervals: " + "; ".join(
-                f"{exact.METHODS[m]} ({sum(x == m for x in self.methods)} of "
-                f"{len(self.methods)} cells)"
+                f"{exact.METHODS[m]} ({sum(x == m for x in methods)} of {len(methods)} cells)"
                 for m in used
             )
-        band = (
-            "simultaneous band calibrated by a sign-flip permutation (max statistic over the "
-            f"cells, one sign per {'policy' if self.policy_level else 'task'})"
-            if self.design == "tasks"
-            else "simultaneous band from the bootstrap's max-|t|"
-        )
-        return f"{cells}; {band}"
+        if self.design != "tasks":
+            return f"{cells}; simultaneous band from the bootstrap's max-|t|"
+        parts = []
+        if exact.SCORE in used:
+            parts.append(
+                "the exact binomial null of each binary cell's discordant tasks, Bonferroni over "
+                "the cells"
+            )
+        if any(m != exact.SCORE for m in used):
+            unit = "policy" if self.policy_level else "task"
+            parts.append(
+                f"a sign-flip permutation's max statistic ({exact.N_FLIP:,} flips, one sign per "
+                f"{unit})"
+            )
+        return f"{cells}; simultaneous band from {' and '.join(parts)}"
 
 
 def paired_effects(

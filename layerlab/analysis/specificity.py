@@ -2,13 +2,16 @@
 
 Each cell is the paired effect of a mitigation arm against the baseline arm on the scenario's
 judged outcome — strict success on answerable scenarios, safe resolution on unsafe ones (the
-scorer's ``safe_resolution`` label is exactly that, see :attr:`ScenarioSpec.outcome`) — with a
-hierarchical bootstrap interval (:func:`layerlab.analysis.stats.arm_effects`). A mitigation *targets* the
+scorer's ``safe_resolution`` label is exactly that, see :attr:`ScenarioSpec.outcome`) — with its
+method's interval (:func:`layerlab.analysis.stats.arm_effects`: a score interval or the calibrated
+bootstrap, at policy level when question variants share policies). A mitigation *targets* the
 scenarios whose layer it names. Per mitigation: the target gain (smallest effect over its target
 scenarios), the largest off-target change, the specificity margin (target gain minus the largest
-absolute off-target change) with a joint interval from the same bootstrap replicates, and a
-verdict by the rule in :data:`VERDICT_RULE` (:func:`judge`): one simultaneous band over the
-mitigation's cells, off-target changes flagged in either direction and named.
+absolute off-target change) projected from the simultaneous band, and a verdict by the rule in
+:data:`VERDICT_RULE` (:func:`judge`, intersection-union: the target's 95% interval, each
+off-target cell's 90% equivalence interval against its layer's δ, and the simultaneous band for
+over-broad, named in either direction), with the probability of each verdict at the run's size
+(:mod:`layerlab.analysis.planning`).
 """
 
 from __future__ import annotations
@@ -301,10 +304,11 @@ def matrix(
     arms += [a for a in present if a not in arms and a != spec.baseline and a not in spec.arms]
     if not arms:
         raise ValueError("archives hold no mitigation arm besides the baseline")
-    cells, summary, note, methods = [], [], "", ""
+    cells, summary, note, methods, used = [], [], "", "", []
     for name in arms:
         eff = arm_effects(df, name, spec.baseline, OUTCOME, n_boot, seed, policy_level, alpha)
-        note, methods = eff.note, eff.method_phrase()
+        used += list(eff.methods)
+        note, methods = eff.note, eff.method_phrase(used)  # every arm's cells, not the last's
         scen = list(eff.paired.scenarios)
         tgt = set(targets(spec.arm(name), layers)) if name in spec.arms else set()
         tgt_names = [s for s in scen if s in tgt]
