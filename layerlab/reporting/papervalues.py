@@ -107,6 +107,9 @@ def _design(tables: Path) -> dict[str, str]:
         "Variants": word(len(c.tasks) // len(policies)),
         "Scenarios": word(len(_csv(tables, "table1"))),
         "CiLevel": f"{round(100 * coverage.NOMINAL)}\\%",
+        # the verdict's levels: each claim at alpha, the equivalence tests' intervals at 1 - 2 alpha
+        "CiAlpha": f"{round(100 * (1 - coverage.NOMINAL))}\\%",
+        "TostLevel": f"{round(100 * (1 - 2 * (1 - coverage.NOMINAL)))}\\%",
         "MinUnits": word(stats.MIN_UNITS),
     }
 
