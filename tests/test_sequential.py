@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -98,17 +99,28 @@ def _readme_target(folder: Path) -> None:
     (folder / "my_rag.py").write_text(block.body + counting, encoding="utf-8")
 
 
+def _docs_commands(out: Path) -> tuple[list[str], list[str]]:
+    """The ``run live --until-decided`` and ``gate`` commands of docs/live-runs.md's block, into
+    ``out`` and with the README target counting its calls."""
+    (block,) = [b for b in docfiles.blocks(docfiles.DOCS / "live-runs.md")
+                if b.lang == "bash" and "--until-decided" in b.body]  # fmt: skip
+    run, gate = (shlex.split(c)[1:] for c in block.body.replace("\\\n", " ").splitlines())
+    fix = {"python:my_rag:answer": "python:my_rag:counted", "runs/decided": str(out)}
+    return [fix.get(w, w) for w in run] + ["--no-progress"], [fix.get(w, w) for w in gate]
+
+
 def test_the_readme_target_runs_until_its_guard_is_decided(tmp_path, monkeypatch, capsys) -> None:
-    """``--until-decided --specific freshness_guard`` stops at a conclusive verdict within its
-    budget, every look recorded; no record is asked twice; compare and gate on the finished run
-    judge at its last look's level and give the verdict it stopped on."""
+    """docs/live-runs.md's ``--until-decided --specific freshness_guard`` on the README's target
+    stops at a conclusive verdict within its budget, every look recorded; no record is asked
+    twice; compare and gate on the finished run judge at its last look's level and give the
+    verdict it stopped on."""
     _readme_target(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("MY_RAG_CALLS", str(tmp_path / "calls.txt"))
     monkeypatch.setenv("LAYERLAB_WORKERS", "1")  # the target's calls counted in one process
     out = tmp_path / "run"
-    args = ["run", "live", "--target", "python:my_rag:counted", "--out", str(out), *GUARD,
-            "--until-decided", "--specific", "freshness_guard", "--no-progress"]  # fmt: skip
+    args, gate = _docs_commands(out)
+    assert args[:2] == ["run", "live"] and "--until-decided" in args and gate[0] == "gate"
     assert main(args) in (0, None)
     printed = capsys.readouterr().out
     m = archive.read_manifest(out)
@@ -133,7 +145,6 @@ def test_the_readme_target_runs_until_its_guard_is_decided(tmp_path, monkeypatch
     assert level == last["alpha"] and "until-decided" in note
     (mx,) = compare.matrix_summary(out, n_boot=10_000).values()
     assert mx.summary.set_index("mitigation").loc["freshness_guard", "verdict"] == verdict
-    gate = ["gate", str(out), "--specific", "freshness_guard"]
     assert main(gate) in ((0, None) if verdict == SPECIFIC else (1,))
     # a resume of the stopped run asks nothing and says where it stopped
     assert main([*args, "--resume"]) in (0, None)
