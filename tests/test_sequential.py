@@ -4,6 +4,7 @@ interrupted run resumed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shlex
@@ -244,3 +245,23 @@ def test_an_interrupted_until_decided_run_resumes_its_looks(corpus, key, tmp_pat
     assert 2 * calls <= len(made) <= 2 * calls + 2
     a, b = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("whole", "cut"))
     assert a["records"] == b["records"] and a["complete"] and b["complete"]
+    # the plan is the run's: a resume that would spend alpha otherwise is refused
+    cfg = dataclasses.replace(cfg, until_decided=dataclasses.replace(u, batch=12, tasks=12))
+    with pytest.raises(live.LiveRunError, match="an until-decided run: the same --until-decided"):
+        go(tmp_path / "cut", resume=True)
+
+
+def test_no_over_broad_waits_for_every_judged_arm(corpus, key, tmp_path, monkeypatch) -> None:
+    _readme_target(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    scen = {s: v for s, v in load_scenarios().items() if s in ("clean", "stale_index", "wrong_session")}
+    arms = ("strict", "freshness_guard", "session_isolation")
+    u = UntilDecided(16, 16, no_over_broad=True, tasks=16)
+    cfg = live.LiveConfig(models=(), scenarios=tuple(scen), mitigations=arms, until_decided=u,
+                          task_ids=stratified_order(corpus.tasks, 0)[:16], target="python:my_rag:answer")  # fmt: skip
+    run = live.RunSettings(cache_dir=tmp_path / "cache")
+    d = looks.run_until_decided(corpus, key, scen, cfg, tmp_path / "run", run,
+                                scenario_hash=spec_hash(paths.SCENARIO_SPEC))  # fmt: skip
+    (only,) = d.looks  # one look: its budget of 16 tasks, all of alpha
+    assert set(only.verdicts) == {"freshness_guard", "session_isolation"} and only.alpha == 0.05
+    assert d.over and len(d.lines()) == 2

@@ -49,15 +49,30 @@ def plan_of(config: LiveConfig) -> sequential.Plan:
     return sequential.Plan(u.max_tasks, u.batch, u.alpha, u.delta)
 
 
-def recorded_looks(out: Path, resume: bool) -> list[sequential.Look]:
-    """The looks the folder's manifest records (none for a new run; a folder of another run is
-    refused by :func:`run_live` itself)."""
+def recorded_looks(out: Path, config: LiveConfig, resume: bool) -> list[sequential.Look]:
+    """The looks the folder's manifest records (none for a new run; a folder of a run of fixed
+    size is refused by :func:`run_live` itself). A folder whose looks were planned otherwise
+    (other budget, batch, margin, order or verdicts asked) is refused: its levels were spent by
+    another plan."""
+    import json
+
     if not resume or not (Path(out) / archive.MANIFEST).exists():
         return []
     try:
-        ud = archive.read_manifest(out).get("until_decided") or {}
+        m = archive.read_manifest(out)
     except archive.ArchiveError as exc:
         raise LiveRunError(str(exc)) from None
+    ud = m.get("until_decided") or {}
+    u = config.until_decided
+    assert u is not None
+    mine = json.loads(json.dumps({**u.identity(), "order": list(config.task_ids or ())}))
+    if ud and {k: ud.get(k) for k in mine} != mine:
+        raise LiveRunError(
+            f"{out} holds run {m['run_id']} with other settings than this command; resume with "
+            "the original models, filters and settings (an until-decided run: the same "
+            "--until-decided, --specific, --no-over-broad, --max-tasks, --batch, --delta and "
+            "--limit-seed too)"
+        )
     return [sequential.Look.from_dict(d) for d in ud.get("looks") or []]
 
 
@@ -81,7 +96,7 @@ def run_until_decided(
     The calls budget (``run.budget``) is shared by all the looks of this invocation."""
     plan, ud = plan_of(config), config.until_decided
     assert ud is not None
-    looks = recorded_looks(out, run.resume)
+    looks = recorded_looks(out, config, run.resume)
     result: LiveResult | None = None
     calls = 0
     while (j := sequential.next_look(plan, looks)) is not None:
