@@ -139,7 +139,7 @@ def _sections(text: str) -> dict[str, list[str]]:
     ("command", "panels"),
     [
         (["run", "live"], ["What to test", "The matrix", "Output and resume", "Agent mode",
-                           "Calls and failures", "Decoding"]),
+                           "Calls and failures", "Decoding", "Until decided"]),
         (["gate"], ["Rate thresholds", "Table 10 verdicts", "Input and output"]),
     ],
 )  # fmt: skip

@@ -353,12 +353,32 @@ def headline(c: Comparison) -> str:
     )
 
 
+def verdict_level(run: Path | str) -> tuple[float, str]:
+    """The level ``alpha`` a run's verdicts are judged at, and how to state it: 0.05 (Table 10's,
+    ``""``), or for an until-decided run (``run live --until-decided``) the level of its last look
+    as its manifest records it, so that judging the finished run again gives the verdicts it
+    stopped on (:func:`layerlab.analysis.sequential.judged_level`)."""
+    from layerlab.analysis import sequential
+
+    p = Path(run)
+    try:
+        m = archive.read_manifest(p) if p.is_dir() else None
+    except archive.ArchiveError:
+        m = None  # load() reports an unreadable manifest
+    return sequential.judged_level(m)
+
+
 def matrix_blocks(
-    run: Path | str, n_boot: int = 2_000, seed: int = 0, delta: float | None = None
+    run: Path | str,
+    n_boot: int = 2_000,
+    seed: int = 0,
+    delta: float | None = None,
+    alpha: float | None = None,
 ) -> dict[str, tuple[Any, pd.DataFrame]]:
     """The mitigation matrix (Table 10) of a run's own records per block of units, with the
     block's records: ``{block: (matrix, records)}`` (see :func:`matrix_summary`); verdicts at
-    the equivalence margin ``delta`` (default :data:`layerlab.analysis.specificity.DELTA`)."""
+    the equivalence margin ``delta`` (default :data:`layerlab.analysis.specificity.DELTA`) and
+    level ``alpha`` (default :func:`verdict_level`: 0.05, an until-decided run's last look's)."""
     from layerlab.analysis import specificity
     from layerlab.mitigations import book
 
@@ -374,19 +394,26 @@ def matrix_blocks(
         )
     if len(arms) < 2:
         raise CompareError(f"{run}: holds only the baseline arm {base!r}: no mitigation to judge")
+    a = verdict_level(run)[0] if alpha is None else alpha
     return {
-        name: (specificity.matrix(sub, defined, n_boot=n_boot, seed=seed, delta=delta), sub)
+        name: (specificity.matrix(sub, defined, n_boot=n_boot, seed=seed, alpha=a, delta=delta), sub)
         for name, sub in stats.blocks(src.df).items()
     }
 
 
 def matrix_summary(
-    run: Path | str, n_boot: int = 2_000, seed: int = 0, delta: float | None = None
+    run: Path | str,
+    n_boot: int = 2_000,
+    seed: int = 0,
+    delta: float | None = None,
+    alpha: float | None = None,
 ) -> Mapping[str, Any]:
     """The mitigation matrix (Table 10) of a run's own records: per mitigation arm its target
     gain, largest off-target change, margin and verdict (equivalence margin ``delta``, default
-    :data:`layerlab.analysis.specificity.DELTA`), against the run's baseline arm."""
-    return {name: mx for name, (mx, _) in matrix_blocks(run, n_boot, seed, delta).items()}
+    :data:`layerlab.analysis.specificity.DELTA`; level ``alpha`` as :func:`matrix_blocks`),
+    against the run's baseline arm."""
+    blocks = matrix_blocks(run, n_boot, seed, delta, alpha)
+    return {name: mx for name, (mx, _) in blocks.items()}
 
 
 # the outcome each matrix cell is judged by (the scorer's safe_resolution), as a reader says it

@@ -71,9 +71,11 @@ def _guard(
     df: pd.DataFrame,
     spec: MitigationSet,
     mx: Any,
+    alpha: float = 0.05,
 ) -> dict[str, Any]:
     """What the layer's guard would change: its description and, when the run holds the arm,
-    its safe resolutions on the scenario, the paired effect and the matrix's verdict."""
+    its safe resolutions on the scenario, the paired effect and the matrix's verdict (its band at
+    level ``alpha``)."""
     arm = spec.arms[guard]
     desc = _first_sentence(arm.description)
     out: dict[str, Any] = {"arm": guard, "description": arm.description, "measured": False}
@@ -112,7 +114,7 @@ def _guard(
         f"Its guard `{guard}` ({desc}): in this run {before} of {n} → {after} of {len(sub)} safely "
         f"resolved "
         f"({_pp(c['estimate'])} points [{_pp(c['band_low'])}, {_pp(c['band_high'])}], "
-        f"simultaneous 95% band); verdict {row['verdict']}"
+        f"simultaneous {100 * (1 - alpha):.3g}% band); verdict {row['verdict']}"
         + (f" ({'; '.join(flagged)})" if flagged else "")
         + "."
     )
@@ -154,10 +156,12 @@ def unit_findings(
     scenarios: Mapping[str, Scenario] | None = None,
     n_boot: int = N_BOOT,
     seed: int = SEED,
+    alpha: float = 0.05,
 ) -> dict[str, Any]:
     """The per-layer findings of one unit's records ``df`` (every arm it holds): ``layers`` (the
     system's, failing layers first, each with its ``line`` and its guard), ``harness`` (the
-    contract arms' scenario) and ``control`` (the fault-free scenario); JSON-ready, seeded."""
+    contract arms' scenario) and ``control`` (the fault-free scenario); JSON-ready, seeded. The
+    guards' verdicts at level ``alpha`` (an until-decided run's: its look's)."""
     from layerlab.analysis import specificity
 
     spec = spec or load_mitigations()
@@ -170,7 +174,7 @@ def unit_findings(
     mx, note = None, ""
     if present - set(spec.contract_arms) - {base}:
         try:
-            mx = specificity.matrix(df, spec, scen, n_boot=n_boot, seed=seed)
+            mx = specificity.matrix(df, spec, scen, n_boot=n_boot, seed=seed, alpha=alpha)
         except ValueError as exc:  # e.g. an unfinished run with no pair of some arm
             note = f"guards not measured: {exc}"
     contract = _contract_layers(spec)
@@ -221,7 +225,7 @@ def unit_findings(
         if failed.empty or not texts:
             entry["guard"] = None
         else:
-            entry["guard"] = _guard(texts[0].guard, name, ok, n, df, spec, mx)
+            entry["guard"] = _guard(texts[0].guard, name, ok, n, df, spec, mx, alpha)
         entry["order"] = (not (n - ok), ok / n, i)
         layers.append(entry)
     layers.sort(key=lambda e: e.pop("order"))

@@ -251,10 +251,12 @@ def for_run(
     }
     if isinstance(m.get("target"), dict):  # a target run: the system under test, named
         out["target"] = {k: m["target"].get(k) for k in ("kind", "name", "version", "ref")}
-        from layerlab.analysis import layers
+        from layerlab.analysis import layers, sequential
 
-        # what the system did per layer, first (the contract arms shown as the harness's)
-        out["findings"] = layers.findings(frame[frame["provider"].map(is_target).astype(bool)])
+        # what the system did per layer, first (the contract arms shown as the harness's); an
+        # until-decided run's guards at its look's level, as its verdicts were judged
+        mine = frame[frame["provider"].map(is_target).astype(bool)]
+        out["findings"] = layers.findings(mine, alpha=sequential.judged_level(m)[0])
     return out
 
 

@@ -106,6 +106,12 @@ class Manifest:
     shard: dict[str, int] | Unset = _key(
         "a shard of a run (`run live --shard I/N`): its index (from 1) and the shard count"
     )
+    until_decided: dict[str, Any] | Unset = _key(
+        "a run that stops when it has decided (`run live --until-decided`): its plan (max_tasks, "
+        "batch, alpha, delta, spending, sizes and levels of the looks, the verdicts asked), the "
+        "nested task order, the tasks of the look the folder holds and every look judged (tasks, "
+        "records, its level alpha, each verdict asked with its reason), the outcome and its lines"
+    )
     expected_records: int | Unset = _key("records a complete run holds")
     records: int | Unset = _key("records in the archive")
     complete: bool | Unset = _key("whether the run finished every record")

@@ -184,6 +184,9 @@ def compare_cmd(
                 doc[name] = {"summary": mx.summary.to_dict(orient="records"), "on_target": outs}
                 typer.echo(f"verdicts at {mx.delta_text}; {mx.methods}")
             typer.echo(f"note: {compare.MATRIX_OUTCOME_NOTE}")
+            level = compare.verdict_level(run)[1]
+            if level:
+                typer.echo(f"note: {level}")
             if json_out is not None:
                 atomic_write_text(json_out, json.dumps(doc, indent=2, sort_keys=True, default=str))
             return

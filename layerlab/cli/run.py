@@ -33,6 +33,7 @@ from layerlab.cli.app import (
     mitigation_app,
     run_app,
 )
+from layerlab.cli.decided import HELP as _UNTIL
 from layerlab.cli.help import panelled
 
 _RETRIEVER_HELP = ("The tool's first stage: a registered retriever (e.g. bm25) or your own, "
@@ -147,6 +148,7 @@ _LIVE_PANELS = {
     "Calls and failures": ("api_base", "local_servers", "concurrency", "budget", "timeout",
                            "attempts", "backoff", "retry_seed", "max_error_rate"),
     "Decoding": ("temperature", "top_p", "max_tokens", "seed", "response_format", "share_replies"),
+    "Until decided": ("until_decided", "specific", "no_over_broad", "max_tasks", "batch", "delta"),
 }  # fmt: skip
 
 
@@ -279,20 +281,30 @@ def run_live(
         help="A YAML run configuration (models with their own endpoints and settings, scenarios, "
         "mitigations, tasks or limit, budget, epochs); stored in --out as run.yaml.",
     ),
+    until_decided: bool = typer.Option(False, "--until-decided", help=_UNTIL["until_decided"]),
+    specific: list[str] = typer.Option(None, "--specific", metavar="MITIGATION", help=_UNTIL["specific"]),
+    no_over_broad: bool = typer.Option(False, "--no-over-broad", help=_UNTIL["no_over_broad"]),
+    max_tasks: int = typer.Option(None, "--max-tasks", min=1, help=_UNTIL["max_tasks"]),
+    batch: int = typer.Option(None, "--batch", min=1, help=_UNTIL["batch"]),
+    delta: float = typer.Option(None, "--delta", min=0.0, max=1.0, help=_UNTIL["delta"]),
 ) -> None:
     """Run the matrix through litellm: any model, budgets, cache, retries, resume.
 
     Keys come from the environment only (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, ...).
     Offline, the `layerlab/` models are local reference agents: deterministic baselines, not models.
     """
+    from layerlab.cli import decided
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live
     from layerlab.harness.deterministic import contract_arms
     from layerlab.models.llm import ProviderSettings
 
+    if not until_decided:
+        decided.refuse_without(ctx)
     if config_path is not None:
-        if shard is not None:
-            raise _fail("--shard: not with --config yet (give the run's flags instead)")
+        for flag, on in (("--shard", shard is not None), ("--until-decided", until_decided)):
+            if on:
+                raise _fail(f"{flag}: not with --config yet (give the run's flags instead)")
         given = live.RunSettings(
             resume=resume,
             retry_errors=retry_errors,
@@ -360,7 +372,10 @@ def run_live(
             load_mitigations().arm(m)
         except KeyError as exc:
             raise _fail(f"--mitigation: {exc.args[0]}") from None
-    if limit is not None:
+    if until_decided:
+        config = decided.plan_config(config, c, limit, limit_seed, specific or (), no_over_broad,
+                                     max_tasks, batch, delta)  # fmt: skip
+    elif limit is not None:
         from layerlab.harness.runconfig import stratified_tasks
 
         pool = [t for t in c.tasks if task_ids is None or t.task_id in set(task_ids)]
@@ -373,20 +388,24 @@ def run_live(
     log = _open_sample_log(sample_log, out)
     from layerlab.reporting.terminal import ProgressBar
 
-    bar = ProgressBar(target=spec is not None) if progress else None
+    bar = ProgressBar(target=spec is not None) if progress and not until_decided else None
+    looked = None
     try:
-        result = live.run_live(
-            c,
-            key,
-            scen,
-            config,
-            out,
-            scenario_hash=spec_hash(scenarios_path),
-            progress=bar.update if bar else None,
-            say=lambda m: typer.echo(m, err=True),
-            samples=log,
-            **run.kwargs(),
-        )
+        if until_decided:
+            from layerlab.harness.live.looks import run_until_decided
+
+            looked = run_until_decided(
+                c, key, scen, config, out, run, scenario_hash=spec_hash(scenarios_path),
+                progress=(lambda: ProgressBar(target=spec is not None)) if progress else None,
+                say=lambda m: typer.echo(m, err=True), samples=log,
+            )  # fmt: skip
+            result = looked.result
+        else:
+            result = live.run_live(
+                c, key, scen, config, out, scenario_hash=spec_hash(scenarios_path),
+                progress=bar.update if bar else None, say=lambda m: typer.echo(m, err=True),
+                samples=log, **run.kwargs(),
+            )  # fmt: skip
     except live.LiveRunError as exc:
         raise _fail(str(exc)) from None
     finally:
@@ -394,7 +413,12 @@ def run_live(
             bar.close()
         if log:
             log.close()
+    if result is None:  # an until-decided run that had already stopped
+        assert looked is not None
+        return decided.report(looked, typer.echo)
     _report_run(out, log, result.message)
+    if looked is not None:
+        decided.report(looked, typer.echo)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
     if spec is None:  # a target's replies are its own: layerlab caches none
         typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")

@@ -70,17 +70,15 @@ from layerlab.system import retrieval
 LIMIT_SEED = 0  # default seed of the --limit selection
 
 
-def stratified_tasks(tasks: Sequence[Task], n: int, seed: int = LIMIT_SEED) -> tuple[str, ...]:
-    """``n`` task ids stratified by domain and policy unit, chosen with a seeded generator.
+def stratified_order(tasks: Sequence[Task], seed: int = LIMIT_SEED) -> tuple[str, ...]:
+    """Every task id of ``tasks`` in one seeded, stratified order whose first ``n`` are the
+    ``--limit n`` selection for every ``n`` (so the selections are nested: ``run live
+    --until-decided`` grows its task set along it, each look holding the one before).
 
     Domains take turns (in a seeded order); each domain yields its policies in a seeded order,
     one variant each (a seeded variant per policy), before any policy gives a second variant.
-    The ids are returned in the order of ``tasks``. ``n`` at least ``len(tasks)`` returns all.
-    """
-    if n < 1:
-        raise ValueError(f"--limit: expected a number of tasks >= 1, got {n}")
-    if n >= len(tasks):
-        return tuple(t.task_id for t in tasks)
+    The generator's draws do not depend on how many tasks are taken, so the same seed gives the
+    same order."""
     rng = np.random.default_rng(seed)
     by_domain: dict[str, dict[str, list[Task]]] = defaultdict(lambda: defaultdict(list))
     for t in tasks:
@@ -99,13 +97,21 @@ def stratified_tasks(tasks: Sequence[Task], n: int, seed: int = LIMIT_SEED) -> t
         ]
     domains = sorted(queues)
     domain_order = [domains[i] for i in rng.permutation(len(domains))]
-    chosen: set[str] = set()
-    r = 0
-    while len(chosen) < n:
-        for d in domain_order:
-            if r < len(queues[d]) and len(chosen) < n:
-                chosen.add(queues[d][r].task_id)
-        r += 1
+    depth = max((len(q) for q in queues.values()), default=0)
+    return tuple(
+        queues[d][r].task_id for r in range(depth) for d in domain_order if r < len(queues[d])
+    )
+
+
+def stratified_tasks(tasks: Sequence[Task], n: int, seed: int = LIMIT_SEED) -> tuple[str, ...]:
+    """``n`` task ids stratified by domain and policy unit, chosen with a seeded generator: the
+    first ``n`` of :func:`stratified_order`, returned in the order of ``tasks``. ``n`` at least
+    ``len(tasks)`` returns all."""
+    if n < 1:
+        raise ValueError(f"--limit: expected a number of tasks >= 1, got {n}")
+    if n >= len(tasks):
+        return tuple(t.task_id for t in tasks)
+    chosen = set(stratified_order(tasks, seed)[:n])
     return tuple(t.task_id for t in tasks if t.task_id in chosen)
 
 

@@ -68,6 +68,10 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     cfg: dict[str, Any] = ident["config"]  # type: ignore[assignment]
     _epochs_ident(config, cfg)
     del cfg["shard"]  # a shard is a slice of the run: its records are the run's (shards.py)
+    if config.until_decided is None:  # runs of a fixed size keep the ids they had
+        del cfg["until_decided"]
+    else:  # the plan, not the look: every look of an until-decided run is the same run
+        cfg["until_decided"] = config.until_decided.identity()
     if not config.retriever_code:  # runs of a registered retriever keep the ids they had
         del cfg["retriever_code"]
     if config.target is None:  # model runs keep the ids they had before targets
@@ -119,6 +123,9 @@ def manifest(
     task_ids = config.task_ids if config.task_ids is not None else [t.task_id for t in corpus.tasks]
     if isinstance(config.shard, tuple):  # the shard's own records; the run's provenance
         n_tasks = len(config.this_shard(corpus).task_ids or ())
+    if config.until_decided is not None:  # the look's tasks: what the archive holds
+        task_ids = config.this_shard(corpus).task_ids or ()
+        n_tasks = len(task_ids)
     plan = archive.Manifest(
         run_id=run_id_for(config, corpus, scenario_hash),
         kind="live",
@@ -154,6 +161,7 @@ def manifest(
             else {**target_of(config).manifest(), "tools": agent_versions()["tools"]}
         ),
         shard=shards.label(config.shard) if isinstance(config.shard, tuple) else archive.UNSET,
+        until_decided=archive.UNSET if config.until_decided is None else until_decided(config),
         expected_records=sum(expected_records(config, n_tasks).values()),
     )
     if outcome is None:
@@ -165,6 +173,21 @@ def manifest(
     if outcome.local_models:
         done["local_models"] = dict(outcome.local_models)
     return replace(plan, **done)
+
+
+def until_decided(config: LiveConfig) -> dict[str, Any]:
+    """The manifest's ``until_decided`` block: the plan (sizes, each look's level), the order
+    the looks take the tasks in, the look the folder holds and every look judged so far."""
+    from layerlab.analysis.sequential import Plan
+
+    u = config.until_decided
+    assert u is not None
+    plan = Plan(u.max_tasks, u.batch, u.alpha, u.delta)
+    return {
+        **plan.as_dict(), "specific": list(u.specific), "no_over_broad": u.no_over_broad,
+        "limit_seed": u.limit_seed, "order": list(config.task_ids or ()), "tasks": u.tasks,
+        "looks": [dict(lk) for lk in u.looks],
+    }  # fmt: skip
 
 
 def calls_summary(

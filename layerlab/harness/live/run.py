@@ -347,9 +347,13 @@ def _resumed(out: Path, plan: Mapping[str, Any], resume: bool) -> dict[str, Any]
             "resume with the same --shard"
         )
     if old is not None and old["run_id"] != plan["run_id"]:
+        ud = old.get("until_decided") or plan.get("until_decided")
+        hint = (" (an until-decided run: the same --until-decided, --specific, --no-over-broad, "
+                "--max-tasks, --batch, --delta and --limit-seed too)") if ud else ""  # fmt: skip
         raise LiveRunError(
             f"{out} holds run {old['run_id']} with other settings than this command "
-            f"(would be {plan['run_id']}); resume with the original models, filters and settings"
+            f"(would be {plan['run_id']}); resume with the original models, filters and "
+            f"settings{hint}"
         )
     return old
 

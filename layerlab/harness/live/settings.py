@@ -85,6 +85,33 @@ class AgentMode:
 
 
 @dataclass(frozen=True)
+class UntilDecided:
+    """``run live --until-decided``: the run's tasks (:attr:`LiveConfig.task_ids`, at most
+    ``max_tasks``) in the nested stratified order its looks take them, looks of ``batch`` more
+    tasks each, each judged at its share of ``alpha`` (:mod:`layerlab.analysis.sequential`) at
+    margin ``delta`` until every verdict asked (``specific`` arms, every arm's with
+    ``no_over_broad``) is conclusive. ``tasks``: the look this invocation makes (the first
+    ``tasks`` of the order); ``looks``: the looks made so far as the manifest records them.
+    Neither is in the run id: the looks of one plan are one run, each holding the one before."""
+
+    max_tasks: int
+    batch: int
+    specific: tuple[str, ...] = ()
+    no_over_broad: bool = False
+    alpha: float = 0.05
+    delta: float = 0.10
+    limit_seed: int = 0
+    tasks: int = 0
+    looks: tuple[Mapping[str, Any], ...] = ()
+
+    def identity(self) -> dict[str, Any]:
+        """What the run id holds of the plan (the order itself is the config's task ids)."""
+        d = dataclasses.asdict(self)
+        del d["tasks"], d["looks"]
+        return d
+
+
+@dataclass(frozen=True)
 class LiveConfig:
     """Everything that determines a live run's records (budget and concurrency do not)."""
 
@@ -120,6 +147,8 @@ class LiveConfig:
     target: TargetSpec | str | None = None
     # None: every task; else (I, N): shard I of N of the tasks (shards.py; not in the run id)
     shard: tuple[int, int] | str | None = None
+    # None: a run of fixed size; else ``--until-decided`` (``task_ids``: the plan's order)
+    until_decided: UntilDecided | None = None
     # the earlier name of ``epochs`` (``--replicates``, ``replicates:``): the same setting
     replicates: InitVar[int | None] = None
 
@@ -216,6 +245,14 @@ class LiveConfig:
             bad_ids = [t for t in self.task_ids if t not in known]
             if bad_ids:
                 raise LiveRunError(f"--tasks: unknown task id(s) {bad_ids[:5]}")
+        if self.until_decided is not None:
+            u = self.until_decided
+            if isinstance(self.shard, tuple):
+                raise LiveRunError("--until-decided with --shard: a run that stops when it has "
+                                   "decided is judged whole (leave out --shard)")  # fmt: skip
+            if self.task_ids is None or not 1 <= u.tasks <= len(self.task_ids):
+                raise LiveRunError(f"--until-decided: a look of {u.tasks} of the plan's "
+                                   f"{len(self.task_ids or ())} tasks")  # fmt: skip
         if isinstance(self.shard, tuple):
             from layerlab.harness.live.shards import check_shard
 
@@ -241,7 +278,12 @@ class LiveConfig:
         return [t.task_id for t in corpus.tasks if wanted is None or t.task_id in wanted]
 
     def this_shard(self, corpus: Corpus) -> LiveConfig:
-        """The config that runs this shard's tasks only (itself when it is not a shard)."""
+        """The config that runs this invocation's tasks only: this shard's, or this look's of an
+        until-decided run (the first ``until_decided.tasks`` of its order); itself otherwise."""
+        if self.until_decided is not None and self.task_ids is not None:
+            look = set(self.task_ids[: self.until_decided.tasks])
+            ids = tuple(t for t in self.run_task_ids(corpus) if t in look)
+            return dataclasses.replace(self, task_ids=ids, until_decided=None)
         if not isinstance(self.shard, tuple):
             return self
         from layerlab.harness.live.shards import shard_tasks
