@@ -10,7 +10,8 @@ discordant counts b (treatment only) and c (baseline only) out of n pairs, and T
 interval (Tango 1998, Stat Med 17:891) inverts the score test of ``Δ = (b - c)/n`` with the
 restricted maximum-likelihood variance: it never has width zero, and its exact coverage
 (:mod:`layerlab.analysis.tango_coverage`) is at least 92.1% at 16 pairs wherever |Δ| <= 0.9,
-dipping to about 84% only for near-ceiling one-directional cells. With several units resampled by task (fewer than ``MIN_UNITS``) the same holds at the
+dipping to about 84% only for near-ceiling one-directional cells. With several units resampled
+by task (fewer than ``MIN_UNITS``) the same holds at the
 task level when every unit agrees on each task (deterministic agents): the counts are then of
 discordant tasks, so one effect gets one interval whether its archive holds one agent or several
 that agree (Table 5's reference block and Table 10's mitigation archive). The method per cell

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 HELP = {
     "until_decided": "Add tasks in seeded, stratified looks (--batch more each, up to "
     "--max-tasks) until every verdict asked (--specific, --no-over-broad) is conclusive; each "
-    "look judged at its share of a 5% error rate (O'Brien-Fleming spending: docs/live-runs.md).",
+    "look judged at its share of a 5% error rate (Pocock-type spending: docs/live-runs.md).",
     "specific": "With --until-decided: wait for this mitigation's Table 10 verdict (repeatable).",
     "no_over_broad": "With --until-decided: wait for every mitigation's verdict (in a run of "
     "every arm, all but layerlab's over-broad controls, as gate --no-over-broad).",
