@@ -56,7 +56,8 @@ def test_the_score_interval_is_never_zero_width_on_a_constant_cell() -> None:
     t = eff.table.set_index("scenario")
     assert set(t["method"]) == {exact.SCORE}
     assert (t["ci_high"] - t["ci_low"] > 0.1).all(), t
-    assert "Tango score interval" in eff.describe() and "sign-flip" in eff.describe()
+    assert "Tango score interval" in eff.describe()
+    assert "exact binomial null of each binary cell's discordant tasks" in eff.describe()
 
 
 def test_constant_cells_of_several_units_use_the_score_interval_at_the_pooled_pairs() -> None:

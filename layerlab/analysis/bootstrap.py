@@ -58,6 +58,34 @@ class Paired:
         return bool((self.valid.any(axis=1).sum(axis=0) >= 2).any())
 
 
+PAIR_KEYS = ("unit", "scenario", "task_id", "policy_id")  # what a pair shares
+
+
+def arm_records(
+    df: pd.DataFrame,
+    treatment: str,
+    baseline: str,
+    outcome: str,
+    arm: str = ARM,
+    scenarios: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The two arms' records as the pairing reads them: :data:`PAIR_KEYS`, ``arm`` and the
+    outcome ``y`` as a float (the one owner of that frame: paired effects and planning)."""
+    sub = df[df[arm].isin([treatment, baseline])]
+    if scenarios is not None:
+        sub = sub[sub["scenario"].isin(list(scenarios))]
+    return pd.DataFrame(
+        {
+            "unit": unit_labels(sub).to_numpy(),
+            "scenario": sub["scenario"].to_numpy(),
+            "task_id": sub["task_id"].to_numpy(),
+            "policy_id": sub["policy_id"].to_numpy(),
+            "arm": sub[arm].to_numpy(),
+            "y": sub[outcome].astype(float).to_numpy(),
+        }
+    )
+
+
 def paired(
     df: pd.DataFrame,
     outcome: str = OUTCOME,
@@ -72,20 +100,8 @@ def paired(
     to the contract pair (:func:`~layerlab.analysis.units.contract_arms`).
     """
     baseline, treatment = contract_arms(baseline, treatment)
-    sub = df[df[arm].isin([treatment, baseline])]
-    if scenarios is not None:
-        sub = sub[sub["scenario"].isin(list(scenarios))]
-    keys = ["unit", "scenario", "task_id", "policy_id"]
-    frame = pd.DataFrame(
-        {
-            "unit": unit_labels(sub).to_numpy(),
-            "scenario": sub["scenario"].to_numpy(),
-            "task_id": sub["task_id"].to_numpy(),
-            "policy_id": sub["policy_id"].to_numpy(),
-            "arm": sub[arm].to_numpy(),
-            "y": sub[outcome].astype(float).to_numpy(),
-        }
-    )
+    frame = arm_records(df, treatment, baseline, outcome, arm, scenarios)
+    keys = list(PAIR_KEYS)
     means = frame.groupby([*keys, "arm"], sort=False)["y"].mean().unstack("arm")
     if treatment not in means or baseline not in means:
         raise ValueError(f"archives hold no {treatment!r}/{baseline!r} pairs (arm column {arm!r})")

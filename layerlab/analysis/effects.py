@@ -119,8 +119,8 @@ class Effects:
         parts = []
         if exact.SCORE in used:
             parts.append(
-                "the exact binomial null of each binary cell's discordant tasks, Bonferroni over "
-                "the cells"
+                "the exact binomial null of each binary cell's discordant tasks under sign flips, "
+                "Bonferroni over the cells"
             )
         if any(m != exact.SCORE for m in used):
             unit = "policy" if self.policy_level else "task"

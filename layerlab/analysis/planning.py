@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from layerlab.analysis.bootstrap import Paired
-from layerlab.analysis.units import ARM, unit_labels
+from layerlab.analysis.bootstrap import PAIR_KEYS, Paired, arm_records
+from layerlab.analysis.units import ARM
 
 SIMS = 200  # simulated archives per design (Monte Carlo s.e. of a probability <= 3.5 pp)
 N_BOOT = 200  # bootstrap draws per simulated archive (only cells of replicate means read them)
@@ -62,18 +62,8 @@ def pilot(
     df: pd.DataFrame, treatment: str, baseline: str, outcome: str, arm: str = ARM
 ) -> Pilot:
     """The per-task rates of ``treatment`` and ``baseline`` in a run's records."""
-    sub = df[df[arm].isin([treatment, baseline])]
-    frame = pd.DataFrame(
-        {
-            "unit": unit_labels(sub).to_numpy(),
-            "scenario": sub["scenario"].to_numpy(),
-            "task_id": sub["task_id"].to_numpy(),
-            "policy_id": sub["policy_id"].to_numpy(),
-            "arm": sub[arm].to_numpy(),
-            "y": sub[outcome].astype(float).to_numpy(),
-        }
-    )
-    keys = ["unit", "scenario", "task_id", "policy_id"]
+    frame = arm_records(df, treatment, baseline, outcome, arm)
+    keys = list(PAIR_KEYS)
     agg = frame.groupby([*keys, "arm"], sort=False)["y"].agg(["mean", "size"])
     rate, size = agg["mean"].unstack("arm"), agg["size"].unstack("arm")
     if treatment not in rate or baseline not in rate:
