@@ -91,7 +91,8 @@ def test_the_verdict_probability_uses_the_tables_rule() -> None:
     """Same rule, same answer: an archive the pilot's size simulated from a deterministic pilot
     is the pilot's own tasks redrawn; specificity.matrix reports that probability per arm."""
     df = _pilot_frame(30)
-    mx = specificity.matrix(df.drop(columns="replicate"), n_boot=200, sims=20)
+    records = df.drop(columns="replicate")
+    mx = planning.with_chances(specificity.matrix(records, n_boot=200), records, sims=20)
     r = mx.summary.set_index("mitigation").loc["freshness_guard"]
     assert r["verdict"] == specificity.SPECIFIC and r["p specific"] == 1.0 and r["sims"] == 20
     assert r["floor"] == 25 and r["tasks"] == 30

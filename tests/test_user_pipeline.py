@@ -68,9 +68,9 @@ def test_the_larger_run_calls_the_guard_the_worked_example_could_not() -> None:
     assert small.loc["validity_resolution", "verdict"] == "inconclusive"
     assert list(sized.index) == ["validity_resolution"]
     assert sized.loc["validity_resolution", "verdict"] != "inconclusive"
-    assert float(sized.loc["validity_resolution", "MDE (pp, 80% power)"]) < float(
-        small.loc["validity_resolution", "MDE (pp, 80% power)"]
-    )
+    # below the floor of 25 tasks no run can be called specific; at 48 it can
+    assert float(small.loc["validity_resolution", "P(specific) at this size"]) == 0.0
+    assert float(sized.loc["validity_resolution", "P(specific) at this size"]) > 0.5
 
 
 def test_the_larger_run_discloses_and_separates_the_tasks_of_the_first() -> None:

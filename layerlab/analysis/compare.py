@@ -394,11 +394,14 @@ def matrix_blocks(
         )
     if len(arms) < 2:
         raise CompareError(f"{run}: holds only the baseline arm {base!r}: no mitigation to judge")
+    from layerlab.analysis import planning
+
     a = verdict_level(run)[0] if alpha is None else alpha
-    return {
-        name: (specificity.matrix(sub, defined, n_boot=n_boot, seed=seed, alpha=a, delta=delta), sub)
-        for name, sub in stats.blocks(src.df).items()
-    }
+    out = {}
+    for name, sub in stats.blocks(src.df).items():
+        mx = specificity.matrix(sub, defined, n_boot=n_boot, seed=seed, alpha=a, delta=delta)
+        out[name] = (planning.with_chances(mx, sub), sub)  # what this size can decide
+    return out
 
 
 def matrix_summary(

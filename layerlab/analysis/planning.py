@@ -239,8 +239,9 @@ def arm_cells(
     return [s for s in scenarios if s in tgt], [s for s in scenarios if s not in tgt]
 
 
-def plan_run(
-    run: Any,
+def plan_records(
+    df: pd.DataFrame,
+    spec: Any,
     mitigation: str,
     sizes: Sequence[int] = SIZES,
     epochs: Sequence[int] = (1, 3),
@@ -249,28 +250,50 @@ def plan_run(
     delta: float | None = None,
     asked: str = "specific",
 ) -> dict[str, pd.DataFrame]:
-    """:func:`plan` for one mitigation of a run folder (the pilot), per block of units, against
-    the run's own baseline and arm definitions."""
-    from layerlab.analysis import compare, specificity
+    """:func:`plan` for one mitigation of a run's records (the pilot), per block of units,
+    against the run's own baseline and arm definitions ``spec``
+    (:func:`layerlab.mitigations.book.book_for`)."""
+    from layerlab.analysis import specificity
     from layerlab.analysis.units import blocks
-    from layerlab.mitigations import book
 
-    src = compare.load(run)
-    arms = sorted(set(src.df[ARM]))
-    spec = book.book_for([run], arms)
+    arms = sorted(set(df[ARM]))
     if mitigation not in arms or mitigation == spec.baseline:
         judged = ", ".join(a for a in arms if a != spec.baseline) or "none"
         raise ValueError(
-            f"{mitigation!r}: not a mitigation arm of {run} (it holds: {judged}; baseline "
+            f"{mitigation!r}: not a mitigation arm of the run (it holds: {judged}; baseline "
             f"{spec.baseline})"
         )
     out = {}
-    for block, df in blocks(src.df).items():
-        p = pilot(df, mitigation, spec.baseline, specificity.OUTCOME)
+    for block, sub in blocks(df).items():
+        p = pilot(sub, mitigation, spec.baseline, specificity.OUTCOME)
         tgt, off = arm_cells(spec, mitigation, p.scenarios)
         margins = specificity.cell_margins([*tgt, *off], delta)
         out[block] = plan(p, tgt, off, sizes, epochs, asked, sims, seed, delta=margins)
     return out
+
+
+def with_chances(mx: Any, df: pd.DataFrame, sims: int = SIMS) -> Any:
+    """``mx`` (a :class:`~layerlab.analysis.specificity.Matrix` of the records ``df``) with the
+    probability of each verdict at its size per mitigation (columns ``p specific``, ``p
+    over-broad``, ``p ineffective``, ``p inconclusive``, ``epochs``, ``sims``): what a re-run of
+    the same tasks x epochs would say if nothing changed off target (:func:`verdict_probability`,
+    the matrix's own alpha, margins and seed)."""
+    from layerlab.analysis import specificity
+
+    rows = []
+    for _, r in mx.summary.iterrows():
+        name = str(r["mitigation"])
+        cells = mx.cells[mx.cells["mitigation"] == name]
+        tgt = [str(s) for s in cells.loc[cells["target"], "scenario"]]
+        off = [str(s) for s in cells.loc[~cells["target"], "scenario"]]
+        p = pilot(df, name, mx.baseline, specificity.OUTCOME)
+        d = specificity.cell_margins([*tgt, *off], mx.margin)
+        pr = verdict_probability(p, tgt, off, len(p.tasks), p.epochs, sims, mx.seed, mx.alpha, d)
+        rows.append({**{f"p {w}": v for w, v in pr.items()}, "epochs": p.epochs, "sims": sims})
+    extra = pd.DataFrame(rows, index=mx.summary.index)
+    summary = pd.concat([mx.summary.drop(columns=list(extra.columns), errors="ignore"), extra],
+                        axis=1)  # fmt: skip
+    return dataclasses.replace(mx, summary=summary)
 
 
 def advice(table: pd.DataFrame, mitigation: str, asked: str = "specific") -> str:

@@ -100,6 +100,9 @@ class Matrix:
     note: str
     delta: float = DELTA
     methods: str = ""  # which interval method each cell used and how the band is calibrated
+    margin: float | None = None  # the margin asked for: one for every cell, None each layer's
+    alpha: float = 0.05
+    seed: int = 0
 
     @property
     def delta_text(self) -> str:
@@ -134,8 +137,6 @@ def specific_floor(alpha: float = 0.05, delta: float = DELTA) -> int:
     """The fewest tasks (policies, when clustered) at which an off-target cell with no changed
     task can show equivalence: its (1 - 2 alpha) score interval ±z²/(n + z²) fits within ±delta
     only from ``n > z² (1 - delta) / delta`` (25 at alpha 5% and delta 10 pp)."""
-    from layerlab.analysis.rates import z_score
-
     z2 = z_score(2 * alpha) ** 2
     return int(math.floor(z2 * (1 - delta) / delta)) + 1
 
@@ -285,15 +286,13 @@ def matrix(
     policy_level: bool | None = None,
     alpha: float = 0.05,
     delta: float | None = None,
-    sims: int | None = None,
 ) -> Matrix:
     """The specificity matrix of every mitigation arm in ``df`` against the baseline arm; the
     arms' layers and stages from ``spec`` (recompute, compare and gate pass the archives' own
     definitions, :func:`layerlab.mitigations.book.book_for`; default: the installed spec).
     ``policy_level``: None resamples by policy when question variants share policies
-    (:func:`layerlab.analysis.effects.resolve_policy_level`). ``sims``: simulated archives per
-    arm for the probability of each verdict at this design (:mod:`layerlab.analysis.planning`;
-    default its ``SIMS``, 0 leaves it out). ``delta``: one equivalence margin for every cell, or
+    (:func:`layerlab.analysis.effects.resolve_policy_level`); the probability of each verdict
+    at this size is :func:`layerlab.analysis.planning.with_chances`'s to add. ``delta``: one equivalence margin for every cell, or
     None for each layer's margin in ``roles.yaml`` (:func:`layer_margins`)."""
     spec = spec or load_mitigations()
     layers = scenario_layers(scenarios)
@@ -315,13 +314,14 @@ def matrix(
         off_names = [s for s in scen if s not in tgt]
         j = judge(eff, tgt_names, off_names, alpha, delta)
         cells += _cell_rows(name, eff, tgt, j)
-        row = _summary_row(name, eff, tgt_names, off_names, j, spec, alpha)
-        row.update(_chances(df, name, spec.baseline, tgt_names, off_names, j, sims, seed))
-        summary.append(row)
+        summary.append(_summary_row(name, eff, tgt_names, off_names, j, spec, alpha))
     shown = DELTA if delta is None else delta
     if delta is None and summary:
         shown = min(float(r["delta"]) for r in summary)
-    return Matrix(pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note, shown, methods)
+    return Matrix(
+        pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note, shown, methods, delta,
+        alpha, seed,
+    )  # fmt: skip
 
 
 def _cell_rows(name: str, eff: Effects, tgt: set[str], j: Judgement) -> list[dict[str, Any]]:
@@ -407,32 +407,6 @@ def _summary_row(
         "tasks": len(eff.paired.tasks),
         "floor": specific_floor(alpha, j.delta),
     }
-
-
-def _chances(
-    df: pd.DataFrame,
-    name: str,
-    baseline: str,
-    tgt_names: list[str],
-    off_names: list[str],
-    j: Judgement,
-    sims: int | None,
-    seed: int,
-) -> dict[str, Any]:
-    """The probability of each verdict at this run's design (its tasks and epochs), by
-    simulation from its own per-task rates (:func:`layerlab.analysis.planning.
-    verdict_probability`): what a re-run of the same size would say if its effects are true."""
-    from layerlab.analysis import planning
-
-    n = planning.SIMS if sims is None else sims
-    keys = ("p specific", "p over-broad", "p ineffective", "p inconclusive")
-    if not n:
-        return {**dict.fromkeys(keys, float("nan")), "epochs": float("nan"), "sims": 0}
-    pilot = planning.pilot(df, name, baseline, OUTCOME)
-    pr = planning.verdict_probability(
-        pilot, tgt_names, off_names, len(pilot.tasks), pilot.epochs, n, seed, j.alpha, j.delta
-    )
-    return {**{f"p {w}": v for w, v in pr.items()}, "epochs": pilot.epochs, "sims": n}
 
 
 def run_archive(

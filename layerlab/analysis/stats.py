@@ -36,14 +36,11 @@ from layerlab.analysis.crosschecks import (
     mcnemar_exact_log10,
 )
 from layerlab.analysis.effects import (
-    Block,
     Effects,
-    analyse,
     arm_effects,
     cluster_df,
     effects_by_design,
     effects_from_paired,
-    effects_long,
     paired_effects,
     pick_design,
     simultaneous_band,
@@ -51,6 +48,7 @@ from layerlab.analysis.effects import (
     specificity_margin,
 )
 from layerlab.analysis.gains import model_gains
+from layerlab.analysis.perblock import Block, analyse, effects_long
 from layerlab.analysis.provenance import records_frame, run_settings, sampling_phrase
 from layerlab.analysis.rates import (
     Rate,

@@ -46,14 +46,17 @@ def plan_cmd(
     seed: int = typer.Option(0, help="Seed of the simulation."),
 ) -> None:
     from layerlab.analysis import compare, planning
+    from layerlab.mitigations import book
     from layerlab.reporting import terminal
 
     asked = "conclusive" if conclusive else "specific"
     try:
-        tables = planning.plan_run(
-            run, specific, tasks or planning.SIZES, epochs or (1, 3), sims, seed, delta, asked
+        df = compare.load(run).df
+        spec = book.book_for([run], sorted(set(df["mitigation"])))
+        tables = planning.plan_records(
+            df, spec, specific, tasks or planning.SIZES, epochs or (1, 3), sims, seed, delta, asked
         )
-    except (compare.CompareError, ValueError) as exc:
+    except (compare.CompareError, book.UnknownArmError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     for block, t in tables.items():

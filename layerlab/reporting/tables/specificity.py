@@ -45,6 +45,7 @@ def _table(
 ) -> pd.DataFrame:
     if isinstance(matrix, Mapping):
         assert isinstance(records, Mapping)
+        matrix = {b: _chances(m, records[b]) for b, m in matrix.items()}
         frames = [build(m).assign(block=b) for b, m in matrix.items()]
         out = pd.concat(frames, ignore_index=True)
         out = out[["block", *[c for c in out.columns if c != "block"]]]
@@ -52,10 +53,19 @@ def _table(
         out.attrs["notes"] = _notes(next(iter(matrix.values())).delta)
     else:
         assert isinstance(records, pd.DataFrame)
+        matrix = _chances(matrix, records)
         out = build(matrix)
         out.attrs["caption"] = _captions(matrix, records)[name]
         out.attrs["notes"] = _notes(matrix.delta)
     return out
+
+
+def _chances(m: Matrix, records: pd.DataFrame) -> Matrix:
+    """The matrix with the probability of each verdict at its size (Table 10's P(specific)
+    column), unless it has it already."""
+    from layerlab.analysis import planning
+
+    return m if "p specific" in m.summary else planning.with_chances(m, records)
 
 
 def _pp(v: float) -> str:
