@@ -19,13 +19,20 @@ Interval types and what they are judged against:
 
 The settings (:mod:`layerlab.analysis.coverage_settings`) include the shapes users run: one unit x
 16, 40 and 80 tasks (a Beta(2,2) null, near-ceiling and rare-success targets, replicates with ICC
-0.2, +20 pp on the target, a +25 pp off-target gain). Every setting also scores Table 10's
+0.2, +20 pp on the target, a +25 pp off-target gain), and the designs a team's verdict rests on
+(an off-target effect of exactly ±δ, three question variants per policy sharing an effect, a
+sampled system of three epochs, a +15 pp side effect). Every setting also scores Table 10's
 verdict (:func:`layerlab.analysis.specificity.judge`) against the verdict its truth calls for
 (:func:`~layerlab.analysis.coverage_settings.expected_verdict`): ``false flag`` is the share given
-a claim the truth contradicts — with no effect anywhere, called specific or over-broad (at most
-:data:`MAX_FALSE_FLAG` in every null setting); ``inconclusive`` is no claim; ``power`` the share
-given the verdict the truth calls for. Beside it in null settings, not reported: the old rule
-(one-sided, per-cell marginal intervals) and "some off-target marginal interval excludes zero".
+a claim the truth contradicts; ``inconclusive`` is no claim; ``power`` the share given the verdict
+the truth calls for. Each claim is a test with its own error rate (:func:`false_claims`): in
+every null setting and every one-unit setting, each claim the truth contradicts (specific,
+over-broad, ineffective) is given at most :data:`MAX_FALSE_FLAG` of the time. With no effect
+anywhere a mitigation can be given either of two claims, so its chance of some false claim is
+bounded by 2.5% (specific: the target's interval is one-sided) + 5% (over-broad). Beside it in
+null settings, not reported: the old rule (one-sided, per-cell marginal intervals), "some
+off-target marginal interval excludes zero" and, where question variants share a policy's effect,
+the verdict judged with variants as independent tasks.
 
 ``python -m layerlab.analysis.coverage --full`` runs the full size and writes
 ``data/coverage/coverage.csv`` (committed; notebook 10 shows it), settings in parallel over
@@ -56,6 +63,7 @@ from layerlab.analysis.coverage_settings import (  # the settings, re-exported f
     expected_verdict,
     is_null,
     one_unit_settings,
+    team_settings,
 )
 from layerlab.analysis.effects import Effects, effects_from_paired, specificity_margin
 from layerlab.analysis.rates import rate_interval
@@ -65,7 +73,7 @@ COVERAGE_DIR = paths.DATA / "coverage"
 COVERAGE_CSV = COVERAGE_DIR / "coverage.csv"
 NOMINAL = 0.95
 REQUIRED = 0.93  # every reported interval type must reach this in every setting
-MAX_FALSE_FLAG = 0.05  # Table 10's verdict may call at most this share of null mitigations
+MAX_FALSE_FLAG = 0.05  # each claim of Table 10's verdict, where the truth contradicts it, at most
 # Rows of the committed table that miss a goal, each with its measured value and Monte Carlo
 # error (open work, shown by notebook 10 beside the table; the committed-table test requires
 # exactly these, so a new miss or a fix is noticed). None now (issue 33): the crossed band's t
@@ -79,6 +87,10 @@ VERDICT = "verdict"  # the quantity of the verdict rows
 RATE_INTERVAL = "reported (cluster-aware Clopper-Pearson)"  # the rates' interval rows
 BAND = "effect, every cell together"  # the simultaneous band's rows: all cells covered at once
 VERDICT_SHARES = ("specific", "over-broad", "ineffective", "inconclusive")
+CLAIMS = VERDICT_SHARES[:3]  # inconclusive is no claim
+# the verdict of a design whose question variants share a policy, judged with variants as
+# independent tasks (``--task-level``; the library judges by policy there)
+TASK_LEVEL = "simultaneous band, δ equivalence, variants as independent tasks"
 
 
 def _covers(lo: float, hi: float, truth: float) -> bool:
@@ -151,6 +163,10 @@ def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[d
         )
     off_all = [s for i, s in enumerate(scen) if i != ti]
     rows += _verdict_rows(eff, setting.target, off_all, expected_verdict(setting), true_eff)
+    if setting.policy_effect and setting.variants > 1:  # what --task-level would claim
+        by_task = effects_from_paired(p, n_boot, seed=seed + 1, policy_level=False)
+        row = _verdict_rows(by_task, setting.target, off_all, expected_verdict(setting))[0]
+        rows.append({**row, "interval": TASK_LEVEL, "status": "not reported"})
     m = specificity_margin(eff, setting.target, [scen[i] for i in zero])
     true_margin = true_eff[ti] - np.abs(true_eff[zero]).max()
     add(
@@ -343,15 +359,21 @@ __all__ = [
     "is_null",
     "one_unit_settings",
     "run",
+    "team_settings",
 ]
 
 
 def _setting_rows(job: tuple[synthetic.Setting, int, int, int]) -> pd.DataFrame:
     """Every simulation of one setting, aggregated (one job of :func:`run`)."""
+    from threadpoolctl import threadpool_limits
+
     setting, sims, seed0, n_boot = job
     rows: list[dict[str, Any]] = []
-    for i in range(sims):
-        rows += one_simulation(setting, seed0 + 7 * i, n_boot)
+    # one BLAS thread: settings already run one per core, and small matrices gain nothing from
+    # more (measured: 11-16 s instead of 30-61 s per clustered or sampled setting on 2 cores)
+    with threadpool_limits(limits=1):
+        for i in range(sims):
+            rows += one_simulation(setting, seed0 + 7 * i, n_boot)
     frame = pd.DataFrame(rows)
     if "verdict" not in frame:
         frame["verdict"], frame["called"] = None, None
@@ -413,23 +435,51 @@ def null_rows(table: pd.DataFrame) -> pd.Series:
     )
 
 
+def false_claims(table: pd.DataFrame) -> pd.DataFrame:
+    """Per reported verdict row whose truth is known where it is judged (a null setting, or one
+    unit), the share of archives given each claim the truth contradicts (specific, over-broad,
+    ineffective; NaN where the truth calls for the claim). Each claim is a test of its own
+    stated at 5%: specific an intersection-union test (its null: the target gained nothing or
+    some off-target cell moved by δ or more), over-broad the simultaneous band (its null: nothing
+    moved off target), ineffective the target's upper bound (its null: a gain of δ or more). A
+    mitigation with no effect anywhere can be given either of the first two, so its chance of
+    some false claim is bounded by their sum (specific's share is at most 2.5% there: its
+    target interval is one-sided)."""
+    v = table[
+        (table["quantity"] == VERDICT)
+        & (table["status"] == "reported")
+        & (null_rows(table) | (table["units"] == 1))
+    ]
+    out = v[["setting", "estimand", "simulations"]].copy()
+    called_for = v["estimand"].astype(str).str.split(" ").str[0]
+    for c in CLAIMS:
+        out[c] = v[c].astype(float).where(called_for != c)
+    return out.reset_index(drop=True)
+
+
 def failures(
     table: pd.DataFrame, required: float = REQUIRED, max_false_flag: float = MAX_FALSE_FLAG
 ) -> pd.DataFrame:
-    """Reported interval types below the required coverage, and reported verdicts that call more
-    than ``max_false_flag`` of null mitigations specific or over-broad (should be empty)."""
+    """Reported interval types below the required coverage, and reported verdicts that give a
+    claim the truth contradicts (:func:`false_claims`) in more than ``max_false_flag`` of
+    archives (should be empty)."""
     rep = table["status"] == "reported"
     verdict = table["quantity"] == VERDICT
     low = ~verdict & (table["coverage"] < required)
-    flags = null_rows(table) & (table["false flag"] > max_false_flag)
+    fc = false_claims(table)
+    over = fc.loc[(fc[list(CLAIMS)] > max_false_flag).any(axis=1), "setting"]
+    flags = verdict & table["setting"].isin(set(over))
     return table[rep & (low | flags)]
 
 
-def false_flags(table: pd.DataFrame) -> dict[str, float]:
-    """Per null setting, the share of null mitigations Table 10's verdict calls specific or
-    over-broad."""
+def false_flags(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per null setting, the share of null mitigations Table 10's verdict calls specific and the
+    share it calls over-broad (each claim's error rate: at most :data:`MAX_FALSE_FLAG`)."""
     v = table[null_rows(table)]
-    return {str(r["setting"]): float(r["false flag"]) for _, r in v.iterrows()}
+    return {
+        str(r["setting"]): {c: float(r[c]) for c in ("specific", "over-broad")}
+        for _, r in v.iterrows()
+    }
 
 
 def powers(table: pd.DataFrame) -> dict[str, float]:

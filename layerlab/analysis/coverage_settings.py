@@ -11,6 +11,9 @@ from layerlab.analysis import synthetic
 from layerlab.analysis.units import MIN_UNITS
 
 ONE_UNIT_TASKS = (16, 40, 80)  # the shapes users run: one unit, few tasks
+BOUNDARY_TASKS = (40, 80)  # an off-target effect of exactly ±δ: specific's own null
+CLUSTERED_POLICIES = (27, 80)  # 3 question variants per policy: 81 and 240 tasks
+SAMPLED_TASKS = (80, 240)  # a sampled system, 3 epochs per task
 
 
 def _null(setting: synthetic.Setting) -> synthetic.Setting:
@@ -65,6 +68,7 @@ def all_settings() -> tuple[synthetic.Setting, ...]:
             name="identical prompts, 9 units x 80 tasks x 9 scenarios",
         ),
         *one_unit_settings(),
+        *team_settings(),
     )
 
 
@@ -114,13 +118,91 @@ def one_unit_settings() -> tuple[synthetic.Setting, ...]:
     )
 
 
+def team_settings() -> tuple[synthetic.Setting, ...]:
+    """The designs a team's verdict rests on, one unit each: an off-target effect of exactly +δ
+    (0 -> δ of tasks) or -δ (δ -> 0) beside a +50 pp target at 40 and 80 tasks (where "specific"
+    is false by the least: its error rate); the policy-clustered null (3 question variants per
+    policy sharing an effect of ±15 pp, mean 0) at 27 and 80 policies, judged by policy as the
+    library does (and by task beside it, not reported); a sampled system (3 epochs per task,
+    per-task rates Beta(0.3, 0.3), every arm re-drawn) at 80 and 240 tasks, null and with a
+    +40 pp target; and a +15 pp off-target gain beside a +40 pp target at 40 and 80 tasks."""
+    from layerlab.analysis import specificity as sp
+    from layerlab.faults.scenario import load_scenarios
+
+    scen = list(load_scenarios())
+    one = synthetic.Setting(
+        n_units=1,
+        variants=1,
+        unit_sd=0.0,
+        unit_effect_sd=0.0,
+        task_effect_sd=0.0,
+        task_dist="beta",
+        base_rate=0.5,
+    )
+    target = one.target
+    off = next(x for x in scen if x != target)
+
+    def effects(**kw: float) -> dict[str, float]:
+        return {x: kw.get(x, 0.0) for x in scen}
+
+    d = sp.DELTA
+    flat = replace(one, task_dist="normal", task_sd=0.0)
+    out = []
+    for n in BOUNDARY_TASKS:
+        for sign, base, name in ((1, 0.0, f"0 -> {d:.0%}"), (-1, d, f"{d:.0%} -> 0")):
+            out.append(
+                replace(
+                    flat,
+                    name=f"1 unit x {n} tasks, off-target {sign * 100 * d:+.0f} pp "
+                    f"({name} of tasks), +50 pp target",
+                    n_policies=n,
+                    base_rate=base,
+                    effects=effects(**{target: 0.5, off: sign * d}),
+                )
+            )
+    for g in CLUSTERED_POLICIES:
+        out.append(
+            replace(
+                _null(one),
+                name=f"1 unit x {3 * g} tasks ({g} policies x 3 variants), "
+                "±15 pp per policy, null",
+                n_policies=g,
+                variants=3,
+                policy_effect=0.15,
+            )
+        )
+    sampled = replace(one, task_beta=(0.3, 0.3), replicates=3)
+    for n in SAMPLED_TASKS:
+        out.append(replace(_null(sampled), name=f"1 unit x {n} tasks x 3 epochs, sampled, null",
+                           n_policies=n))  # fmt: skip
+        out.append(
+            replace(
+                sampled,
+                name=f"1 unit x {n} tasks x 3 epochs, sampled, +40 pp target",
+                n_policies=n,
+                effects=effects(**{target: 0.4}),
+            )
+        )
+    for n in BOUNDARY_TASKS:
+        out.append(
+            replace(
+                one,
+                name=f"1 unit x {n} tasks, +15 pp off-target gain ({off})",
+                n_policies=n,
+                effects=effects(**{target: 0.4, off: 0.15}),
+            )
+        )
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Size:
     """How big a coverage run is. Settings with fewer than ``MIN_UNITS`` units are cheap
     and their tasks-only intervals sit closest to the requirement, so they get ``small_sims``
     simulations (a smaller Monte Carlo error) when it is set; null settings (no effect anywhere,
     where the verdict's false-flag rate is measured) get ``null_sims`` when it is set, and the
-    one-unit settings with an effect ``one_unit_sims``."""
+    one-unit settings with an effect ``one_unit_sims``; settings with an off-target effect of
+    exactly ±δ (:func:`on_boundary`) count as null settings."""
 
     sims: int
     n_boot: int
@@ -130,7 +212,7 @@ class Size:
     one_unit_sims: int | None = None  # one-unit settings with an effect (cheap, many of them)
 
     def sims_for(self, setting: synthetic.Setting) -> int:
-        if self.null_sims is not None and is_null(setting):
+        if self.null_sims is not None and (is_null(setting) or on_boundary(setting)):
             return self.null_sims
         if self.one_unit_sims is not None and setting.n_units == 1:
             return self.one_unit_sims
@@ -148,6 +230,16 @@ REDUCED = Size(sims=24, n_boot=300, null_sims=200)
 def is_null(setting: synthetic.Setting) -> bool:
     """Whether ``setting`` has no effect in any scenario (the verdict's truth is ineffective)."""
     return all(v == 0 for v in setting.effects.values())
+
+
+def on_boundary(setting: synthetic.Setting) -> bool:
+    """Whether an off-target effect of ``setting`` is exactly ±δ (where "specific" is false by
+    the least, so its error rate is measured there; they get as many archives as null settings)."""
+    from layerlab.analysis import specificity as sp
+
+    return any(
+        abs(abs(v) - sp.DELTA) < 1e-12 for k, v in setting.effects.items() if k != setting.target
+    )
 
 
 def expected_verdict(setting: synthetic.Setting) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,11 @@ class Effects:
     methods: tuple[str, ...] = ()  # per scenario, the interval method (exact.cell_methods)
     # per scenario the (b, c, n) a score interval reads (exact.cell_counts), computed once
     counts: tuple[NDArray[np.float64], ...] = ()
+    # bands already computed, by (cells, alpha, flips): the verdict and the margin read the same
+    # band, and its sign-flip critical value is the costly part (seeded, so a repeat is equal)
+    bands: dict[tuple[object, ...], Band] = field(
+        default_factory=dict, repr=False, compare=False, hash=False
+    )
 
     def score_counts(self) -> tuple[NDArray[np.float64], ...]:
         """Per scenario the discordant counts the score intervals read (design-effect adjusted
@@ -404,6 +409,14 @@ def band(
     never gets a band of width zero.
     """
     alpha = eff.alpha if alpha is None else alpha
+    key = (tuple(scenarios), alpha, n_flip)
+    if key not in eff.bands:
+        eff.bands[key] = _band(eff, list(scenarios), alpha, n_flip)
+    return eff.bands[key]
+
+
+def _band(eff: Effects, scenarios: list[str], alpha: float, n_flip: int) -> Band:
+    """:func:`band`, computed."""
     p = eff.paired
     scen = list(p.scenarios)
     idx = [scen.index(s) for s in scenarios]

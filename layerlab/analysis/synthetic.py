@@ -4,16 +4,18 @@ The generating model is the one real model archives follow: every provider–mod
 same tasks (units and tasks are crossed). For unit ``u``, scenario ``s`` and task ``t``::
 
     p_baseline  = clip(base_rate + a_u + b_t)
-    p_treatment = clip(base_rate + a_u + b_t + effect_s + g_us + h_st)
+    p_treatment = clip(base_rate + a_u + b_t + effect_s + g_us + h_st + k_sp)
 
 with ``a_u ~ N(0, unit_sd)`` (between-unit heterogeneity of the rate), ``b_t`` with mean 0 and
 sd ``task_sd`` (task difficulty shared by every unit: normal, or with ``task_dist="skewed"`` a
 centred exponential, so most tasks sit near the floor and a few are much easier, as with a small
 real model), ``g_us ~ N(0, unit_effect_sd)`` (between-unit
 heterogeneity of the effect) and ``h_st ~ N(0, task_effect_sd)`` (a task effect on the difference
-shared by every unit). Outcomes are independent Bernoulli draws given those probabilities, so a
-scenario whose population effect is 0 is still *noisy* (``zero_effect="noisy"``, the default);
-``zero_effect="exact"`` copies the baseline outcomes instead (deterministic agents).
+shared by every unit) and ``k_sp = ±policy_effect`` with fair signs (an effect shared by the
+question variants of task ``t``'s policy ``p``; 0 by default). Outcomes are independent Bernoulli
+draws given those probabilities, so a scenario whose population effect is 0 is still *noisy*
+(``zero_effect="noisy"``, the default); ``zero_effect="exact"`` copies the baseline outcomes
+instead (deterministic agents).
 
 Truth is what an interval should cover: the population effect and rate (an expectation over
 units and tasks, computed by seeded numerical integration because of the clipping) and the
@@ -61,6 +63,10 @@ class Setting:
     task_dist: Literal["normal", "skewed", "beta"] = "normal"
     task_beta: tuple[float, float] = (2.0, 2.0)  # with task_dist "beta": p_task ~ Beta(a, b)
     replicates: int = 1  # records per arm and task (averaged into one pair, as archives are)
+    # an effect shared by a policy's question variants: +policy_effect or -policy_effect per
+    # policy and scenario (fair signs, mean 0), drawn from a stream of its own (the other draws
+    # do not move when it is set)
+    policy_effect: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -184,6 +190,9 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
     b = _task_effects(rng, st, T)
     g = rng.normal(0.0, st.unit_effect_sd, (U, S))
     h = rng.normal(0.0, st.task_effect_sd, (S, T))
+    if st.policy_effect:  # its own stream, so the draws above and below stay as they were
+        signs = np.random.default_rng([seed, 104_729]).choice([-1.0, 1.0], (S, st.n_policies))
+        h = h + st.policy_effect * np.repeat(signs, st.variants, axis=1)
     base_p = np.clip(st.base_rate + a[:, None, None] + b[None, None, :], 0, 1)
     base_p = np.broadcast_to(base_p, (U, S, T))
     treat_p = np.clip(
@@ -210,6 +219,10 @@ def simulate(setting: Setting, seed: int = 0, truth_draws: int = 200_000) -> Sam
     tb = _task_effects(trng, st, truth_draws)
     tg = trng.normal(0.0, st.unit_effect_sd, truth_draws)
     th = trng.normal(0.0, st.task_effect_sd, truth_draws)
+    if st.policy_effect:  # a fresh policy's effect: ±policy_effect with fair signs
+        th = th + st.policy_effect * np.random.default_rng([seed, 7919, 1]).choice(
+            [-1.0, 1.0], truth_draws
+        )
     zero_shift = np.zeros(truth_draws)
     rate = _expected(st.base_rate, ta, tb, zero_shift)
     true_effect = np.empty(S)

@@ -110,6 +110,10 @@ def _design(tables: Path) -> dict[str, str]:
         # the verdict's levels: each claim at alpha, the equivalence tests' intervals at 1 - 2 alpha
         "CiAlpha": f"{round(100 * (1 - coverage.NOMINAL))}\\%",
         "TostLevel": f"{round(100 * (1 - 2 * (1 - coverage.NOMINAL)))}\\%",
+        # a null mitigation's two possible false claims: specific (one-sided target, alpha/2)
+        # and over-broad (the band, alpha); their rates add
+        "SpecificNullAlpha": f"{100 * (1 - coverage.NOMINAL) / 2:g}\\%",
+        "AnyClaimBound": f"{100 * 1.5 * (1 - coverage.NOMINAL):g}\\%",
         "MinUnits": word(stats.MIN_UNITS),
     }
 
@@ -272,15 +276,22 @@ def _user_sized() -> dict[str, str]:
 
 def _null_verdicts(tables: Path) -> dict[str, str]:
     """What the coverage table shows of a mitigation with no effect (the verdict's reported rows
-    whose truth calls for ``ineffective``): the largest false-flag rate over those settings and,
+    whose truth calls for ``ineffective``): the largest share called specific, called over-broad
+    and given either over those settings, the largest share called specific at an off-target
+    effect of exactly ±δ, and,
     at one unit, the range over its task counts of the shares called inconclusive and the
     largest share called ineffective."""
     t = _csv(tables, "coverage")
-    null = t[(t["quantity"] == "verdict") & (t["status"] == "reported")
-             & (t["estimand"] == "ineffective")]  # fmt: skip
+    verdict = t[(t["quantity"] == "verdict") & (t["status"] == "reported")]
+    null = verdict[verdict["estimand"] == "ineffective"]
+    # specific's own null at its edge: an off-target change of exactly ±δ beside a large gain
+    edge = verdict[verdict["setting"].str.contains(r"off-target [+-]\d+ pp \(", regex=True)]
     one = null[null["units"] == "1"]
-    if null.empty or one.empty:
-        raise ValuesError("coverage.csv: no reported verdict rows of a null setting at one unit")
+    if null.empty or one.empty or edge.empty:
+        raise ValuesError(
+            "coverage.csv: no reported verdict rows of a null setting at one unit, or none at an "
+            "off-target effect of exactly ±δ (run `make coverage`)"
+        )
     tasks = one["setting"].str.extract(r"x (\d+) tasks")[0].astype(int)
     inconclusive = one["inconclusive"].astype(float)
 
@@ -289,7 +300,10 @@ def _null_verdicts(tables: Path) -> dict[str, str]:
 
     return {
         "NullSettings": word(len(null)),
+        "NullFalseSpecificMax": pct(null["specific"].astype(float).max()),
+        "NullFalseOverBroadMax": pct(null["over-broad"].astype(float).max()),
         "NullFalseFlagMax": pct(null["false flag"].astype(float).max()),
+        "EdgeFalseSpecificMax": pct(edge["specific"].astype(float).max()),
         "NullOneUnitTasksLow": str(tasks.min()),
         "NullOneUnitTasksHigh": str(tasks.max()),
         "NullOneUnitInconclusiveLow": pct(inconclusive.min()),
