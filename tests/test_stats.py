@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from layerlab.analysis import coverage, stats, synthetic
+from layerlab.analysis import coverage, coverage_settings, stats, synthetic
 from layerlab.reporting import tables
 
 
@@ -355,7 +355,8 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     assert set(table["units"]) == {1, 2, 3, 9, 27}
     # the shapes users run: one unit x 16, 40 and 80 tasks, every kind of setting
     one = set(table.loc[table["units"] == 1, "setting"])
-    assert one == {s.name for s in coverage.one_unit_settings()} and len(one) == 18
+    shapes = {s.name for s in (*coverage.one_unit_settings(), *coverage.team_settings())}
+    assert one == shapes and len(one) == 30
     # every goal is met but the documented shortfalls (open work, issue 33): a new miss or a fix
     # is noticed
     missed = {(r.setting, r.quantity) for r in coverage.failures(table).itertuples()}
@@ -382,7 +383,8 @@ def test_committed_coverage_table_meets_the_requirement() -> None:
     assert reported <= coverage.MAX_FALSE_FLAG and not coverage.SHORTFALLS
     assert flags[(null, coverage.VERDICT, "one-sided marginal, harm only (replaced)")] > reported
     ff = coverage.false_flags(table)
-    assert len(ff) == 5 and max(ff.values()) <= coverage.MAX_FALSE_FLAG
+    assert len(ff) == 9
+    assert max(v for f in ff.values() for v in f.values()) <= coverage.MAX_FALSE_FLAG
     assert table.loc[table["setting"] == null, "simulations"].min() >= coverage.FULL.null_sims
     # the three former shortfalls meet their goals (issue 33)
     band = table.set_index(["setting", "quantity"])["coverage"]
@@ -476,3 +478,33 @@ def test_tasks_only_degrees_of_freedom_fall_when_few_tasks_carry_the_variance() 
     assert stats.small_sample_factor(one, "tasks", False)[0] > 2
     spread = dataclasses.replace(p, diff=np.where(np.arange(80) % 2 == 0, 1.0, -1.0)[None, None, :])
     assert stats.cluster_df(spread, np.arange(80))[0] == 79
+
+
+def test_committed_coverage_rows_of_a_teams_designs_keep_each_claims_error_rate() -> None:
+    """The designs a team's verdict rests on (issue 41), measured at the full size: every claim
+    the truth contradicts is given at most 5% of the time (+ 2 Monte Carlo s.e.) — specific at an
+    off-target change of exactly ±δ, either claim under the policy-clustered and sampled nulls —
+    and the sampled system can be called specific at 240 tasks x 3 epochs."""
+    table = coverage.load()
+    fc = coverage.false_claims(table).set_index("setting")
+    team = [s.name for s in coverage.team_settings()]
+    assert set(team) <= set(fc.index)
+    for name in team:
+        row = fc.loc[name]
+        for claim in coverage.CLAIMS:
+            share = row[claim]
+            if share == share:  # NaN where the truth calls for the claim
+                se = (share * (1 - share) / row["simulations"]) ** 0.5
+                assert share <= coverage.MAX_FALSE_FLAG + 2 * se, (name, claim, share)
+    edge = [s for s in coverage.team_settings() if coverage_settings.on_boundary(s)]
+    assert len(edge) == 4
+    assert all(fc.loc[s.name, "simulations"] >= coverage.FULL.null_sims for s in edge)
+    # the policy-clustered null judged by policy (reported) and by task (shown, not reported)
+    rows = table.set_index(["setting", "interval"])
+    clustered = [s.name for s in coverage.team_settings() if s.policy_effect]
+    assert len(clustered) == 2
+    for name in clustered:
+        assert rows.loc[(name, coverage.TASK_LEVEL), "status"] == "not reported"
+    pw = coverage.powers(table)
+    assert pw["1 unit x 240 tasks x 3 epochs, sampled, +40 pp target"] >= 0.8
+
