@@ -26,8 +26,9 @@ but layerlab's own deliberately over-broad controls when the run holds every arm
 checked),
 ``specific`` for each named mitigation whose verdict is not ``specific`` — inconclusive included,
 and the line says so (each kind of unit judged as its own block, as the table does). ``min_power``
-adds a check per judged mitigation: the design's power to show a target gain of
-:data:`~layerlab.analysis.specificity.POWER_EFFECT` must reach it.
+adds a check per judged mitigation: the chance of the verdict asked for at this size (specific,
+or not over-broad), simulated from the run's own per-task rates with nothing changed off target
+(:func:`layerlab.analysis.planning.with_chances`), must reach it.
 
 :class:`GateSpec` is the same set of checks as a run configuration's ``gate:`` section.
 """
@@ -143,7 +144,7 @@ class GateSpec(BaseModel):
     specific: list[str] = Field(default_factory=list)
     strict_ci: bool = False
     delta: Share | None = None  # the verdicts' equivalence margin (default specificity.DELTA)
-    min_power: Share | None = None  # the power a verdict's design must reach at POWER_EFFECT
+    min_power: Share | None = None  # P(the verdict asked for) at this size must reach it
 
     def problems(self) -> list[tuple[tuple[Any, ...], str]]:
         """``(location, message)`` per key that is not a threshold (for the config loader)."""
