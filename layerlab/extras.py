@@ -20,6 +20,7 @@ EXTRAS = {
     "mcp": "mcp",
     "agents": "agents",
     "llama_index": "llamaindex",
+    "inspect_ai": "inspect",
     "llama_cpp": "local",
 }
 
