@@ -374,11 +374,14 @@ def matrix_blocks(
     seed: int = 0,
     delta: float | None = None,
     alpha: float | None = None,
+    chances: bool = True,
 ) -> dict[str, tuple[Any, pd.DataFrame]]:
     """The mitigation matrix (Table 10) of a run's own records per block of units, with the
     block's records: ``{block: (matrix, records)}`` (see :func:`matrix_summary`); verdicts at
     the equivalence margin ``delta`` (default :data:`layerlab.analysis.specificity.DELTA`) and
-    level ``alpha`` (default :func:`verdict_level`: 0.05, an until-decided run's last look's)."""
+    level ``alpha`` (default :func:`verdict_level`: 0.05, an until-decided run's last look's).
+    ``chances=False`` leaves out each verdict's probability at this size (simulated, the slow
+    part: :func:`layerlab.analysis.planning.with_chances` adds it to a matrix later)."""
     from layerlab.analysis import specificity
     from layerlab.mitigations import book
 
@@ -400,7 +403,7 @@ def matrix_blocks(
     out = {}
     for name, sub in stats.blocks(src.df).items():
         mx = specificity.matrix(sub, defined, n_boot=n_boot, seed=seed, alpha=a, delta=delta)
-        out[name] = (planning.with_chances(mx, sub), sub)  # what this size can decide
+        out[name] = (planning.with_chances(mx, sub) if chances else mx, sub)  # what it can decide
     return out
 
 

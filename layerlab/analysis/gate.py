@@ -414,12 +414,12 @@ def check_verdicts(
                     continue
                 v = str(r["verdict"])
                 ok = not specificity.is_over_broad(v) and v != specificity.INCONCLUSIVE
-                out.append(_verdict_line(ok, name, block, r, "--no-over-broad", at, run))
+                out.append(verdict_line(ok, name, block, r, "--no-over-broad", at, run))
         for name in specific:
             if name in rows:
                 r = rows[name]
                 ok = str(r["verdict"]) == specificity.SPECIFIC
-                out.append(_verdict_line(ok, name, block, r, f"--specific {name}", at, run))
+                out.append(verdict_line(ok, name, block, r, f"--specific {name}", at, run))
         if min_power is not None:
             for name in (n for n in rows if n in powered):
                 asked = "specific" if name in specific else "conclusive"
@@ -491,9 +491,13 @@ def _reach(r: Mapping[str, Any], asked: str) -> str:
     return out
 
 
-def _verdict_line(
+def verdict_line(
     ok: bool, name: str, block: str, r: Mapping[str, Any], flag: str, at: str, run: Any = None
 ) -> Check:
+    """The check of one mitigation's Table 10 row ``r`` (block ``block``, asked by ``flag``, at
+    the margin ``at``): the verdict, its reason, what this size can decide and, when it fails
+    and is unlikely at this size, the ``layerlab plan RUN`` command (the gate's line, and the
+    line :mod:`layerlab.integrations.checks` shows for ``run.specific(NAME)``)."""
     from layerlab.analysis.specificity import INCONCLUSIVE
 
     v = str(r["verdict"])
