@@ -84,6 +84,7 @@ def test_the_wheel_carries_a_copy_equal_to_the_repository_data(wheel: Path) -> N
     with zipfile.ZipFile(wheel) as z:
         shipped = {n: z.read(n) for n in z.namelist() if n.startswith("layerlab/_data/")}
         meta = email.message_from_bytes(z.read("layerlab-0.1.0.dist-info/METADATA"))
+        entry = z.read("layerlab-0.1.0.dist-info/entry_points.txt").decode()
     assert shipped.keys() == expected.keys()
     assert [n for n in shipped if shipped[n] != expected[n]] == []
     # the notebook stack and LangChain are extras, not core dependencies
@@ -92,6 +93,8 @@ def test_the_wheel_carries_a_copy_equal_to_the_repository_data(wheel: Path) -> N
                        "bm25s"}, core  # fmt: skip
     assert {"pandas", "litellm", "pydantic", "pyarrow", "typer"} <= core
     assert {"notebooks", "langchain", "study", "local"} <= set(meta.get_all("Provides-Extra") or [])
+    # installing the wheel registers the pytest plugin (docs/pytest.md)
+    assert "[pytest11]\nlayerlab = layerlab.integrations.pytest\n" in entry, entry
 
 
 def _core_closure(wheel: Path) -> list[metadata.Distribution]:
