@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from layerlab import _secrets
+
 NOT_RECORDED = "not recorded"
 
 
@@ -50,10 +52,12 @@ def import_attr(
     ref: str,
     where: str,
     error: Callable[[str], Exception],
-    redact: Callable[[str], str] = lambda s: s,
+    redact: Callable[[str], str] = _secrets.redact,
 ) -> Any:
     """The object ``module:attr`` names (``attr`` may be dotted), the current folder on the
-    path; ``error(one line)`` is raised when it cannot be, the line starting with ``where``."""
+    path; ``error(one line)`` is raised when it cannot be, the line starting with ``where``;
+    what the module raised while importing is said through ``redact`` (default: the one
+    redactor of secrets, :func:`layerlab._secrets.redact`; a target adds its secret values)."""
     module, _, attr = ref.partition(":")
     here = os.getcwd()
     if here not in sys.path:

@@ -24,6 +24,11 @@ Listens on 127.0.0.1 only. The model name picks the behaviour:
   over MCP tools): the first user message is the question (JSON ``{question, answer_kind,
   session_id}`` or text), each ``tool`` message an observation; it acts like the extractive
   reference agent (search, once more after a fault, then answer), as ``tool_calls``;
+* ``leaky``     — always 500, the message holding the API key the request carried, a
+  credentialed upstream URL and the key again as a query parameter (what a careless proxy's
+  error may hold): the live harness must say what failed without any of them;
+* ``leaky-late`` — answers the first request, then 401 with the key in the message (a key
+  revoked mid-run: a setup error raised while records are being written);
 * any other name — 404 "model not found", as OpenAI-compatible servers answer.
 
 It also answers Ollama's native ``POST /api/chat`` (what litellm's ``ollama_chat/`` provider
@@ -43,6 +48,15 @@ from typing import Any
 from layerlab.models.agents import agent_action, reply_for
 
 SLOW_S = 1.5
+UPSTREAM_PASSWORD = "upstream-pw-5521"  # in the ``leaky`` models' error messages
+
+
+def leaked_message(key: str) -> str:
+    """What the ``leaky`` models' errors say: the request's key, three ways."""
+    return (
+        f"Incorrect API key provided: {key}. Upstream https://proxy:{UPSTREAM_PASSWORD}@"
+        f"upstream.example/v1/chat?api_key={key} refused it (Authorization: Bearer {key})"
+    )
 
 
 class FakeOpenAI:
@@ -112,10 +126,17 @@ class FakeOpenAI:
                     n = server.hits[(model, h)]
                 known = {"good", "flaky", "slow", "malformed", "text", "down", "gone", "limited"}
                 known |= {"fading", "prefix", "tools", "badtools", "endless", "mcp-agent", "coin"}
+                known |= {"leaky", "leaky-late"}
                 if model not in known or (model == "gone" and server.requests > 1):
                     return self._send(
                         404,
                         {"error": {"message": f"model {model!r} not found", "type": "not_found"}},
+                    )
+                key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                if model == "leaky" or (model == "leaky-late" and server.requests > 1):
+                    code = 500 if model == "leaky" else 401
+                    return self._send(
+                        code, {"error": {"message": leaked_message(key), "type": "server_error"}}
                     )
                 if model == "limited" and n == 1:
                     return self._send(

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from layerlab import _io, archive
+from layerlab import _io, _secrets, archive
 from layerlab.archive import samplelog
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
@@ -148,8 +148,8 @@ def test_an_endpoint_variable_with_credentials_is_refused_for_its_provider(
 
 
 def test_credentials_are_named_never_echoed() -> None:
-    assert routing.credentials_in("http://127.0.0.1:8080/v1") is None
-    assert routing.credentials_in("https://h.example/v1?api-version=2024-06-01") is None
+    assert _secrets.credentials_in("http://127.0.0.1:8080/v1") is None
+    assert _secrets.credentials_in("https://h.example/v1?api-version=2024-06-01") is None
     for base in (f"http://u:{PASSWORD}@h/v1", f"https://h/v1?access_token={PASSWORD}"):
         problem = routing.api_base_problem(base)
         assert problem and "credentials" in problem and PASSWORD not in problem

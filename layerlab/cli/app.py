@@ -201,9 +201,9 @@ def _main(argv: list[str] | None) -> int:
         if refused:
             typer.echo(f"error: {refused}", err=True)
             return 2
-        from layerlab.harness.targets.spec import redact_secrets
+        from layerlab._secrets import redact
 
-        first = redact_secrets((str(exc).splitlines() or [""])[0])[:200]
+        first = redact((str(exc).splitlines() or [""])[0])[:200]
         typer.echo(
             f"error: unexpected {type(exc).__name__}: {first} (a bug: please report it; "
             "LAYERLAB_DEBUG=1 shows the traceback)",

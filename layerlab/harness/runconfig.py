@@ -58,12 +58,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from layerlab._secrets import SECRET_MARK, credentials_in, is_secret, redact, secret_shape
 from layerlab.analysis.gate import GateSpec
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.corpus.spec import load_yaml_as
 from layerlab.harness.live.settings import DEFAULT_MAX_ERROR_RATE, RunSettings
 from layerlab.models.llm import ProviderSettings
-from layerlab.models.routing import api_base_problem, credentials_in, redact_urls
+from layerlab.models.routing import api_base_problem, redact_urls
 from layerlab.registry import did_you_mean
 from layerlab.system import retrieval
 
@@ -352,17 +353,15 @@ def load_gate(path: Path) -> GateSpec:
 def stored_config(text: str) -> str:
     """The run configuration as the run folder keeps it: as given, except that every secret is
     replaced by ``'(secret: not stored)'`` (a target setting that is one by its name or value,
-    any other value shaped like one: :func:`~layerlab.harness.targets.spec.is_secret`; the
+    any other value shaped like one: :func:`layerlab._secrets.is_secret`; the
     manifest keeps the settings' hash) and every URL (endpoints, and any in a comment) by
     ``local`` or ``remote``: a shareable folder holds no secret, host or port (credentials in an
     endpoint are refused before, :func:`load_run_config`)."""
-    from layerlab.harness.targets.spec import SECRET_MARK, redact_secrets
-
     spans, values = _secret_spans(text)
     for start, end in sorted(spans, reverse=True):  # from the end: earlier offsets hold
         keep = "\n" if text[start:end].endswith("\n") else ""  # a block scalar's last newline
         text = f"{text[:start]}'{SECRET_MARK}'{keep}{text[end:]}"
-    return redact_urls(redact_secrets(text, values))  # and any left in comments
+    return redact_urls(redact(text, values))  # and any left in comments
 
 
 def _secret_spans(text: str) -> tuple[set[tuple[int, int]], list[str]]:
@@ -370,8 +369,6 @@ def _secret_spans(text: str) -> tuple[set[tuple[int, int]], list[str]]:
     ``target.settings`` value by its name or shape, any other scalar by its shape; and those
     values. Each node is visited once (an alias is its anchor's node)."""
     import yaml
-
-    from layerlab.harness.targets.spec import is_secret, secret_shape
 
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -5,8 +5,9 @@ A :class:`Route` holds one model's litellm name, its servers (:class:`Endpoint`,
 on concurrent requests) and the request shape (placeholder key, merged system prompt,
 ``response_format``, per-record seeds: :func:`record_seed`). Endpoints are never recorded as
 such: :func:`endpoint_label` says only ``local`` or ``remote`` (:func:`redact_urls` writes a
-run configuration so), :func:`redact` removes credentials and the raw URL from messages, and an
-endpoint carrying credentials, given or in the environment, is refused
+run configuration so), :func:`redact_endpoint` hides the raw URL in a message and passes it
+through the one redactor of secrets (:func:`layerlab._secrets.redact`), and an endpoint carrying
+credentials (:func:`layerlab._secrets.credentials_in`), given or in the environment, is refused
 (:func:`api_base_problem`, :func:`environment_endpoint_problem`).
 """
 
@@ -22,7 +23,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerlab import _secrets
 from layerlab._io import canonical_json
+from layerlab._secrets import credentials_in
 from layerlab.system import prompt
 
 
@@ -38,8 +41,8 @@ def split_model(model: str) -> tuple[str, str]:
 
 
 def endpoint_for_hashing(api_base: str | None) -> str | None:
-    """``api_base`` without ``user:password@``, query or fragment (what :func:`redact` also
-    removes from messages)."""
+    """``api_base`` without ``user:password@``, query or fragment (what
+    :func:`redact_endpoint` also hides in messages)."""
     if not api_base:
         return None
     u = urllib.parse.urlsplit(api_base)
@@ -65,39 +68,17 @@ def endpoint_label(api_base: str | None) -> str | None:
     return "local" if ip.is_loopback or ip.is_unspecified else "remote"
 
 
-def redact(text: str, api_base: str | None = None) -> str:
-    """``text`` with any ``scheme://user:secret@`` credentials and the raw endpoint removed."""
-    text = re.sub(r"(\w+://)[^/\s@]+@", r"\1", text)
+def redact_endpoint(text: str, api_base: str | None = None) -> str:
+    """``text`` as a message may say it: the raw endpoint ``api_base`` (as given, and without
+    credentials, query or fragment) as ``<api-base>``, then every secret replaced by the one
+    redactor (:func:`layerlab._secrets.redact`: credentials in any URL, keys, tokens, the
+    environment's secret values)."""
     if api_base:
         text = text.replace(api_base, "<api-base>")
         bare = endpoint_for_hashing(api_base)
         if bare:
             text = text.replace(bare, "<api-base>")
-    return text
-
-
-# query parameters that carry a secret (``?key=``, ``api_key=``, ``access_token=``, ``sig=`` ...)
-_SECRET_PARAM = re.compile(
-    r"key|token|secret|pass|pwd|auth|sig|credential|session|cookie|bearer", re.IGNORECASE
-)
-
-
-def credentials_in(api_base: str) -> str | None:
-    """What credential ``api_base`` carries (``user:password@``, a secret query parameter), or
-    None. Such a URL is refused, never stripped: a key belongs in the environment's key variable,
-    and a URL that needs its credentials would fail later without them."""
-    try:
-        u = urllib.parse.urlsplit(api_base.strip())
-    except ValueError:  # e.g. an unclosed [ipv6]: not a URL api_base_problem accepts anyway
-        return "user or password (user:password@)" if "@" in api_base else None
-    if u.username is not None or u.password is not None or "@" in u.netloc:
-        return "user or password (user:password@)"
-    names = [n for n, _v in urllib.parse.parse_qsl(u.query, keep_blank_values=True)]
-    names += [n for n, _v in urllib.parse.parse_qsl(u.fragment, keep_blank_values=True)]
-    secret = [n for n in names if _SECRET_PARAM.search(n)]
-    if secret:
-        return f"a secret query parameter ({secret[0]}=)"
-    return None
+    return _secrets.redact(text)
 
 
 def api_base_problem(api_base: str) -> str | None:

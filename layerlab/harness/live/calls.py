@@ -15,7 +15,7 @@ from typing import Any
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.settings import LiveRunError, ServerDied
 from layerlab.models.llm import ProviderSettings, retry_after_of
-from layerlab.models.routing import Route, endpoint_label, redact, split_model
+from layerlab.models.routing import Route, endpoint_label, redact_endpoint, split_model
 from layerlab.system import prompt
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -72,10 +72,13 @@ def setup_problem(exc: BaseException) -> str | None:
 
 
 def _describe_error(exc: BaseException, api_base: str | None) -> str:
-    first = (str(exc).strip().splitlines() or [""])[0]
+    """One line about a provider's error, as a message may say it: its secrets redacted (the
+    whole first line, before it is cut, so no key is cut into an unrecognisable half) and the
+    endpoint hidden (:func:`~layerlab.models.routing.redact_endpoint`)."""
+    first = redact_endpoint((str(exc).strip().splitlines() or [""])[0], api_base)
     code = _status_of(exc)
     what = f"{type(exc).__name__}" + (f", status {code}" if code is not None else "")
-    return redact(f"{what}: {first[:160]}", api_base)
+    return f"{what}: {first[:160]}"
 
 
 INLINE_DISPATCH_PROVIDERS = frozenset({"openai", "layerlab"})

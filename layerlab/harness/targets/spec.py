@@ -10,105 +10,28 @@
 
 The archive records the target's kind, name, the version string its user gives, the reference
 (``module:attr``; a URL only as ``local`` or ``remote``) and the SHA-256 of its settings. Code
-is never stored, and neither is a secret: this module is the one judge of what is one
-(:func:`is_secret`, :func:`redact_secrets`), for every file a run writes from the settings
-(``manifest.json``, ``results.json``, ``run.yaml``) and every message about a target. A setting is
-a secret by its name (:data:`SECRET`: ``*key*``, ``*token*``, ``*secret*``, ``*pass*``, ``*pwd*``,
-``*auth*``, ``*session*``, ``*private*``, ``*jwt*``...) or by its value's shape
-(:data:`SHAPES_OF_SECRETS`: ``sk-...``, ``hf_...``, ``ghp_...``, ``xoxb-...``, ``AKIA...``, JWTs,
-``password=`` in a connection string, ``user:pass@`` in a URL); it is stored as
-:data:`SECRET_MARK` and counted only in the settings' hash (so changing it changes the run id).
+is never stored, and neither is a secret: a setting that is one by its name or its value's shape
+(the one judge, :func:`layerlab._secrets.is_secret`) is stored as
+:data:`~layerlab._secrets.SECRET_MARK` and counted only in the settings' hash (so changing it
+changes the run id), and every message about a target goes through :meth:`TargetSpec.redact`
+(the one redactor, :func:`layerlab._secrets.redact`, with the target's secret values).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from layerlab import _secrets
 from layerlab._io import canonical_json
+from layerlab._secrets import SECRET_MARK, credentials_in, is_secret
 
 KINDS = ("python", "langchain", "llamaindex", "http")
 PROVIDER = "target"
 """The provider of a target run's records (their model is the target's name)."""
-
-SECRET = re.compile(
-    r"key|token|secret|pass(?!age)|pwd|auth|credential|cookie|bearer|session|private|jwt|"
-    r"signature|cert|dsn",
-    re.IGNORECASE,
-)
-"""Setting names that hold a secret (whatever the value looks like)."""
-SECRET_MARK = "(secret: not stored)"
-"""What a shareable file or a message says in place of a secret."""
-
-SHAPES_OF_SECRETS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (what, re.compile(pattern))
-    for what, pattern in (
-        ("an API key (sk-...)", r"\bsk-[A-Za-z0-9_-]{16,}"),
-        ("a Hugging Face token", r"\bhf_[A-Za-z0-9]{16,}"),
-        ("a GitHub token", r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"),
-        ("a Slack token", r"\bxox[abposr]-[A-Za-z0-9-]{8,}"),
-        ("an AWS access key", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
-        ("a JWT", r"\beyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]*){0,2}"),
-        ("a bearer token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
-    )
-)
-"""Known formats of keys and tokens: a value holding one is a secret under any name."""
-# a secret inside a longer text: the part after ``password=`` (connection strings), the
-# ``user:pass@`` of a URL, a secret-named URL query parameter's value
-_IN_TEXT = (
-    re.compile(r"(?i)(\b(?:password|passwd|pwd)\s*=\s*)(?:'[^']*'|\"[^\"]*\"|[^;&\s'\"]+)"),
-    re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"]+@"),
-    re.compile(
-        r"(?i)([?&;][\w.-]*(?:key|token|secret|pass|pwd|auth|sig|session|credential)[\w.-]*=)"
-        r"[^&#\s'\"]+"
-    ),
-)
-
-
-def secret_shape(value: object) -> str | None:
-    """What secret ``value`` holds by its shape (a known key format, a password in a connection
-    string, credentials in a URL), or None."""
-    if not isinstance(value, str):
-        return None
-    for what, pattern in SHAPES_OF_SECRETS:
-        if pattern.search(value):
-            return what
-    if _IN_TEXT[0].search(value):
-        return "a password in a connection string"
-    if _IN_TEXT[1].search(value):
-        return "credentials in a URL (user:password@)"
-    if _IN_TEXT[2].search(value):
-        return "a secret URL query parameter"
-    return None
-
-
-def is_secret(name: str, value: object) -> bool:
-    """Whether the setting ``name: value`` is a secret: by its name or its value's shape."""
-    return bool(SECRET.search(str(name))) or secret_shape(value) is not None
-
-
-def redact_secrets(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every secret in it replaced by :data:`SECRET_MARK`: each of ``secrets``
-    (literal values, e.g. a target's secret settings, when at least 4 characters), every known
-    key format, a connection string's password, a URL's ``user:pass@`` and a secret query
-    parameter's value."""
-    for _what, pattern in SHAPES_OF_SECRETS:
-        text = pattern.sub(SECRET_MARK, text)
-
-    def mark(m: re.Match[str]) -> str:
-        if m.string.startswith(SECRET_MARK, m.end(1)):  # already redacted
-            return m.group(0)
-        return m.group(1) + SECRET_MARK + ("@" if "://" in m.group(1) else "")
-
-    for pattern in _IN_TEXT:
-        text = pattern.sub(mark, text)
-    for s in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(s, SECRET_MARK)
-    return text
-
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _NAME = re.compile(r"[A-Za-z0-9][\w.+-]{0,63}")
@@ -147,8 +70,6 @@ class TargetSpec:
         if self.kind not in KINDS:
             raise TargetError(f"--target: unknown kind {self.kind!r} (expected {SHAPES})")
         if self.kind == "http":
-            from layerlab.models.routing import credentials_in
-
             cred = credentials_in(self.ref)
             if cred:  # never echoed: the message names what, not the value
                 raise TargetError(
@@ -191,9 +112,10 @@ class TargetSpec:
         return [str(v) for k, v in self.settings if is_secret(k, v) and v is not None]
 
     def redact(self, text: str) -> str:
-        """``text`` (e.g. a message about this target) with its secrets and every secret shape
-        replaced by :data:`SECRET_MARK` (:func:`redact_secrets`)."""
-        return redact_secrets(text, self.secret_values())
+        """``text`` (e.g. a message about this target) with this target's secret values and
+        every other secret replaced by :data:`~layerlab._secrets.SECRET_MARK`
+        (:func:`layerlab._secrets.redact`)."""
+        return _secrets.redact(text, self.secret_values())
 
     def settings_sha256(self) -> str:
         return hashlib.sha256(canonical_json(self.options()).encode()).hexdigest()
@@ -248,6 +170,6 @@ def parse_settings(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     for p in pairs:
         k, sep, v = p.partition("=")
         if not sep or not k.strip():
-            raise TargetError(f"--target-setting {redact_secrets(p)!r}: expected key=value")
+            raise TargetError(f"--target-setting {_secrets.redact(p)!r}: expected key=value")
         out[k.strip()] = v
     return out

@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 
 from layerlab._code import import_attr, module_code
 from layerlab._io import canonical_json
+from layerlab._secrets import redact
 from layerlab.corpus.build import Document
 from layerlab.registry import Registry
 from layerlab.system.retrieval.base import TOP_K, Ranking, RetrieverConfig, index_text, top_k
@@ -248,9 +249,9 @@ class ExternalRetriever:
         try:
             return parse_reply(self._search.ask(query, k, scopes), k, self._known), ""
         except ReplyError as exc:
-            why = str(exc)
+            why = redact(str(exc))
         except Exception as exc:  # the team's code failed: a tool error, never a crash
-            why = f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            why = f"raised {type(exc).__name__}: {redact(' '.join(str(exc).split()))[:200]}"
         shown = query if len(query) <= 60 else query[:57] + "..."
         message = f"search({shown!r}, top_k={k}) {why}"
         self.failures.append(message)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerlab._secrets import redact
 from layerlab.system.retrieval.external import (
     Adapter,
     RetrieverError,
@@ -72,7 +73,7 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
     except Exception as exc:
         raise RetrieverError(
             f"{where}: {name}(documents) failed for {len(lc)} documents ({type(exc).__name__}: "
-            f"{' '.join(str(exc).split())[:200]})"
+            f"{redact(' '.join(str(exc).split()))[:200]})"
         ) from None
     if isinstance(store, vs_mod.VectorStore):
         with_score = type(store).similarity_search_with_score is not (

@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from layerlab._secrets import redact
 from layerlab.system.retrieval.external import (
     Adapter,
     RetrieverError,
@@ -46,7 +47,9 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
     try:
         store = factory()
     except Exception as exc:
-        raise RetrieverError(f"{where}: {name}() failed ({type(exc).__name__}: {exc})") from None
+        raise RetrieverError(
+            redact(f"{where}: {name}() failed ({type(exc).__name__}: {exc})")
+        ) from None
     for method in ("index", "search"):
         if not callable(getattr(store, method, None)):
             raise RetrieverError(
@@ -58,7 +61,7 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
     except Exception as exc:
         raise RetrieverError(
             f"{where}: index() of {len(documents)} documents failed ({type(exc).__name__}: "
-            f"{' '.join(str(exc).split())[:200]})"
+            f"{redact(' '.join(str(exc).split()))[:200]})"
         ) from None
     if _takes_scopes(store.search):
         return Search(lambda q, k, scopes: store.search(q, k, principal_scopes=scopes), True)
