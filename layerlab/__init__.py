@@ -19,8 +19,8 @@ name                  what it is (owner)
                       (:class:`layerlab.harness.live.AgentMode`)
 ``run_live``          a live matrix through litellm into a run folder
                       (:func:`layerlab.harness.live.run_live`)
-``load_archive``      a run folder's or archive's records as a DataFrame
-                      (:func:`layerlab.analysis.results.records_frame`)
+``load_archive``      run folders' or archives' records as a DataFrame, each checked on read
+                      (:func:`layerlab.analysis.records.records_frame`)
 ``results``           a run folder's results: rates with intervals per model, scenario and arm
                       (:func:`layerlab.analysis.results.for_run`)
 ===================== ========================================================================
@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from layerlab.analysis.records import records_frame as load_archive
     from layerlab.analysis.results import for_run as results
-    from layerlab.analysis.results import records_frame as load_archive
     from layerlab.corpus.build import load as load_corpus
     from layerlab.corpus.build import load_answer_key
     from layerlab.corpus.spec import spec_hash
@@ -66,7 +66,7 @@ _API: dict[str, tuple[str, str]] = {
     "LiveConfig": ("layerlab.harness.live", "LiveConfig"),
     "AgentMode": ("layerlab.harness.live", "AgentMode"),
     "run_live": ("layerlab.harness.live", "run_live"),
-    "load_archive": ("layerlab.analysis.results", "records_frame"),
+    "load_archive": ("layerlab.analysis.records", "records_frame"),
     "results": ("layerlab.analysis.results", "for_run"),
 }
 

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from layerlab import archive, paths
 from layerlab.analysis import compare, layers, results
+from layerlab.analysis.records import records_frame
 from layerlab.cli import app, main
 from layerlab.faults.roles import load_roles
 from layerlab.harness import deterministic
@@ -30,7 +31,7 @@ TASKS = ("finance-01-q1", "it_ops-01-q2", "pto-01-q1")
 
 @pytest.fixture(scope="module")
 def chain() -> pd.DataFrame:
-    return results.records_frame(CHAIN)
+    return records_frame(CHAIN)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_each_layer_says_what_the_system_did_and_what_its_guard_changes(found: d
     # the verdict is the specificity matrix's, not a copy of its rule
     from layerlab.analysis import specificity
 
-    mx = specificity.matrix(results.records_frame(CHAIN), n_boot=200, seed=0)
+    mx = specificity.matrix(records_frame(CHAIN), n_boot=200, seed=0)
     verdict = mx.summary.set_index("mitigation").loc["freshness_guard", "verdict"]
     assert g["verdict"] == verdict and f"verdict {verdict}" in g["line"]
     # failing layers first, worst first; the ones that hold after them
@@ -288,7 +289,7 @@ def test_compare_matrix_shows_safe_resolution_on_unsafe_scenarios(tmp_path: Path
     on = {(r["mitigation"], r["scenario"]): r for r in block["on_target"]}
     r = on[("freshness_guard", "stale_index")]
     assert (r["outcome"], r["baseline_k"], r["arm_k"], r["arm_n"]) == ("safe", 0, 16, 16)
-    df = results.records_frame(CHAIN)
+    df = records_frame(CHAIN)
     s = df[(df["scenario"] == "stale_index") & df["mitigation"].isin(["strict", "freshness_guard"])]
     assert s["success"].sum() == 0  # what the default outcome S would have compared
     (mx,) = compare.matrix_summary(CHAIN, n_boot=200).values()

@@ -13,6 +13,7 @@ import pytest
 from layerlab import archive, paths
 from layerlab.analysis import results
 from layerlab.analysis.gate import GateSpec
+from layerlab.analysis.records import records_frame
 from layerlab.cli import main
 from layerlab.corpus.spec import SpecError
 from layerlab.harness.runconfig import load_run_config
@@ -32,7 +33,7 @@ def gate(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, list[s
 
 @pytest.fixture(scope="module")
 def qwen_results() -> dict:
-    return results.summarize(results.records_frame(QWEN))["models"][0]
+    return results.summarize(records_frame(QWEN))["models"][0]
 
 
 def test_thresholds_that_hold_exit_0_with_one_summary_line(capsys) -> None:

@@ -110,7 +110,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[tuple[str, str]]]:
 def test_import_graph_sees_function_level_and_package_imports() -> None:
     g = import_graph()
     assert "layerlab.analysis.units" in g["layerlab.analysis.stats"]  # a re-export
-    assert "layerlab.archive" in g["layerlab.analysis.provenance"]
+    assert "layerlab.archive" in g["layerlab.analysis.records"]
     assert "layerlab.faults.scenario" in g["layerlab.analysis.units"]  # inside a function
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from layerlab import archive, paths
 from layerlab.analysis import effects, results, specificity, stats
+from layerlab.analysis.records import INPUT, records_frame
 from layerlab.reporting import display, findings, htmlreport
 
 REF = paths.ARCHIVES / "reference_agents"
@@ -33,10 +34,10 @@ def _text(fragment: str) -> str:
 @pytest.fixture(scope="module")
 def flat_s_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A "model" archive whose strict success is zero in every cell (safe resolution varies)."""
-    df = results.records_frame(REF)
+    df = records_frame(REF)
     df = df[df["model"] == "cautious"].copy()
     df["provider"], df["model"], df["run_id"] = "local", "tiny-model", "live-0000000000000000"
-    df = df[~df["success"].astype(bool)]  # the failures only
+    df = df[~df["success"].astype(bool)].drop(columns=INPUT)  # the failures only, as records
     path = tmp_path_factory.mktemp("rep") / "m.parquet"
     archive.write_records(path, [archive.Record(**r) for r in df.to_dict("records")])
     return path
@@ -84,7 +85,7 @@ def test_sections_follow_the_inputs_and_findings_come_first(
 
 
 def test_findings_carry_the_numbers_of_the_results(ref_html: str) -> None:
-    df = results.records_frame(REF)
+    df = records_frame(REF)
     res = results.summarize(df)
     text = _text(_section(ref_html, "findings"))
     for m in res["models"]:
@@ -114,7 +115,7 @@ def test_off_target_verdicts_when_the_run_holds_a_mitigation_matrix(
 ) -> None:
     text = _text(_section(mitig_html, "findings"))
     mx = specificity.matrix(
-        results.records_frame(MITIG), n_boot=findings.N_BOOT, seed=findings.SEED
+        records_frame(MITIG), n_boot=findings.N_BOOT, seed=findings.SEED
     )
     for _, r in mx.summary.iterrows():
         sentence = next(
@@ -137,7 +138,7 @@ def test_figures_show_only_the_measures_that_vary(flat_s_model: Path, both_html:
         "grounded false positive GF by scenario for models",
     ]
     assert "Not drawn for models: strict success S is 0.000 in every cell" in figs
-    long = findings.long_rates(results.summarize(results.records_frame(flat_s_model)), False)
+    long = findings.long_rates(results.summarize(records_frame(flat_s_model)), False)
     assert not findings.varying(long) and findings.varying(pd.DataFrame({"rate": [0.0, 0.5]}))
 
 

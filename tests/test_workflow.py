@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from layerlab import archive, paths
 from layerlab.analysis import results, stats
+from layerlab.analysis.records import INPUT, records_frame
 from layerlab.archive import samplelog
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
@@ -28,7 +29,7 @@ STUDY = paths.ARCHIVES / "langchain_study"
 
 @pytest.fixture(scope="module")
 def ref_frame() -> pd.DataFrame:
-    return results.records_frame(REF)
+    return records_frame(REF)
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +219,7 @@ def test_report_is_deterministic_and_shows_models_apart(
 ) -> None:
     assert htmlreport.build([REF, STUDY]) == report_html
     # a "model" archive next to the baselines: its own table, never pooled with the agents
-    df = ref_frame[ref_frame["model"] == "extractive"].copy()
+    df = ref_frame[ref_frame["model"] == "extractive"].drop(columns=INPUT)
     df["provider"], df["model"], df["run_id"] = "local", "tiny-model", "live-0000000000000000"
     recs = [archive.Record(**row) for row in df.to_dict("records")]
     archive.write_records(tmp_path / "m.parquet", recs)
@@ -262,7 +263,7 @@ def test_viewer_from_an_archive_has_labels_and_public_questions_only(tmp_path: P
     assert all("reply" not in r and "expected" not in r for r in rows)
     assert rows[0]["question"]
     assert Counter(r["outcome"] for r in rows)["success"] == int(
-        results.records_frame(REF)["success"].sum()
+        records_frame(REF)["success"].sum()
     )
 
 

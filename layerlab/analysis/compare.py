@@ -28,6 +28,7 @@ import pandas as pd
 
 from layerlab import archive, paths
 from layerlab.analysis import stats
+from layerlab.analysis.records import records_frame
 from layerlab.analysis.results import rate
 
 PAPER_FIGURES = paths.REFERENCE / "paper_figures.yaml"
@@ -110,12 +111,11 @@ def load(path: Path | str, label: str | None = None) -> Source:
     p = Path(path)
     try:
         info = archive.check_path(p)
-        recs = archive.load_records([p])
+        df = records_frame(p)
     except archive.ArchiveError as exc:
         raise CompareError(str(exc)) from None
-    if not recs:
-        raise CompareError(f"{p}: holds no records")
-    df = pd.DataFrame([r.__dict__ for r in recs])
+    except ValueError:  # no records
+        raise CompareError(f"{p}: holds no records") from None
     return Source(label or str(path), df, bool(info.get("partial")))
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from layerlab.analysis.effects import Effects
-from layerlab.analysis.provenance import INPUT
+from layerlab.analysis.records import INPUT
 from layerlab.analysis.units import ARM, MIN_UNITS, contract_arms, unit_labels
 
 
@@ -196,7 +196,7 @@ def identical_inputs(
 ) -> dict[str, SameInputs]:
     """Per scenario: the pairs (both arms reached the reader) whose two arms gave the reader or
     system byte-identical input — a model's prompt; an agent's or target's tool observations,
-    in order (the frame's ``input_hash``, :func:`layerlab.analysis.provenance.input_column`;
+    in order (the frame's ``input_hash``, :func:`layerlab.analysis.records.input_column`;
     without that column, the prompt hash). A pair whose input is not recorded (an agent or
     target archive older than the column) is counted apart, never as identical. Where every
     pair is identical, a difference between the arms is the model's draw, not the arm (exactly

@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from layerlab.analysis.records import as_frame
 from layerlab.analysis.units import ARM, UNIT_COLUMNS, arm_order, scenario_order
 
 OUTCOMES = {"success": "S", "safe_resolution": "safe"}
@@ -149,7 +150,7 @@ def deterministic_notes(records: Sequence[Any], requested: int, labels: Sequence
     (``labels``) in every epoch (records: archive :class:`~layerlab.archive.Record` objects)."""
     if requested < 2 or not records:
         return []
-    df = pd.DataFrame([r.__dict__ for r in records])
+    df = as_frame(records)
     return [
         f"--epochs {requested}: every record of {unit} had the same outcome in each epoch: the "
         "system looks deterministic, its epochs added no information (pass@k = pass^k = S)"

@@ -29,6 +29,7 @@ from layerlab import archive
 from layerlab._io import atomic_write_text
 from layerlab.analysis import passk
 from layerlab.analysis.rates import cluster_rate
+from layerlab.analysis.records import as_frame, records_frame
 from layerlab.analysis.units import ARM, contract_arms, scenario_order
 from layerlab.models.agents import is_reference, is_target
 from layerlab.scoring.score import SAFE_NON_ANSWER
@@ -217,13 +218,6 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def records_frame(folder_or_archive: Path) -> pd.DataFrame:
-    """The records of a run folder or archive file as a frame (checked on read)."""
-    p = Path(folder_or_archive)
-    recs = archive.read_records(p / archive.ARCHIVE if p.is_dir() else p)
-    return pd.DataFrame([r.__dict__ for r in recs])
-
-
 def for_run(
     folder: Path,
     records: Sequence[archive.Record] | None = None,
@@ -233,13 +227,12 @@ def for_run(
     target run also the target and its per-layer ``findings``
     (:func:`layerlab.analysis.layers.findings`).
 
+    The folder's records are read checked (:func:`~layerlab.analysis.records.records_frame`);
     ``records`` and ``manifest``, when the caller has just written them (the live harness),
     save reading them back; they must be what the folder holds."""
     folder = Path(folder)
     m = archive.read_manifest(folder) if manifest is None else manifest
-    frame = (
-        records_frame(folder) if records is None else pd.DataFrame([r.__dict__ for r in records])
-    )
+    frame = records_frame(folder) if records is None else as_frame(records, [folder])
     res = summarize(frame)
     out = {
         "run_id": m["run_id"],

@@ -39,8 +39,8 @@ from layerlab.analysis.effects import (
     specificity_margin,
 )
 from layerlab.analysis.effects import band as effect_band
-from layerlab.analysis.provenance import records_frame
 from layerlab.analysis.rates import z_score
+from layerlab.analysis.records import records_frame
 from layerlab.analysis.units import blocks
 from layerlab.faults.scenario import Scenario, load_scenarios
 from layerlab.harness import deterministic as harness

@@ -6,7 +6,8 @@ inside the package import from the owners):
 
 - :mod:`~layerlab.analysis.units` — the constant block, the contract arms and their target (from
   the specs), scenario/arm/unit order, blocks and the bootstrap design rule;
-- :mod:`~layerlab.analysis.provenance` — archives as a DataFrame and their runs' settings;
+- :mod:`~layerlab.analysis.records` — archives as a DataFrame (the one way) and their runs'
+  settings;
 - :mod:`~layerlab.analysis.rates` — Clopper–Pearson and cluster-robust rates (Tables 4 and 9);
 - :mod:`~layerlab.analysis.bootstrap` — the paired layout and the vectorised bootstrap;
 - :mod:`~layerlab.analysis.effects` — calibrated paired effects, the margin, Tables 5 and 8;
@@ -49,7 +50,6 @@ from layerlab.analysis.effects import (
 )
 from layerlab.analysis.gains import model_gains
 from layerlab.analysis.perblock import Block, analyse, effects_long
-from layerlab.analysis.provenance import records_frame, run_settings, sampling_phrase
 from layerlab.analysis.rates import (
     Rate,
     clopper_pearson,
@@ -63,6 +63,7 @@ from layerlab.analysis.rates import (
     wilson,
     z_score,
 )
+from layerlab.analysis.records import records_frame, run_settings, sampling_phrase
 from layerlab.analysis.units import (
     ALPHA,
     ARM,

@@ -1,10 +1,17 @@
-"""Where analysed records come from: checked archives as one DataFrame and, per run, the
-decoding, reply schema, tasks and replicates a caption of real-model numbers must name (from the
-runs' manifests)."""
+"""Records as a DataFrame, the one way (issue 45): checked archives as one frame
+(:func:`records_frame`, also ``layerlab.load_archive``), and records already in hand as the same
+frame (:func:`as_frame`); with, per run, the decoding, reply schema, tasks and replicates a
+caption of real-model numbers must name (from the runs' manifests).
+
+Every frame of records is built here: the statistics, the tables, the results of a run
+(``results.json``), ``compare``, the report and the public API read archives through
+:func:`records_frame`, so every one of them is checked the same way (manifest, checksum, record
+count, runs, step tables: :func:`layerlab.archive.load_records`) and a run given twice counts
+once."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +20,34 @@ import pandas as pd
 from layerlab import archive, paths
 
 
-def records_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:
-    """Checked archives (files or run folders) as one DataFrame; a run given twice counts once.
+def records_frame(archives: Path | str | Sequence[Path | str] | None = None) -> pd.DataFrame:
+    """Checked archives (files or run folders; one, or several) as one DataFrame: one row a
+    record, one column a field, and :data:`INPUT` (:func:`input_column`); ``attrs["runs"]``
+    holds each run's settings (:func:`run_settings`). Each archive is checked on read
+    (:func:`layerlab.archive.load_records`: manifest, checksum, record count, runs named by the
+    manifest, step tables), a run given twice counts once, and a record in two runs is refused
+    (:class:`~layerlab.archive.ArchiveError`); no records at all is a ``ValueError``.
 
     Default: the committed reference-agent archive.
     """
-    folders = [Path(a) for a in (archives or [paths.ARCHIVES / "reference_agents"])]
+    if archives is None:
+        archives = [paths.ARCHIVES / "reference_agents"]
+    elif isinstance(archives, (str, Path)):
+        archives = [archives]
+    folders = [Path(a) for a in archives]
     recs = archive.load_records(folders)
     if not recs:
         raise ValueError("no records in the given archives")
-    df = pd.DataFrame([r.__dict__ for r in recs])
+    return as_frame(recs, folders)
+
+
+def as_frame(records: Iterable[archive.Record], folders: Sequence[Path] = ()) -> pd.DataFrame:
+    """Records already in hand (a run just written, a deterministic run's) as the frame
+    :func:`records_frame` gives; ``folders``, the run folders they were written to (if any),
+    give :data:`INPUT` from their step tables and ``attrs["runs"]``."""
+    df = pd.DataFrame([r.__dict__ for r in records])
+    if df.empty:
+        return df
     df[INPUT] = input_column(df, folders)
     df.attrs["runs"] = run_settings(folders)
     return df
