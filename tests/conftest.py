@@ -16,7 +16,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from layerlab import paths  # noqa: E402
 from layerlab.corpus import build as corpus_mod  # noqa: E402
 from layerlab.harness.prepare import prepare
-from layerlab.harness.step import gate
+from layerlab.harness.step import admit
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -55,7 +55,7 @@ def good_spec_text() -> str:
 @pytest.fixture(scope="session")
 def every_gate(corpus: corpus_mod.Corpus) -> list[tuple[str, str, corpus_mod.Task, object]]:
     """Every cell of the matrix before the reader, under every arm of the committed mitigations
-    spec (contract arms, mitigations and stacks): (scenario, arm, task, Gate)."""
+    spec (contract arms, mitigations and stacks): (scenario, arm, task, Admission)."""
     from layerlab.faults.scenario import load_scenarios
     from layerlab.mitigations import load_mitigations
 
@@ -65,7 +65,7 @@ def every_gate(corpus: corpus_mod.Corpus) -> list[tuple[str, str, corpus_mod.Tas
         prep = prepare(corpus, s)
         for t in corpus.tasks:
             for arm in arms:
-                out.append((s.name, arm, t, gate(t, prep, arm)))
+                out.append((s.name, arm, t, admit(t, prep, arm)))
     return out
 
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
 from layerlab.harness.prepare import prepare
-from layerlab.harness.step import gate
+from layerlab.harness.step import admit
 from layerlab.scoring import audit
 
 runner = CliRunner()
@@ -84,7 +84,7 @@ def test_grounded_wrong_session_answers_differ_from_expected(
     prepared = prepare(corpus, scen["wrong_session"])
     reader = harness.ExtractiveReader()
     for t in corpus.tasks:
-        g = gate(t, prepared, "strict")
+        g = admit(t, prepared, "strict")
         assert g.inp is not None
         out = reader.read(g.inp)
         if out.answer is not None:

@@ -14,7 +14,7 @@ from layerlab import archive, paths
 from layerlab.analysis import results
 from layerlab.corpus.spec import spec_hash
 from layerlab.harness import live
-from layerlab.harness.live import budget, calls, provenance
+from layerlab.harness.live import budget, calls, runmanifest
 from layerlab.models import local as models_mod
 from layerlab.models.llm import ProviderSettings, import_litellm
 
@@ -115,10 +115,10 @@ def test_usage_is_summed_over_worker_processes_and_priced_calls_only() -> None:
         "cost_usd": 0.5,
         "priced_calls": 1,
     }
-    s = provenance.calls_summary(into, None, {"n": 12.5})
+    s = runmanifest.calls_summary(into, None, {"n": 12.5})
     assert s["usage"]["m"]["cost_usd"] == 0.5 and s["usage"]["n"]["cost_usd"] is None
     assert s["usage"]["n"]["server_cpu_s"] == 12.5
-    again = provenance.calls_summary(budget.Counters(), {"calls": s}, {"n": 2.0})
+    again = runmanifest.calls_summary(budget.Counters(), {"calls": s}, {"n": 2.0})
     assert again["usage"]["m"] == s["usage"]["m"] and again["usage"]["n"]["server_cpu_s"] == 14.5
     summary = results.usage_summary({"calls": again})
     assert summary["n"]["compute"] == results.COMPUTE_CPU and summary["n"]["compute_s"] == 14.5

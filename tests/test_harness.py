@@ -14,7 +14,7 @@ from layerlab.corpus import build as corpus_mod
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.harness.prepare import input_hash, prepare
-from layerlab.harness.step import gate
+from layerlab.harness.step import admit
 
 runner = CliRunner()
 
@@ -85,7 +85,7 @@ def test_fast_paths_give_the_textbook_values(corpus, key) -> None:
 
     scen = load_scenarios()
     prep = prepare(corpus, scen["partial_timeout"])
-    g = gate(corpus.tasks[0], prep, harness.contract_arms()[0])
+    g = admit(corpus.tasks[0], prep, harness.contract_arms()[0])
     assert g.inp is not None and g.inp.evidence
     want = hashlib.sha256(canonical_json(dataclasses.asdict(g.inp)).encode()).hexdigest()
     assert input_hash(g.inp) == want

@@ -213,7 +213,7 @@ def test_a_killed_invocations_calls_are_kept_on_resume(tmp_path, monkeypatch) ->
     sys.path.insert(0, str(Path(__file__).parent))
     from fake_openai import SLOW_S, FakeOpenAI
 
-    from layerlab.harness.live.provenance import INVOCATION
+    from layerlab.harness.live.runmanifest import INVOCATION
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-local-placeholder")
     out, cache = tmp_path / "k", tmp_path / "c"

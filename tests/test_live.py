@@ -23,7 +23,7 @@ from layerlab.corpus.spec import spec_hash
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.harness import live
-from layerlab.harness.live import engine, provenance
+from layerlab.harness.live import engine, runmanifest
 from layerlab.models.llm import ProviderSettings
 from layerlab.system import prompt
 
@@ -736,7 +736,7 @@ def test_a_new_reply_schema_is_a_new_run_and_asks_again(corpus, monkeypatch) -> 
     assert engine.reply_key(plain, "m", "h" * 64, ("clean", "strict", "t", 0)) == keys[plain]
     assert live.run_id_for(shaped, corpus, SCEN_HASH) != ids[shaped]
     assert engine.reply_key(shaped, "m", "h" * 64, ("clean", "strict", "t", 0)) != keys[shaped]
-    assert "reply_schema" not in provenance.manifest(plain, corpus, SCEN_HASH, 1).to_dict()
+    assert "reply_schema" not in runmanifest.manifest(plain, corpus, SCEN_HASH, 1).to_dict()
 
 
 def test_resuming_a_run_of_an_older_reply_schema_says_so(tmp_path, corpus, key, scen, monkeypatch) -> None:

@@ -23,7 +23,7 @@ from layerlab.harness import deterministic as harness
 from layerlab.harness import live
 from layerlab.harness.live import calls
 from layerlab.harness.prepare import prepare
-from layerlab.harness.step import gate
+from layerlab.harness.step import admit
 from layerlab.models.llm import ProviderSettings, bookkeeping_needed, import_litellm
 from layerlab.system import prompt
 
@@ -169,7 +169,7 @@ def test_worker_count_respects_what_a_run_needs(monkeypatch) -> None:
 def _first_messages(corpus, scen) -> list[dict[str, str]]:
     prep = prepare(corpus, scen["clean"])
     for t in corpus.tasks:
-        g = gate(t, prep, harness.contract_arms()[0])
+        g = admit(t, prep, harness.contract_arms()[0])
         if g.inp is not None:
             return prompt.messages(g.inp)
     raise AssertionError("no task reaches the reader")

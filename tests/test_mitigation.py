@@ -19,7 +19,7 @@ from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.harness import live
 from layerlab.harness.prepare import prepare
-from layerlab.harness.step import evaluate, gate
+from layerlab.harness.step import admit, evaluate
 from layerlab.mitigations import (
     KINDS,
     MAX_ATTEMPTS,
@@ -98,7 +98,7 @@ def test_retries_are_bounded_and_transient_faults_recover(
     task = corpus.tasks[0]
     # persistent outage: bounded retries, then a structured refusal (safe), never an answer
     prep = prepare(corpus, scen["missing_tool_output"])
-    g = gate(task, prep, "availability_retry")
+    g = admit(task, prep, "availability_retry")
     assert g.inp is None and g.refusal and g.attempts == 3 and g.waited_s > 0
     rec, lab = evaluate(
         task, key, corpus, prep, "availability_retry", g, None,
@@ -106,7 +106,7 @@ def test_retries_are_bounded_and_transient_faults_recover(
     )  # fmt: skip
     assert lab.abstained and lab.safe_resolution and rec.stage == "refused"
     # the baseline ends at the same outage with no refusal: a failure, not safe
-    g0 = gate(task, prep, load_mitigations().baseline)
+    g0 = admit(task, prep, load_mitigations().baseline)
     _, lab0 = evaluate(
         task, key, corpus, prep, "strict", g0, None,
         provider="p", model="m", run_id="r", prompt_hash="",

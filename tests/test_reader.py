@@ -8,7 +8,7 @@ from layerlab.corpus import build as corpus_mod
 from layerlab.corpus.text import states_value
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness.prepare import prepare
-from layerlab.harness.step import gate
+from layerlab.harness.step import admit
 from layerlab.system.reader import Evidence, ExtractiveReader, ReaderInput
 
 FORBIDDEN = {"expected_answer", "answer", "value", "required_doc_ids", "required", "gold", "label"}
@@ -56,7 +56,7 @@ def test_no_answer_key_value_reaches_any_reader_input(
 def test_extractive_reader_answers_from_evidence_and_cites_it(corpus: corpus_mod.Corpus) -> None:
     prep = prepare(corpus, load_scenarios()["clean"])
     t = corpus.tasks[0]
-    g = gate(t, prep, "strict")
+    g = admit(t, prep, "strict")
     assert g.inp is not None
     out = ExtractiveReader().read(g.inp)
     assert out.status == "answered" and out.citations[0] in {e.doc_id for e in g.inp.evidence}

@@ -33,7 +33,7 @@ from layerlab.harness import deterministic, live
 from layerlab.harness.live import agentlog
 from layerlab.harness.prepare import prepare
 from layerlab.harness.runconfig import load_run_config
-from layerlab.harness.step import gate
+from layerlab.harness.step import admit
 from layerlab.harness.tools import ToolBox
 from layerlab.mitigations import load_mitigations
 from layerlab.system import retrieval
@@ -272,7 +272,7 @@ def test_an_agents_own_queries_go_to_the_store_and_requeries_keep_working(
     # (faulted) index: the store is not asked again for that record
     bad = prepare(corpus, scen["corrupted_metadata"], spec)
     asked = len(team.LOG["search"])
-    g = gate(t, bad, load_mitigations().arm("metadata_integrity"))
+    g = admit(t, bad, load_mitigations().arm("metadata_integrity"))
     assert g.retriever == "tfidf_validity" and g.attempts == 2
     assert len(team.LOG["search"]) == asked
 
@@ -505,15 +505,15 @@ def test_resume_after_the_retrievers_code_changed_is_refused(
 
 
 def test_registered_retrievers_keep_their_run_ids(corpus) -> None:
-    from layerlab.harness.live import provenance
+    from layerlab.harness.live import runmanifest
 
     cfg = live.LiveConfig(models=("layerlab/extractive",), scenarios=("clean",))
-    ident = provenance.run_id_for(cfg, corpus, "x")
-    with_code = provenance.run_id_for(
+    ident = runmanifest.run_id_for(cfg, corpus, "x")
+    with_code = runmanifest.run_id_for(
         live.LiveConfig(models=("layerlab/extractive",), scenarios=("clean",),
                         retriever_code=(("module", "m"),)), corpus, "x")  # fmt: skip
     assert ident != with_code
-    assert "retriever_code" not in provenance.manifest(cfg, corpus, "x", 1).to_dict()
+    assert "retriever_code" not in runmanifest.manifest(cfg, corpus, "x", 1).to_dict()
 
 
 # --- the documentation page ----------------------------------------------------------------------

@@ -103,12 +103,14 @@ def entry(
     rec: Record,
     task: Task,
     key_entry: AnswerKeyEntry,
-    gate: Any,
+    admission: Any,
     reply: str | None,
     out: ReaderOutput | None,
 ) -> dict[str, Any]:
-    """The log entry of one scored record (``gate``: the harness's contract gate)."""
-    inp = gate.inp
+    """The log entry of one scored record (``admission``: the harness's
+    :class:`~layerlab.harness.step.Admission`: the contract's result, the reader's input, the
+    mitigations' actions)."""
+    inp = admission.inp
     delivered = [e.doc_id for e in inp.evidence] if inp is not None else []
     return {
         "v": SAMPLE_LOG_VERSION,
@@ -121,15 +123,15 @@ def entry(
         "outcome": outcome(rec),
         "diagnostic": rec.diagnostic,
         "verdict": {k: getattr(rec, k) for k in (*LABELS, *SCORES)},
-        "reasons": reasons(rec, key_entry, delivered, out, gate.contract),
+        "reasons": reasons(rec, key_entry, delivered, out, admission.contract),
         "expected": key_entry.expected_answer,
         "stage": rec.stage,
         "contract": {
-            "outcome": gate.contract.outcome,
-            "edits": list(gate.contract.edits)[:12],
-            "problems": list(gate.contract.problems)[:6],
+            "outcome": admission.contract.outcome,
+            "edits": list(admission.contract.edits)[:12],
+            "problems": list(admission.contract.problems)[:6],
         },
-        "mitigation_actions": [str(a) for a in getattr(gate, "actions", ())],
+        "mitigation_actions": [str(a) for a in getattr(admission, "actions", ())],
         "tool_status": inp.tool_status if inp is not None else None,
         "evidence": [
             {

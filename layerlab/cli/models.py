@@ -131,13 +131,13 @@ def _reader_prompt() -> list[dict[str, str]]:
     from layerlab.corpus import build as corpus_mod
     from layerlab.faults.scenario import load_scenarios
     from layerlab.harness.prepare import prepare
-    from layerlab.harness.step import gate
+    from layerlab.harness.step import admit
     from layerlab.system import prompt
 
     corpus = corpus_mod.load()
     prep = prepare(corpus, load_scenarios()["clean"])
     for task in corpus.tasks:
-        g = gate(task, prep, "strict")
+        g = admit(task, prep, "strict")
         if g.inp is not None:
             return prompt.messages(g.inp)
     raise RuntimeError("no task of the clean scenario reaches the reader")

@@ -35,7 +35,7 @@ from layerlab.system.reader import (
 
 
 @dataclass(frozen=True)
-class Gate:
+class Admission:
     """A task after the pre-reader part of an arm: the contract's result and either the reader's
     input or a mitigation's structured refusal; with what the mitigations did on the way."""
 
@@ -61,13 +61,13 @@ Checked = Callable[[int, str], tuple[ContractResult, ReaderInput | None]]
 """``(call number, retriever) -> (the contract's verdict, the reader's view)`` of one tool call."""
 
 
-def gate(
+def admit(
     task: Task,
     prepared: PreparedScenario,
     arm: str | Arm,
     checked: Checked | None = None,
     first_call: int = 0,
-) -> Gate:
+) -> Admission:
     """Run an arm's index, tool, access, contract and reader-input steps for one task.
 
     Retries call the faulted tool again (bounded by each mitigation and by ``MAX_ATTEMPTS``);
@@ -106,15 +106,15 @@ def gate(
         if act.action in ("retry", "refuse"):
             why = act.reason if act.action == "refuse" else f"cap of {MAX_ATTEMPTS} tool calls"
             log.append(f"{who}: refuse ({why})")
-            return Gate(cr, None, f"{who}: {why}", attempt + 1, retr, waited, tuple(log))
+            return Admission(cr, None, f"{who}: {why}", attempt + 1, retr, waited, tuple(log))
         if inp is None and a.empty_context_on_failure:
             inp = _empty_input(task, sid)
-        return Gate(cr, inp, None, attempt + 1, retr, waited, tuple(log))
+        return Admission(cr, inp, None, attempt + 1, retr, waited, tuple(log))
 
 
 def after_reader(
-    task: Task, prepared: PreparedScenario, arm: str | Arm, g: Gate, out: ReaderOutput
-) -> tuple[Gate, ReaderOutput | None]:
+    task: Task, prepared: PreparedScenario, arm: str | Arm, g: Admission, out: ReaderOutput
+) -> tuple[Admission, ReaderOutput | None]:
     """Run an arm's after-reader steps on a parsed reply: pass it, or refuse it."""
     a = as_arm(arm)
     if g.inp is None:
@@ -125,7 +125,7 @@ def after_reader(
     for m in a.at("after_reader"):
         act: Act = m.on_output(g.inp, out, call)
         if act.action == "refuse":
-            refused = Gate(
+            refused = Admission(
                 g.contract,
                 g.inp,
                 f"{m.name}: {act.reason}",
@@ -144,7 +144,7 @@ def evaluate(
     corpus: Corpus,
     prepared: PreparedScenario,
     arm: str,
-    g: Gate,
+    g: Admission,
     out: ReaderOutput | None,
     *,
     provider: str,
@@ -224,40 +224,46 @@ class Reading:
 
 @dataclass(frozen=True)
 class Done:
-    """A finished record: the archive row, the scorer's labels, and the gate and reply after the
-    arm's after-reader steps (what the private sample log shows)."""
+    """A finished record: the archive row, the scorer's labels, and the admission and reply
+    after the arm's after-reader steps (what the private sample log shows)."""
 
     record: Record
     labels: Labels
-    gate: Gate
+    admission: Admission
     out: ReaderOutput | None
+
+    @property
+    def gate(self) -> Admission:
+        """:attr:`admission` under its old name, read by ``reporting/tracing.py`` until that
+        module is moved (issue 45); remove with that last reader."""
+        return self.admission
 
 
 class RecordStep:
-    """One record: :func:`gate` on construction; :meth:`finish` runs the after-reader steps on the
+    """One record: :func:`admit` on construction; :meth:`finish` runs the after-reader steps on the
     reader's reply and scores it. A step whose :attr:`inp` is None never reaches a reader."""
 
-    __slots__ = ("arm", "gate", "prepared", "task")
+    __slots__ = ("admission", "arm", "prepared", "task")
 
     def __init__(self, task: Task, prepared: PreparedScenario, arm: str | Arm) -> None:
         self.task = task
         self.prepared = prepared
         self.arm = as_arm(arm)
-        self.gate = gate(task, prepared, self.arm)
+        self.admission = admit(task, prepared, self.arm)
 
     @property
     def inp(self) -> ReaderInput | None:
         """What the reader is to see, or None (refused, or the tool failed with no fallback)."""
-        return self.gate.inp
+        return self.admission.inp
 
     def finish(
         self, ctx: RecordContext, reading: Reading | None = None, replicate: int = 0
     ) -> Done:
         """Score the record: the reader's ``reading`` (None when no reader was asked) through the
         arm's after-reader steps, then the scorer."""
-        if (reading is None) != (self.gate.inp is None):
+        if (reading is None) != (self.admission.inp is None):
             raise ValueError("a reading is given exactly when the step has a reader input")
-        g, out = self.gate, reading.out if reading is not None else None
+        g, out = self.admission, reading.out if reading is not None else None
         if out is not None:
             g, out = after_reader(self.task, self.prepared, self.arm, g, out)
         rec, labels = evaluate(

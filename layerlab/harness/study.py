@@ -49,7 +49,7 @@ from layerlab.faults.roles import load_roles
 from layerlab.faults.scenario import Scenario
 from layerlab.harness import deterministic as harness
 from layerlab.harness.prepare import PreparedScenario, prepare
-from layerlab.harness.step import Gate, Reading, RecordContext, RecordStep
+from layerlab.harness.step import Admission, Reading, RecordContext, RecordStep
 from layerlab.mitigations import load_mitigations
 from layerlab.system import prompt
 from layerlab.system.reader import Evidence, ReaderOutput
@@ -214,7 +214,7 @@ def _parse(reply: str) -> tuple[ReaderOutput | None, str | None]:
         return None, "malformed_reply"
 
 
-def _control(g: Gate, a: Any) -> str | None:
+def _control(g: Admission, a: Any) -> str | None:
     """Which control decided the cell: ``refuse``, ``allow`` (the evidence passed every check),
     or null on an arm without controls (the uncontrolled arm)."""
     if g.refusal:
@@ -254,7 +254,7 @@ def run_study(
                     out, failure = _parse(chain.invoke(step.inp))
                     reading = Reading(out, phash, failure)
                 done = step.finish(ctx, reading)
-                g, lab = done.gate, done.labels
+                g, lab = done.admission, done.labels
                 refused_by = g.refusal.split(":", 1)[0] if g.refusal else None
                 layer = next(
                     (m.layers[0] for m in a.steps if m.name == refused_by and m.layers), None

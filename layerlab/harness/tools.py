@@ -32,14 +32,14 @@ from layerlab.corpus.build import Task
 from layerlab.faults.operators import SCOPED_ID
 from layerlab.harness.prepare import PreparedScenario, session_for
 from layerlab.harness.step import (
+    Admission,
     Done,
-    Gate,
     Reading,
     RecordContext,
+    admit,
     after_reader,
     as_arm,
     evaluate,
-    gate,
 )
 from layerlab.mitigations import Arm
 from layerlab.system import retrieval
@@ -162,7 +162,7 @@ def tool_error(code: str, message: str) -> dict[str, str]:
     return {"code": code, "message": message}
 
 
-def observation(g: Gate) -> dict[str, Any]:
+def observation(g: Admission) -> dict[str, Any]:
     """What the agent (or target) sees of one tool call: the delivered evidence (the single-call
     reader's fields, never the retriever's score) or the tool's error. ``error``, when present,
     is :func:`tool_error`'s ``{code, message}`` whatever the status (``error``, ``refused``, or a
@@ -193,7 +193,7 @@ class ToolBox:
         self.calls: list[ToolCall] = []
         self.evidence: dict[str, Evidence] = {}  # doc id -> the latest delivered version
         self.last_status = "ok"
-        self.last_failed: Gate | None = None
+        self.last_failed: Admission | None = None
         self.accepted = False
         self.edits: list[str] = []
         self.refusal: str | None = None
@@ -236,7 +236,7 @@ class ToolBox:
             fetch = self._open(base)
         else:
             fetch = self._search(checked["query"], checked["top_k"])
-        g = gate(self.task, self.prepared, self.arm, fetch, first_call=self.payloads)
+        g = admit(self.task, self.prepared, self.arm, fetch, first_call=self.payloads)
         self.payloads += g.attempts
         self.waited_s += g.waited_s
         self.actions += g.actions
@@ -282,8 +282,8 @@ class ToolBox:
         cr = self.arm.contract.check(prep.scenario.transport(sent, prep.tool_context(task, n)))
         return cr, (reader_input(task, cr.payload) if cr.payload is not None else None)
 
-    def _take(self, g: Gate) -> str:
-        """Fold one call's gate into the record: delivered evidence, refusal, last failure."""
+    def _take(self, g: Admission) -> str:
+        """Fold one call's admission into the record: delivered evidence, refusal, last failure."""
         if g.refusal is not None:
             self.refusal = g.refusal
             return "refused"
@@ -327,19 +327,25 @@ class ToolBox:
         cr = self.last_failed.contract
         return ContractResult(cr.outcome, cr.valid, None, tuple(self.edits), cr.problems)
 
-    def gate(self) -> Gate:
-        """The record's gate for the scorer (:meth:`RecordStep.finish`)."""
+    def admission(self) -> Admission:
+        """The record's admission for the scorer (:meth:`RecordStep.finish`): the contract's
+        verdict over all its calls, and what they delivered or the refusal."""
         inp = None if self.refusal is not None else self.delivered()
-        return Gate(self.contract(), inp, self.refusal, max(self.payloads, 1),
-                    self.arm.retriever(self.prepared.retriever), self.waited_s,
-                    tuple(self.actions))  # fmt: skip
+        return Admission(self.contract(), inp, self.refusal, max(self.payloads, 1),
+                         self.arm.retriever(self.prepared.retriever), self.waited_s,
+                         tuple(self.actions))  # fmt: skip
+
+    def gate(self) -> Admission:
+        """:meth:`admission` under its old name, called by ``reporting/evidence.py`` until that
+        module is moved (issue 45); remove with that last caller."""
+        return self.admission()
 
 
 def finish(tools: ToolBox, ctx: RecordContext, reading: Reading, replicate: int = 0) -> Done:
     """Score a record whose evidence came through ``tools`` (an agent's, or a target's): the
     reply through the arm's after-reader steps, then the one scorer over everything the calls
     delivered, with every call's validity (V)."""
-    g, out = tools.gate(), reading.out
+    g, out = tools.admission(), reading.out
     if out is not None and g.refusal is None:
         g, out = after_reader(tools.task, tools.prepared, tools.arm, g, out)
     rec, labels = evaluate(

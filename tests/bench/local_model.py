@@ -54,7 +54,7 @@ def bench_local_model(
     from layerlab.harness import deterministic as harness
     from layerlab.harness import live
     from layerlab.harness.prepare import prepare
-    from layerlab.harness.step import gate
+    from layerlab.harness.step import admit
     from layerlab.models import local as models
     from layerlab.models import runtime
     from layerlab.models.llm import ProviderSettings
@@ -83,7 +83,7 @@ def bench_local_model(
             prep = prepare(c, scen[s])
             for t in c.tasks[: len(task_ids)]:
                 for arm in arms:
-                    g = gate(t, prep, arm)
+                    g = admit(t, prep, arm)
                     if g.inp is None:
                         continue
                     seed = live.record_seed(0, cfg.models[0], s, arm, t.task_id, 0)

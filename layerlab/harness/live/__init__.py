@@ -21,7 +21,7 @@ trustworthy:
   (:mod:`.progress`);
 * a **run manifest** whose ``run_id`` is a hash of everything that determines the records, so
   merged archives never count a run twice and a resume with different settings is refused
-  (:mod:`.provenance`). It names the endpoint only as local or remote
+  (:mod:`.runmanifest`). It names the endpoint only as local or remote
   (:mod:`layerlab.models.routing`).
 
 The records are made by :mod:`.engine` (the one record step with a model as reader), in this
@@ -32,8 +32,8 @@ one validation of its settings. This module is the public face: the names below.
 from layerlab.harness.live.budget import Counters
 from layerlab.harness.live.engine import arm_order, routes_for
 from layerlab.harness.live.progress import parse_progress_line, read_progress
-from layerlab.harness.live.provenance import run_id_for
 from layerlab.harness.live.run import LiveResult, run_live, run_matrix
+from layerlab.harness.live.runmanifest import run_id_for
 from layerlab.harness.live.settings import (
     DEFAULT_MAX_ERROR_RATE,
     AgentMode,

@@ -39,7 +39,7 @@ class Counters:
     completion_tokens: int = 0
     # per ``-m`` model, this invocation's answered calls: calls, latency_s (summed), prompt and
     # completion tokens, cost_usd (summed over priced calls) and priced_calls (litellm knew the
-    # price); accumulated across invocations in the manifest (``provenance.calls_summary``)
+    # price); accumulated across invocations in the manifest (``runmanifest.calls_summary``)
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def add_call(

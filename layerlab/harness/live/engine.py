@@ -1,7 +1,7 @@
 """The live engine: turns matrix cells into records.
 
 For each cell :class:`Engine` runs the one record step (:class:`~layerlab.harness.step.RecordStep`:
-gate, read, after-reader, evaluate) with a model as the reader: the reply comes from the reply
+admit, read, after-reader, evaluate) with a model as the reader: the reply comes from the reply
 cache, else from the provider (:func:`~layerlab.harness.live.calls.call`, through the model's
 :class:`~layerlab.models.routing.Route`), identical prompts in flight are asked once when replies
 are shared. :func:`todo_cells` lists what a run (or resume) still has to make, in a seeded arm
@@ -131,7 +131,7 @@ def reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any]) 
 
 
 class Engine:
-    """Turns cells into records: gate, ask (cache, then the provider), parse, score.
+    """Turns cells into records: admit, ask (cache, then the provider), parse, score.
 
     One per event loop (the run's process, or each worker process). ``emit`` receives each record
     with its progress-log line, already serialised, and the sample-log entry (or None).
@@ -244,7 +244,7 @@ class Engine:
         answer = self.key[cell.task.task_id]
         return (
             done.record,
-            samplelog.entry(done.record, cell.task, answer, done.gate, reply, done.out),
+            samplelog.entry(done.record, cell.task, answer, done.admission, reply, done.out),
             None,
         )
 
@@ -277,7 +277,7 @@ class Engine:
         if not self.want_samples:
             return done.record, None, row
         entry = samplelog.entry(
-            done.record, cell.task, self.key[cell.task.task_id], done.gate,
+            done.record, cell.task, self.key[cell.task.task_id], done.admission,
             loop.replies[-1] if loop.replies else None, done.out,
         )  # fmt: skip
         return done.record, samplelog.agent_entry(entry, row, transcript(loop)), row
@@ -309,7 +309,7 @@ class Engine:
         rec, row = td.done.record, target_row(td.done.record, td)
         if not self.want_samples:
             return rec, None, row
-        entry = samplelog.entry(rec, cell.task, self.key[cell.task.task_id], td.done.gate,
+        entry = samplelog.entry(rec, cell.task, self.key[cell.task.task_id], td.done.admission,
                                 td.raw, td.done.out)  # fmt: skip
         entry.update(reply_format=td.reply.format, tool_calls=call_rows(td.tools.calls))
         if td.error:

@@ -27,7 +27,7 @@ from layerlab.analysis import passk, results
 from layerlab.archive import Record
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.faults.scenario import Scenario
-from layerlab.harness.live import agentlog, calls, provenance
+from layerlab.harness.live import agentlog, calls, runmanifest
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.engine import (
     RunContext,
@@ -55,7 +55,7 @@ from layerlab.harness.live.settings import (
 )
 from layerlab.harness.live.workers import run_workers, worker_processes
 from layerlab.harness.prepare import PreparedScenario, prepare
-from layerlab.harness.step import gate
+from layerlab.harness.step import admit
 from layerlab.models import local as models_mod
 from layerlab.models.cache import ResponseCache
 from layerlab.models.cachecheck import CacheError, flag_for, open_cache
@@ -128,16 +128,16 @@ def run_live(
     if config.target is not None:  # the target's code in the run id (targets/identity.py)
         from layerlab.harness.targets.identity import with_code
 
-        config = dataclasses.replace(config, target=with_code(provenance.target_of(config), say))
+        config = dataclasses.replace(config, target=with_code(runmanifest.target_of(config), say))
     if retrieval.is_external(config.retriever):  # a team's retriever code, in the run id too
         code = tuple(sorted(retrieval.code(config.retriever).items()))
         config = dataclasses.replace(config, retriever_code=code)
     work = config.this_shard(corpus)  # what this process runs: the shard's tasks (shards.py)
     n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
-    plan = provenance.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
+    plan = runmanifest.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
     old = stands = _resumed(out, plan, resume)  # ``stands``: the manifest as it is on disk
     if old is not None:  # a killed invocation's calls, kept since in its own file
-        old = provenance.before_resume(out, old)
+        old = runmanifest.before_resume(out, old)
     plog = out / archive.PROGRESS
     answerable = {n: s.spec.answerable for n, s in scenarios.items()}  # lines from schema 2
     done, report = read_progress(
@@ -154,7 +154,7 @@ def run_live(
         raise LiveRunError(f"{exc} (nothing written)") from None
     if config.target is None:  # a target run asks no provider: litellm is not imported
         agents.register()
-    per_model = provenance.expected_records(config, n_tasks)
+    per_model = runmanifest.expected_records(config, n_tasks)
     pending = [  # a model whose records are all done is not asked again
         m for m in config.models if sum(k[:2] == config.record_model(m) for k in done) < per_model[m]
     ]
@@ -189,9 +189,9 @@ def run_live(
         out.mkdir(parents=True, exist_ok=True)
         _tidy(out, began)
         if old is None:  # a new run starts as a valid empty archive; a resumed one keeps its own
-            started = provenance.Outcome(complete=False, records=0)
+            started = runmanifest.Outcome(complete=False, records=0)
             archive.write_run(
-                out, [], provenance.manifest(config, corpus, scenario_hash, n_tasks, started)
+                out, [], runmanifest.manifest(config, corpus, scenario_hash, n_tasks, started)
             )
         trim_torn_tail(plog)
         rows = _rows_log(config)
@@ -208,8 +208,8 @@ def run_live(
         todo, total = todo_cells(corpus, work, done, counters)
         alog = ProgressLog(out / rows) if rows is not None else None
         snap = (
-            provenance.INVOCATION_EVERY_S,
-            lambda: provenance.save_invocation(out, counters, old, stands),
+            runmanifest.INVOCATION_EVERY_S,
+            lambda: runmanifest.save_invocation(out, counters, old, stands),
         )
         writer = RecordWriter(plog, counters, total, progress, samples, written, alog, snap)
         try:
@@ -228,16 +228,16 @@ def run_live(
     # what the log now holds: the usable lines read at the start and those written since
     records = list({**done, **written}.values())
     complete = finished and len(records) == plan["expected_records"]
-    errors = provenance.error_summary(records, config.models, config)
-    outcome = provenance.Outcome(
+    errors = runmanifest.error_summary(records, config.models, config)
+    outcome = runmanifest.Outcome(
         complete=complete,
-        calls=provenance.calls_summary(counters, old, server_cpu),
+        calls=runmanifest.calls_summary(counters, old, server_cpu),
         errors=errors,
         local_models=local_prov,
     )
     if alog is not None:
         alog.close()
-    m = provenance.manifest(config, corpus, scenario_hash, n_tasks, outcome)
+    m = runmanifest.manifest(config, corpus, scenario_hash, n_tasks, outcome)
     if config.agent is not None:  # the step table first; the manifest names its checksum
         table = agentlog.write_table(out, records)
         m = dataclasses.replace(m, agent={**m.agent, "table_sha256": table})
@@ -245,7 +245,7 @@ def run_live(
         table = agentlog.write_table(out, records, target=True)
         m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
     final = archive.write_run(out, records, m)
-    (out / provenance.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
+    (out / runmanifest.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
     if records:
         results.write_results(out, records, final)  # per-model rates, next to the archive
     _tidy(out, began)
@@ -440,7 +440,7 @@ def _first_cell(
         prep = prepared[name]
         for t in tasks:
             for mode in config.mitigations:
-                g = gate(t, prep, mode)
+                g = admit(t, prep, mode)
                 if g.inp is not None:
                     return (name, mode, t.task_id, 0), prompt.messages(g.inp)
     return None
