@@ -36,7 +36,8 @@ from layerlab.system.reader import (
 
 @dataclass(frozen=True)
 class Admission:
-    """A task after the pre-reader part of an arm: the contract's result and either the reader's
+    """A task after the pre-reader part of an arm (:func:`admit`, the per-call mitigation
+    check; not the CI gate of ``layerlab gate``): the contract's result and either the reader's
     input or a mitigation's structured refusal; with what the mitigations did on the way."""
 
     contract: ContractResult

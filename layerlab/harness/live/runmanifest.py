@@ -1,5 +1,6 @@
 """A live run's identity and record of itself: the run id (a hash of everything that determines
-the records) and the manifest, assembled in one place (:func:`manifest`).
+the records) and the manifest, assembled in one place (:func:`manifest`), with what goes into
+it as the run goes (call and usage counts, the invocation file, the errors per model).
 
 The manifest carries the provenance hashes, the sampling settings and, once the run has
 stopped, whether it is complete, the cumulative call counts and the errors per model; it names
