@@ -78,7 +78,7 @@ def coverage_table(table: pd.DataFrame) -> pd.DataFrame:
         "is a test of its own (specific: target above 0 and every off-target cell within ±δ; "
         "over-broad: the band excludes 0 off target; ineffective: the target's gain below δ), "
         f"each given at most {coverage.MAX_FALSE_FLAG:.0%} of the time where the truth contradicts "
-        "it (a null mitigation can get either of the first two, so some false claim at most "
+        "it, up to two Monte Carlo s.e. of the share (a null mitigation can get either of the first two, so some false claim at most "
         "2.5% + 5%); 'inconclusive' the share the "
         "design could not decide, 'power' the share given the verdict the truth calls for (for "
         "+20 pp on the target: called specific); 'specific', 'over-broad', 'ineffective' and "
