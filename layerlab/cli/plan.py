@@ -47,7 +47,7 @@ def plan_cmd(
 ) -> None:
     from layerlab.analysis import compare, planning
     from layerlab.mitigations import book
-    from layerlab.reporting import terminal
+    from layerlab.reporting.format import terminal
 
     asked = "conclusive" if conclusive else "specific"
     try:
