@@ -192,7 +192,7 @@ def test_contract_arms_are_unchanged_by_the_refactor() -> None:
 
 def test_committed_mitigation_archive_is_current(tmp_path: Path) -> None:
     m = archive.read_manifest(specificity.ARCHIVE_DIR)
-    specificity.run_archive(tmp_path / "run")
+    harness.run_mitigation_archive(tmp_path / "run")
     assert overview.same_records(tmp_path / "run", specificity.ARCHIVE_DIR), "run `make archives`"
     assert m["spec_hashes"]["mitigations"] == spec_hash(paths.MITIGATION_SPEC)
 
@@ -227,7 +227,7 @@ def test_a_new_mitigation_is_a_class_and_a_yaml_entry(tmp_path: Path) -> None:
     try:
         spec_path = tmp_path / "mitigations.yaml"
         spec_path.write_text(entry)
-        man = specificity.run_archive(tmp_path / "run", mitigations_path=spec_path)
+        man = harness.run_mitigation_archive(tmp_path / "run", mitigations_path=spec_path)
         assert man["mitigations"] == ["strict", "toy"]
         df = specificity.matrix_frame([tmp_path / "run"])
         mx = specificity.matrix(df, load_mitigations(spec_path), n_boot=500)

@@ -257,11 +257,14 @@ def audit_corpus(
     Exit 1 when a criterion fails."""
     import json
 
+    from layerlab.harness import deterministic as harness
     from layerlab.scoring import audit
 
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
-    result = audit.corpus_tells(c, key, scen)
+    wrong_session = audit.wrong_session_scenarios(scen)  # run here: the harness is above the audit
+    records = harness.run_deterministic(c, key, wrong_session) if wrong_session else []
+    result = audit.corpus_tells(c, key, scen, records)
     problems = audit.tells_problems(result)
     if as_json:
         typer.echo(json.dumps({**result, "problems": problems}, indent=2, sort_keys=True))

@@ -102,7 +102,7 @@ def mitigation_run(
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
 ) -> None:
     """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
-    from layerlab.analysis import specificity
+    from layerlab.harness import deterministic
     from layerlab.system.reader import READERS
 
     _check_out(out)
@@ -118,7 +118,9 @@ def mitigation_run(
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
     _load_corpus(corpus_dir)  # a missing or edited corpus folder: one line, before any work
-    man = specificity.run_archive(out, mitigation or None, reader, spec_path, corpus_dir)
+    man = deterministic.run_mitigation_archive(
+        out, mitigation or None, reader, spec_path, corpus_dir
+    )
     typer.echo(
         f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})"
     )

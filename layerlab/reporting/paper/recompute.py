@@ -74,10 +74,10 @@ def recompute(
     mx = None
     if matrix_archives:
         from layerlab.analysis import specificity
-        from layerlab.mitigations import book
+        from layerlab.archive.manifest import book_for
 
         mdf = specificity.matrix_frame(matrix_archives)
-        arms = book.book_for(matrix_archives, mdf[stats.ARM])  # what the arms were, not what is installed
+        arms = book_for(matrix_archives, mdf[stats.ARM])  # what the arms were, not what is installed
         mx = specificity.matrix(mdf, arms, n_boot=n_boot, seed=seed, policy_level=policy_level)
         inputs.update(matrix=mx, matrix_records=mdf)
     built = {  # every recomputed table whose inputs are at hand (Table 10: mitigation archives)
