@@ -90,7 +90,7 @@ test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), noteboo
 	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest -m "not slow and not wheel" --durations=15
 	rm -rf $(NBVAL_ARTIFACTS)
 	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider notebooks/
-	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m layerlab.reporting.papervalues
+	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m layerlab.reporting.paper.papervalues
 	$(BIN)/layerlab reproduce --compare $(NBVAL_ARTIFACTS)
 
 test-wheel: $(STAMP) ## Build the wheel and install it outside the repository (tests/test_wheel.py; CI runs it after make test).
@@ -104,12 +104,12 @@ lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
 
 # TeX for `make paper`: `apt-get install --no-install-recommends texlive-latex-base
-# texlive-latex-recommended texlive-fonts-recommended latexmk` (layerlab.reporting.paper's hint)
+# texlive-latex-recommended texlive-fonts-recommended latexmk` (layerlab.reporting.paper.build's hint)
 # brings 14 TeX packages on Debian 12: 8,920 files of 158 MB, plus 42 MB of formats and font maps
 # written at install (/var/lib/texmf); apt counts them as 164 MB (dpkg Installed-Size). Measured
 # with dpkg -L, du -cb and du -s /var/lib/texmf (issue 35 item 7).
 paper: $(STAMP) ## Build paper/main.pdf from paper/main.tex and the generated tables and figures (needs TeX; see README).
-	$(BIN)/python -m layerlab.reporting.paper
+	$(BIN)/python -m layerlab.reporting.paper.build
 
 archives: $(STAMP) ## Re-run the reference agents (live harness), the mitigation matrix and the LangChain study into data/archives/.
 	rm -rf out/reference_agents out/reference_agents.cache

@@ -182,7 +182,7 @@ def test_call_outcomes_are_the_tools_outcomes() -> None:
 
 def test_the_dictionary_documents_the_agent_table_its_calls_and_manifest_key(agent_run) -> None:
     from layerlab import paths
-    from layerlab.reporting import dictionary
+    from layerlab.reporting.records import dictionary
     from layerlab.scoring.score import DIAGNOSTICS
 
     assert dictionary.missing_entries() == []
@@ -203,7 +203,7 @@ def test_the_dictionary_documents_the_agent_table_its_calls_and_manifest_key(age
 
 
 def test_a_call_field_without_a_meaning_fails(monkeypatch) -> None:
-    from layerlab.reporting import dictionary
+    from layerlab.reporting.records import dictionary
 
     meanings = dict(dictionary.CALL_FIELD_MEANINGS)
     del meanings["after_fault"]
@@ -324,10 +324,11 @@ def test_a_budget_stopped_agent_run_checks_partial_with_its_table(unfinished) ->
 
 @pytest.mark.parametrize("kind", ["agent", "target"])
 def test_report_and_view_read_unfinished_runs(unfinished, kind, tmp_path) -> None:
-    from layerlab.reporting import htmlreport, viewer
+    from layerlab.reporting.records import viewer
+    from layerlab.reporting.run import report
 
     with_records = unfinished["budget" if kind == "agent" else "target_done"]
-    html = htmlreport.build([unfinished[kind], with_records])
+    html = report.build([unfinished[kind], with_records])
     assert (
         str(unfinished[kind]) in html and archive.read_manifest(unfinished[kind])["run_id"] in html
     )
@@ -350,19 +351,20 @@ def test_report_and_view_read_unfinished_runs(unfinished, kind, tmp_path) -> Non
 
 def test_a_finished_runs_report_and_view_carry_no_partial_banner(tmp_path) -> None:
     from layerlab import paths
-    from layerlab.reporting import htmlreport, viewer
+    from layerlab.reporting.records import viewer
+    from layerlab.reporting.run import report
 
     ref = paths.ARCHIVES / "reference_agents"
-    assert 'class="partial"' not in htmlreport.build([ref])
+    assert 'class="partial"' not in report.build([ref])
     assert 'class="partial"' not in viewer.build([ref])
 
 
 def test_a_budget_stopped_agent_runs_report_shows_its_steps_and_that_it_is_partial(
     unfinished,
 ) -> None:
-    from layerlab.reporting import htmlreport
+    from layerlab.reporting.run import report
 
-    html = htmlreport.build([unfinished["budget"]]).replace("\n", "")
+    html = report.build([unfinished["budget"]]).replace("\n", "")
     assert "<th>complete</th><td>False</td>" in html and "Agent mode" in html
 
 

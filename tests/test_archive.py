@@ -414,7 +414,7 @@ def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, sm
 def test_answer_quality_table(small_run: list[Record]) -> None:
     import pandas as pd
 
-    from layerlab.reporting.tables import table_answer_quality
+    from layerlab.reporting.paper.tables import table_answer_quality
 
     df = pd.DataFrame([r.__dict__ for r in small_run])
     t = table_answer_quality(df)

@@ -117,8 +117,8 @@ def test_table3_rows_beyond_the_paper_leave_the_papers_unchanged() -> None:
 
     from layerlab import paths
     from layerlab.faults.scenario import load_scenarios
-    from layerlab.reporting.tables.benchmark import BEYOND, table3
-    from layerlab.reporting.tables.captions import CAPTIONS
+    from layerlab.reporting.paper.tables.benchmark import BEYOND, table3
+    from layerlab.reporting.paper.tables.captions import CAPTIONS
 
     if importlib.util.find_spec("wordllama") is None:
         pytest.skip("the dense extra is not installed")

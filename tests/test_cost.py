@@ -73,9 +73,9 @@ def test_usage_accumulates_across_invocations_and_a_resume_with_nothing_left_kee
     assert u["prompt_tokens"] == server.requests
     row = results.usage_table(res["usage"]).iloc[0]
     assert row["cost (USD)"] == "-" and row["compute measures"] == "call wall time"
-    from layerlab.reporting import htmlreport
+    from layerlab.reporting.run import report
 
-    html = htmlreport.build([out])
+    html = report.build([out])
     assert "Cost and time" in html and "call wall time" in html
 
 

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 
 from layerlab import paths
-from layerlab.reporting import display
+from layerlab.reporting.format import display
 
 
 def test_scalars() -> None:

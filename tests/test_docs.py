@@ -277,7 +277,7 @@ def test_the_readme_count_of_grounded_stale_answers_is_the_archives() -> None:
 
 
 def test_the_readme_lists_every_notebook_and_every_table_by_its_number() -> None:
-    from layerlab.reporting.tables.registry import TABLES
+    from layerlab.reporting.paper.tables.registry import TABLES
 
     readme = docfiles.README.read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(\d\d_\w+)` \|(.*)$", readme, re.M)
@@ -312,6 +312,6 @@ def test_the_readme_count_of_reproduced_artifacts_is_what_reproduce_writes() -> 
 
 
 def test_the_tex_install_line_is_the_one_make_paper_suggests() -> None:
-    from layerlab.reporting import paper
+    from layerlab.reporting.paper import build
 
-    assert paper.INSTALL_HINT in (ROOT / "docs" / "paper.md").read_text(encoding="utf-8")
+    assert build.INSTALL_HINT in (ROOT / "docs" / "paper.md").read_text(encoding="utf-8")

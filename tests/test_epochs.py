@@ -16,7 +16,7 @@ from layerlab.corpus.spec import spec_hash
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import live
 from layerlab.models.routing import record_seed
-from layerlab.reporting.runs import same_records
+from layerlab.reporting.run.overview import same_records
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_openai import FakeOpenAI  # noqa: E402

@@ -110,7 +110,7 @@ def test_the_bar_keeps_its_record_total_whole_at_80_columns() -> None:
 
     from rich.console import Console
 
-    from layerlab.reporting.terminal import ProgressBar
+    from layerlab.reporting.format.terminal import ProgressBar
 
     bar = ProgressBar()
     c = SimpleNamespace(records=23000, calls=22320, cache_hits=12000, retries=30, failures=1)

@@ -16,7 +16,7 @@ import pytest
 
 from layerlab import archive, paths
 from layerlab.corpus import build as corpus_mod
-from layerlab.reporting import evidence, viewer
+from layerlab.reporting.records import evidence, viewer
 
 QWEN = paths.LOCAL_MODEL_ARCHIVES / "qwen2.5-coder-1.5b"
 PIPELINE = paths.USER_PIPELINES / "my-rag-chain"
@@ -88,7 +88,7 @@ def test_an_archive_records_page_shows_the_recomputed_path_and_no_reply(qwen_pag
 
 
 def test_the_notebook_explorer_shows_the_same_path_when_a_record_is_shown() -> None:
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
 
     rows = explore.select(explore.load_rows(QWEN), scenario="stale_index", outcome="grounded_wrong")
     assert rows and all("recomputed" not in r for r in rows)  # computed when shown, not loaded
@@ -199,7 +199,7 @@ def test_view_without_evidence_keeps_labels_only(tmp_path: Path) -> None:
 
 
 def test_the_explorer_lists_every_committed_archive() -> None:
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
 
     listed = [p.resolve() for p in explore.default_sources()]
     committed = sorted(p.parent.resolve() for p in paths.ARCHIVES.rglob(archive.ARCHIVE))

@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 from layerlab import paths
 from layerlab.analysis import stats
 from layerlab.cli import app
-from layerlab.reporting import explore, tables
+from layerlab.reporting.paper import tables
+from layerlab.reporting.records import explore
 
 runner = CliRunner()
 
@@ -103,7 +104,7 @@ def test_cases_are_chosen_by_rule_and_fit_their_case() -> None:
 
 def test_table6_from_archive_labels_says_what_each_unit_did() -> None:
     from layerlab.analysis import stats
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
 
     df = stats.records_frame()
     cases = explore.representative_cases(df, model="extractive")
@@ -119,7 +120,7 @@ def test_table6_from_archive_labels_says_what_each_unit_did() -> None:
 
 def test_safe_resolution_by_unit_counts_failures_apart_from_refusals() -> None:
     from layerlab.analysis import stats
-    from layerlab.reporting import tables
+    from layerlab.reporting.paper import tables
 
     df = stats.records_frame()
     t = tables.safe_resolution_by_unit(df)

@@ -12,7 +12,8 @@ import pytest
 
 from layerlab import paths
 from layerlab.analysis import stats
-from layerlab.reporting import display, figures
+from layerlab.reporting.format import display
+from layerlab.reporting.paper import figures
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,7 @@ def test_retriever_ablation_shows_zero_and_hides_no_bar() -> None:
 
 
 def test_retriever_ablation_is_the_papers_rows_only() -> None:
-    from layerlab.reporting.tables.benchmark import BEYOND
+    from layerlab.reporting.paper.tables.benchmark import BEYOND
 
     t3 = pd.DataFrame(
         {

@@ -22,7 +22,7 @@ from layerlab.cli import app, main
 from layerlab.faults.roles import load_roles
 from layerlab.harness import deterministic
 from layerlab.mitigations import load_mitigations
-from layerlab.reporting import findings, htmlreport, runs
+from layerlab.reporting.run import findings, overview, report
 
 runner = CliRunner()
 CHAIN = paths.USER_PIPELINES / "my-rag-chain"  # a committed target run with every matrix arm
@@ -88,7 +88,7 @@ def test_correct_abstentions_are_resolutions_not_failures(found: dict, chain: pd
     assert "availability" not in strict and "authorisation" not in strict
     assert strict["safe_non_answer"] == 16 + 16 + 1  # and one abstention on partial_timeout
     assert sum(strict.values()) == m["arms"]["strict"]["records"]
-    table = htmlreport._diagnostic_table(res).set_index("diagnostic")
+    table = report._diagnostic_table(res).set_index("diagnostic")
     assert table.loc["safe_non_answer", "my-rag-chain strict"] == 33
     assert "availability" not in table.index or table.loc["availability"].sum() == 0
     # the archive itself is unchanged: its diagnostic keeps the layer the fault hit
@@ -131,7 +131,7 @@ def test_the_report_leads_with_the_systems_layers(chain: pd.DataFrame) -> None:
     assert any(x.startswith("Harness, not the system") for x in f.harness)
     assert any(x.startswith("Repair raises S on schema_drift") for x in f.harness)
     assert not any("schema_drift" in x and "fails" in x for x in f.system + f.sentences)
-    page = htmlreport.build([CHAIN])
+    page = report.build([CHAIN])
     lead = page.index("what the system did, layer by layer")
     assert lead < page.index("contract arms (layerlab") < page.index("Over every arm")
     assert lead < page.index("<h2>Results by model</h2>")
@@ -234,7 +234,7 @@ def test_a_target_runs_summary_and_results_json_lead_with_its_layers(
     assert (out / results.RESULTS).read_bytes() == before
     # the printing reads only results.json
     lines: list[str] = []
-    runs.print_run_results(out, lines.append)
+    overview.print_run_results(out, lines.append)
     assert lines[1].startswith("What target/mine did")
 
 

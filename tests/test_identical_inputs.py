@@ -21,7 +21,7 @@ from layerlab.harness import live
 from layerlab.harness.agent import AgentLoop
 from layerlab.harness.live import agentlog
 from layerlab.harness.prepare import prepare
-from layerlab.reporting.tables import effects
+from layerlab.reporting.paper.tables import effects
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TASKS = ("finance-01-q1", "it_ops-01-q2", "pto-01-q1")

@@ -29,6 +29,7 @@ from layerlab.mitigations import (
     load_mitigations,
     register,
 )
+from layerlab.reporting.run import overview
 from layerlab.system.reader import ReaderInput
 
 runner = CliRunner()
@@ -191,8 +192,8 @@ def test_contract_arms_are_unchanged_by_the_refactor() -> None:
 
 def test_committed_mitigation_archive_is_current(tmp_path: Path) -> None:
     m = archive.read_manifest(specificity.ARCHIVE_DIR)
-    specificity.run_archive(tmp_path / "run")
-    assert live.same_records(tmp_path / "run", specificity.ARCHIVE_DIR), "run `make archives`"
+    harness.run_mitigation_archive(tmp_path / "run")
+    assert overview.same_records(tmp_path / "run", specificity.ARCHIVE_DIR), "run `make archives`"
     assert m["spec_hashes"]["mitigations"] == spec_hash(paths.MITIGATION_SPEC)
 
 
@@ -226,7 +227,7 @@ def test_a_new_mitigation_is_a_class_and_a_yaml_entry(tmp_path: Path) -> None:
     try:
         spec_path = tmp_path / "mitigations.yaml"
         spec_path.write_text(entry)
-        man = specificity.run_archive(tmp_path / "run", mitigations_path=spec_path)
+        man = harness.run_mitigation_archive(tmp_path / "run", mitigations_path=spec_path)
         assert man["mitigations"] == ["strict", "toy"]
         df = specificity.matrix_frame([tmp_path / "run"])
         mx = specificity.matrix(df, load_mitigations(spec_path), n_boot=500)
@@ -302,7 +303,7 @@ def test_a_garbage_replying_model_never_resolves_an_unsafe_scenario_safely(
     reached = [r for r in recs if r.reached_reader]
     assert reached and all(r.diagnostic == "malformed_reply" for r in reached)
     # Tables 4 and 9 report the failure shares as columns; the table's notes count them per unit
-    from layerlab.reporting import tables
+    from layerlab.reporting.paper import tables
 
     df = pd.DataFrame([r.__dict__ for r in recs])
     t4, t9 = tables.table4(df), tables.table9(df)

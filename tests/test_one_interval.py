@@ -12,7 +12,8 @@ import pytest
 
 from layerlab import paths
 from layerlab.analysis import specificity, stats
-from layerlab.reporting import display, figures
+from layerlab.reporting.format import display
+from layerlab.reporting.paper import figures
 
 TABLES = paths.COMMITTED_ARTIFACTS / "paper" / "tables"
 REF, MODELS = stats.BLOCK_REFERENCE, stats.BLOCK_MODELS
@@ -60,8 +61,8 @@ def test_repair_gain_on_schema_drift_has_one_interval_in_every_table(
     outcomes) all print one interval, the score interval of the 234 of 240 discordant tasks
     (exact.cell_methods owns the choice, effects_from_paired applies it)."""
     from layerlab.analysis import exact
-    from layerlab.reporting.tables import comparison, effects
-    from layerlab.reporting.tables import specificity as spec_tables
+    from layerlab.reporting.paper.tables import comparison, effects
+    from layerlab.reporting.paper.tables import specificity as spec_tables
 
     t5 = effects.table5(live_analysis)
     row = t5[(t5["block"] == REF) & (t5["scenario"] == "schema_drift")].iloc[0]

@@ -12,10 +12,10 @@ import pytest
 
 from layerlab import paths
 from layerlab.analysis import units
-from layerlab.reporting import export, paper, papervalues
+from layerlab.reporting.paper import build, export, papervalues
 
-MAIN = paths.PAPER / paper.MAIN
-TEX = paper.engine() is not None
+MAIN = paths.PAPER / build.MAIN
+TEX = build.engine() is not None
 
 
 def _inputs() -> list[str]:
@@ -41,7 +41,7 @@ def test_tables_one_to_ten_come_first_in_order() -> None:
 
 @pytest.mark.skipif(not TEX, reason="needs TeX (latexmk or pdflatex); see docs/paper.md")
 def test_paper_builds_without_overfull_tables(tmp_path) -> None:
-    b = paper.build(out_dir=tmp_path / "build", pdf=tmp_path / "main.pdf")
+    b = build.build(out_dir=tmp_path / "build", pdf=tmp_path / "main.pdf")
     assert b.pdf.stat().st_size > 10_000
     assert [str(p) for p in b.problems] == []
     # the numbering the reader sees: \label{tab:tableN} is Table N for the paper's ten tables
@@ -55,7 +55,7 @@ def test_paper_builds_without_overfull_tables(tmp_path) -> None:
     )
     # every table has the registry's number (A1, A2, ... in the registry's order), and its link
     # anchor is its own: no two tables share a destination, so a link to A2 lands on A2
-    from layerlab.reporting.tables import TABLES
+    from layerlab.reporting.paper.tables import TABLES
 
     labels = dict(re.findall(r"\\newlabel\{tab:([^}]+)\}\{\{([^}]*)\}", aux))
     assert {t.id: labels.get(t.id) for t in TABLES} == {t.id: t.number for t in TABLES}
@@ -82,14 +82,14 @@ def test_build_reports_an_overfull_table_by_file(tmp_path) -> None:
         "\\documentclass{article}\\begin{document}\\input{tables/wide.tex}\\end{document}\n",
         encoding="utf-8",
     )
-    b = paper.build(src / "main.tex", tmp_path / "build", tmp_path / "main.pdf")
+    b = build.build(src / "main.tex", tmp_path / "build", tmp_path / "main.pdf")
     assert b.problems and all(p.file == "tables/wide.tex" for p in b.problems)
     assert "Overfull \\hbox" in str(b.problems[0])
 
 
 def test_without_tex_make_paper_says_how_to_install_it(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(paper, "engine", lambda: None)
-    assert paper.main([]) == 1
+    monkeypatch.setattr(build, "engine", lambda: None)
+    assert build.main([]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "apt-get install" in err[0] and "latexmk" in err[0]
 
@@ -102,9 +102,9 @@ def test_tex_error_is_one_line_naming_the_file(tmp_path) -> None:
         encoding="utf-8",
     )
     with pytest.raises(
-        paper.PaperError, match=r"main.tex: TeX stopped: ! Undefined control sequence"
+        build.PaperError, match=r"main.tex: TeX stopped: ! Undefined control sequence"
     ):
-        paper.build(tmp_path / "main.tex", tmp_path / "build", tmp_path / "out.pdf")
+        build.build(tmp_path / "main.tex", tmp_path / "build", tmp_path / "out.pdf")
 
 
 def test_log_parser_names_the_innermost_input_file() -> None:
@@ -119,7 +119,7 @@ def test_log_parser_names_the_innermost_input_file() -> None:
         ")\n"
         "Overfull \\hbox (3.0pt too wide) in paragraph at lines 40--41\n"
     )
-    found = [str(p) for p in paper.problems(log)]
+    found = [str(p) for p in build.problems(log)]
     assert found == [
         "tables/a.tex: Overfull \\hbox (12.0pt too wide) in alignment at lines 4--9",
         "tables/b.tex: LaTeX Warning: Float too large for page by 20.0pt on input line 3.",
@@ -136,7 +136,7 @@ def test_a_duplicate_destination_is_a_problem() -> None:
         " been already used, duplicate ignored\n"
         "))\n"
     )
-    found = [str(p) for p in paper.problems(log)]
+    found = [str(p) for p in build.problems(log)]
     assert len(found) == 1 and found[0].startswith("tables/coverage.tex: pdfTeX warning (ext4)")
 
 
@@ -243,7 +243,7 @@ def test_generated_latex_compiles_at_every_layout(tmp_path) -> None:
     (tmp_path / "main.tex").write_text(
         preamble + "\\begin{document}\n" + "\n".join(body) + "\n\\end{document}\n", encoding="utf-8"
     )
-    b = paper.build(tmp_path / "main.tex", tmp_path / "build", tmp_path / "t.pdf")
+    b = build.build(tmp_path / "main.tex", tmp_path / "build", tmp_path / "t.pdf")
     assert [str(p) for p in b.problems] == []
     shutil.rmtree(tmp_path / "build")
 
@@ -259,7 +259,7 @@ def test_the_values_file_is_what_the_committed_tables_give() -> None:
     specs, byte for byte (a table that moves moves the prose's number with it)."""
     assert VALUES.read_text(encoding="utf-8") == papervalues.render(
         papervalues.values(COMMITTED_TABLES)
-    ), "run `python -m layerlab.reporting.papervalues` (or `layerlab reproduce`) and commit"
+    ), "run `python -m layerlab.reporting.paper.papervalues` (or `layerlab reproduce`) and commit"
     body = MAIN.read_text(encoding="utf-8").split("\\begin{document}", 1)[1]
     assert body.lstrip().startswith(f"\\input{{{papervalues.VALUES_FILE.as_posix()}}}")
 

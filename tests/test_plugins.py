@@ -68,7 +68,7 @@ def toy_run(site: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 _TABLE10 = """
 import json, sys
 from layerlab.analysis import specificity
-from layerlab.reporting import tables
+from layerlab.reporting.paper import tables
 df = specificity.matrix_frame([sys.argv[1]])
 mx = specificity.matrix(df, n_boot=200)
 row = tables.table10(mx, df).set_index("mitigation").loc["toy_guard"]

@@ -323,7 +323,7 @@ def _files(*roots: Path) -> list[Path]:
 
 def _without_recomputed(page: str) -> tuple[str, str]:
     """A public viewer page without, and its element of, evidence recomputed from the corpus
-    (layerlab.reporting.evidence: the public corpus's documents as the record's reader got
+    (layerlab.reporting.records.evidence: the public corpus's documents as the record's reader got
     them, never a reply or the answer key)."""
     head, sep, rest = page.partition('<script type="application/json" id="evidence">')
     assert sep, "the page has no recomputed evidence"

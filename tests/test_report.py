@@ -12,7 +12,8 @@ import pytest
 from layerlab import archive, paths
 from layerlab.analysis import effects, results, specificity, stats
 from layerlab.analysis.records import INPUT, records_frame
-from layerlab.reporting import display, findings, htmlreport
+from layerlab.reporting.format import display
+from layerlab.reporting.run import findings, report
 
 REF = paths.ARCHIVES / "reference_agents"
 STUDY = paths.ARCHIVES / "langchain_study"
@@ -45,23 +46,23 @@ def flat_s_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def mitig_html() -> str:
-    return htmlreport.build([MITIG])
+    return report.build([MITIG])
 
 
 @pytest.fixture(scope="module")
 def ref_html() -> str:
-    return htmlreport.build([REF])
+    return report.build([REF])
 
 
 @pytest.fixture(scope="module")
 def both_html(flat_s_model: Path) -> str:
-    return htmlreport.build([flat_s_model, REF])
+    return report.build([flat_s_model, REF])
 
 
 def test_sections_follow_the_inputs_and_findings_come_first(
     both_html: str, mitig_html: str, ref_html: str
 ) -> None:
-    study_only = htmlreport.build([STUDY])
+    study_only = report.build([STUDY])
     assert _sections(study_only) == ["findings", "study", "provenance", "glossary"]
     assert "No record archives given" in _section(study_only, "findings")
     assert _sections(mitig_html) == [
@@ -162,7 +163,7 @@ def _rows(folder: Path) -> pd.DataFrame:
 
 def test_the_report_says_agent_mode_and_shows_steps_per_scenario(agent_runs) -> None:
     root, _ = agent_runs
-    html = htmlreport.build([root / "ref", root / "badtools", root / "endless", REF])
+    html = report.build([root / "ref", root / "badtools", root / "endless", REF])
     assert "agent" in _sections(html)
     agent = " ".join(_text(_section(html, "agent")).split())
     assert "JSON actions" in agent and "native tool calls" in agent
@@ -192,8 +193,8 @@ def test_single_call_reports_have_no_agent_section(agent_runs, ref_html: str) ->
     root, _ = agent_runs
     assert "agent" not in _sections(ref_html)
     assert "Agent step table" not in ref_html  # the glossary as before: single-call pages unchanged
-    assert "Agent step table" in htmlreport.build([root / "ref"])
-    assert "agent" not in _sections(htmlreport.build([root / "single"]))
+    assert "Agent step table" in report.build([root / "ref"])
+    assert "agent" not in _sections(report.build([root / "single"]))
 
 
 def test_run_live_prints_agent_mode_and_steps_only_for_agent_runs(agent_runs) -> None:

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from layerlab import paths
-from layerlab.reporting import reproduce
+from layerlab.reporting.paper import reproduce
 
 
 def _copy_committed(tmp: Path) -> Path:

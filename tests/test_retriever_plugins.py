@@ -469,7 +469,7 @@ def test_a_target_run_searches_the_teams_store(corpus, key, scen, team, tmp_path
         assert rec.retrieval_ok == (set(key[rec.task_id].required_doc_ids) <= own)
     # the viewer's recomputed evidence replays the calls through the same store; once its code
     # changed, it says so instead of showing another store's evidence
-    from layerlab.reporting.evidence import Recomputer
+    from layerlab.reporting.records.evidence import Recomputer
 
     book = Recomputer(man, corpus, scen)
     row = next(iter(rows.values()))

@@ -110,15 +110,15 @@ def test_exit_codes_are_the_shells_and_the_docs_say_so() -> None:
 def test_sigterm_during_a_command_gives_the_line_and_143_in_process(
     capsys, tmp_path, monkeypatch
 ) -> None:
-    from layerlab.analysis import specificity
     from layerlab.cli import main
+    from layerlab.harness import deterministic
 
     def killed(*_a, **_k):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler interrupts this
         raise AssertionError("SIGTERM did not interrupt the command")
 
-    monkeypatch.setattr(specificity, "run_archive", killed)
+    monkeypatch.setattr(deterministic, "run_mitigation_archive", killed)
     before = signal.getsignal(signal.SIGTERM)
     rc = main(["mitigation", "run", "--out", str(tmp_path / "m")])
     err = capsys.readouterr().err

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from layerlab.analysis import coverage, coverage_settings, stats, synthetic
-from layerlab.reporting import tables
+from layerlab.reporting.paper import tables
 
 
 @pytest.mark.parametrize(("k", "n"), [(0, 10), (5, 20), (466, 480), (2160, 2160), (1, 3)])

@@ -11,11 +11,11 @@ import re
 import pytest
 
 from layerlab import paths
-from layerlab.reporting import paper, tables
+from layerlab.reporting.paper import build, tables
 
 
 def _main_tex() -> str:
-    text = (paths.PAPER / paper.MAIN).read_text(encoding="utf-8")
+    text = (paths.PAPER / build.MAIN).read_text(encoding="utf-8")
     return re.sub(r"(?<!\\)%.*", "", text)  # comments do not count
 
 
@@ -89,7 +89,7 @@ def test_the_tables_face_names_each_builder_once_and_lazily() -> None:
     import subprocess
     import sys
 
-    from layerlab.reporting import tables
+    from layerlab.reporting.paper import tables
 
     assert sorted(tables.__all__) == sorted(tables._OWNER)
     from importlib import import_module
@@ -97,8 +97,8 @@ def test_the_tables_face_names_each_builder_once_and_lazily() -> None:
     for name, family in tables._OWNER.items():
         assert getattr(tables, name) is getattr(import_module(f"{tables.__name__}.{family}"), name)
     code = (
-        "import sys; from layerlab.reporting.tables.benchmark import table1; "
-        "print(sorted(m for m in sys.modules if m.startswith('layerlab.reporting.tables.')))"
+        "import sys; from layerlab.reporting.paper.tables.benchmark import table1; "
+        "print(sorted(m for m in sys.modules if m.startswith('layerlab.reporting.paper.tables.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "layerlab.reporting.tables.specificity" not in out.stdout  # Table 1 alone
+    assert "layerlab.reporting.paper.tables.specificity" not in out.stdout  # Table 1 alone

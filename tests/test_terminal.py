@@ -14,7 +14,7 @@ from rich.console import Console
 
 from layerlab import paths
 from layerlab.analysis import results
-from layerlab.reporting import terminal
+from layerlab.reporting.format import terminal
 
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

@@ -79,7 +79,7 @@ def test_the_larger_run_discloses_and_separates_the_tasks_of_the_first() -> None
     import pandas as pd
 
     from layerlab.analysis import stats
-    from layerlab.reporting import tables
+    from layerlab.reporting.paper import tables
 
     first, sized = stats.records_frame([ARCHIVE]), stats.records_frame([SIZED])
     assert set(first["task_id"]) < set(sized["task_id"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from layerlab import archive, paths
-from layerlab.reporting import viewer
+from layerlab.reporting.records import viewer
 
 QWEN = paths.ARCHIVES / "local_models" / "qwen2.5-coder-1.5b"
 CHROMIUM = (
@@ -108,7 +108,7 @@ def test_paging_hashchange_back_and_empty_state_in_chromium(page_html: str, tmp_
 
 
 def test_explorer_pages_through_every_match_and_exports_a_static_copy() -> None:
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
 
     every = explore.load_rows(QWEN)
     # it opens on a failure, not a success: the source's first failure outcome
@@ -148,7 +148,7 @@ def test_explorer_pages_through_every_match_and_exports_a_static_copy() -> None:
 
 
 def test_empty_state_names_the_filter_no_record_has() -> None:
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
 
     rows = explore.load_rows(QWEN)
     html = explore.empty_state(rows, {"scenario": "bogus", "outcome": "success"})
@@ -273,7 +273,7 @@ def test_agent_records_render_and_filter_by_the_new_diagnostics(agent_logs, tmp_
 
 
 def test_the_explorer_lists_filters_and_shows_agent_records(agent_logs) -> None:
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
 
     rows = [r for p in agent_logs.values() for r in explore.load_rows(p)]
     assert {"step_limit", "tool_misuse"} <= set(explore.choices(rows, "diagnostic"))

@@ -20,7 +20,8 @@ from layerlab.archive import samplelog
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
 from layerlab.harness.runconfig import stratified_tasks
-from layerlab.reporting import dictionary, htmlreport, viewer
+from layerlab.reporting.records import dictionary, viewer
+from layerlab.reporting.run import report
 
 runner = CliRunner()
 REF = paths.ARCHIVES / "reference_agents"
@@ -187,11 +188,11 @@ def test_sample_log_reader_names_a_bad_line(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def report_html() -> str:
-    return htmlreport.build([REF, STUDY])
+    return report.build([REF, STUDY])
 
 
 def test_report_from_the_committed_archives_has_its_sections(report_html: str) -> None:
-    for sid, _ in htmlreport.SECTIONS:  # no model records: no "Results by model" section
+    for sid, _ in report.SECTIONS:  # no model records: no "Results by model" section
         assert (f'<section id="{sid}">' in report_html) == (sid != "models"), sid
     # reference agents are a labelled baseline block, not model results
     assert "No model records in these archives" in report_html
@@ -217,13 +218,13 @@ def test_report_from_the_committed_archives_has_its_sections(report_html: str) -
 def test_report_is_deterministic_and_shows_models_apart(
     tmp_path: Path, ref_frame: pd.DataFrame, report_html: str
 ) -> None:
-    assert htmlreport.build([REF, STUDY]) == report_html
+    assert report.build([REF, STUDY]) == report_html
     # a "model" archive next to the baselines: its own table, never pooled with the agents
     df = ref_frame[ref_frame["model"] == "extractive"].drop(columns=INPUT)
     df["provider"], df["model"], df["run_id"] = "local", "tiny-model", "live-0000000000000000"
     recs = [archive.Record(**row) for row in df.to_dict("records")]
     archive.write_records(tmp_path / "m.parquet", recs)
-    html = htmlreport.build([REF, tmp_path / "m.parquet"])
+    html = report.build([REF, tmp_path / "m.parquet"])
     models = html.split('<section id="models">')[1].split("</section>")[0]
     assert "local/tiny-model" in models and "layerlab/" not in models
     baseline = html.split('<section id="baselines">')[1].split("</section>")[0]
@@ -364,7 +365,7 @@ def test_bad_run_config_names_file_line_and_field_and_writes_nothing(tmp_path: P
 
 
 def test_quick_leaves_out_only_notebooks_that_exist() -> None:
-    from layerlab.reporting import reproduce
+    from layerlab.reporting.paper import reproduce
 
     names = {nb.name for nb in reproduce.notebooks()}
     assert reproduce.QUICK_SKIP <= names
@@ -378,7 +379,7 @@ def test_quick_leaves_out_only_notebooks_that_exist() -> None:
 
 
 def test_eta_uses_last_timings_then_the_mean_so_far() -> None:
-    from layerlab.reporting.reproduce import eta
+    from layerlab.reporting.paper.reproduce import eta
 
     assert eta({}, ["a", "b"], {"a": 3.0, "b": 4.0}) == 7.0
     assert eta({"x": 2.0, "y": 4.0}, ["a", "new"], {"a": 10.0}) == 13.0
@@ -428,13 +429,13 @@ def test_viewer_filters_and_verdict_first_in_headless_chromium(
 
 
 def test_reproduce_refuses_zero_jobs() -> None:
-    from layerlab.reporting import reproduce
+    from layerlab.reporting.paper import reproduce
 
     with pytest.raises(ValueError, match="--jobs"):
         reproduce.run(quick=True, jobs=0)
 
 
-# --- the notebook explorer (layerlab.reporting.explore.browser / records_html) ---------------------------
+# --- the notebook explorer (layerlab.reporting.records.explore.browser / records_html) ---------------------------
 
 
 def _blocks(html: str) -> list[str]:
@@ -444,7 +445,7 @@ def _blocks(html: str) -> list[str]:
 def test_notebook_explorer_reads_a_sample_log_verdict_first_path_below(
     small_run: tuple[Path, Path],
 ) -> None:
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
 
     _, log = small_run
     rows = explore.load_rows(log)
@@ -467,7 +468,7 @@ def test_notebook_explorer_reads_a_sample_log_verdict_first_path_below(
 def test_notebook_explorer_reads_an_archive_and_filters_with_widgets(
     small_run: tuple[Path, Path],
 ) -> None:
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
 
     out, log = small_run
     ui = explore.browser([out, log])

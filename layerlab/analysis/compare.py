@@ -383,11 +383,11 @@ def matrix_blocks(
     ``chances=False`` leaves out each verdict's probability at this size (simulated, the slow
     part: :func:`layerlab.analysis.planning.with_chances` adds it to a matrix later)."""
     from layerlab.analysis import specificity
-    from layerlab.mitigations import book
+    from layerlab.archive.manifest import book_for
 
     src = load(run)
     arms = sorted(set(src.df[stats.ARM]))
-    defined = book.book_for([run], arms)  # the run's own definitions, not what is installed
+    defined = book_for([run], arms)  # the run's own definitions, not what is installed
     base = defined.baseline
     if base not in arms:
         raise CompareError(

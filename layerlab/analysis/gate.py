@@ -373,6 +373,7 @@ def check_verdicts(
     (:func:`left_out_controls`), one per ``specific`` name, and with ``min_power`` one power
     check per mitigation judged (every one when no verdict gate is asked for)."""
     from layerlab.analysis import compare, specificity
+    from layerlab.archive.manifest import book_for
     from layerlab.mitigations import book
 
     if no_over_broad:
@@ -382,7 +383,7 @@ def check_verdicts(
     else:
         flag = f"--min-power {min_power}"
     try:  # the run's own definitions of its arms, not what is installed now
-        spec = book.book_for([run], arms)
+        spec = book_for([run], arms)
     except book.UnknownArmError as exc:
         raise GateError(f"RUN {exc}") from None
     base = spec.baseline
@@ -450,6 +451,7 @@ def left_out_controls(run: Path | str, arms: Sequence[str]) -> tuple[str, ...]:
     (``roles.yaml`` ``over_broad_controls``, as the shipped spec defines them) when the run holds
     every matrix arm of the shipped spec (``--mitigation all``: the user named no arm); none when
     the run names its arms, so a control the user named is checked."""
+    from layerlab.archive.manifest import book_for
     from layerlab.faults.roles import load_roles
     from layerlab.mitigations import book
 
@@ -457,7 +459,7 @@ def left_out_controls(run: Path | str, arms: Sequence[str]) -> tuple[str, ...]:
     if not set(shipped.matrix_arms) <= set(arms):
         return ()
     try:
-        defined = book.book_for([run], arms).arms
+        defined = book_for([run], arms).arms
     except book.UnknownArmError:
         return ()  # check_verdicts reports it
     return tuple(

@@ -252,7 +252,7 @@ def plan_records(
 ) -> dict[str, pd.DataFrame]:
     """:func:`plan` for one mitigation of a run's records (the pilot), per block of units,
     against the run's own baseline and arm definitions ``spec``
-    (:func:`layerlab.mitigations.book.book_for`)."""
+    (:func:`layerlab.archive.manifest.book_for`)."""
     from layerlab.analysis import specificity
     from layerlab.analysis.units import blocks
 

@@ -17,8 +17,6 @@ over-broad, named in either direction), with the probability of each verdict at 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from layerlab import __version__, archive, paths
+from layerlab import paths
 from layerlab.analysis import exact
 from layerlab.analysis.bootstrap import point_estimates
 from layerlab.analysis.effects import (
@@ -43,8 +41,7 @@ from layerlab.analysis.rates import z_score
 from layerlab.analysis.records import records_frame
 from layerlab.analysis.units import blocks
 from layerlab.faults.scenario import Scenario, load_scenarios
-from layerlab.harness import deterministic as harness
-from layerlab.mitigations import ARM_FILES, MitigationSet, book, load_mitigations, targets
+from layerlab.mitigations import MitigationSet, book, load_mitigations, targets
 
 OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
 # the verdict vocabulary: its one owner (tables, gate, findings and notebooks read these)
@@ -289,7 +286,7 @@ def matrix(
 ) -> Matrix:
     """The specificity matrix of every mitigation arm in ``df`` against the baseline arm; the
     arms' layers and stages from ``spec`` (recompute, compare and gate pass the archives' own
-    definitions, :func:`layerlab.mitigations.book.book_for`; default: the installed spec).
+    definitions, :func:`layerlab.archive.manifest.book_for`; default: the installed spec).
     ``policy_level``: None resamples by policy when question variants share policies
     (:func:`layerlab.analysis.effects.resolve_policy_level`); the probability of each verdict
     at this size is :func:`layerlab.analysis.planning.with_chances`'s to add. ``delta``: one equivalence margin for every cell, or
@@ -407,59 +404,6 @@ def _summary_row(
         "tasks": len(eff.paired.tasks),
         "floor": specific_floor(alpha, j.delta),
     }
-
-
-def run_archive(
-    out: Path,
-    arms: Sequence[str] | None = None,
-    reader: str = "extractive",
-    mitigations_path: Path | None = None,
-    corpus_dir: Path | None = None,
-) -> dict[str, Any]:
-    """Run the deterministic harness over the baseline and every matrix arm (or ``arms``) on
-    the committed corpus (or the corpus folder ``corpus_dir``) and scenarios, and write a run
-    folder (``records.parquet`` + manifest)."""
-    from layerlab.corpus import build as corpus_mod
-    from layerlab.corpus.spec import spec_hash
-    from layerlab.system.reader import READERS
-
-    spec = load_mitigations(mitigations_path)
-    names = [spec.baseline, *[a for a in (arms or spec.matrix_arms) if a != spec.baseline]]
-    c, key = corpus_mod.load(corpus_dir), corpus_mod.load_answer_key(corpus_dir)
-    scen = load_scenarios()
-    mpath = Path(mitigations_path or paths.MITIGATION_SPEC)
-    hashes = {
-        "corpus": c.spec_hash,
-        "scenarios": spec_hash(paths.SCENARIO_SPEC),
-        "mitigations": spec_hash(mpath),
-        # a plug-in's arms are part of what determines the records: each arms file's hash
-        **{f"mitigations:{n}": spec_hash(Path(ARM_FILES[n])) for n in sorted(ARM_FILES)},
-    }
-    ident = {"v": __version__, **hashes, "arms": names, "reader": reader}
-    run_id = "mitig-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-    recs = harness.run_deterministic(
-        c,
-        key,
-        scen,
-        [spec.arm(n) for n in names],
-        reader=READERS.lookup(reader)(),
-        run_id=run_id,
-    )
-    manifest = archive.Manifest(
-        run_id=run_id,
-        kind="deterministic",
-        layerlab_version=__version__,
-        corpus=c.name,
-        spec_hashes=hashes,
-        models=[f"deterministic/{reader}"],
-        scenarios=list(scen),
-        mitigations=names,
-        mitigation_arms=book.manifest_entry(spec, names),
-        n_tasks=len(c.tasks),
-        expected_records=len(names) * len(scen) * len(c.tasks),
-        complete=True,
-    )
-    return archive.write_run(Path(out), recs, manifest)
 
 
 def matrix_frame(archives: Sequence[Path | str] | None = None) -> pd.DataFrame:

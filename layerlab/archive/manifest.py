@@ -15,12 +15,15 @@ from __future__ import annotations
 import enum
 import json
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from layerlab.archive.schema import ArchiveError
+
+if TYPE_CHECKING:
+    from layerlab.mitigations.book import ArmBook
 
 MANIFEST = "manifest.json"
 
@@ -245,3 +248,22 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         )
     Manifest.from_dict(m, str(p))
     return m
+
+
+def book_for(archives: Sequence[Path | str], present: Iterable[str] = ()) -> ArmBook:
+    """What each arm of the records was when the run was made: the arms' definitions
+    (:func:`~layerlab.mitigations.book.book_of_manifests`) from the manifests of run folders or
+    archive files (an archive file's manifest is the one beside it; a file without one is read by
+    the shipped spec)."""
+    from layerlab.mitigations.book import book_of_manifests
+
+    manifests = []
+    seen: set[str] = set()
+    for a in archives:
+        p = Path(a)
+        folder = p if p.is_dir() else p.parent
+        if not (folder / MANIFEST).exists() or str(folder) in seen:
+            continue
+        seen.add(str(folder))
+        manifests.append((str(folder), read_manifest(folder)))
+    return book_of_manifests(manifests, present)

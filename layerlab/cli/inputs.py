@@ -227,7 +227,7 @@ def audit_retriever(
     --retriever, for the retrievers given (a team's store asked for every document)."""
     import json
 
-    from layerlab.reporting import terminal as report
+    from layerlab.reporting.format import terminal as report
     from layerlab.scoring import audit
 
     c, key = _load_corpus(corpus_dir)
@@ -257,11 +257,14 @@ def audit_corpus(
     Exit 1 when a criterion fails."""
     import json
 
+    from layerlab.harness import deterministic as harness
     from layerlab.scoring import audit
 
     c, key = _load_corpus(corpus_dir)
     scen = _load_scenarios(scenarios_path)
-    result = audit.corpus_tells(c, key, scen)
+    wrong_session = audit.wrong_session_scenarios(scen)  # run here: the harness is above the audit
+    records = harness.run_deterministic(c, key, wrong_session) if wrong_session else []
+    result = audit.corpus_tells(c, key, scen, records)
     problems = audit.tells_problems(result)
     if as_json:
         typer.echo(json.dumps({**result, "problems": problems}, indent=2, sort_keys=True))
@@ -317,8 +320,8 @@ def scenario_list(
     path: Path = typer.Argument(paths.SCENARIO_SPEC, help="Scenario DSL file."),
 ) -> None:
     """Print Table 1: scenario, layer, what is injected, expected safe behaviour."""
-    from layerlab.reporting import terminal as report
-    from layerlab.reporting.tables.benchmark import table1
+    from layerlab.reporting.format import terminal as report
+    from layerlab.reporting.paper.tables.benchmark import table1
 
     report.print_frame(table1(_load_scenarios(path)), "Scenarios (Table 1)")
 
@@ -347,7 +350,7 @@ def mitigation_list(
 ) -> None:
     """The mitigations (entries and stacks) of the spec: layers, stage, actions; or the kinds."""
     from layerlab.mitigations import KINDS
-    from layerlab.reporting import terminal as report
+    from layerlab.reporting.format import terminal as report
 
     if kinds:
         for name, cls in sorted(KINDS.items()):

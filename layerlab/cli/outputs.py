@@ -71,7 +71,7 @@ def recompute_cmd(
 
     from layerlab.analysis import stats
     from layerlab.archive import ArchiveError
-    from layerlab.reporting.recompute import recompute
+    from layerlab.reporting.paper.recompute import recompute
 
     _check_out(out)
     try:
@@ -95,7 +95,7 @@ def recompute_cmd(
     if as_json:
         typer.echo(json.dumps(head, indent=2, sort_keys=True))
     else:
-        from layerlab.reporting import terminal as report
+        from layerlab.reporting.format import terminal as report
 
         report.print_recompute(head)
         typer.echo(f"wrote {len(head['written'])} files to {out}")
@@ -164,7 +164,7 @@ def compare_cmd(
 
     from layerlab._io import atomic_write_text
     from layerlab.analysis import compare
-    from layerlab.reporting import terminal
+    from layerlab.reporting.format import terminal
 
     if json_out is not None:
         _check_out_file(json_out, "--json")
@@ -235,7 +235,7 @@ def reproduce_cmd(
 ) -> None:
     """Execute every notebook (papermill) and regenerate every table and figure, offline."""
     paths.require_repo("layerlab reproduce")
-    from layerlab.reporting import reproduce
+    from layerlab.reporting.paper import reproduce
 
     if compare_dir is not None or check:
         problems = (
@@ -306,7 +306,7 @@ def _reproduce_plain(quick: bool, jobs: int = 1) -> Any:
     """``reproduce`` for a pipe or log file: one flushed line per notebook start and end."""
     import time
 
-    from layerlab.reporting import reproduce
+    from layerlab.reporting.paper import reproduce
 
     t0 = time.monotonic()
 
@@ -350,7 +350,7 @@ def explore_cmd(
 ) -> None:
     """Print one record's whole path: fault, retrieval, payloads, contract, reader, scores, diagnosis."""
     from layerlab.mitigations import load_mitigations
-    from layerlab.reporting import explore
+    from layerlab.reporting.records import explore
     from layerlab.system.reader import READERS
 
     try:
@@ -382,12 +382,12 @@ def report_cmd(
 ) -> None:
     """One self-contained HTML page: per-model results with intervals, reference agents as a
     separate baseline, a model x scenario breakdown, diagnostics, figures and provenance."""
-    from layerlab.reporting import htmlreport
+    from layerlab.reporting.run import report
 
     _check_out_file(out)
     try:
-        htmlreport.write(inputs, out, title)
-    except (htmlreport.ReportError, ValueError) as exc:
+        report.write(inputs, out, title)
+    except (report.ReportError, ValueError) as exc:
         raise _fail(f"{exc} (nothing written)") from None
     typer.echo(
         f"wrote {out} ({out.stat().st_size // 1024} KiB, self-contained: open it in a browser)"
@@ -411,7 +411,7 @@ def view_cmd(
 ) -> None:
     """A self-contained HTML viewer of records: choose run, model, scenario and mitigation; filter
     by outcome and diagnostic; verdict first, the path below. From a sample log it is private."""
-    from layerlab.reporting import viewer
+    from layerlab.reporting.records import viewer
 
     _check_out_file(out)
     try:
@@ -432,7 +432,7 @@ def dictionary_cmd(
 ) -> None:
     """The archives' data dictionary (meaning, type, vocabulary per column), from the schemas."""
     from layerlab._io import atomic_write_text
-    from layerlab.reporting import dictionary
+    from layerlab.reporting.records import dictionary
 
     if not check:
         _check_out_file(out)
@@ -441,7 +441,7 @@ def dictionary_cmd(
         typer.echo(p, err=True)
     if problems:
         raise _fail(
-            f"{len(problems)} schema entries without a description (layerlab/reporting/dictionary.py)"
+            f"{len(problems)} schema entries without a description (layerlab/reporting/records/dictionary.py)"
         )
     text = dictionary.render()
     if check:

@@ -46,13 +46,14 @@ def plan_cmd(
     seed: int = typer.Option(0, help="Seed of the simulation."),
 ) -> None:
     from layerlab.analysis import compare, planning
+    from layerlab.archive.manifest import book_for
     from layerlab.mitigations import book
-    from layerlab.reporting import terminal
+    from layerlab.reporting.format import terminal
 
     asked = "conclusive" if conclusive else "specific"
     try:
         df = compare.load(run).df
-        spec = book.book_for([run], sorted(set(df["mitigation"])))
+        spec = book_for([run], sorted(set(df["mitigation"])))
         tables = planning.plan_records(
             df, spec, specific, tasks or planning.SIZES, epochs or (1, 3), sims, seed, delta, asked
         )

@@ -64,7 +64,7 @@ def run_deterministic(
     from layerlab._io import atomic_write_text
     from layerlab.archive import write_records
     from layerlab.harness import deterministic as harness
-    from layerlab.reporting import terminal as report
+    from layerlab.reporting.format import terminal as report
     from layerlab.system import retrieval
     from layerlab.system.retrieval import RetrieverError
 
@@ -102,7 +102,7 @@ def mitigation_run(
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
 ) -> None:
     """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
-    from layerlab.analysis import specificity
+    from layerlab.harness import deterministic
     from layerlab.system.reader import READERS
 
     _check_out(out)
@@ -118,7 +118,9 @@ def mitigation_run(
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
     _load_corpus(corpus_dir)  # a missing or edited corpus folder: one line, before any work
-    man = specificity.run_archive(out, mitigation or None, reader, spec_path, corpus_dir)
+    man = deterministic.run_mitigation_archive(
+        out, mitigation or None, reader, spec_path, corpus_dir
+    )
     typer.echo(
         f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})"
     )
@@ -386,7 +388,7 @@ def run_live(
             )
         config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
     log = _open_sample_log(sample_log, out)
-    from layerlab.reporting.terminal import ProgressBar
+    from layerlab.reporting.format.terminal import ProgressBar
 
     bar = ProgressBar(target=spec is not None) if progress and not until_decided else None
     looked = None
@@ -499,7 +501,7 @@ def _run_config(
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live, runconfig
     from layerlab.mitigations import load_mitigations
-    from layerlab.reporting.terminal import ProgressBar
+    from layerlab.reporting.format.terminal import ProgressBar
 
     for name in _CONFIG_OWNS:
         source = ctx.get_parameter_source(name)
@@ -578,6 +580,6 @@ def _report_run(out: Path, log: Any, message: str) -> None:
 
 def _print_results(out: Path) -> None:
     """The run's results from its results.json (a target run's findings per layer first)."""
-    from layerlab.reporting import runs
+    from layerlab.reporting.run import overview
 
-    runs.print_run_results(out, typer.echo)
+    overview.print_run_results(out, typer.echo)

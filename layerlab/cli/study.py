@@ -23,7 +23,7 @@ def study_langchain(
     """Table 7: 8 tasks x 9 conditions x 2 arms (uncontrolled vs LayerRAG controls) through LangChain."""
     try:
         from layerlab.harness import study
-        from layerlab.reporting import terminal as report
+        from layerlab.reporting.format import terminal as report
     except ImportError as exc:
         raise _fail(str(exc)) from None
     try:
@@ -31,7 +31,7 @@ def study_langchain(
     except ImportError as exc:
         raise _fail(str(exc)) from None
     from layerlab.archive import read_study
-    from layerlab.reporting import tables
+    from layerlab.reporting.paper import tables
 
     report.print_frame(
         tables.table7(read_study(out)), f"Focused LangChain study ({m['records']} cells, {model})"

@@ -9,9 +9,12 @@ reader) as its reader.
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from layerlab import mitigations
@@ -92,6 +95,63 @@ def _run_deterministic(
                     reading = Reading(reader.read(inp), ph)
                 records.append(step.finish(ctx, reading).record)
     return records
+
+
+def run_mitigation_archive(
+    out: Path,
+    arms: Sequence[str] | None = None,
+    reader: str = "extractive",
+    mitigations_path: Path | None = None,
+    corpus_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Run the deterministic harness over the baseline and every matrix arm (or ``arms``) on
+    the committed corpus (or the corpus folder ``corpus_dir``) and scenarios, and write a run
+    folder (``records.parquet`` + manifest): the archive Table 10 is computed from
+    (:mod:`layerlab.analysis.specificity`), ``layerlab mitigation run``."""
+    from layerlab import __version__, archive, paths
+    from layerlab.corpus import build as corpus_mod
+    from layerlab.corpus.spec import spec_hash
+    from layerlab.faults.scenario import load_scenarios
+    from layerlab.mitigations import ARM_FILES, book, load_mitigations
+    from layerlab.system.reader import READERS
+
+    spec = load_mitigations(mitigations_path)
+    names = [spec.baseline, *[a for a in (arms or spec.matrix_arms) if a != spec.baseline]]
+    c, key = corpus_mod.load(corpus_dir), corpus_mod.load_answer_key(corpus_dir)
+    scen = load_scenarios()
+    mpath = Path(mitigations_path or paths.MITIGATION_SPEC)
+    hashes = {
+        "corpus": c.spec_hash,
+        "scenarios": spec_hash(paths.SCENARIO_SPEC),
+        "mitigations": spec_hash(mpath),
+        # a plug-in's arms are part of what determines the records: each arms file's hash
+        **{f"mitigations:{n}": spec_hash(Path(ARM_FILES[n])) for n in sorted(ARM_FILES)},
+    }
+    ident = {"v": __version__, **hashes, "arms": names, "reader": reader}
+    run_id = "mitig-" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    recs = run_deterministic(
+        c,
+        key,
+        scen,
+        [spec.arm(n) for n in names],
+        reader=READERS.lookup(reader)(),
+        run_id=run_id,
+    )
+    manifest = archive.Manifest(
+        run_id=run_id,
+        kind="deterministic",
+        layerlab_version=__version__,
+        corpus=c.name,
+        spec_hashes=hashes,
+        models=[f"deterministic/{reader}"],
+        scenarios=list(scen),
+        mitigations=names,
+        mitigation_arms=book.manifest_entry(spec, names),
+        n_tasks=len(c.tasks),
+        expected_records=len(names) * len(scen) * len(c.tasks),
+        complete=True,
+    )
+    return archive.write_run(Path(out), recs, manifest)
 
 
 def clear_caches() -> None:

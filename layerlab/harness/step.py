@@ -233,12 +233,6 @@ class Done:
     admission: Admission
     out: ReaderOutput | None
 
-    @property
-    def gate(self) -> Admission:
-        """:attr:`admission` under its old name, read by ``reporting/tracing.py`` until that
-        module is moved (issue 45); remove with that last reader."""
-        return self.admission
-
 
 class RecordStep:
     """One record: :func:`admit` on construction; :meth:`finish` runs the after-reader steps on the

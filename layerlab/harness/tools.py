@@ -335,11 +335,6 @@ class ToolBox:
                          self.arm.retriever(self.prepared.retriever), self.waited_s,
                          tuple(self.actions))  # fmt: skip
 
-    def gate(self) -> Admission:
-        """:meth:`admission` under its old name, called by ``reporting/evidence.py`` until that
-        module is moved (issue 45); remove with that last caller."""
-        return self.admission()
-
 
 def finish(tools: ToolBox, ctx: RecordContext, reading: Reading, replicate: int = 0) -> Done:
     """Score a record whose evidence came through ``tools`` (an agent's, or a target's): the

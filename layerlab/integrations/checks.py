@@ -321,9 +321,10 @@ class _Lines:
 
 def _baseline(folder: Path, arms: list[str]) -> str:
     """The run's baseline arm, by the arms' definitions its manifest keeps."""
+    from layerlab.archive.manifest import book_for
     from layerlab.mitigations import book
 
     try:
-        return book.book_for([folder], arms).baseline
+        return book_for([folder], arms).baseline
     except book.UnknownArmError as exc:
         raise CheckError(f"{folder}: {exc}") from None

@@ -4,11 +4,12 @@ A run's verdicts (Table 10, ``recompute``, ``compare --matrix``, ``gate --no-ove
 on which layers an arm targets, and so on the arm's definition. That definition is written into
 the run's manifest when the run is made (:func:`manifest_entry`: per arm its kinds, layers,
 stages, whether it is a stack and a matrix row, and for a plug-in's kind the distribution and
-version that provided it) and read back from there (:func:`book_for`), never from whatever
-happens to be importable when the archive is analysed: uninstalling a plug-in does not change a
-verdict. A manifest written before the key existed (every committed archive) is read with the
-built-in arms of the shipped mitigation spec (:func:`shipped`, built-in kinds only, no plug-in
-loaded). An arm known neither way is bad input (:class:`UnknownArmError`, one line).
+version that provided it) and read back from there (:func:`book_of_manifests`; from run folders
+by :func:`layerlab.archive.manifest.book_for`), never from whatever happens to be importable when
+the archive is analysed: uninstalling a plug-in does not change a verdict. A manifest written
+before the key existed (every committed archive) is read with the built-in arms of the shipped
+mitigation spec (:func:`shipped`, built-in kinds only, no plug-in loaded). An arm known neither
+way is bad input (:class:`UnknownArmError`, one line).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 KEY = "mitigation_arms"  # the manifest key
@@ -238,20 +238,3 @@ def book_of_manifests(
                 f"({KEY}) nor the shipped mitigation spec defines"
             )
     return book
-
-
-def book_for(archives: Sequence[Path | str], present: Iterable[str] = ()) -> ArmBook:
-    """:func:`book_of_manifests` over the manifests of run folders or archive files (an archive
-    file's manifest is the one beside it; a file without one is read by the shipped spec)."""
-    from layerlab.archive.manifest import MANIFEST, read_manifest
-
-    manifests = []
-    seen: set[str] = set()
-    for a in archives:
-        p = Path(a)
-        folder = p if p.is_dir() else p.parent
-        if not (folder / MANIFEST).exists() or str(folder) in seen:
-            continue
-        seen.add(str(folder))
-        manifests.append((str(folder), read_manifest(folder)))
-    return book_of_manifests(manifests, present)

@@ -1,22 +1,19 @@
-"""What a reader sees: paper tables and their registry (`tables`) and their exporter (`export`),
-figures (`figures`), notebook display (`display`) and live-run overviews (`runs`), the HTML report
-(`htmlreport`) and the sample viewer (`viewer`) on self-contained pages (`page`), the failure-case
-explorer (`explore`), the data dictionary (`dictionary`), `recompute`, `reproduce`, the paper
-build (`paper`) and terminal tables (`terminal`)."""
+"""What a reader sees, in four rooms by audience, each importing only from the rooms below it
+(``format`` <- ``records`` <- ``paper`` <- ``run``; ``tests/test_layout.py`` enforces it):
+
+* `format`: the only place a number becomes text — notebook display, terminal tables, and
+  self-contained HTML pages;
+* `records`: one record at a time — its traced path, its recomputed evidence, the failure-case
+  explorer and the sample viewer, agent transcripts, and the data dictionary of the archives;
+* `paper`: the paper — the table registry and builders (`paper.tables`), figures, the exporter,
+  the prose's values, recompute, reproduce and the PDF build (it shows traced cases: Table 6);
+* `run`: what a team reads about its run — the HTML report (which draws the paper's figures),
+  its findings, the live-run overview and agent-step summaries.
+"""
 
 __all__ = [
-    "dictionary",
-    "display",
-    "explore",
-    "export",
-    "figures",
-    "htmlreport",
-    "page",
+    "format",
     "paper",
-    "recompute",
-    "reproduce",
-    "runs",
-    "tables",
-    "terminal",
-    "viewer",
+    "records",
+    "run",
 ]

@@ -25,6 +25,7 @@ from layerlab.corpus.text import states_value, words
 from layerlab.faults.operators import ForeignSession
 from layerlab.faults.roles import load_roles
 from layerlab.faults.scenario import Scenario
+from layerlab.scoring.score import Labels
 from layerlab.system import retrieval
 
 
@@ -236,24 +237,31 @@ def id_suffix_shares(corpus: Corpus) -> dict[str, float]:
     return {s: _share([c == s for c in current]) for s in sorted(set(current))}
 
 
+def wrong_session_scenarios(scenarios: Mapping[str, Scenario]) -> dict[str, Scenario]:
+    """The scenarios that apply the ``foreign_session`` operator: what the wrong-session check
+    runs through the deterministic harness (the caller runs them; the harness sits above the
+    scorer) before :func:`wrong_session_answers` judges the records."""
+    return {
+        n: s
+        for n, s in scenarios.items()
+        if any(isinstance(op, ForeignSession) for op in s.operators)
+    }
+
+
 def wrong_session_answers(
-    corpus: Corpus, key: AnswerKey, scenarios: Mapping[str, Scenario]
+    corpus: Corpus,
+    key: AnswerKey,
+    scenarios: Mapping[str, Scenario],
+    records: Sequence[Labels],
 ) -> dict[str, Any]:
     """What the extractive reader answers from wrong-session evidence in the deterministic run.
 
-    Scenarios that apply the ``foreign_session`` operator are run through the deterministic
-    harness; a grounded answer there must differ from the expected one (the other tenant's
-    value), and no other-tenant document may state a task's expected answer.
+    ``records`` are the deterministic harness's records of :func:`wrong_session_scenarios` (their
+    labels; none when no scenario applies the ``foreign_session`` operator); a grounded answer
+    there must differ from the expected one (the other tenant's value), and no other-tenant
+    document may state a task's expected answer.
     """
-    from layerlab.harness import (
-        deterministic as harness,  # the harness imports this package's scorer; keep it lazy
-    )
-
-    names = [
-        n for n, s in scenarios.items() if any(isinstance(op, ForeignSession) for op in s.operators)
-    ]
-    chosen = {n: scenarios[n] for n in names}
-    records = harness.run_deterministic(corpus, key, chosen) if chosen else []
+    names = list(wrong_session_scenarios(scenarios))
     grounded = [r for r in records if r.grounded]
     foreign = corpus.foreign_by_policy()
     leaks = sorted(
@@ -277,13 +285,17 @@ def wrong_session_answers(
 
 
 def corpus_tells(
-    corpus: Corpus, key: AnswerKey, scenarios: Mapping[str, Scenario]
+    corpus: Corpus,
+    key: AnswerKey,
+    scenarios: Mapping[str, Scenario],
+    records: Sequence[Labels],
 ) -> dict[str, Any]:
-    """The corpus-tells audit as a JSON-ready dict (see ``layerlab audit corpus --json``)."""
+    """The corpus-tells audit as a JSON-ready dict (see ``layerlab audit corpus --json``);
+    ``records``: the deterministic run of :func:`wrong_session_scenarios`."""
     return {
         "past_tense": past_tense_rates(corpus),
         "current_id_suffix": id_suffix_shares(corpus),
-        "wrong_session": wrong_session_answers(corpus, key, scenarios),
+        "wrong_session": wrong_session_answers(corpus, key, scenarios, records),
     }
 
 

@@ -45,7 +45,6 @@ from layerlab.harness.live.settings import (
 from layerlab.harness.live.workers import worker_processes
 from layerlab.models.cache import CACHE_DB, ResponseCache, default_cache_dir
 from layerlab.models.routing import api_base_problem, endpoint_label, record_seed
-from layerlab.reporting.runs import run_overview, same_records
 
 __all__ = [
     "CACHE_DB",
@@ -69,7 +68,5 @@ __all__ = [
     "run_id_for",
     "run_live",
     "run_matrix",
-    "run_overview",
-    "same_records",
     "worker_processes",
 ]

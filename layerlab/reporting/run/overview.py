@@ -1,0 +1,82 @@
+"""A live run at a glance, for notebooks: success by model, scenario and arm
+(:func:`run_overview`) and whether two runs hold the same records (:func:`same_records`); and
+what the terminal prints after a run (:func:`print_run_results`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from layerlab import archive
+
+if TYPE_CHECKING:
+    from layerlab.harness.live import LiveResult
+
+
+def run_overview(result: LiveResult) -> pd.DataFrame:
+    """Success by model × scenario × mitigation arm of a finished run (what a notebook shows)."""
+    df = pd.DataFrame([r.__dict__ for r in archive.read_records(result.out / archive.ARCHIVE)])
+    g = df.groupby(["provider", "model", "scenario", "mitigation"], sort=False)["success"].mean()
+    wide = g.unstack("mitigation").reset_index()
+    arms = [m for m in _arms(df) if m in wide]
+    return wide[["provider", "model", "scenario", *arms]]
+
+
+def _arms(df: pd.DataFrame) -> list[str]:
+    """The arms of a records frame, in the order they first appear."""
+    return list(dict.fromkeys(df["mitigation"]))
+
+
+def same_records(a: Path | str, b: Path | str) -> bool:
+    """Whether two run folders (or archives) hold the same records, label for label.
+
+    Run ids are ignored: they name the run, not its content.
+    """
+
+    def load(p: Path | str) -> list[tuple[Any, ...]]:
+        p = Path(p)
+        recs = archive.read_records(p / archive.ARCHIVE if p.is_dir() else p)
+        return sorted(tuple(v for k, v in r.__dict__.items() if k != "run_id") for r in recs)
+
+    return load(a) == load(b)
+
+
+def print_run_results(out: Any, echo: Any) -> None:
+    """After a live run: a target run's findings per layer first, then the results table by
+    model (and reference agent), an agent run's steps, calls and cost, error lines, all from the
+    folder's ``results.json``; ``echo`` prints a line."""
+    import json
+
+    from layerlab.analysis import passk, results
+    from layerlab.reporting.format.terminal import finding_lines, print_wide
+    from layerlab.reporting.run import agentsummary
+
+    p = out / results.RESULTS
+    if not p.exists():
+        return
+    res = json.loads(p.read_text(encoding="utf-8"))
+    if res.get("target"):
+        echo(f"target: {results.target_line(res['target'])}")
+        for line in finding_lines(res.get("findings") or []):
+            echo(line)
+    for ref, title in (
+        (False, "Results by model"),
+        (True, "Reference agents (deterministic baselines, not models)"),
+    ):
+        df = results.table(res, reference=ref)
+        if not df.empty:
+            if res.get("target") and not ref:
+                title = "Results by arm (strict/repair: the harness's contract; other arms add a guard)"
+            print_wide(df, f"{title}: rate [95% interval]")
+    epochs = [row for m in res["models"] for row in passk.shown(m)]
+    if epochs:  # a run of more than one epoch: beside S, how often one of k / all k succeed
+        print_wide(pd.DataFrame(epochs), "Epochs: S and safe resolution beside pass@k (one of "
+                   "k epochs succeeds) and pass^k (all k do), k = the epochs, by scenario")  # fmt: skip
+    agentsummary.print_for(out, echo)  # an agent run's mode and steps per scenario
+    if res.get("usage"):  # cost and time over every invocation of the run
+        print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
+    for line in results.error_summary(res):
+        echo(f"errors: {line}")
+    echo(f"results: {p} (interval: {res['interval']})")
