@@ -87,9 +87,9 @@ NBVAL_ARTIFACTS := $(CURDIR)/out/nbval-artifacts
 test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), notebooks under nbval, freshness of tables and figures.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/layerlab models fetch smollm2-135m
-	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest -m "not slow and not wheel" --durations=15
+	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest -m "not slow and not wheel" -n auto --durations=15
 	rm -rf $(NBVAL_ARTIFACTS)
-	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider notebooks/
+	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m pytest --nbval --nbval-current-env -p no:cacheprovider -n auto --dist loadfile notebooks/
 	LAYERLAB_ARTIFACTS=$(NBVAL_ARTIFACTS) $(BIN)/python -m layerlab.reporting.paper.papervalues
 	$(BIN)/layerlab reproduce --compare $(NBVAL_ARTIFACTS)
 

@@ -158,8 +158,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # Base utilities below every layer: they import no layer (only each other), any layer imports
 # them. The root package is one for its importers (``__version__``); its own imports are the lazy
 # public API's owners (by name, and for type checkers), the face above every layer.
-BASE = ("layerlab", "layerlab._code", "layerlab._io", "layerlab.extras", "layerlab.paths",
-        "layerlab.registry")  # fmt: skip
+BASE = ("layerlab", "layerlab._code", "layerlab._io", "layerlab._secrets", "layerlab.extras",
+        "layerlab.paths", "layerlab.registry")  # fmt: skip
 FACE = "layerlab"
 TOP = ("layerlab.__main__",)  # ``python -m layerlab``: the command line, above every layer
 # Within ``reporting``, its rooms, lowest first: formatting (the only place a number becomes text)
