@@ -5,6 +5,7 @@ each gets."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from layerlab.analysis import synthetic
@@ -72,12 +73,11 @@ def all_settings() -> tuple[synthetic.Setting, ...]:
     )
 
 
-def one_unit_settings() -> tuple[synthetic.Setting, ...]:
-    """One unit x 16, 40 and 80 tasks over the nine DSL scenarios (the shape of every committed
-    real-model, agent and user-pipeline block): a Beta(2,2) mid-range null, a near-ceiling target
-    (each task flips with probability 0.95), a rare-success target (0.15), replicates with ICC 0.2
-    (three records per arm and task, Beta(2,2) task probabilities, +20 pp target), +20 pp on the
-    target alone (the power) and a real +25 pp off-target gain beside a +40 pp target."""
+def _one_unit() -> tuple[synthetic.Setting, str, str, Callable[..., dict[str, float]]]:
+    """What the one-unit settings share: one unit answering each task once (Beta(2,2) task
+    probabilities around 0.5, no effect heterogeneity), its target scenario, the first
+    off-target scenario, and ``effects(**{scenario: effect})`` over the nine DSL scenarios (0
+    where not named)."""
     from layerlab.faults.scenario import load_scenarios
 
     scen = list(load_scenarios())
@@ -90,11 +90,21 @@ def one_unit_settings() -> tuple[synthetic.Setting, ...]:
         task_dist="beta",
         base_rate=0.5,
     )
-    target = one.target
-    off = next(x for x in scen if x != target)
+    off = next(x for x in scen if x != one.target)
 
     def effects(**kw: float) -> dict[str, float]:
         return {x: kw.get(x, 0.0) for x in scen}
+
+    return one, one.target, off, effects
+
+
+def one_unit_settings() -> tuple[synthetic.Setting, ...]:
+    """One unit x 16, 40 and 80 tasks over the nine DSL scenarios (the shape of every committed
+    real-model, agent and user-pipeline block): a Beta(2,2) mid-range null, a near-ceiling target
+    (each task flips with probability 0.95), a rare-success target (0.15), replicates with ICC 0.2
+    (three records per arm and task, Beta(2,2) task probabilities, +20 pp target), +20 pp on the
+    target alone (the power) and a real +25 pp off-target gain beside a +40 pp target."""
+    one, target, off, effects = _one_unit()
 
     floor = replace(one, task_dist="normal", task_sd=0.0, base_rate=0.0)
     kinds = (
@@ -127,23 +137,8 @@ def team_settings() -> tuple[synthetic.Setting, ...]:
     per-task rates Beta(0.3, 0.3), every arm re-drawn) at 80 and 240 tasks, null and with a
     +40 pp target; and a +15 pp off-target gain beside a +40 pp target at 40 and 80 tasks."""
     from layerlab.analysis import specificity as sp
-    from layerlab.faults.scenario import load_scenarios
 
-    scen = list(load_scenarios())
-    one = synthetic.Setting(
-        n_units=1,
-        variants=1,
-        unit_sd=0.0,
-        unit_effect_sd=0.0,
-        task_effect_sd=0.0,
-        task_dist="beta",
-        base_rate=0.5,
-    )
-    target = one.target
-    off = next(x for x in scen if x != target)
-
-    def effects(**kw: float) -> dict[str, float]:
-        return {x: kw.get(x, 0.0) for x in scen}
+    one, target, off, effects = _one_unit()
 
     d = sp.DELTA
     flat = replace(one, task_dist="normal", task_sd=0.0)
@@ -164,8 +159,7 @@ def team_settings() -> tuple[synthetic.Setting, ...]:
         out.append(
             replace(
                 _null(one),
-                name=f"1 unit x {3 * g} tasks ({g} policies x 3 variants), "
-                "±15 pp per policy, null",
+                name=f"1 unit x {3 * g} tasks ({g} policies x 3 variants), ±15 pp per policy, null",
                 n_policies=g,
                 variants=3,
                 policy_effect=0.15,
