@@ -193,6 +193,19 @@ def _refused(url: str) -> int:
         return int(exc.code)
 
 
+def _new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    """Threads started since `before` still alive after a short grace, less AnyIO's pooled
+    worker threads: the test's own MCP client leaves those idle for ten seconds, and under load
+    one can still be parked when the service has long closed (they are not the service's)."""
+    deadline = time.monotonic() + 5
+    while True:
+        left = [t for t in set(threading.enumerate()) - before
+                if t.is_alive() and t.name != "AnyIO worker thread"]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
 def test_per_record_addresses_over_http(corpus, prepared, capfd) -> None:
     """Each record in flight has its own address (another record's reaches only that record),
     an unknown or missing token and an ended record are refused before any record is touched,
@@ -243,7 +256,7 @@ def test_per_record_addresses_over_http(corpus, prepared, capfd) -> None:
     assert asyncio.run(search(b_url)).structured_content["status"] == "ok"
     service.close()
     assert "1 caller(s) disconnected" in capfd.readouterr().err
-    assert not [t for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert not _new_threads(before)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     assert b.mcp_url is None  # a closed service gives no address
