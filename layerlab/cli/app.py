@@ -32,7 +32,7 @@ EXIT_INCOMPLETE = 3
 EXIT_ERROR_RATE = 4
 SHORT_FLAGS = {"-m": "--model", "-o": "--out", "-y": "--yes"}
 """Every short flag of the command line and the one long flag it stands for, in every command
-(a mitigation is always ``--mitigation``); ``tests/test_flags.py`` holds the CLI to it."""
+(a mitigation is always ``--mitigation``); ``tests/cli/test_flags.py`` holds the CLI to it."""
 EXIT_SIGINT = 128 + signal.SIGINT  # 130: a shell reads it as "stopped by Ctrl-C"
 EXIT_SIGTERM = 128 + signal.SIGTERM  # 143
 

@@ -7,7 +7,7 @@ whether ``layerlab recompute`` rebuilds it from archives alone. Its caption come
 :data:`~layerlab.reporting.paper.tables.captions.CAPTIONS`, completed by the builder from the data
 (``attrs['caption']``); Table 10's builder writes its whole caption, from the matrix and its
 records. The paper number follows from the order: Tables 1, 2, ... in the body, A1, A2, ... in the
-appendix (``paper/main.tex`` inputs the tables in this order; ``tests/test_tables.py`` checks it).
+appendix (``paper/main.tex`` inputs the tables in this order; ``tests/reporting/paper/test_tables.py`` checks it).
 Notebooks write a table with :func:`publish`, naming the entry.
 """
 

@@ -23,7 +23,7 @@ from layerlab.models import local as models
 from layerlab.models import runtime
 
 runner = CliRunner()
-FAKE = Path(__file__).with_name("fake_llama_server.py")
+FAKE = Path(__file__).parents[1] / "fake_llama_server.py"
 MODEL = "smollm2-135m"
 SPR = frozenset(  # a CPU that lists AVX-512 and AMX (Sapphire Rapids), as /proc/cpuinfo says
     "fpu sse sse2 pni ssse3 sse4_1 sse4_2 popcnt avx avx2 fma f16c bmi1 bmi2 avx512f avx512cd "
@@ -104,7 +104,7 @@ def test_the_makefile_keys_its_wheel_folder_by_the_runtime_key() -> None:
     args = runtime.PORTABLE_ARGS
     out = subprocess.run(
         ["make", "-s", "-n", "-B", "local", f"LLAMA_CMAKE_ARGS={args}"],
-        capture_output=True, text=True, cwd=Path(__file__).parents[1], check=True,
+        capture_output=True, text=True, cwd=Path(__file__).parents[2], check=True,
     ).stdout  # fmt: skip
     assert f"-{runtime.wheel_key(args)}/build.json" in out
     assert "--no-cache-dir" in out  # pip's own wheel cache ignores CMAKE_ARGS

@@ -41,7 +41,7 @@ pytest.importorskip("mcp")
 from mcp import Client  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 TASK = "finance-01-q1"
 ARMS = ("strict", "repair")
 

@@ -27,7 +27,7 @@ from layerlab.harness.live import engine, runmanifest
 from layerlab.models.llm import ProviderSettings
 from layerlab.system import prompt
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
 from fake_openai import FakeOpenAI  # noqa: E402
 
 runner = CliRunner()

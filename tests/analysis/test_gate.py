@@ -270,7 +270,7 @@ def test_specific_passes_at_40_tasks_for_a_guard_that_changes_nothing_else(
     """A deterministic target whose repair arm fixes schema drift and changes nothing else:
     at 40 tasks (above the floor of 25) ``gate --specific repair`` passes, and says the chance
     of that verdict at this size."""
-    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # user_targets
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))  # user_targets
     out = tmp_path / "run"
     args = ["run", "live", "--target", "python:user_targets:extractive", "--limit", "40",
             "--mitigation", "strict", "--mitigation", "repair", "--out", str(out), "--no-progress",

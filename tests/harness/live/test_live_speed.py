@@ -120,7 +120,7 @@ def test_a_setup_error_in_a_worker_stops_the_run_with_one_line(
 ) -> None:
     import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[2]))
     from fake_openai import FakeOpenAI
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-placeholder")

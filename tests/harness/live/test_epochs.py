@@ -18,7 +18,7 @@ from layerlab.harness import live
 from layerlab.models.routing import record_seed
 from layerlab.reporting.run.overview import same_records
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
 from fake_openai import FakeOpenAI  # noqa: E402
 
 TASKS = "finance-01-q1,it_ops-01-q2,pto-01-q1,hr-01-q1"
@@ -117,7 +117,7 @@ def test_a_reference_agent_beside_a_sampled_model_runs_one_epoch(tmp_path, serve
 def test_a_deterministic_target_is_re_asked_and_said_to_look_deterministic(
     tmp_path, monkeypatch, corpus, key
 ) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "fixtures"))
     scen = load_scenarios()
     cfg = live.LiveConfig(models=(), scenarios=("clean", "stale_index"), task_ids=tuple(TASKS.split(",")),
                           target="python:user_targets:extractive", epochs=3)  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from layerlab import paths
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from bench.suite import CLI_COMMANDS, probe_command  # noqa: E402
 
 _RUN_ALL = """

@@ -268,7 +268,7 @@ def _stopped(out: Path, *args: str) -> Path:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(agentlog, "write_table", kill)
-        mp.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # user_targets
+        mp.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))  # user_targets
         with pytest.raises(_Killed):
             runner.invoke(
                 app,
@@ -294,7 +294,7 @@ def unfinished(tmp_path_factory) -> dict[str, Path]:
     runs = {"agent": _stopped(root / "agent", *AGENT), "target": _stopped(root / "target", *TARGET)}
     for name, args in (("budget", (*AGENT, "--budget", "7")), ("target_done", TARGET)):
         with pytest.MonkeyPatch.context() as mp:
-            mp.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+            mp.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))
             res = runner.invoke(
                 app,
                 ["run", "live", *args, "--tasks", TASKS, "--scenario", "clean", "--out",

@@ -40,9 +40,9 @@ from layerlab.system import retrieval
 from layerlab.system.contract import search_failure
 from layerlab.system.retrieval import external
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "retrievers.md"
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TASKS = ("finance-01-q1", "it_ops-01-q2", "pto-01-q1")
 
 TEAM = textwrap.dedent(
@@ -533,7 +533,7 @@ def test_the_page_runs_as_written(tmp_path: Path) -> None:
         marker, lang, body = m.group(1) or "", m.group(2), m.group(3)
         if lang not in ("bash", "python") or "not run:" in marker:
             continue
-        assert "run by: tests/test_retriever_plugins.py" in marker, body[:80]
+        assert "run by: tests/system/test_retriever_plugins.py" in marker, body[:80]
         named = re.match(r"^# ([\w./-]+\.py)\b", body)
         if lang == "python" and named:
             (tmp_path / named.group(1)).write_text(body)

@@ -18,7 +18,7 @@ from layerlab.harness.live import budget, calls, runmanifest
 from layerlab.models import local as models_mod
 from layerlab.models.llm import ProviderSettings, import_litellm
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2]))
 from fake_openai import FakeOpenAI  # noqa: E402
 
 SCEN_HASH = spec_hash(paths.SCENARIO_SPEC)

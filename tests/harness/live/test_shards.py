@@ -14,7 +14,7 @@ import pytest
 from layerlab.cli import main
 from layerlab.harness.live.shards import parse_shard, shard_tasks
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 TASKS = "finance-01-q1,it_ops-01-q2,pto-01-q1,hr-01-q1,legal-01-q1,security-01-q2,support-01-q1"
 FILES = ("records.parquet", "target.parquet")
 

@@ -46,7 +46,7 @@ from layerlab.corpus.extract import extract  # noqa: E402
 from layerlab.integrations.inspect import export, scorer  # noqa: E402
 from layerlab.integrations.inspect.task import fault_matrix  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = "clean,stale_index,wrong_session"
 NORMAL, INVALID, ENDLESS = "hr-05-q1", "it_ops-09-q3", "finance-01-q1"
 USAGE = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)

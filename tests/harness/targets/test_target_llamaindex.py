@@ -23,11 +23,11 @@ from layerlab.cli import main
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness.live import agentlog
 from layerlab.harness.targets import parse_target
-from tests.test_targets import FIXTURES, _check_layers, _run, _seen_by_target
+from tests.harness.targets.test_targets import FIXTURES, _check_layers, _run, _seen_by_target
 
 pytest.importorskip("llama_index.core")  # the optional extra ``llamaindex`` (on in the lock)
 
-DOC = Path(__file__).parents[1] / "docs" / "llamaindex.md"
+DOC = Path(__file__).parents[3] / "docs" / "llamaindex.md"
 
 
 @pytest.fixture(autouse=True)
@@ -153,7 +153,7 @@ def test_the_docs_example_runs_as_written(tmp_path: Path) -> None:
     (tmp_path / name.group(1)).write_text(py, encoding="utf-8")
     (sh,) = [b for lang, _c, b in blocks if lang == "bash"]
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONHASHSEED": "0",
-           "PYTHONPATH": str(Path(__file__).parents[1]), "HOME": str(tmp_path),
+           "PYTHONPATH": str(Path(__file__).parents[3]), "HOME": str(tmp_path),
            "LAYERLAB_CACHE": str(tmp_path / "cache"), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "LITELLM_OFFLINE_MODE": "true", "MPLBACKEND": "Agg"}  # fmt: skip
     res = subprocess.run(["bash", "-euo", "pipefail", "-c", sh], cwd=tmp_path, env=env,

@@ -20,7 +20,7 @@ from layerlab.harness import live
 from layerlab.harness.live import agentlog
 from layerlab.harness.targets import base, read_reply
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 TASKS = ("finance-01-q1", "it_ops-01-q2", "pto-01-q1")
 SHARED = ("records.parquet", agentlog.TARGET_TABLE, "results.json")
 

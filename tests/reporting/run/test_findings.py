@@ -206,7 +206,7 @@ def test_roles_findings_are_checked(tmp_path: Path) -> None:
 def test_a_target_runs_summary_and_results_json_lead_with_its_layers(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # user_targets
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "fixtures"))  # user_targets
     out = tmp_path / "run"
     args = ["run", "live", "--target", "python:user_targets:extractive", "--target-name", "mine",
             "--tasks", ",".join(TASKS), "--scenario", "clean", "--scenario", "stale_index",

@@ -270,7 +270,7 @@ def test_migration_refuses_a_scenario_spec_that_contradicts_the_labels(
     from layerlab.archive import migrate
 
     _v2_run_folder(tmp_path / "run", small_run)
-    spec = (Path(__file__).parent.parent / "data" / "specs" / "scenarios.yaml").read_text()
+    spec = (Path(__file__).parents[2] / "data" / "specs" / "scenarios.yaml").read_text()
     # clean judged unsafe: its correct answers would not be safe resolutions, yet they were scored so
     flipped = spec.replace(
         "expected_behaviour: answer from the current policy\n    answerable: true",
@@ -310,7 +310,7 @@ def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> No
     from layerlab.analysis import results
     from layerlab.archive import check_path, migrate, read_manifest
 
-    run = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "schema3_smollm2", tmp_path / "smol"))
+    run = Path(shutil.copytree(Path(__file__).parents[1] / "fixtures" / "schema3_smollm2", tmp_path / "smol"))
     old = pq.read_table(run / "records.parquet").to_pylist()
     assert {r["schema_version"] for r in old} == {3}
     before = read_manifest(run)
@@ -357,7 +357,7 @@ def test_the_committed_study_archive_migrates_to_version_3(tmp_path: Path) -> No
 
     from layerlab.archive import STUDY_SCHEMA_VERSION, migrate, read_study
 
-    run = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "study_v2", tmp_path / "study"))
+    run = Path(shutil.copytree(Path(__file__).parents[1] / "fixtures" / "study_v2", tmp_path / "study"))
     old = {(r["scenario"], r["mitigation"], r["task_id"]): r for r in pq.read_table(run / "study.parquet").to_pylist()}
     rep = migrate(run)
     assert (rep["from"], rep["to"], rep["changed"]) == (2, STUDY_SCHEMA_VERSION, True)

@@ -179,7 +179,7 @@ def test_a_two_model_config_whose_second_model_fails_leaves_a_manifest_naming_th
 ) -> None:
     import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[2]))
     from fake_openai import FakeOpenAI
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-" + "k3y" * 10)
@@ -210,7 +210,7 @@ def test_a_killed_invocations_calls_are_kept_on_resume(tmp_path, monkeypatch) ->
     import json
     import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[2]))
     from fake_openai import SLOW_S, FakeOpenAI
 
     from layerlab.harness.live.runmanifest import INVOCATION
@@ -244,7 +244,7 @@ def test_a_killed_invocations_calls_are_kept_on_resume(tmp_path, monkeypatch) ->
 
 # --- issue 34, item 9: leftovers of a killed `corpus import` and `cache repair` are swept ------
 
-USER_CORPUS = Path(__file__).parent / "fixtures" / "user_corpus.jsonl"
+USER_CORPUS = Path(__file__).parents[2] / "fixtures" / "user_corpus.jsonl"
 
 
 def _paused_child(args: list[str], marks: str, where: str) -> None:

@@ -18,8 +18,8 @@ from layerlab._io import sweep_leftovers
 from layerlab.cli import main
 from layerlab.corpus import build as corpus_mod
 
-FIXTURE = Path(__file__).parent / "fixtures" / "user_corpus.jsonl"
-ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "user_corpus.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _snapshot(root: Path) -> dict[str, bytes | None]:

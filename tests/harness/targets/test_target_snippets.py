@@ -22,7 +22,7 @@ from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import live
 from layerlab.mitigations import load_mitigations
 
-TARGETS_DOC = Path(__file__).parents[1] / "docs" / "targets.md"  # the targets page of the docs
+TARGETS_DOC = Path(__file__).parents[3] / "docs" / "targets.md"  # the targets page of the docs
 TASKS = ("finance-01-q1",)
 
 

@@ -23,7 +23,7 @@ from layerlab.harness.live import agentlog
 from layerlab.harness.prepare import prepare
 from layerlab.reporting.paper.tables import effects
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TASKS = ("finance-01-q1", "it_ops-01-q2", "pto-01-q1")
 SCENARIOS = ("clean", "schema_drift", "missing_tool_output")
 

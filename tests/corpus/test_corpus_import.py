@@ -20,7 +20,7 @@ from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic as harness
 from layerlab.harness.prepare import prepare
 
-FIXTURE = Path(__file__).parent / "fixtures" / "user_corpus.jsonl"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "user_corpus.jsonl"
 ROWS = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
 FILES = ("documents.jsonl", "tasks.jsonl", "answer_key.jsonl", "foreign.jsonl", "domains.json")
 

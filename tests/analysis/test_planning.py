@@ -68,7 +68,7 @@ def test_a_sampled_system_needs_epochs_and_the_plan_says_which() -> None:
 
 
 def test_layerlab_plan_on_a_run_folder(capsys, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))  # user_targets
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "fixtures"))  # user_targets
     out = tmp_path / "run"
     args = ["run", "live", "--target", "python:user_targets:extractive", "--limit", "16",
             "--scenario", "clean", "--scenario", "stale_index", "--scenario", "schema_drift",

@@ -33,7 +33,7 @@ from layerlab.harness.targets.toolserver import MAX_BODY, ToolServer
 from layerlab.harness.tools import TOOLS_VERSION, ToolBox
 from tests.test_plugins import _TABLE10, _python, site  # noqa: F401  (site: a fixture)
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 TASKS = ("finance-01-q1", "it_ops-01-q2", "pto-01-q1")
 
 
