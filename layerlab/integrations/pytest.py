@@ -8,8 +8,9 @@ nothing until a test asks for a run: this module imports pytest, the standard li
 * ``layerlab_run`` (session fixture): a factory, ``layerlab_run("python:my_rag:answer",
   mitigations=["freshness_guard"])``, that runs the target under the fault matrix — every
   scenario, the baseline arm and the arms named, on ``tasks`` stratified tasks — with
-  :func:`layerlab.harness.live.run_live`, as ``layerlab run live --target`` does, once per session
-  and configuration, and returns its :class:`~layerlab.integrations.checks.MatrixRun`;
+  :func:`layerlab.harness.live.run_live`, as ``layerlab run live --target`` does (the same
+  :class:`~layerlab.harness.config.RunConfig`), once per session and configuration, and
+  returns its :class:`~layerlab.integrations.checks.MatrixRun`;
 * ``layerlab`` (fixture): the same run for the test's closest ``@pytest.mark.layerlab(...)``;
 * options (and ini keys) for what a call leaves out: ``--layerlab-target``, ``--layerlab-tasks``,
   ``--layerlab-seed`` and ``--layerlab-out`` (a folder that keeps the runs across sessions: one
@@ -177,9 +178,9 @@ class Session:
     def make(self, plan: Plan, scratch: Callable[[], Path]) -> MatrixRun:
         from layerlab import paths
         from layerlab.corpus import build
-        from layerlab.corpus.spec import SpecError
+        from layerlab.corpus.spec import SpecError, spec_hash
         from layerlab.harness import config as run_config
-        from layerlab.harness import live, runner
+        from layerlab.harness import live
         from layerlab.harness.targets import TargetError, parse_target
         from layerlab.system import retrieval
 
@@ -204,9 +205,11 @@ class Session:
                 run_config.Outputs(out, progress=False),
                 labels={"mitigations": "mitigations", "limit": "tasks"},
             )  # fmt: skip
+            (group,) = config.groups(inputs.corpus.tasks, list(inputs.scenarios))
             began = time.perf_counter()
-            result = runner.execute(config, inputs, say=notes.append).result
-            assert result is not None
+            result = live.run_live(inputs.corpus, inputs.key, inputs.scenarios, group.config, out,
+                                   scenario_hash=spec_hash(paths.SCENARIO_SPEC),
+                                   say=notes.append, run=config.execution)  # fmt: skip
         except (TargetError, live.LiveRunError, build.CorpusError, SpecError, ValueError,
                 OSError) as exc:  # fmt: skip
             raise _Refused(f"{where}: {exc}") from None
