@@ -237,7 +237,10 @@ class RunConfig:
         if self.outputs.out is None:
             raise ConfigError("out: expected a run folder")
         bases = [b for g in self.system.groups for b in g.settings.api_bases]
-        self.execution.check(self.outputs.out, bases, self.system.models)
+        try:
+            self.execution.check(self.outputs.out, bases, self.system.models)
+        except LiveRunError as exc:
+            raise ConfigError(str(exc)) from None
 
     def arms(self) -> tuple[str, ...]:
         """The mitigation arms, expanded (``all``) and each checked against the spec."""
