@@ -59,27 +59,6 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _target_spec(
-    target: str | None, name: str, version: str, settings: list[str] | None, models: Any
-) -> Any:
-    """``--target`` and its flags as a checked :class:`~layerlab.harness.targets.TargetSpec`
-    (None without ``--target``); a bad one is one line and exit 2 (a usage error)."""
-    from layerlab.harness.targets import TargetError, check_target, parse_settings, parse_target
-
-    if target is None:
-        if name or version or settings:
-            raise _usage("--target-name/--target-version/--target-setting: only with --target")
-        return None
-    if models:
-        raise _usage("--target replaces -m/--model: give one or the other")
-    try:
-        spec = parse_target(target, name, version, parse_settings(settings or []))
-        check_target(spec)
-    except TargetError as exc:
-        raise _usage(str(exc)) from None
-    return spec
-
-
 def _shard_flag(value: str | None) -> str | None:
     """``--shard I/N`` checked where it is parsed (a usage error, exit 2)."""
     from layerlab.harness.live.shards import parse_shard

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from layerlab import paths
-from layerlab.corpus.spec import SpecError
 
 if TYPE_CHECKING:  # the CLI imports heavy modules lazily, inside each command
-    from layerlab.harness.live import RunSettings
+    from layerlab.harness.config import RunConfig
+    from layerlab.harness.runner import Outcome
 
 
+from layerlab.cli import decided
 from layerlab.cli.app import (
     EXIT_ERROR_RATE,
     EXIT_INCOMPLETE,
@@ -28,7 +26,6 @@ from layerlab.cli.app import (
     _retriever_flag,
     _shard_flag,
     _spec_fail,
-    _target_spec,
     _usage,
     mitigation_app,
     run_app,
@@ -295,277 +292,62 @@ def run_live(
     Keys come from the environment only (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, ...).
     Offline, the `layerlab/` models are local reference agents: deterministic baselines, not models.
     """
-    from layerlab.cli import decided
-    from layerlab.corpus.spec import spec_hash
-    from layerlab.harness import live
-    from layerlab.harness.deterministic import contract_arms
-    from layerlab.models.llm import ProviderSettings
-
-    if not until_decided:
-        decided.refuse_without(ctx)
-    if config_path is not None:
-        for flag, on in (("--shard", shard is not None), ("--until-decided", until_decided)):
-            if on:
-                raise _fail(f"{flag}: not with --config yet (give the run's flags instead)")
-        given = live.RunSettings(
-            resume=resume,
-            retry_errors=retry_errors,
-            cache_dir=cache_dir,
-            local_servers=os.cpu_count() or 1,
-        )
-        _check_run(given, out)
-        _run_config(ctx, config_path, out, given, corpus_dir, scenarios_path, progress)
-        return
-    if not agent:  # agent-mode flags do nothing in single-call mode: refused, not ignored
-        for name, flag in (("max_steps", "--max-steps"), ("tool_protocol", "--tool-protocol")):
-            source = ctx.get_parameter_source(name)
-            if source is not None and source.name == "COMMANDLINE":
-                raise _usage(f"{flag}: an agent-mode setting; give --agent too (it does nothing "
-                             "in single-call mode)")  # fmt: skip
-    spec = _target_spec(target, target_name, target_version, target_setting, model)
-    if not model and spec is None:
-        raise _fail("-m/--model: give at least one model (or a run configuration with --config)")
-    run = live.RunSettings(
-        budget=budget,
-        concurrency=concurrency,
-        resume=resume,
-        retry_errors=retry_errors,
-        cache_dir=cache_dir,
-        local_servers=local_servers or (os.cpu_count() or 1),
-        max_error_rate=max_error_rate,
-        seed=retry_seed,
-    )
-    _check_run(run, out, api_base or (), model or ())
-    task_ids = _task_ids(tasks) if tasks is not None else None
-    c, key = _load_corpus(corpus_dir)
-    scen = _load_scenarios(scenarios_path)
-    try:
-        settings = ProviderSettings(
-            timeout_s=timeout,
-            max_tokens=max_tokens,
-            attempts=attempts,
-            backoff_s=backoff,
-            temperature=temperature,
-            top_p=top_p,
-            api_bases=tuple(api_base or ()),
-        )
-        config = live.LiveConfig(
-            models=tuple(model or ()),
-            scenarios=tuple(scenario or scen),
-            mitigations=_load_mitigations(paths.MITIGATION_SPEC).expand(mode) or contract_arms(),
-            task_ids=task_ids,
-            settings=settings,
-            epochs=epochs,
-            replicates=replicates,  # the earlier name: the same setting (both: must agree)
-            share_replies=share_replies,
-            response_format=response_format,  # checked by LiveConfig
-            seed=seed,
-            agent=live.AgentMode.auto(model, tool_protocol, max_steps) if agent else None,
-            target=spec,
-            retriever=retriever,
-            shard=shard,
-        )
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-    from layerlab.mitigations import load_mitigations
-
-    for m in config.mitigations:
-        try:
-            load_mitigations().arm(m)
-        except KeyError as exc:
-            raise _fail(f"--mitigation: {exc.args[0]}") from None
-    if until_decided:
-        config = decided.plan_config(config, c, limit, limit_seed, specific or (), no_over_broad,
-                                     max_tasks, batch, delta)  # fmt: skip
-    elif limit is not None:
-        from layerlab.harness.runconfig import stratified_tasks
-
-        pool = [t for t in c.tasks if task_ids is None or t.task_id in set(task_ids)]
-        if limit > len(pool):
-            raise _fail(
-                f"--limit {limit}: only {len(pool)} tasks to choose from (expected 1 to "
-                f"{len(pool)}; leave --limit out to ask them all)"
-            )
-        config = dataclasses.replace(config, task_ids=stratified_tasks(pool, limit, limit_seed))
-    log = _open_sample_log(sample_log, out)
+    from layerlab.harness import config as run_config
+    from layerlab.harness import runner
+    from layerlab.harness.live.settings import LiveRunError
     from layerlab.reporting.format.terminal import ProgressBar
 
-    bar = ProgressBar(target=spec is not None) if progress and not until_decided else None
-    looked = None
+    given = {n for n in ctx.params if decided.given(ctx, n)}
     try:
-        if until_decided:
-            from layerlab.harness.live.looks import run_until_decided
-
-            looked = run_until_decided(
-                c, key, scen, config, out, run, scenario_hash=spec_hash(scenarios_path),
-                progress=(lambda: ProgressBar(target=spec is not None)) if progress else None,
-                say=lambda m: typer.echo(m, err=True), samples=log,
-            )  # fmt: skip
-            result = looked.result
-        else:
-            result = live.run_live(
-                c, key, scen, config, out, scenario_hash=spec_hash(scenarios_path),
-                progress=bar.update if bar else None, say=lambda m: typer.echo(m, err=True),
-                samples=log, **run.kwargs(),
-            )  # fmt: skip
-    except live.LiveRunError as exc:
+        inputs = run_config.Inputs(corpus_dir, scenarios_path)
+        config = run_config.RunConfig.from_cli(ctx.params, given, inputs)
+        target = config.system.target is not None
+        done = runner.execute(config, inputs, progress=lambda: ProgressBar(target=target),
+                              say=lambda m: typer.echo(m, err=True))  # fmt: skip
+    except run_config.ConfigProblems as exc:
+        raise _spec_fail(exc.spec, exc.what) from None
+    except run_config.ConfigError as exc:
+        raise (_usage if exc.usage else _fail)(str(exc)) from None
+    except LiveRunError as exc:
         raise _fail(str(exc)) from None
-    finally:
-        if bar:
-            bar.close()
-        if log:
-            log.close()
-    if result is None:  # an until-decided run that had already stopped
-        assert looked is not None
-        return decided.report(looked, typer.echo)
-    _report_run(out, log, result.message)
-    if looked is not None:
-        decided.report(looked, typer.echo)
-    typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
-    if spec is None:  # a target's replies are its own: layerlab caches none
-        typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
-    if result.over_error_rate:
-        typer.echo(
-            f"error: provider-error rate above --max-error-rate {max_error_rate:g} for "
-            f"{', '.join(result.over_error_rate)}; the records are written but the run failed "
-            "(fix the cause, then --resume --retry-errors)",
-            err=True,
-        )
-        raise typer.Exit(EXIT_ERROR_RATE)
-    if not result.complete:
-        raise typer.Exit(EXIT_INCOMPLETE)
-
-
-def _check_run(
-    run: RunSettings, out: Path, api_bases: Sequence[str] = (), models: Sequence[str] = ()
-) -> None:
-    """The run settings' one validation (:meth:`RunSettings.check`), as a one-line error."""
-    from layerlab.harness import live
-
-    try:
-        run.check(out, api_bases, models)
-    except live.LiveRunError as exc:
+    except ValueError as exc:  # a run configuration's runs: a merge refused
+        if config_path is None:
+            raise
         raise _fail(str(exc)) from None
+    _report(config, done)
 
 
-def _task_ids(tasks: str) -> tuple[str, ...]:
-    """``--tasks``: a file with one id per line, or comma-separated ids."""
-    import re
+def _report(config: RunConfig, done: Outcome) -> None:
+    """What ``run live`` prints after its run (flags or ``--config``) and the exit it ends with:
+    the results, the sample log, the outcome, where the archive is; an error-rate failure (4),
+    an incomplete run (3)."""
+    from layerlab.harness.runconfig import CONFIG_COPY
 
-    p = Path(tasks)
-    if p.exists() or "/" in tasks or tasks.endswith((".txt", ".lst")):
-        try:
-            raw = p.read_text(encoding="utf-8").split()
-        except FileNotFoundError:
-            raise _fail(
-                f"--tasks {tasks}: no such file (expected a file or comma-separated ids)"
-            ) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise _fail(f"--tasks {tasks}: cannot read the file as UTF-8 text ({exc})") from None
-        where = f"--tasks {tasks}"
+    out, by_file = config.outputs.out, config.outputs.config_file is not None
+    assert out is not None
+    if done.result is None and done.decided is not None:  # an until-decided run already stopped
+        return decided.report(done.decided, typer.echo)
+    _report_run(out, done.sample_log, done.message)
+    if by_file:
+        typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / CONFIG_COPY}")
     else:
-        raw = tasks.split(",")
-        where = "--tasks"
-    ids = tuple(t.strip() for t in raw if t.strip())
-    if not ids:
-        raise _fail(
-            f"{where}: no task ids given (expected ids like hr-01-q1, one per line or comma-separated)"
-        )
-    odd = [t for t in ids if not re.fullmatch(r"[a-z][a-z0-9_]*-\d{2}-q\d+", t)]
-    if odd:
-        raise _fail(f"{where}: {odd[0]!r} is not a task id (expected ids like hr-01-q1)")
-    return ids
-
-
-# flags a run configuration sets itself: refused next to --config rather than silently ignored
-_CONFIG_OWNS = (
-    "model", "scenario", "mode", "tasks", "api_base", "epochs", "replicates", "share_replies",
-    "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
-    "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
-    "sample_log", "agent", "max_steps", "tool_protocol", "target", "target_name", "target_version",
-    "target_setting", "retriever",
-)  # fmt: skip
-
-
-def _run_config(
-    ctx: typer.Context,
-    config_path: Path,
-    out: Path,
-    run: RunSettings,
-    corpus_dir: Path,
-    scenarios_path: Path,
-    progress: bool,
-) -> None:
-    """``run live --config run.yaml``: validate, run every model group, merge, print results.
-    ``run`` holds what the flags set (resume, retry errors, cache folder)."""
-    from layerlab.corpus.spec import spec_hash
-    from layerlab.harness import live, runconfig
-    from layerlab.mitigations import load_mitigations
-    from layerlab.reporting.format.terminal import ProgressBar
-
-    for name in _CONFIG_OWNS:
-        source = ctx.get_parameter_source(name)
-        if source is not None and source.name == "COMMANDLINE":
-            flag = "--" + name.replace("_", "-")
-            raise _fail(
-                f"{flag}: set it in the run configuration {config_path}, not next to --config"
-            )
-    c, key = _load_corpus(corpus_dir)
-    scen = _load_scenarios(scenarios_path)
-    try:
-        spec = runconfig.load_run_config(
-            config_path, list(scen), list(load_mitigations().arms), [t.task_id for t in c.tasks]
-        )
-        text = config_path.read_text(encoding="utf-8")
-    except SpecError as exc:
-        raise _spec_fail(exc, "problem(s) in the run configuration; nothing run") from None
-    _check_run(run, out, *runconfig.endpoints(spec))  # every model's, before anything is written
-    log = _open_sample_log(spec.sample_log_path(config_path), out)
-    try:
-        complete, message, over = runconfig.execute(
-            spec,
-            text,
-            out,
-            c,
-            key,
-            scen,
-            run,
-            scenario_hash=spec_hash(scenarios_path),
-            progress=(lambda: ProgressBar(target=spec.target is not None)) if progress else None,
-            samples=log,
-            say=lambda m: typer.echo(m, err=True),
-        )
-    except (live.LiveRunError, ValueError) as exc:
-        raise _fail(str(exc)) from None
-    finally:
-        if log:
-            log.close()
-    _report_run(out, log, message)
-    typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / runconfig.CONFIG_COPY}")
-    if over:
+        if done.decided is not None:
+            decided.report(done.decided, typer.echo)
+        typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")
+    if not by_file and config.system.target is None:  # a target's replies: layerlab caches none
+        typer.echo(f"reply cache: {config.execution.cache_folder} (private: holds model replies, "
+                   "never archived)")  # fmt: skip
+    if done.over_error_rate:
+        setting = "max_error_rate" if by_file else "--max-error-rate"
         typer.echo(
-            f"error: provider-error rate above max_error_rate {spec.max_error_rate:g} for "
-            f"{', '.join(over)}; the records are written but the run failed "
+            f"error: provider-error rate above {setting} {config.execution.max_error_rate:g} for "
+            f"{', '.join(done.over_error_rate)}; the records are written but the run failed "
             "(fix the cause, then --resume --retry-errors)",
             err=True,
         )
         raise typer.Exit(EXIT_ERROR_RATE)
-    if not complete:
-        raise typer.Exit(3)
-
-
-def _open_sample_log(path: Path | None, out: Path) -> Any:
-    """The ``--sample-log`` writer (``None`` when off); refused inside the run folder."""
-    if path is None:
-        return None
-    from layerlab.archive import samplelog
-
-    try:
-        return samplelog.SampleLog(samplelog.check_path(path, out))
-    except samplelog.SampleLogError as exc:
-        raise _fail(str(exc)) from None
-    except OSError as exc:
-        raise _fail(f"--sample-log {path}: cannot write ({exc.strerror or exc})") from None
+    if not done.complete:
+        raise typer.Exit(EXIT_INCOMPLETE)
 
 
 def _report_run(out: Path, log: Any, message: str) -> None:

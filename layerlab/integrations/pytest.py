@@ -8,8 +8,9 @@ nothing until a test asks for a run: this module imports pytest, the standard li
 * ``layerlab_run`` (session fixture): a factory, ``layerlab_run("python:my_rag:answer",
   mitigations=["freshness_guard"])``, that runs the target under the fault matrix — every
   scenario, the baseline arm and the arms named, on ``tasks`` stratified tasks — with
-  :func:`layerlab.harness.live.run_live`, as ``layerlab run live --target`` does, once per session
-  and configuration, and returns its :class:`~layerlab.integrations.checks.MatrixRun`;
+  :func:`layerlab.harness.live.run_live`, as ``layerlab run live --target`` does (the same
+  :class:`~layerlab.harness.config.RunConfig`), once per session and configuration, and
+  returns its :class:`~layerlab.integrations.checks.MatrixRun`;
 * ``layerlab`` (fixture): the same run for the test's closest ``@pytest.mark.layerlab(...)``;
 * options (and ini keys) for what a call leaves out: ``--layerlab-target``, ``--layerlab-tasks``,
   ``--layerlab-seed`` and ``--layerlab-out`` (a folder that keeps the runs across sessions: one
@@ -22,7 +23,6 @@ nothing until a test asks for a run: this module imports pytest, the standard li
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -179,41 +179,37 @@ class Session:
         from layerlab import paths
         from layerlab.corpus import build
         from layerlab.corpus.spec import SpecError, spec_hash
-        from layerlab.faults.scenario import load_scenarios
+        from layerlab.harness import config as run_config
         from layerlab.harness import live
-        from layerlab.harness.runconfig import stratified_tasks
         from layerlab.harness.targets import TargetError, parse_target
-        from layerlab.mitigations import load_mitigations
+        from layerlab.system import retrieval
 
         where = f"layerlab_run({plan.target!r})"
         notes: list[str] = []
         try:
             spec = parse_target(plan.target, plan.name, plan.version, dict(plan.settings))
             corpus_dir = Path(plan.corpus) if plan.corpus else paths.CORPUS_DIR
-            corpus, key = build.load(corpus_dir), build.load_answer_key(corpus_dir)
-            scen = load_scenarios()
-            book = load_mitigations()
-            arms = book.expand(plan.mitigations)
-            for a in arms:
-                book.arm(a)
-            arms = tuple(dict.fromkeys((book.baseline, *arms))) if arms else book.contract_arms
-            if plan.tasks > len(corpus.tasks):
-                raise ValueError(f"tasks={plan.tasks}: the corpus has {len(corpus.tasks)} tasks "
-                                 f"(expected 1 to {len(corpus.tasks)})")  # fmt: skip
-            config = live.LiveConfig(
-                models=(), scenarios=plan.scenarios or tuple(scen), mitigations=arms,
-                task_ids=stratified_tasks(corpus.tasks, plan.tasks, plan.seed), target=spec,
-                epochs=plan.epochs,
-            )  # fmt: skip
-            if plan.retriever is not None:  # else the harness's default, as the CLI's
-                config = dataclasses.replace(config, retriever=plan.retriever)
+            inputs = run_config.Inputs(corpus_dir)
+            if plan.tasks > len(inputs.corpus.tasks):
+                n = len(inputs.corpus.tasks)
+                raise ValueError(f"tasks={plan.tasks}: the corpus has {n} tasks (expected 1 to {n})")
             out, resume = self.folder(plan, spec, scratch)
+            config = run_config.RunConfig(  # the baseline arm beside the guards named
+                run_config.System((run_config.ModelGroup(),), target=spec),
+                run_config.Matrix(
+                    scenarios=plan.scenarios, mitigations=plan.mitigations or None, baseline=True,
+                    limit=plan.tasks, limit_seed=plan.seed, epochs=plan.epochs,
+                    retriever=plan.retriever or retrieval.REPORTED.name, corpus_dir=corpus_dir,
+                ),
+                live.RunSettings(resume=resume),
+                run_config.Outputs(out, progress=False),
+                labels={"mitigations": "mitigations", "limit": "tasks"},
+            )  # fmt: skip
+            (group,) = config.groups(inputs.corpus.tasks, list(inputs.scenarios))
             began = time.perf_counter()
-            result = live.run_live(corpus, key, scen, config, out, resume=resume,
+            result = live.run_live(inputs.corpus, inputs.key, inputs.scenarios, group.config, out,
                                    scenario_hash=spec_hash(paths.SCENARIO_SPEC),
-                                   say=notes.append)  # fmt: skip
-        except KeyError as exc:  # an unknown mitigation arm: the spec's one line
-            raise _Refused(f"{where}: mitigations: {exc.args[0]}") from None
+                                   say=notes.append, run=config.execution)  # fmt: skip
         except (TargetError, live.LiveRunError, build.CorpusError, SpecError, ValueError,
                 OSError) as exc:  # fmt: skip
             raise _Refused(f"{where}: {exc}") from None

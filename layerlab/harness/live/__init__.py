@@ -25,14 +25,15 @@ trustworthy:
   (:mod:`layerlab.models.routing`).
 
 The records are made by :mod:`.engine` (the one record step with a model as reader), in this
-process or in :mod:`.workers` processes; :mod:`.settings` holds the run's configuration and the
-one validation of its settings. This module is the public face: the names below.
+process or in :mod:`.workers` processes; :mod:`.settings` holds what determines a run's records
+(``LiveConfig``) and how it is carried out (``RunSettings``), the parts of the one run
+configuration (:mod:`layerlab.harness.config`). This module is the public face: the names below.
 """
 
 from layerlab.harness.live.budget import Counters
 from layerlab.harness.live.engine import arm_order, routes_for
 from layerlab.harness.live.progress import parse_progress_line, read_progress
-from layerlab.harness.live.run import LiveResult, run_live, run_matrix
+from layerlab.harness.live.run import LiveResult, run_live
 from layerlab.harness.live.runmanifest import run_id_for
 from layerlab.harness.live.settings import (
     DEFAULT_MAX_ERROR_RATE,
@@ -70,3 +71,13 @@ __all__ = [
     "run_matrix",
     "worker_processes",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``run_matrix`` (notebooks) is the run configuration's (:mod:`layerlab.harness.runner`),
+    which builds on this package: imported when first asked."""
+    if name == "run_matrix":
+        from layerlab.harness.runner import run_matrix
+
+        return run_matrix
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

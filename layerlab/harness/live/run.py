@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import dataclasses
 import random
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +58,7 @@ from layerlab.harness.step import admit
 from layerlab.models import local as models_mod
 from layerlab.models.cache import ResponseCache
 from layerlab.models.cachecheck import CacheError, flag_for, open_cache
-from layerlab.models.llm import ProviderSettings, import_litellm
+from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Route, endpoint_label, record_seed, split_model
 from layerlab.system import prompt, retrieval
 
@@ -101,6 +100,7 @@ def run_live(
     preflight: bool = True,
     samples: SampleHook | None = None,
     workers: int | None = None,
+    run: RunSettings | None = None,
 ) -> LiveResult:
     """Run (or resume) a live matrix into ``out``; see the package docstring.
 
@@ -110,17 +110,79 @@ def run_live(
     call per model. ``seed`` seeds the retry jitter; ``retry_errors`` (with ``resume``) asks
     ``provider_error`` cells again. ``workers`` worker processes share the cells (default:
     :func:`worker_processes`, one per core where the run allows it); this process stays the
-    only writer of the run folder. The keyword settings are those of :class:`RunSettings`.
+    only writer of the run folder. ``run``: these settings as one :class:`RunSettings` (a
+    :class:`~layerlab.harness.config.RunConfig`'s ``execution``, which
+    :func:`layerlab.harness.runner.execute` passes); without it the keyword settings of the same
+    names make one.
     """
-    from layerlab.models import agents
+    if run is None:
+        run = RunSettings(
+            budget=budget, concurrency=concurrency, resume=resume, retry_errors=retry_errors,
+            cache_dir=cache_dir, local_servers=local_servers, max_error_rate=max_error_rate,
+            seed=seed, preflight=preflight, workers=workers,
+        )  # fmt: skip
+    out, began = Path(out), time.time()
+    config = _checked(corpus, scenarios, config, out, run, say)
+    st = _begin(corpus, key, scenarios, config, out, run, scenario_hash, say)
+    with _local_servers(config, run.local_servers, say) as local:
+        bases = {m: [s.api_base for s in servers] for m, servers in local.items()}
+        _preflight_step(st, bases, set(local))
+        target = _open_target(config)  # set up (its setup()) before anything is written
+        _open_folder(st, began)  # from here on the run folder is written
+        finished = _make(st, target, bases, progress, samples)
+        local_prov = {
+            m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
+        }
+        server_cpu = {m: models_mod.cpu_seconds(servers) for m, servers in local.items()}
+    return _finish(st, finished, local_prov, server_cpu, began)
 
-    out = Path(out)
-    began = time.time()
-    run = RunSettings(
-        budget=budget, concurrency=concurrency, resume=resume, retry_errors=retry_errors,
-        cache_dir=cache_dir, local_servers=local_servers, max_error_rate=max_error_rate,
-        seed=seed, preflight=preflight, workers=workers,
-    )  # fmt: skip
+
+@dataclass
+class _Live:
+    """One invocation of :func:`run_live` as it goes: what it was given, its plan, the records
+    done before it, its counters, cache and budget, and how its cells ended."""
+
+    corpus: Corpus
+    key: AnswerKey
+    scenarios: Mapping[str, Scenario]
+    config: LiveConfig
+    out: Path
+    run: RunSettings
+    scenario_hash: str
+    say: Callable[[str], None]
+    work: LiveConfig  # what this process runs: the shard's (or the look's) tasks
+    n_tasks: int
+    plan: dict[str, Any]
+    old: dict[str, Any] | None  # the run folder's manifest (None: a new run)
+    stands: dict[str, Any] | None  # the manifest as it is on disk
+    done: dict[tuple[Any, ...], Record]
+    report: Any
+    cache: ResponseCache
+    counters: Counters = field(default_factory=Counters)
+    budget: Budget = field(default_factory=lambda: Budget(None))
+    rng: random.Random = field(default_factory=random.Random)
+    prepared: dict[str, PreparedScenario] = field(default_factory=dict)
+    written: dict[tuple[Any, ...], Record] = field(default_factory=dict)
+    alog: ProgressLog | None = None
+    fatal: LiveRunError | None = None
+    interrupted: bool = False
+
+    @property
+    def plog(self) -> Path:
+        return self.out / archive.PROGRESS
+
+    def prepare_all(self) -> None:
+        for n in self.config.scenarios:
+            if n not in self.prepared:
+                self.prepared[n] = prepare(self.corpus, self.scenarios[n], self.config.retriever)
+
+
+def _checked(
+    corpus: Corpus, scenarios: Mapping[str, Scenario], config: LiveConfig, out: Path,
+    run: RunSettings, say: Callable[[str], None],
+) -> LiveConfig:  # fmt: skip
+    """The settings checked (nothing written yet) and the config with the code it runs: a
+    target's and a team's retriever's fingerprints, in the run id."""
     run.check(out, config.settings.api_bases, config.models)
     config.check(corpus, scenarios)
     for line in config.epochs_notes():  # a greedy model or a reference agent: one epoch
@@ -132,135 +194,148 @@ def run_live(
     if retrieval.is_external(config.retriever):  # a team's retriever code, in the run id too
         code = tuple(sorted(retrieval.code(config.retriever).items()))
         config = dataclasses.replace(config, retriever_code=code)
+    return config
+
+
+def _begin(
+    corpus: Corpus, key: AnswerKey, scenarios: Mapping[str, Scenario], config: LiveConfig,
+    out: Path, run: RunSettings, scenario_hash: str, say: Callable[[str], None],
+) -> _Live:  # fmt: skip
+    """The run's plan, what a resumed folder already holds, and the reply cache opened."""
+    from layerlab.models import agents
+
     work = config.this_shard(corpus)  # what this process runs: the shard's tasks (shards.py)
     n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
     plan = runmanifest.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
-    old = stands = _resumed(out, plan, resume)  # ``stands``: the manifest as it is on disk
+    old = stands = runmanifest.resumed(out, plan, run.resume)  # ``stands``: the manifest as it is on disk
     if old is not None:  # a killed invocation's calls, kept since in its own file
         old = runmanifest.before_resume(out, old)
-    plog = out / archive.PROGRESS
     answerable = {n: s.spec.answerable for n, s in scenarios.items()}  # lines from schema 2
     done, report = read_progress(
-        plog, plan["run_id"], drop_errors=retry_errors, answerable=answerable
+        out / archive.PROGRESS, plan["run_id"], drop_errors=run.retry_errors, answerable=answerable
     )
     if old is not None or done:
         say(f"resuming {plan['run_id']}: {len(done)} of {plan['expected_records']} records done")
-    counters = Counters()
-    b = Budget(budget)
-    rng = random.Random(seed)
     try:  # a damaged, locked or misplaced cache is said in one line, before any call
-        cache = open_cache(run.cache_folder, say, flag_for(cache_dir))
+        cache = open_cache(run.cache_folder, say, flag_for(run.cache_dir))
     except CacheError as exc:
         raise LiveRunError(f"{exc} (nothing written)") from None
     if config.target is None:  # a target run asks no provider: litellm is not imported
         agents.register()
-    per_model = runmanifest.expected_records(config, n_tasks)
+    return _Live(corpus, key, scenarios, config, out, run, scenario_hash, say, work, n_tasks, plan, old, stands,
+                 done, report, cache, budget=Budget(run.budget), rng=random.Random(run.seed))  # fmt: skip
+
+
+def _preflight_step(st: _Live, bases: Mapping[str, list[str]], started: set[str]) -> None:
+    """Ask every model still to answer its first record's prompt (``preflight``), preparing
+    the scenarios meanwhile; then every scenario prepared."""
+    config, per_model = st.config, runmanifest.expected_records(st.config, st.n_tasks)
     pending = [  # a model whose records are all done is not asked again
-        m for m in config.models if sum(k[:2] == config.record_model(m) for k in done) < per_model[m]
-    ]
-    fatal: LiveRunError | None = None
-    interrupted = False
-    prepared: dict[str, PreparedScenario] = {}
+        m for m in config.models
+        if sum(k[:2] == config.record_model(m) for k in st.done) < per_model[m]
+    ]  # fmt: skip
+    if st.run.preflight and pending and config.target is None:  # a target is checked, not asked
+        wanted = None if st.work.task_ids is None else set(st.work.task_ids)
+        tasks = [t for t in st.corpus.tasks if wanted is None or t.task_id in wanted]
+        first = _first_cell(st.corpus, st.scenarios, config, tasks, st.prepared)
+        if first is not None:
+            routes = routes_for(config, st.run.concurrency, bases)
+            _reachable(pending, routes, started)
+            # the other scenarios are prepared while the preflight call is out
+            calls.run_coroutine(
+                _preflight(
+                    import_litellm(), config, pending, first, routes, st.cache, st.budget,
+                    st.counters, st.rng, beside=st.prepare_all,
+                )
+            )  # fmt: skip
+    st.prepare_all()
 
-    def prepare_all() -> None:
-        for n in config.scenarios:
-            if n not in prepared:
-                prepared[n] = prepare(corpus, scenarios[n], config.retriever)
 
-    with _local_servers(config, local_servers, say) as local:
-        bases = {m: [s.api_base for s in servers] for m, servers in local.items()}
-        if preflight and pending and config.target is None:  # a target is checked, not asked
-            wanted = None if work.task_ids is None else set(work.task_ids)
-            tasks = [t for t in corpus.tasks if wanted is None or t.task_id in wanted]
-            first = _first_cell(corpus, scenarios, config, tasks, prepared)
-            if first is not None:
-                routes = routes_for(config, concurrency, bases)
-                _reachable(pending, routes, set(local))
-                # the other scenarios are prepared while the preflight call is out
-                calls.run_coroutine(
-                    _preflight(
-                        import_litellm(), config, pending, first, routes, cache, b, counters,
-                        rng, beside=prepare_all,
-                    )
-                )  # fmt: skip
-        prepare_all()
-        target = _open_target(config)  # set up (its setup()) before anything is written
-        # from here on the run folder is written
-        out.mkdir(parents=True, exist_ok=True)
-        _tidy(out, began)
-        if old is None:  # a new run starts as a valid empty archive; a resumed one keeps its own
-            started = runmanifest.Outcome(complete=False, records=0)
-            archive.write_run(
-                out, [], runmanifest.manifest(config, corpus, scenario_hash, n_tasks, started)
-            )
-        trim_torn_tail(plog)
-        rows = _rows_log(config)
-        if rows is not None:
-            trim_torn_tail(out / rows)
-        if report.dropped:
-            rewrite_progress(plog, done)
-        written: dict[tuple[Any, ...], Record] = {}
-        n_workers = workers or worker_processes(config, bases, plan["expected_records"] - len(done))
-        ctx = RunContext(
-            corpus, key, work, prepared, cache, plan["run_id"], concurrency, samples is not None,
-            target,
+def _open_folder(st: _Live, began: float) -> None:
+    """The run folder made ready: a new run's empty archive, torn log tails trimmed, the
+    progress log rewritten without the lines it dropped."""
+    st.out.mkdir(parents=True, exist_ok=True)
+    _tidy(st.out, began)
+    if st.old is None:  # a new run starts as a valid empty archive; a resumed one keeps its own
+        started = runmanifest.Outcome(complete=False, records=0)
+        archive.write_run(
+            st.out, [], runmanifest.manifest(st.config, st.corpus, st.scenario_hash, st.n_tasks, started)
         )
-        todo, total = todo_cells(corpus, work, done, counters)
-        alog = ProgressLog(out / rows) if rows is not None else None
-        snap = (
-            runmanifest.INVOCATION_EVERY_S,
-            lambda: runmanifest.save_invocation(out, counters, old, stands),
-        )
-        writer = RecordWriter(plog, counters, total, progress, samples, written, alog, snap)
-        try:
-            if n_workers > 1 and not bases:
-                finished = run_workers(n_workers, ctx, todo, writer, b, rng)
-            else:
-                finished = calls.run_coroutine(run_in_process(ctx, todo, writer, b, rng, bases))
-        except LiveRunError as exc:
-            fatal, finished = exc, False
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: save what was scored, then say so
-            interrupted, finished = True, False
-        local_prov = {
-            m: models_mod.provenance(models_mod.lookup(m), servers) for m, servers in local.items()
-        }
-        server_cpu = {m: models_mod.cpu_seconds(servers) for m, servers in local.items()}
+    trim_torn_tail(st.plog)
+    rows = _rows_log(st.config)
+    if rows is not None:
+        trim_torn_tail(st.out / rows)
+        st.alog = ProgressLog(st.out / rows)
+    if st.report.dropped:
+        rewrite_progress(st.plog, st.done)
+
+
+def _make(
+    st: _Live, target: Any, bases: Mapping[str, list[str]], progress: ProgressHook | None,
+    samples: SampleHook | None,
+) -> bool:  # fmt: skip
+    """Make the cells still to make, in this process or in worker processes; whether they all
+    were (a fatal error, a spent budget or Ctrl-C stop it, saying so in ``st``)."""
+    config, run, out = st.config, st.run, st.out
+    n_workers = run.workers or worker_processes(
+        config, bases, st.plan["expected_records"] - len(st.done)
+    )
+    ctx = RunContext(
+        st.corpus, st.key, st.work, st.prepared, st.cache, st.plan["run_id"], run.concurrency,
+        samples is not None, target,
+    )  # fmt: skip
+    todo, total = todo_cells(st.corpus, st.work, st.done, st.counters)
+    snap = (
+        runmanifest.INVOCATION_EVERY_S,
+        lambda: runmanifest.save_invocation(out, st.counters, st.old, st.stands),
+    )
+    writer = RecordWriter(st.plog, st.counters, total, progress, samples, st.written, st.alog, snap)
+    try:
+        if n_workers > 1 and not bases:
+            return run_workers(n_workers, ctx, todo, writer, st.budget, st.rng)
+        return calls.run_coroutine(run_in_process(ctx, todo, writer, st.budget, st.rng, bases))
+    except LiveRunError as exc:
+        st.fatal = exc
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: save what was scored, then say so
+        st.interrupted = True
+    return False
+
+
+def _finish(
+    st: _Live, finished: bool, local_prov: dict[str, Any], server_cpu: dict[str, float],
+    began: float,
+) -> LiveResult:  # fmt: skip
+    """The archive, manifest and results written, complete or not; the run's result, or the
+    interruption or fatal error raised once its records are saved."""
+    config, out, plan, counters = st.config, st.out, st.plan, st.counters
     # what the log now holds: the usable lines read at the start and those written since
-    records = list({**done, **written}.values())
+    records = list({**st.done, **st.written}.values())
     complete = finished and len(records) == plan["expected_records"]
     errors = runmanifest.error_summary(records, config.models, config)
     outcome = runmanifest.Outcome(
         complete=complete,
-        calls=runmanifest.calls_summary(counters, old, server_cpu),
+        calls=runmanifest.calls_summary(counters, st.old, server_cpu),
         errors=errors,
         local_models=local_prov,
     )
-    if alog is not None:
-        alog.close()
-    m = runmanifest.manifest(config, corpus, scenario_hash, n_tasks, outcome)
-    if config.agent is not None:  # the step table first; the manifest names its checksum
-        table = agentlog.write_table(out, records)
-        m = dataclasses.replace(m, agent={**m.agent, "table_sha256": table})
-    if config.target is not None and isinstance(m.target, dict):
-        table = agentlog.write_table(out, records, target=True)
-        m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
-    final = archive.write_run(out, records, m)
-    (out / runmanifest.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
+    if st.alog is not None:
+        st.alog.close()
+    final = _write(st, records, outcome)
     if records:
         results.write_results(out, records, final)  # per-model rates, next to the archive
     _tidy(out, began)
-    notes = [report.describe()] if report.dropped else []
+    notes = [st.report.describe()] if st.report.dropped else []
     if counters.timed_out:
         notes.append(_timeouts_note(config, counters.timed_out))
     if config.agent is not None and records:
         notes += agentlog.tool_use_notes(
             list(agentlog.read_rows(out / agentlog.AGENT_LOG).values())
         )
-    if interrupted:
+    if st.interrupted:
         raise RunInterrupted(out, plan["run_id"], len(records), plan["expected_records"])
-    if fatal is not None:
+    if st.fatal is not None:
         raise LiveRunError(
-            f"{fatal}; {len(records)} records kept as a partial archive: fix the cause and "
+            f"{st.fatal}; {len(records)} records kept as a partial archive: fix the cause and "
             "continue with --resume"
         )
     if complete:
@@ -274,13 +349,29 @@ def run_live(
     over = [
         m
         for m, e in errors.items()
-        if e["called"] and e["provider_error"] / e["called"] > max_error_rate
+        if e["called"] and e["provider_error"] / e["called"] > st.run.max_error_rate
     ]
     if retrieval.is_external(config.retriever):
         notes.append(retrieval.report(config.retriever))
     notes += passk.deterministic_notes(records, config.epochs, (*archive.LABELS, "diagnostic"))
     msg = "\n".join([*notes, msg, _error_line(errors, config.target is not None)])
-    return LiveResult(out, final, counters, complete, msg, errors, tuple(over), run.cache_folder)
+    return LiveResult(out, final, counters, complete, msg, errors, tuple(over), st.run.cache_folder)
+
+
+def _write(st: _Live, records: list[Record], outcome: runmanifest.Outcome) -> dict[str, Any]:
+    """The archive and its manifest (an agent or target run's step table first: the manifest
+    names its checksum); the invocation's own file goes, counted in the manifest now."""
+    config, out = st.config, st.out
+    m = runmanifest.manifest(config, st.corpus, st.scenario_hash, st.n_tasks, outcome)
+    if config.agent is not None:  # the step table first; the manifest names its checksum
+        table = agentlog.write_table(out, records)
+        m = dataclasses.replace(m, agent={**m.agent, "table_sha256": table})
+    if config.target is not None and isinstance(m.target, dict):
+        table = agentlog.write_table(out, records, target=True)
+        m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
+    final = archive.write_run(out, records, m)
+    (out / runmanifest.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
+    return final
 
 
 def _open_target(config: LiveConfig) -> Any:
@@ -314,53 +405,6 @@ def _rows_log(config: LiveConfig) -> str | None:
     if config.target is not None:
         return agentlog.TARGET_LOG
     return agentlog.AGENT_LOG if config.agent is not None else None
-
-
-def _resumed(out: Path, plan: Mapping[str, Any], resume: bool) -> dict[str, Any] | None:
-    """The manifest of the run ``out`` already holds (None if there is none yet), once it is
-    known to be this run: refused without ``resume``, or when made with other settings."""
-    mpath = out / archive.MANIFEST
-    if not (mpath.exists() or (out / archive.PROGRESS).exists()):
-        return None
-    if not resume:
-        raise LiveRunError(
-            f"{out} already holds a run; pass --resume to continue it or choose another --out"
-        )
-    try:
-        old = archive.read_manifest(out) if mpath.exists() else None
-    except archive.ArchiveError as exc:
-        raise LiveRunError(str(exc)) from None
-    if (
-        old is not None
-        and old.get("response_format", "none") == plan["response_format"] != "none"
-        and old.get("reply_schema") != plan.get("reply_schema")
-    ):
-        raise LiveRunError(
-            f"{out} holds a run made under reply schema "
-            f"{old.get('reply_schema') or 'layerlab.reply-schema/1'}; this layerlab asks "
-            f"with {plan.get('reply_schema')}, so its replies would "
-            "differ: choose another --out (the old archive stays valid as it is)"
-        )
-    if old is not None and old["run_id"] == plan["run_id"] and old.get("shard") != plan.get("shard"):
-        raise LiveRunError(
-            f"{out} holds {_shard_text(old)} of run {old['run_id']}, not {_shard_text(plan)}: "
-            "resume with the same --shard"
-        )
-    if old is not None and old["run_id"] != plan["run_id"]:
-        ud = old.get("until_decided") or plan.get("until_decided")
-        hint = (" (an until-decided run: the same --until-decided, --specific, --no-over-broad, "
-                "--max-tasks, --batch, --delta and --limit-seed too)") if ud else ""  # fmt: skip
-        raise LiveRunError(
-            f"{out} holds run {old['run_id']} with other settings than this command "
-            f"(would be {plan['run_id']}); resume with the original models, filters and "
-            f"settings{hint}"
-        )
-    return old
-
-
-def _shard_text(m: Mapping[str, Any]) -> str:
-    s = m.get("shard")
-    return f"shard {s['index']}/{s['count']}" if s else "all tasks"
 
 
 def _tidy(out: Path, began: float) -> None:
@@ -520,55 +564,3 @@ def _local_servers(
         except models_mod.ModelError as exc:
             raise LiveRunError(str(exc)) from None
         yield running
-
-
-def run_matrix(
-    models: Sequence[str],
-    out: Path | str | None = None,
-    scenarios: Sequence[str] | None = None,
-    budget: int | None = None,
-    concurrency: int = 16,
-    resume: bool = False,
-    settings: ProviderSettings | None = None,
-) -> LiveResult:
-    """Convenience for notebooks: run ``models`` over the committed corpus and scenarios.
-
-    ``out=None`` runs into a fresh temporary folder (kept until the process exits).
-    """
-    import tempfile
-
-    from layerlab import paths
-    from layerlab.corpus import build as corpus_mod
-    from layerlab.corpus.spec import spec_hash
-    from layerlab.faults.scenario import load_scenarios
-
-    c, key = corpus_mod.load(), corpus_mod.load_answer_key()
-    scen = load_scenarios()
-    cache_dir = None
-    if (
-        out is None
-    ):  # a throwaway run gets a throwaway cache, so its counts do not depend on history
-        _TMP.append(tempfile.TemporaryDirectory(prefix="layerlab-live-"))
-        out = Path(_TMP[-1].name) / "run"
-        cache_dir = Path(_TMP[-1].name) / "cache"
-    cfg = LiveConfig(
-        models=tuple(models),
-        scenarios=tuple(scenarios or scen),
-        settings=settings or ProviderSettings(),
-    )
-    return run_live(
-        c,
-        key,
-        scen,
-        cfg,
-        Path(out),
-        scenario_hash=spec_hash(paths.SCENARIO_SPEC),
-        budget=budget,
-        concurrency=concurrency,
-        resume=resume,
-        cache_dir=cache_dir,
-        say=lambda m: print(m, file=sys.stderr),  # a degraded reply cache, a server starting
-    )
-
-
-_TMP: list[Any] = []

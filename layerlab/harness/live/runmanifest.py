@@ -21,7 +21,13 @@ from layerlab.archive import Record
 from layerlab.corpus.build import Corpus
 from layerlab.harness.live import shards
 from layerlab.harness.live.budget import Counters
-from layerlab.harness.live.settings import LiveConfig, epochs_entry, max_epochs, sampling
+from layerlab.harness.live.settings import (
+    LiveConfig,
+    LiveRunError,
+    epochs_entry,
+    max_epochs,
+    sampling,
+)
 from layerlab.harness.targets.spec import TargetSpec
 from layerlab.mitigations import book, load_mitigations
 from layerlab.models.routing import endpoint_label, split_model
@@ -318,3 +324,50 @@ def error_summary(
             "malformed_reply": sum(r.diagnostic == "malformed_reply" for r in mine),
         }
     return out
+
+
+def resumed(out: Path, plan: Mapping[str, Any], resume: bool) -> dict[str, Any] | None:
+    """The manifest of the run ``out`` already holds (None if there is none yet), once it is
+    known to be this run: refused without ``resume``, or when made with other settings."""
+    mpath = out / archive.MANIFEST
+    if not (mpath.exists() or (out / archive.PROGRESS).exists()):
+        return None
+    if not resume:
+        raise LiveRunError(
+            f"{out} already holds a run; pass --resume to continue it or choose another --out"
+        )
+    try:
+        old = archive.read_manifest(out) if mpath.exists() else None
+    except archive.ArchiveError as exc:
+        raise LiveRunError(str(exc)) from None
+    if (
+        old is not None
+        and old.get("response_format", "none") == plan["response_format"] != "none"
+        and old.get("reply_schema") != plan.get("reply_schema")
+    ):
+        raise LiveRunError(
+            f"{out} holds a run made under reply schema "
+            f"{old.get('reply_schema') or 'layerlab.reply-schema/1'}; this layerlab asks "
+            f"with {plan.get('reply_schema')}, so its replies would "
+            "differ: choose another --out (the old archive stays valid as it is)"
+        )
+    if old is not None and old["run_id"] == plan["run_id"] and old.get("shard") != plan.get("shard"):
+        raise LiveRunError(
+            f"{out} holds {shard_text(old)} of run {old['run_id']}, not {shard_text(plan)}: "
+            "resume with the same --shard"
+        )
+    if old is not None and old["run_id"] != plan["run_id"]:
+        ud = old.get("until_decided") or plan.get("until_decided")
+        hint = (" (an until-decided run: the same --until-decided, --specific, --no-over-broad, "
+                "--max-tasks, --batch, --delta and --limit-seed too)") if ud else ""  # fmt: skip
+        raise LiveRunError(
+            f"{out} holds run {old['run_id']} with other settings than this command "
+            f"(would be {plan['run_id']}); resume with the original models, filters and "
+            f"settings{hint}"
+        )
+    return old
+
+
+def shard_text(m: Mapping[str, Any]) -> str:
+    s = m.get("shard")
+    return f"shard {s['index']}/{s['count']}" if s else "all tasks"

@@ -114,7 +114,7 @@ def choose(
 ) -> tuple[list[str], list[Task]]:
     """The scenarios and tasks a task's parameters ask for (comma-separated or lists; None: all;
     ``limit``: a seeded, stratified subset, as ``run live --limit``)."""
-    from layerlab.harness.runconfig import stratified_tasks
+    from layerlab.harness.selection import stratified_tasks
 
     known = scenarios()
     names = _names(scenario_names) or list(known)
