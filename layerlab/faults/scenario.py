@@ -80,11 +80,16 @@ class Scenario:
     def _rng(self, position: int, *extra: object) -> np.random.Generator:
         return np.random.default_rng([self.seed, position, *(stable_int(e) for e in extra)])
 
-    def index(self, docs: Sequence[Document]) -> list[Document]:
-        """The document collection the retriever sees under this scenario."""
+    def index(self, docs: Sequence[Document], foreign: Sequence[Document] = ()) -> list[Document]:
+        """The document collection the retriever sees under this scenario (``foreign``: the
+        corpus's other-tenant documents, for an operator that mixes them in)."""
         out = list(docs)
         for i, op in enumerate(self.operators):
-            if op.stage == "index":
+            if op.stage != "index":
+                continue
+            if getattr(op, "uses_foreign", False):
+                out = op.apply_index(out, self._rng(i), foreign)  # type: ignore[call-arg]
+            else:
                 out = op.apply_index(out, self._rng(i))
         return out
 
