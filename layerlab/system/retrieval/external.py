@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -260,6 +261,8 @@ class ExternalRetriever:
         self.searches = 0
         self.failures: list[str] = []
         self._asked: dict[tuple[str, int, Keywords], tuple[list[tuple[int, float | None]], str]] = {}
+        self._lock = threading.Lock()
+        self._asking: dict[tuple[str, int, Keywords], threading.Lock] = {}
 
     def _one(
         self, query: str, k: int, kw: Keywords = ()
@@ -267,14 +270,24 @@ class ExternalRetriever:
         """The store's checked reply to ``(query, k)`` with the principal's keywords it takes,
         asked once per index (the search is a function of the index and what it is asked, as
         layerlab's own retrievers are: a retry of the tool re-sends its reply, it does not
-        search again)."""
+        search again). Records in flight on other threads that need the same search wait for
+        the one asking; different searches go to the store side by side."""
         ck = (query, k, kw)
-        if ck not in self._asked:
-            self._asked[ck] = self._ask(*ck)
+        with self._lock:
+            if ck in self._asked:
+                return self._asked[ck]
+            one = self._asking.setdefault(ck, threading.Lock())
+        with one:
+            if ck not in self._asked:  # else another thread asked it while this one waited
+                got = self._ask(*ck)
+                with self._lock:
+                    self._asked[ck] = got
+                    self._asking.pop(ck, None)
         return self._asked[ck]
 
     def _ask(self, query: str, k: int, kw: Keywords) -> tuple[list[tuple[int, float | None]], str]:
-        self.searches += 1
+        with self._lock:
+            self.searches += 1
         try:
             return parse_reply(self._search.ask(query, k, kw), k, self._known), ""
         except ReplyError as exc:
