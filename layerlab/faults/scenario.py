@@ -165,4 +165,14 @@ def load_scenarios(path: Path | str | None = None) -> dict[str, Scenario]:
     return out
 
 
-__all__ = ["Scenario", "ScenarioFile", "ScenarioSpec", "FaultSpec", "load_scenarios"]
+def known_scenarios() -> dict[str, Scenario]:
+    """Every scenario layerlab ships, by name: the paper's nine (``scenarios.yaml``), then the
+    store variant ``wrong_session_store`` (``scenarios_store.yaml``). For reading a finished
+    run's records by scenario name (its layer, whether it is answerable), never for choosing
+    what to run or tabulate: the paper's tables and the default run are the nine."""
+    return {**load_scenarios(), **load_scenarios(paths.STORE_SCENARIO_SPEC)}
+
+
+__all__ = [
+    "Scenario", "ScenarioFile", "ScenarioSpec", "FaultSpec", "known_scenarios", "load_scenarios",
+]  # fmt: skip
