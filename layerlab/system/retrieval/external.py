@@ -118,7 +118,7 @@ class Search:
 def keywords(takes: Sequence[str], principal: Principal | None, scopes: Scopes = None) -> Keywords:
     """The ``takes`` fields of ``principal`` as ``(keyword, value)`` pairs (no principal: no
     tenant, no session, ``scopes``)."""
-    values = {"tenant": None, "session_id": None, "principal_scopes": scopes}
+    values: dict[str, Any] = {"tenant": None, "session_id": None, "principal_scopes": scopes}
     if principal is not None:
         values = {"tenant": principal.tenant, "session_id": principal.session_id,
                   "principal_scopes": principal.scopes}  # fmt: skip
