@@ -41,6 +41,8 @@ DATA = _CHECKOUT / "data" if IN_REPO else _packaged()
 SPECS = DATA / "specs"
 CORPUS_SPEC_DIR = SPECS / "enterprise_v2"
 SCENARIO_SPEC = SPECS / "scenarios.yaml"
+# the store variant of wrong_session (a team's store's own tenant filter), apart from the paper's nine
+STORE_SCENARIO_SPEC = SPECS / "scenarios_store.yaml"
 MITIGATION_SPEC = SPECS / "mitigations.yaml"
 ROLE_SPEC = SPECS / "roles.yaml"  # which scenarios each analysis compares
 MODEL_SPEC = SPECS / "models.yaml"

@@ -24,7 +24,7 @@ import pandas as pd
 
 from layerlab.analysis.units import ARM, unit_labels
 from layerlab.faults.roles import Roles, load_roles
-from layerlab.faults.scenario import Scenario, load_scenarios
+from layerlab.faults.scenario import Scenario, known_scenarios, load_scenarios
 from layerlab.mitigations import MitigationSet, load_mitigations
 
 N_BOOT = 2_000  # bootstrap resamples of a guard's measured effect (seeded)
@@ -166,7 +166,7 @@ def unit_findings(
 
     spec = spec or load_mitigations()
     roles = roles or load_roles()
-    scen = dict(scenarios or load_scenarios())
+    scen = dict(scenarios or known_scenarios())  # a run may hold the store variant
     base = spec.baseline
     present = set(df[ARM])
     if base not in present:
@@ -174,7 +174,8 @@ def unit_findings(
     mx, note = None, ""
     if present - set(spec.contract_arms) - {base}:
         try:
-            mx = specificity.matrix(df, spec, scen, n_boot=n_boot, seed=seed, alpha=alpha)
+            nine = scenarios or load_scenarios()  # the guards' matrix: the paper's nine
+            mx = specificity.matrix(df, spec, nine, n_boot=n_boot, seed=seed, alpha=alpha)
         except ValueError as exc:  # e.g. an unfinished run with no pair of some arm
             note = f"guards not measured: {exc}"
     contract = _contract_layers(spec)

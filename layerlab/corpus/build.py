@@ -121,6 +121,12 @@ class Corpus:
         return {d.policy_id: d for d in self.foreign}
 
     @property
+    def tenant(self) -> str:
+        """Whose documents these are (the requesting principal's tenant): its documents' one
+        tenant, :data:`TENANT` for an empty corpus."""
+        return self.documents[0].tenant if self.documents else TENANT
+
+    @property
     def cue_words(self) -> dict[str, tuple[str, ...]]:
         return {d.domain: d.cue_words for d in self.domains}
 

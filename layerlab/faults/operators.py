@@ -1,6 +1,7 @@
 """Fault operators: named, seeded, registered faults, each acting at one stage of the pipeline.
 
-* ``index``  — the document collection the retriever is fitted on (stale, conflicting, corrupted);
+* ``index``  — the document collection the retriever is fitted on (stale, conflicting, corrupted,
+  another tenant's documents mixed in);
 * ``access`` — which access scopes the requesting principal holds (denials);
 * ``tool``   — the search tool's JSON payload in transit (drift, missing output, partial
   timeout, another session's context).
@@ -15,7 +16,7 @@ the task id: the same spec gives the same faults.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
@@ -392,6 +393,47 @@ class ForeignSession(FaultOperator):
             results.append(r)
         out["results"] = results
         return out
+
+
+class _LeakParams(_Params):
+    tag: str = "foreign"
+
+
+def foreign_session_id(tenant: str, tag: str = "foreign") -> str:
+    """The session id another tenant's documents carry in a leaking index (stable, opaque)."""
+    return f"s-{stable_int(tenant, tag) % 16**8:08x}"
+
+
+@register_operator
+class ForeignTenantIndex(FaultOperator):
+    """Session state crosses over *inside the store*: the index also holds another tenant's
+    version of each policy, with that tenant and one of its sessions in the metadata, under its
+    own id. Nothing after the search removes them: only the store's own tenant/session filter
+    (its search is told the request's tenant and session) keeps them out of the results.
+
+    Its documents come from the corpus (``Corpus.foreign``), passed by
+    :meth:`~layerlab.faults.scenario.Scenario.index`."""
+
+    name = "foreign_tenant_index"
+    stage = "index"
+    layer = "session_state"
+    Params = _LeakParams
+    uses_foreign: ClassVar[bool] = True
+
+    def apply_index(
+        self,
+        docs: list[Document],
+        rng: np.random.Generator,
+        foreign: Sequence[Document] = (),
+    ) -> list[Document]:
+        if not foreign:
+            raise ValueError(
+                "foreign_tenant_index: no other-tenant documents; index the corpus with its "
+                "foreign versions (Scenario.index(corpus.documents, corpus.foreign))"
+            )
+        tag = self.params.tag  # type: ignore[attr-defined]
+        theirs = [replace(d, session_id=foreign_session_id(d.tenant, tag)) for d in foreign]
+        return [*docs, *theirs]
 
 
 # --- the DSL -----------------------------------------------------------------------------------

@@ -80,11 +80,16 @@ class Scenario:
     def _rng(self, position: int, *extra: object) -> np.random.Generator:
         return np.random.default_rng([self.seed, position, *(stable_int(e) for e in extra)])
 
-    def index(self, docs: Sequence[Document]) -> list[Document]:
-        """The document collection the retriever sees under this scenario."""
+    def index(self, docs: Sequence[Document], foreign: Sequence[Document] = ()) -> list[Document]:
+        """The document collection the retriever sees under this scenario (``foreign``: the
+        corpus's other-tenant documents, for an operator that mixes them in)."""
         out = list(docs)
         for i, op in enumerate(self.operators):
-            if op.stage == "index":
+            if op.stage != "index":
+                continue
+            if getattr(op, "uses_foreign", False):
+                out = op.apply_index(out, self._rng(i), foreign)  # type: ignore[call-arg]
+            else:
                 out = op.apply_index(out, self._rng(i))
         return out
 
@@ -160,4 +165,14 @@ def load_scenarios(path: Path | str | None = None) -> dict[str, Scenario]:
     return out
 
 
-__all__ = ["Scenario", "ScenarioFile", "ScenarioSpec", "FaultSpec", "load_scenarios"]
+def known_scenarios() -> dict[str, Scenario]:
+    """Every scenario layerlab ships, by name: the paper's nine (``scenarios.yaml``), then the
+    store variant ``wrong_session_store`` (``scenarios_store.yaml``). For reading a finished
+    run's records by scenario name (its layer, whether it is answerable), never for choosing
+    what to run or tabulate: the paper's tables and the default run are the nine."""
+    return {**load_scenarios(), **load_scenarios(paths.STORE_SCENARIO_SPEC)}
+
+
+__all__ = [
+    "Scenario", "ScenarioFile", "ScenarioSpec", "FaultSpec", "known_scenarios", "load_scenarios",
+]  # fmt: skip

@@ -1,20 +1,25 @@
-"""A scenario made concrete, once per run: its index, the batch search, every task's tool payload
+"""A scenario made concrete, once per run: its index, the search, every task's tool payload
 before and after the transport faults, and the contract's verdict on it.
 
 :func:`prepare` builds a :class:`PreparedScenario`; the record step (:mod:`layerlab.harness.step`)
-asks it for the (faulted) tool's reply to each call, retries and re-queries included.
+asks it for the (faulted) tool's reply to each call, retries and re-queries included. Each
+search is made for the task's :class:`~layerlab.system.retrieval.Principal` (the corpus's
+tenant, the task's session, the scenario's scopes). A registered retriever searches every task
+in one batch (cheap, shared by the scenarios of one index); a team's store is asked a task's
+question only when that task's payload is first read (:class:`OnDemand`), so a run of two tasks
+asks it two questions per index, whatever the corpus holds.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
 from layerlab._io import canonical_json
-from layerlab.corpus.build import Corpus, Document, Task
+from layerlab.corpus.build import TENANT, Corpus, Document, Task
 from layerlab.faults.operators import Payload, ToolContext, stable_int
 from layerlab.faults.scenario import Scenario
 from layerlab.system import retrieval
@@ -43,45 +48,86 @@ def domain_owners(corpus: Corpus) -> dict[str, frozenset[str]]:
 RankingCache = dict[tuple[Any, ...], retrieval.Ranking]
 
 
+class OnDemand(Mapping[str, Any]):
+    """Task id -> a value made on first read, then kept: a team's store is asked a task's
+    question only when a run reads that task's payload. Iterating lists every task of the
+    corpus; reading all the values asks for them all."""
+
+    def __init__(self, keys: Sequence[str], make: Callable[[str], Any]):
+        self._keys, self._known = tuple(keys), frozenset(keys)
+        self._make = make
+        self._made: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._made:
+            if key not in self._known:
+                raise KeyError(key)
+            self._made[key] = self._make(key)
+        return self._made[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def principal_for(
+    corpus: Corpus, task_id: str, scopes: frozenset[str] | None
+) -> retrieval.Principal:
+    """Who task ``task_id``'s search is for: the corpus's tenant, the task's session, ``scopes``."""
+    return retrieval.Principal(corpus.tenant, session_for(task_id), scopes)
+
+
+def _payload(t: Task, ranking: retrieval.Ranking, i: int, scopes: frozenset[str] | None) -> Any:
+    """Task ``t``'s tool payload from row ``i`` of ``ranking`` (a failed search: the error)."""
+    if ranking.error(i):
+        return search_failure(ranking.error(i))
+    keep = ranking.indices[i] >= 0
+    return search_payload(
+        t.question, ranking.docs(i), ranking.scores[i][keep].tolist(), session_for(t.task_id),
+        scopes,
+    )  # fmt: skip
+
+
 def _search(
     corpus: Corpus,
     docs: Sequence[Document],
     retriever: str,
     scopes: frozenset[str] | None,
     rankings: RankingCache | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> Mapping[str, dict[str, Any]]:
     """Every task's tool payload under ``retriever`` over ``docs`` (a registered name, or a
     team's ``KIND:MODULE:FACTORY``: a query its store failed gets the tool's error reply).
 
-    ``rankings`` memoises the fitted retriever's batch ranking by (retriever, index, tasks):
-    most scenarios fault the tool, not the index, so within one run they share one fit (and an
-    external store is asked each question once per distinct index).
+    A team's store is indexed now and asked each task's question on first read
+    (:class:`OnDemand`; the store remembers each distinct question per index). A registered
+    retriever searches all tasks in one batch; ``rankings`` memoises that ranking by
+    (retriever, index, tasks): most scenarios fault the tool, not the index, so within one run
+    they share one fit.
     """
     tasks = corpus.tasks
-    # a team's store may filter by the principal's scopes itself: its ranking depends on them
-    asked = scopes if retrieval.is_external(retriever) else None
-    ck = (retriever, tuple(docs), tasks, tuple(sorted(corpus.cue_words.items())), asked)
+    if retrieval.is_external(retriever):
+        store = retrieval.make(retriever, docs, corpus.cue_words)
+        by_id = {t.task_id: t for t in tasks}
+
+        def one(task_id: str) -> Any:
+            t = by_id[task_id]
+            ranking = store.search([t.question], [t.domain], principal_scopes=scopes,
+                                   principals=[principal_for(corpus, task_id, scopes)])  # fmt: skip
+            return _payload(t, ranking, 0, scopes)
+
+        return OnDemand(list(by_id), one)
+    ck = (retriever, tuple(docs), tasks, tuple(sorted(corpus.cue_words.items())), corpus.tenant)
     ranking = rankings.get(ck) if rankings is not None else None
     if ranking is None:
         r = retrieval.make(retriever, docs, corpus.cue_words)
         ranking = r.search([t.question for t in tasks], [t.domain for t in tasks],
-                           principal_scopes=scopes)  # fmt: skip
+                           principal_scopes=scopes,
+                           principals=[principal_for(corpus, t.task_id, None) for t in tasks])  # fmt: skip
         if rankings is not None:
             rankings[ck] = ranking
-    sent: dict[str, dict[str, Any]] = {}
-    for i, t in enumerate(tasks):
-        if ranking.error(i):
-            sent[t.task_id] = search_failure(ranking.error(i))
-            continue
-        keep = ranking.indices[i] >= 0
-        sent[t.task_id] = search_payload(
-            t.question,
-            ranking.docs(i),
-            ranking.scores[i][keep].tolist(),
-            session_for(t.task_id),
-            scopes,
-        )
-    return sent
+    return {t.task_id: _payload(t, ranking, i, scopes) for i, t in enumerate(tasks)}
 
 
 @dataclass(frozen=True)
@@ -111,6 +157,13 @@ class PreparedScenario:
     _fitted: dict[str, retrieval.Searcher] = field(
         default_factory=dict, compare=False, repr=False
     )
+
+    def principal(self, task: Task) -> retrieval.Principal:
+        """Who ``task``'s searches are for: the corpus's tenant, its session, the scopes."""
+        tenant = self.corpus.tenant if self.corpus is not None else TENANT
+        return retrieval.Principal(
+            tenant, session_for(task.task_id), self.scenario.principal_scopes()
+        )
 
     def fitted(self, retriever: str | None = None) -> retrieval.Searcher:
         """``retriever`` (registered, or a team's) fitted on this scenario's index (once; a
@@ -183,25 +236,31 @@ def prepare(
     retriever: str = retrieval.REPORTED.name,
     rankings: RankingCache | None = None,
 ) -> PreparedScenario:
-    """Build the scenario's index, search all tasks in one batch, apply the transport faults.
+    """Build the scenario's index, search the tasks (a registered retriever: all in one batch; a
+    team's store: each when first read), apply the transport faults.
 
     Pass the same ``rankings`` dict to every scenario of a run to fit the retriever once per
     distinct index (the results are identical; only the repeated TF-IDF work goes).
     """
-    docs = scenario.index(corpus.documents)
+    docs = scenario.index(corpus.documents, corpus.foreign)
     if rankings is None:
         rankings = {}
     sent = _search(corpus, docs, retriever, scenario.principal_scopes(), rankings)
     foreign, policies = corpus.foreign_by_policy(), corpus.policy_by_doc()
-    received: dict[str, Payload] = {
-        t.task_id: scenario.transport(
-            sent[t.task_id],
-            ToolContext(
-                t.task_id, t.policy_id, session_for(t.task_id), foreign=foreign, policies=policies
-            ),
+    by_id = {t.task_id: t for t in corpus.tasks}
+
+    def arrived(task_id: str) -> Payload:
+        t = by_id[task_id]
+        ctx = ToolContext(
+            t.task_id, t.policy_id, session_for(t.task_id), foreign=foreign, policies=policies
         )
-        for t in corpus.tasks
-    }
+        return scenario.transport(sent[task_id], ctx)
+
+    received: Mapping[str, Payload] = (
+        OnDemand(list(by_id), arrived)
+        if isinstance(sent, OnDemand)
+        else {t: arrived(t) for t in by_id}
+    )
     return PreparedScenario(
         scenario,
         {d.doc_id: d for d in docs},

@@ -257,7 +257,8 @@ class ToolBox:
             if own and n == 0 and retr == prep.retriever:
                 return prep.checked(contract, task, 0, retr)  # exactly the single call's reply
             r = prep.fitted(retr)  # fitted once per scenario and retriever
-            ranking = r.search([query], [task.domain], top_k, prep.scenario.principal_scopes())
+            ranking = r.search([query], [task.domain], top_k, prep.scenario.principal_scopes(),
+                               [prep.principal(task)])  # fmt: skip
             if ranking.error(0):  # a team's store failed: the tool's error reply
                 return self._checked(search_failure(ranking.error(0)), n)
             keep = ranking.indices[0] >= 0

@@ -133,7 +133,7 @@ def conditions_from(
     for n in names:
         if n not in scenarios:
             raise KeyError(f"audit condition {n!r} is not a scenario; known: {sorted(scenarios)}")
-        out[n] = scenarios[n].index(corpus.documents)
+        out[n] = scenarios[n].index(corpus.documents, corpus.foreign)
     return out
 
 

@@ -185,6 +185,9 @@ def test_each_index_fault_is_in_what_the_store_receives(corpus, scen, team) -> N
     # one index per distinct scenario index, never per scenario or record
     distinct = {tuple(s.index(corpus.documents)) for s in scen.values()}
     assert len(team.LOG["index"]) == len(distinct) == 4
+    assert not team.LOG["search"]  # a store is asked a task's question when the task is read
+    for p in prepared.values():
+        assert len(p.sent) == len(corpus.tasks) and all(p.sent.values())
     assert len(team.LOG["search"]) == 4 * len({t.question for t in corpus.tasks})  # once per index
     for p in prepared.values():
         docs = _received(team, p)
@@ -228,6 +231,7 @@ def test_tool_faults_act_on_the_stores_results(corpus, scen, team) -> None:
     p = {n: prepare(corpus, scen[n], spec) for n in
          ("clean", "schema_drift", "missing_tool_output", "partial_timeout", "permission_denied",
           "wrong_session")}  # fmt: skip
+    assert p["clean"].sent[t.task_id]  # read: the store is asked now
     own = _store_reply(team, t.question)
     assert len(team.LOG["index"]) == 1  # all six share the clean index
     assert [r["doc_id"] for r in p["clean"].sent[t.task_id]["results"]] == own
@@ -271,6 +275,7 @@ def test_an_agents_own_queries_go_to_the_store_and_requeries_keep_working(
     # a retriever-switching mitigation re-queries with its registered retriever over the same
     # (faulted) index: the store is not asked again for that record
     bad = prepare(corpus, scen["corrupted_metadata"], spec)
+    assert bad.sent[t.task_id]  # the task's own search: the store is asked once, here
     asked = len(team.LOG["search"])
     g = admit(t, bad, load_mitigations().arm("metadata_integrity"))
     assert g.retriever == "tfidf_validity" and g.attempts == 2
@@ -281,8 +286,9 @@ def test_a_store_that_filters_by_the_principals_scopes_gets_them(corpus, scen, t
     spec = _spec(team, "Scoped")
     clean = prepare(corpus, scen["clean"], spec)
     denied = prepare(corpus, scen["permission_denied"], spec)
-    assert len(team.LOG["index"]) == 1 and set(team.LOG["scopes"]) == {None, frozenset()}
     t = corpus.tasks[0].task_id
+    assert clean.sent[t] and denied.sent[t]  # read: the store is asked for this task
+    assert len(team.LOG["index"]) == 1 and set(team.LOG["scopes"]) == {None, frozenset()}
     assert len(clean.sent[t]["results"]) == 3
     # the store's own filter left nothing to withhold: no results, not a denial
     assert denied.sent[t]["status"] == "ok" and not denied.sent[t]["results"]
@@ -328,11 +334,11 @@ def test_a_bad_reply_is_a_counted_tool_error_not_a_crash(
 def test_reply_shapes_ids_pairs_and_mappings(corpus, scen, team) -> None:
     spec = _spec(team)
     sent = {}
+    t = corpus.tasks[3].task_id
     for mode in ("pairs", "ids", "mappings"):
         team.MODE["reply"] = mode
         external.clear()
-        sent[mode] = prepare(corpus, scen["clean"], spec).sent
-    t = corpus.tasks[3].task_id
+        sent[mode] = {t: prepare(corpus, scen["clean"], spec).sent[t]}  # asked when read
     ids = {m: [r["doc_id"] for r in s[t]["results"]] for m, s in sent.items()}
     assert ids["pairs"] == ids["ids"] == ids["mappings"]
     assert [r["score"] for r in sent["ids"][t]["results"]] == [1.0, 0.5, 0.3333]  # 1 / rank

@@ -135,9 +135,9 @@ def _diagnostic_meanings(labels: Sequence[str]) -> pd.DataFrame:
 
 
 def _answerable() -> dict[str, bool]:
-    from layerlab.faults.scenario import load_scenarios
+    from layerlab.faults.scenario import known_scenarios
 
-    return {n: s.spec.answerable for n, s in load_scenarios().items()}
+    return {n: s.spec.answerable for n, s in known_scenarios().items()}
 
 
 def _agent_parts(paths_: Sequence[Path]) -> list[str]:

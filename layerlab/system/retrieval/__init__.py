@@ -12,6 +12,9 @@
   :mod:`~layerlab.system.retrieval.python` and :mod:`~layerlab.system.retrieval.langchain`),
   indexed once per distinct scenario index; :class:`StoreDocument` is what it receives.
 
+:class:`Principal` is who a search is for (tenant, session, scopes): layerlab's own
+retrievers filter by its tenant and session, a team's store gets it when its ``search`` takes it.
+
 :func:`make` builds either from a retriever spec (a registered name or an external spec);
 :func:`check` refuses a bad spec in one line.
 
@@ -30,6 +33,7 @@ from layerlab.system.retrieval.base import (
     REPORTED,
     SCORERS,
     TOP_K,
+    Principal,
     Ranking,
     Retriever,
     RetrieverConfig,
@@ -88,6 +92,7 @@ def code(spec: str) -> dict[str, str]:
 __all__ = [
     "REGISTRY",
     "ExternalRetriever",
+    "Principal",
     "RetrieverError",
     "Searcher",
     "StoreDocument",

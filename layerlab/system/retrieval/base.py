@@ -16,6 +16,11 @@ to, plus a validity term
 ``status_weight * [status == "current"] + year_weight * (year scaled to [0, 1])``. The
 validity weights are small next to topical similarity across policies but decide between two
 versions of the same policy, whose prose scores alike.
+
+A search made for a request carries its :class:`Principal` (tenant, session, access scopes):
+layerlab's own retrievers filter by tenant and session like a vector store's metadata filter
+(:meth:`Principal.sees`), so another tenant's documents in the index (the ``wrong_session_store``
+scenario) are never among their results; access scopes stay the tool's business.
 """
 
 from __future__ import annotations
@@ -32,6 +37,21 @@ from layerlab.corpus.cues import CueMatcher
 from layerlab.registry import Registry
 
 TOP_K = 3
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a search is for: the ``tenant`` whose documents it may return, the request's
+    ``session_id`` and its access ``scopes`` (``None``: unrestricted)."""
+
+    tenant: str
+    session_id: str | None = None
+    scopes: frozenset[str] | None = None
+
+    def sees(self, doc: Document) -> bool:
+        """Whether a tenant/session filter lets ``doc`` through: this tenant's document, shared
+        (no session) or of this session."""
+        return doc.tenant == self.tenant and doc.session_id in (None, self.session_id)
 
 
 @dataclass(frozen=True)
@@ -171,6 +191,7 @@ class Searcher(Protocol):
         labelled_domains: Sequence[str] | None = None,
         k: int | None = None,
         principal_scopes: frozenset[str] | None = None,
+        principals: Sequence[Principal] | None = None,
     ) -> Ranking: ...
 
     def rank(self, scores: NDArray[np.float64], k: int | None = None) -> Ranking: ...
@@ -231,11 +252,23 @@ class Retriever:
         labelled_domains: Sequence[str] | None = None,
         k: int | None = None,
         principal_scopes: frozenset[str] | None = None,
+        principals: Sequence[Principal] | None = None,
     ) -> Ranking:
         """Top-k documents per question (``k``: default the config's ``top_k``; ties broken by
-        index order; filtered docs dropped). ``principal_scopes`` is not used: access control
+        index order; filtered docs dropped). ``principals`` (one per question) filter by tenant
+        and session (:meth:`Principal.sees`); ``principal_scopes`` is not used: access control
         filters the results after the search (:func:`~layerlab.system.contract.search_payload`)."""
-        return self.rank(self.score(questions, labelled_domains), k)
+        scores = self.score(questions, labelled_domains)
+        if principals is not None and not self._all_seen(principals):
+            seen = np.array([[p.sees(d) for d in self.documents] for p in principals], dtype=bool)
+            scores = np.where(seen.reshape(scores.shape), scores, -np.inf)
+        return self.rank(scores, k)
+
+    def _all_seen(self, principals: Sequence[Principal]) -> bool:
+        """Whether every principal sees every document (an index of their one tenant, no
+        session-scoped documents: the filter changes nothing and is skipped)."""
+        tenants = {d.tenant for d in self.documents} | {p.tenant for p in principals}
+        return len(tenants) <= 1 and all(d.session_id is None for d in self.documents)
 
     def rank(self, scores: NDArray[np.float64], k: int | None = None) -> Ranking:
         """Top-k of an already computed score matrix (see :meth:`score`)."""

@@ -19,6 +19,14 @@ or an exception is a failed search — one line, counted (:func:`stats`), and th
 an error (the contract then finds the tool unavailable) — never a crash of the run. Everything
 after the search is layerlab's: access control, the tool-stage faults, the contract, the arm's
 mitigations and the reader or target.
+
+A search is made for a request's :class:`~layerlab.system.retrieval.base.Principal`; a store
+whose ``search`` takes them gets its :data:`PRINCIPAL_KEYWORDS` (``tenant``, ``session_id``,
+``principal_scopes``), so its own metadata filter can act (the ``wrong_session_store`` scenario
+puts another tenant's documents in the index; nothing removes them after the store). A store is
+asked only what a run reads: each task's question when the task is run, and an agent's own
+queries when it makes them; each distinct ``(query, top_k, the keywords it takes)`` once per
+index.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,7 +49,14 @@ from layerlab._io import canonical_json
 from layerlab._secrets import redact
 from layerlab.corpus.build import Document
 from layerlab.registry import Registry
-from layerlab.system.retrieval.base import TOP_K, Ranking, RetrieverConfig, index_text, top_k
+from layerlab.system.retrieval.base import (
+    TOP_K,
+    Principal,
+    Ranking,
+    RetrieverConfig,
+    index_text,
+    top_k,
+)
 
 SHAPES = "python:MODULE:FACTORY or langchain:MODULE:FACTORY"
 METADATA = ("title", "domain", "status", "effective_year", "version", "owner", "access_scope",
@@ -82,16 +98,31 @@ def documents_sha256(docs: Iterable[StoreDocument]) -> str:
 # --- specs and adapters ---------------------------------------------------------------------
 
 Scopes = frozenset[str] | None
+PRINCIPAL_KEYWORDS = ("tenant", "session_id", "principal_scopes")
+"""What a store's ``search`` may take of the request's principal, by keyword: its tenant, its
+session id and its access scopes (a frozenset; ``None``: unrestricted)."""
+Keywords = tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
 class Search:
-    """A store's search: ``ask(query, top_k, the principal's scopes)`` -> its raw reply (checked
-    by :func:`parse_reply`; scopes ``None``: the principal is not restricted), and whether the
-    store takes the scopes (else they are not part of what it is asked)."""
+    """A store's search: ``ask(query, top_k, keywords)`` -> its raw reply (checked by
+    :func:`parse_reply`), ``keywords`` the principal's fields among ``takes`` (a subset of
+    :data:`PRINCIPAL_KEYWORDS`, in that order: what the store's search accepts; the rest are
+    not part of what it is asked)."""
 
-    ask: Callable[[str, int, Scopes], Any]
-    takes_scopes: bool = False
+    ask: Callable[[str, int, Keywords], Any]
+    takes: tuple[str, ...] = ()
+
+
+def keywords(takes: Sequence[str], principal: Principal | None, scopes: Scopes = None) -> Keywords:
+    """The ``takes`` fields of ``principal`` as ``(keyword, value)`` pairs (no principal: no
+    tenant, no session, ``scopes``)."""
+    values: dict[str, Any] = {"tenant": None, "session_id": None, "principal_scopes": scopes}
+    if principal is not None:
+        values = {"tenant": principal.tenant, "session_id": principal.session_id,
+                  "principal_scopes": principal.scopes}  # fmt: skip
+    return tuple((k, values[k]) for k in PRINCIPAL_KEYWORDS if k in takes)
 
 
 @dataclass(frozen=True)
@@ -229,25 +260,36 @@ class ExternalRetriever:
         self.index_seconds = time.perf_counter() - started
         self.searches = 0
         self.failures: list[str] = []
-        self._asked: dict[tuple[str, int, Scopes], tuple[list[tuple[int, float | None]], str]] = {}
+        self._asked: dict[tuple[str, int, Keywords], tuple[list[tuple[int, float | None]], str]] = {}
+        self._lock = threading.Lock()
+        self._asking: dict[tuple[str, int, Keywords], threading.Lock] = {}
 
     def _one(
-        self, query: str, k: int, scopes: Scopes = None
+        self, query: str, k: int, kw: Keywords = ()
     ) -> tuple[list[tuple[int, float | None]], str]:
-        """The store's checked reply to ``(query, k)``, asked once per index (the search is a
-        function of the index and the query, as layerlab's own retrievers are: a retry of the
-        tool re-sends its reply, it does not search again)."""
-        ck = (query, k, scopes if self._search.takes_scopes else None)
-        if ck not in self._asked:
-            self._asked[ck] = self._ask(*ck)
+        """The store's checked reply to ``(query, k)`` with the principal's keywords it takes,
+        asked once per index (the search is a function of the index and what it is asked, as
+        layerlab's own retrievers are: a retry of the tool re-sends its reply, it does not
+        search again). Records in flight on other threads that need the same search wait for
+        the one asking; different searches go to the store side by side."""
+        ck = (query, k, kw)
+        with self._lock:
+            if ck in self._asked:
+                return self._asked[ck]
+            one = self._asking.setdefault(ck, threading.Lock())
+        with one:
+            if ck not in self._asked:  # else another thread asked it while this one waited
+                got = self._ask(*ck)
+                with self._lock:
+                    self._asked[ck] = got
+                    self._asking.pop(ck, None)
         return self._asked[ck]
 
-    def _ask(
-        self, query: str, k: int, scopes: Scopes
-    ) -> tuple[list[tuple[int, float | None]], str]:
-        self.searches += 1
+    def _ask(self, query: str, k: int, kw: Keywords) -> tuple[list[tuple[int, float | None]], str]:
+        with self._lock:
+            self.searches += 1
         try:
-            return parse_reply(self._search.ask(query, k, scopes), k, self._known), ""
+            return parse_reply(self._search.ask(query, k, kw), k, self._known), ""
         except ReplyError as exc:
             why = redact(str(exc))
         except Exception as exc:  # the team's code failed: a tool error, never a crash
@@ -263,17 +305,20 @@ class ExternalRetriever:
         labelled_domains: Sequence[str] | None = None,
         k: int | None = None,
         principal_scopes: Scopes = None,
+        principals: Sequence[Principal] | None = None,
     ) -> Ranking:
         """Each question's results in the store's order (``labelled_domains`` is not used: a
-        store sees only the question; ``principal_scopes`` reaches a store whose ``search``
-        takes that keyword)."""
+        store sees only the question). The principal (``principals``, one per question, else
+        ``principal_scopes`` alone) reaches a store whose ``search`` takes its keywords."""
         k = TOP_K if k is None else k
         n = len(questions)
         idx = np.full((n, k), -1, dtype=np.int64)
         scores = np.full((n, k), -np.inf)
         errors = []
         for i, q in enumerate(questions):
-            got, err = self._one(q, k, principal_scopes) if self.documents else ([], "")
+            p = principals[i] if principals is not None else None
+            kw = keywords(self._search.takes, p, principal_scopes)
+            got, err = self._one(q, k, kw) if self.documents else ([], "")
             errors.append(err)
             for j, (pos, s) in enumerate(got):
                 idx[i, j], scores[i, j] = pos, 1.0 / (j + 1) if s is None else s
@@ -286,8 +331,9 @@ class ExternalRetriever:
         when asked for all of them, ``-inf`` for the rest (a failed search: all ``-inf``)."""
         n_d = len(self.documents)
         out = np.full((len(questions), n_d), -np.inf)
+        kw = keywords(self._search.takes, None)  # the audit asks for no one in particular
         for i, q in enumerate(questions):
-            got, _ = self._one(q, n_d) if n_d else ([], "")
+            got, _ = self._one(q, n_d, kw) if n_d else ([], "")
             for j, (pos, _s) in enumerate(got):
                 out[i, pos] = 1.0 / (j + 1)
         return out

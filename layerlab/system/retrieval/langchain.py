@@ -14,9 +14,12 @@ documents: a retriever has no ``k`` argument). A result's id is its ``Document.i
     def make_store(documents):
         return InMemoryVectorStore.from_documents(documents, DeterministicFakeEmbedding(size=64))
 
-The factory is called once per distinct scenario index. The principal's scopes are not passed (a
-LangChain filter's form is the store's own): layerlab's access control filters the results. Needs ``langchain-core`` (the
-``langchain`` extra).
+The factory is called once per distinct scenario index. The request's principal (tenant, session,
+scopes) is not passed (a LangChain filter's form is the store's own): layerlab's access control
+filters the results by scope, and nothing filters by tenant or session, so under
+``wrong_session_store`` such a store returns what it indexed of another tenant's; wrap it in a
+``python:`` retriever whose ``search`` takes ``tenant`` and ``session_id`` to test its filter.
+Needs ``langchain-core`` (the ``langchain`` extra).
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
             vs_mod.VectorStore.similarity_search_with_score
         )
 
-        def search(query: str, k: int, _scopes: Any) -> Any:
+        def search(query: str, k: int, _kw: Any) -> Any:
             if with_score:
                 return [_result(d, s) for d, s in store.similarity_search_with_score(query, k=k)]
             return [_result(d) for d in store.similarity_search(query, k=k)]
@@ -88,7 +91,7 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
         return Search(search)
     if isinstance(store, retr_mod.BaseRetriever):
 
-        def invoke(query: str, k: int, _scopes: Any) -> Any:
+        def invoke(query: str, k: int, _kw: Any) -> Any:
             return [_result(d) for d in store.invoke(query)[:k]]
 
         return Search(invoke)

@@ -15,9 +15,19 @@
             return [d.id for d in hits[:top_k]]
 
 One object is made, and ``index`` called once, per distinct scenario index. A ``search`` that
-takes a ``principal_scopes`` keyword also gets the requesting principal's access scopes (a
-frozenset; ``None``: unrestricted), so the store's own filter can act on each document's
-``access_scope``; layerlab's access control applies after it all the same.
+takes them by keyword also gets the requesting principal: ``tenant`` (whose documents it may
+return), ``session_id`` (the request's session) and ``principal_scopes`` (its access scopes, a
+frozenset; ``None``: unrestricted) — each one the signature names, all three for ``**kwargs`` —
+so the store's own filter can act on each document's ``tenant``, ``session_id`` and
+``access_scope`` metadata::
+
+        def search(self, query, top_k, tenant=None, session_id=None):
+            mine = [d for d in self.docs if tenant is None or (d.metadata["tenant"] == tenant
+                    and d.metadata.get("session_id") in (None, session_id))]
+            ...
+
+Layerlab's access control applies after the search all the same; nothing filters by tenant or
+session after it (the ``wrong_session_store`` scenario tests the store's own filter).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from typing import Any
 
 from layerlab._secrets import redact
 from layerlab.system.retrieval.external import (
+    PRINCIPAL_KEYWORDS,
     Adapter,
     RetrieverError,
     Search,
@@ -63,17 +74,19 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
             f"{where}: index() of {len(documents)} documents failed ({type(exc).__name__}: "
             f"{redact(' '.join(str(exc).split()))[:200]})"
         ) from None
-    if _takes_scopes(store.search):
-        return Search(lambda q, k, scopes: store.search(q, k, principal_scopes=scopes), True)
-    return Search(lambda q, k, _scopes: store.search(q, k))
+    return Search(lambda q, k, kw: store.search(q, k, **dict(kw)), _takes(store.search))
 
 
-def _takes_scopes(fn: Any) -> bool:
+def _takes(fn: Any) -> tuple[str, ...]:
+    """Which of :data:`PRINCIPAL_KEYWORDS` ``fn`` accepts by name (all of them: ``**kwargs``)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return False
-    return "principal_scopes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        return ()
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return PRINCIPAL_KEYWORDS
+    named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return tuple(k for k in PRINCIPAL_KEYWORDS if k in named)
 
 
 adapter(
