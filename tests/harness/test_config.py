@@ -25,7 +25,7 @@ from layerlab.harness.config import (
 from layerlab.harness.live import run_id_for
 from layerlab.harness.selection import select_tasks, stratified_tasks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
