@@ -28,7 +28,7 @@ from layerlab.harness.prepare import prepare, session_for
 from layerlab.system import retrieval
 from layerlab.system.retrieval import external
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TEAM = textwrap.dedent(
     '''
     import re
