@@ -35,6 +35,7 @@ const DATA = JSON.parse(document.getElementById('records').textContent);
 const EV = JSON.parse(document.getElementById('evidence').textContent);
 const $ = (id) => document.getElementById(id);
 const FIELDS = ['run_id', 'model', 'scenario', 'mitigation', 'outcome', 'diagnostic'];
+const MEANING = %MEANINGS%;
 const LABELS = [['S', 'success'], ['E', 'exact_match'], ['R', 'retrieval_ok'], ['G', 'citation_ok'], ['V', 'schema_ok']];
 function esc(s) { return String(s).replace(/[&<>"']/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c])); }
 function unitOf(r) { return r.provider + '/' + r.model; }
@@ -138,7 +139,7 @@ function chip(name, v) { return '<span class="badge ' + (v ? 'ok' : 'bad') + '">
 function card(r) {
   const v = r.verdict || {};
   const chips = LABELS.map(([n, k]) => chip(n, v[k])).join(' ');
-  const head = '<span class="badge outcome ' + esc(r.outcome) + '">' + esc(r.outcome) + '</span> ' + chips +
+  const head = '<span class="badge outcome ' + esc(r.outcome) + '" title="' + esc(MEANING[r.outcome] || '') + '">' + esc(r.outcome) + '</span> ' + chips +
     ' <span class="badge">' + esc(r.diagnostic) + '</span> <code>' + esc(r.task_id) + '</code> ' +
     (r.replicate ? '<span class="muted">rep ' + r.replicate + '</span> ' : '') +
     '<span class="muted">' + esc(unitOf(r)) + ' · ' + esc(r.scenario) + ' · ' + esc(r.mitigation) + '</span>' +
@@ -269,7 +270,8 @@ details.path { margin: 6px 0 4px 18px; }
 details.steps ol { margin: 4px 0; padding-left: 28px; } details.steps li { margin: 4px 0; }
 .bad { color: var(--bad); }
 .badge.outcome.success, .badge.outcome.safe_non_answer { color: var(--ok); border-color: var(--ok); }
-.badge.outcome.grounded_wrong, .badge.outcome.wrong, .badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
+.badge.outcome.grounded_wrong, .badge.outcome.unsupported, .badge.outcome.wrong, .badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
+details.glossary { margin: 8px 0; font-size: 13px; } details.glossary dt { font-weight: 600; }
 .pager { margin: 8px 0; } .pager button, #count button { margin-right: 4px; }
 .recomputed { border-left: 4px solid var(--accent); padding: 2px 0 2px 10px; margin: 6px 0; }
 .badge.recomputed { color: var(--accent); border-color: var(--accent); }
@@ -331,7 +333,11 @@ def _from_archive(path: Path, recompute: bool = True) -> list[dict[str, Any]]:
 
 
 def _entry_view(e: dict[str, Any]) -> dict[str, Any]:
-    """A sample-log entry as the page carries it: an agent record's conversation as steps."""
+    """A sample-log entry as the page carries it: its outcome by today's definition (a log
+    written before a definition changed says what the labels say now); an agent record's
+    conversation as steps."""
+    if isinstance(e.get("verdict"), dict):
+        e = {**e, "outcome": samplelog.outcome({**e["verdict"], "diagnostic": e["diagnostic"]})}
     if "transcript" not in e:
         return e
     from layerlab.reporting.records import transcript
@@ -421,15 +427,29 @@ def build(
     )
     body = (
         f"<h1>{page.esc(title)}</h1>\n{banner + chr(10) if banner else ''}{warning}\n"
-        f'<div class="filters">{filters}</div>\n<div id="count"></div>\n'
+        f'<div class="filters">{filters}</div>\n{glossary()}\n<div id="count"></div>\n'
         '<div id="pager-top" class="pager"></div>\n<div id="list"></div>\n'
         '<div id="pager-bottom" class="pager"></div>\n'
         f'<script type="application/json" id="records">{data}</script>\n'
         f'<script type="application/json" id="evidence">{blob(shared)}</script>'
     )
     return page.document(
-        title, body, script=SCRIPT.replace("%PAGE%", str(PAGE_SIZE)), extra_css=EXTRA_CSS
+        title,
+        body,
+        script=SCRIPT.replace("%PAGE%", str(PAGE_SIZE)).replace(
+            "%MEANINGS%", json.dumps(samplelog.OUTCOME_MEANINGS, ensure_ascii=False)
+        ),
+        extra_css=EXTRA_CSS,
     )
+
+
+def glossary() -> str:
+    """What each outcome means (:data:`layerlab.archive.samplelog.OUTCOME_MEANINGS`), folded
+    under the filters; each record's outcome badge carries its meaning as a tooltip too."""
+    items = "".join(
+        f"<dt>{page.esc(k)}</dt><dd>{page.esc(v)}</dd>" for k, v in samplelog.OUTCOME_MEANINGS.items()
+    )
+    return f'<details class="glossary"><summary>What each outcome means</summary><dl>{items}</dl></details>'
 
 
 def write(
