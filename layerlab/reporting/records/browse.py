@@ -64,7 +64,7 @@ def default_sources() -> list[Path]:
     ]
 
 
-FAILURES = ("grounded_wrong", "wrong", "failed", "ended_early", "abstained")
+FAILURES = ("grounded_wrong", "wrong", "unsupported", "failed", "ended_early", "abstained")
 """Outcomes the explorer opens on when no filter is given, the first one a source has: a
 failure to look into, not a success."""
 

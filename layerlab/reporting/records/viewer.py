@@ -270,7 +270,8 @@ details.path { margin: 6px 0 4px 18px; }
 details.steps ol { margin: 4px 0; padding-left: 28px; } details.steps li { margin: 4px 0; }
 .bad { color: var(--bad); }
 .badge.outcome.success, .badge.outcome.safe_non_answer { color: var(--ok); border-color: var(--ok); }
-.badge.outcome.grounded_wrong, .badge.outcome.unsupported, .badge.outcome.wrong, .badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
+.badge.outcome.grounded_wrong, .badge.outcome.unsupported, .badge.outcome.wrong,
+.badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
 details.glossary { margin: 8px 0; font-size: 13px; } details.glossary dt { font-weight: 600; }
 .pager { margin: 8px 0; } .pager button, #count button { margin-right: 4px; }
 .recomputed { border-left: 4px solid var(--accent); padding: 2px 0 2px 10px; margin: 6px 0; }
