@@ -415,10 +415,11 @@ def view_cmd(
 
     _check_out_file(out)
     try:
-        viewer.write(inputs, out, evidence=evidence)
+        _, address = viewer.write_view(inputs, out, evidence=evidence)
     except viewer.ViewError as exc:
         raise _fail(f"{exc} (nothing written)") from None
     typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+    typer.echo(f"open: {address}")
 
 
 @app.command("dictionary")

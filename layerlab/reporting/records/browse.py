@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from layerlab.reporting.records.viewer import first_failure  # the page's, shared
+
 FILTERS = ("run_id", "model", "scenario", "mitigation", "outcome", "diagnostic")
 SHOWN = 12  # records rendered at once in the notebook (the count of all matches is shown)
 _VERDICT_LABELS = (
@@ -62,17 +64,6 @@ def default_sources() -> list[Path]:
         paths.ARCHIVES / "mitigations",
         *paths.archives_in(paths.RETIRED_ARCHIVES),
     ]
-
-
-FAILURES = ("grounded_wrong", "wrong", "unsupported", "failed", "ended_early", "abstained")
-"""Outcomes the explorer opens on when no filter is given, the first one a source has: a
-failure to look into, not a success."""
-
-
-def first_failure(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The filters a source opens on: its first failure outcome (:data:`FAILURES`), if any."""
-    have = {str(r.get("outcome")) for r in rows}
-    return next(({"outcome": o} for o in FAILURES if o in have), {})
 
 
 def load_rows(source: Path | str) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ same bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +280,17 @@ details.glossary { margin: 8px 0; font-size: 13px; } details.glossary dt { font-
 """
 
 
+FAILURES = ("grounded_wrong", "wrong", "unsupported", "failed", "ended_early", "abstained")
+"""Outcomes the explorer opens on when no filter is given, the first one a source has: a
+failure to look into, not a success."""
+
+
+def first_failure(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The filters a source opens on: its first failure outcome (:data:`FAILURES`), if any."""
+    have = {str(r.get("outcome")) for r in rows}
+    return next(({"outcome": o} for o in FAILURES if o in have), {})
+
+
 class ViewError(ValueError):
     """An input the viewer cannot read (message names the path and the problem)."""
 
@@ -390,6 +401,20 @@ def build(
 ) -> str:
     """The viewer page as one HTML string; ``evidence``: archived records carry their evidence
     recomputed from the corpus."""
+    return _build(paths_, title, evidence)[0]
+
+
+def fragment(rows: Sequence[dict[str, Any]]) -> str:
+    """The address fragment a page of ``rows`` is best opened at: the first failure outcome the
+    records have (:data:`FAILURES`), else none."""
+    from urllib.parse import urlencode
+
+    want = first_failure(rows)
+    return f"#{urlencode(want)}" if want else ""
+
+
+def _build(paths_: Sequence[Path], title: str, evidence: bool) -> tuple[str, str]:
+    """The page and the fragment to open it at (:func:`fragment`)."""
     from layerlab.reporting.records import evidence as ev
 
     rows, private = load(paths_, recompute=evidence)
@@ -441,7 +466,7 @@ def build(
             "%MEANINGS%", json.dumps(samplelog.OUTCOME_MEANINGS, ensure_ascii=False)
         ),
         extra_css=EXTRA_CSS,
-    )
+    ), fragment(rows)
 
 
 def glossary() -> str:
@@ -457,9 +482,17 @@ def write(
     paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records", evidence: bool = True
 ) -> Path:
     """Build the viewer and write it atomically to ``out`` (owner-only if it is private)."""
+    return write_view(paths_, out, title, evidence)[0]
+
+
+def write_view(
+    paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records", evidence: bool = True
+) -> tuple[Path, str]:
+    """:func:`write`, and the address to open: ``file://…/view.html#outcome=…`` (the first
+    failure outcome of its records, the view a reader looks into first)."""
     from layerlab._io import PRIVATE_FILE, atomic_write_text
 
-    html = build(paths_, title, evidence)
+    html, frag = _build(paths_, title, evidence)
     private = 'class="private"' in html  # never readable by others, not even for a moment
     atomic_write_text(Path(out), html, mode=PRIVATE_FILE if private else None)
-    return Path(out)
+    return Path(out), Path(out).resolve().as_uri() + frag

@@ -413,7 +413,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
             )
         )
         figs = _figures(res)
-        if any(f.startswith("<figure") for f in figs):
+        if figs:  # the figures, or the note saying why none is drawn (a missing extra, flat rates)
             sections.append(("figures", "Figures", figs))
     if inp.study_paths:
         from layerlab.reporting.paper import tables

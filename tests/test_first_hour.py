@@ -1,0 +1,39 @@
+"""The first hour's leftovers (issue 42, item 5): what `view` prints to open, what the README's
+commands write is ignored by git."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from layerlab import paths
+from layerlab.cli import main
+from layerlab.reporting.records import viewer
+
+ROOT = Path(__file__).resolve().parent.parent
+DENSE = paths.USER_PIPELINES / "my-dense-chain"
+
+
+def test_view_prints_the_address_to_open_at_its_first_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "view.html"
+    assert main(["view", str(DENSE), "--out", str(out), "--no-evidence"]) == 0
+    said = capsys.readouterr().out
+    (address,) = re.findall(r"^open: (\S+)$", said, re.M)
+    rows, _ = viewer.load([DENSE], recompute=False)
+    want = viewer.first_failure(rows)
+    assert want and address == f"{out.resolve().as_uri()}#outcome={want['outcome']}"
+
+
+def test_what_the_readmes_commands_write_is_ignored_by_git() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    written = re.findall(r"--out (\S+)", readme) + re.findall(r"-w (dist)\b", readme)
+    assert "view.html" in written and "dist" in written
+    for name in written:
+        probe = f"{name.rstrip('/')}/x" if "." not in Path(name).name else name
+        got = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT, check=False)
+        assert got.returncode == 0, f"{name}: written by a README command, not in .gitignore"
