@@ -37,3 +37,31 @@ def test_what_the_readmes_commands_write_is_ignored_by_git() -> None:
         probe = f"{name.rstrip('/')}/x" if "." not in Path(name).name else name
         got = subprocess.run(["git", "check-ignore", "-q", probe], cwd=ROOT, check=False)
         assert got.returncode == 0, f"{name}: written by a README command, not in .gitignore"
+
+
+def test_explore_follows_the_records_model_or_says_why_it_cannot(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["explore", "--task", "hr-05-q1", "--scenario", "stale_index"]
+    assert main([*args, "--model", "layerlab/cautious"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "reader: cautious" in lines[1] and not lines[0].startswith("note:")
+    assert main([*args, "--model", "local/qwen2.5-coder-1.5b"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("note: the record's model local/qwen2.5-coder-1.5b cannot be re-run here")
+    assert "not in the archive" in said and "are the extractive reader's" in said
+    # at 80 columns what the fault did and the outcome come first, before payloads scroll by
+    top = said.split("\n\n", 1)[1].splitlines()[:8]
+    assert "what the fault did:" in top and any(x.startswith("outcome: S ") for x in top)
+
+
+def test_the_static_explorers_verdict_badges_are_separated() -> None:
+    from layerlab.reporting.records import browse
+
+    row = {"outcome": "wrong", "diagnostic": "reader", "task_id": "hr-05-q1", "provider": "p",
+           "model": "m", "scenario": "clean", "mitigation": "strict",
+           "verdict": {"success": False, "exact_match": False, "retrieval_ok": True,
+                       "citation_ok": True, "schema_ok": True}}  # fmt: skip
+    html = browse.record_html(row)
+    text = re.sub(r"<[^>]+>", "", html.split("</summary>")[0])
+    assert "S ✗ E ✗ R ✓ G ✓ V ✓" in text

@@ -143,7 +143,7 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
     outcome = str(row.get("outcome"))
     head = (
         f'<span class="b {"ok" if outcome in _GOOD else "bad"}">{esc(outcome)}</span> '
-        + "".join(_chip(n, v.get(k)) for n, k in _VERDICT_LABELS)
+        + " ".join(_chip(n, v.get(k)) for n, k in _VERDICT_LABELS)
         + f' <span class="b">{esc(row.get("diagnostic"))}</span> <code>{esc(row["task_id"])}</code> '
         + (f'<span class="muted">rep {row["replicate"]}</span> ' if row.get("replicate") else "")
         + f'<span class="muted">{esc(unit_of(row))} · {esc(row["scenario"])} · {esc(row["mitigation"])}</span>'

@@ -106,7 +106,7 @@ function recomputed(x, r) {
   let s = '<div class="recomputed"><p><span class="badge recomputed">' + esc(EV.label) + '</span> <span class="muted">' + esc(EV.note) + '</span></p>' +
     '<p class="' + (x.status === 'match' ? 'muted' : 'bad') + '"><b>check</b>: ' + esc(EV.checks[x.check]) + '</p>';
   if (!p) return s + '</div>';
-  if (!p.calls) s += '<p class="muted">the same path in a terminal: <code>layerlab explore --task ' + esc(r.task_id) + ' --scenario ' + esc(r.scenario) + ' --mitigation ' + esc(r.mitigation) + ' --retriever ' + esc(p.retriever) + '</code></p>';
+  if (!p.calls) s += '<p class="muted">the same path in a terminal: <code>layerlab explore --task ' + esc(r.task_id) + ' --scenario ' + esc(r.scenario) + ' --mitigation ' + esc(r.mitigation) + ' --retriever ' + esc(p.retriever) + ' --model ' + esc(unitOf(r)) + '</code></p>';
   if (p.faults) s += '<p><b>what the fault did</b></p><ul>' + p.faults.map(f => '<li>' + esc(f) + '</li>').join('') + '</ul>';
   if (p.retrieved) {
     s += '<p><b>retrieved</b> (' + esc(p.retriever) + ', before the transport faults)</p><table><thead><tr><th>rank</th><th>doc</th><th>status</th><th>year</th><th>v</th><th>domain</th><th>session</th><th>score</th></tr></thead><tbody>' +
