@@ -152,3 +152,14 @@ def test_an_abstention_is_not_answered_wrongly(skeleton: pd.DataFrame) -> None:
     assert line.startswith("evidence (conflicting_evidence): not resolved in 1 of 16 questions — "
                            "abstained in 1 (diagnostics: abstained 1); expected: ")  # fmt: skip
     assert "answered" not in line.split(" — ")[1]
+
+
+def test_findings_wrap_at_word_boundaries_to_the_terminal_width(skeleton: pd.DataFrame) -> None:
+    found = layers.unit_findings(random_archive(skeleton, 3), n_boot=50)
+    whole = findings.layer_lines(found)
+    wrapped = findings.finding_lines([found], width=80)
+    assert all(len(x) <= 80 for x in wrapped)
+    words = " ".join(" ".join(wrapped).split())
+    for line in whole:  # every finding is there, word for word, no word cut
+        assert " ".join(line.split()) in words
+    assert findings.finding_lines([found])[1] == "  - " + whole[0]  # a pipe: one line each

@@ -193,7 +193,7 @@ def unit_findings(
             control = entry
             continue
         if set(layer.split("+")) & contract:
-            entry["arms"] = {}
+            entry["arms"], entry["arm_order"] = {}, list(spec.contract_arms)  # JSON sorts keys
             for a in spec.contract_arms:
                 s = df[(df[ARM] == a) & (df["scenario"] == name)]
                 if not s.empty:

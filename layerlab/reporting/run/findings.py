@@ -328,9 +328,12 @@ def harness_line(e: Mapping[str, Any]) -> str:
     """The contract scenario under each contract arm: the harness's, not the system's."""
     if "kinds" not in e:  # an older results.json: its own words
         return str(e["line"])
+    arms = e["arms"]
     said = "; ".join(
-        f"under {a} ({_first_sentence(c['description'])}) {c['success']} of {c['n']} correct"
-        for a, c in e["arms"].items()
+        f"under {a} ({_first_sentence(arms[a]['description'])}) {arms[a]['success']} of "
+        f"{arms[a]['n']} correct"
+        for a in e.get("arm_order") or arms
+        if a in arms
     )
     return f"Harness, not the system — {e['layer']} ({e['scenario']}): {said}."
 

@@ -83,9 +83,10 @@ def print_run_results(out: Any, echo: Any) -> None:
     echo(f"results: {p} (interval: {res['interval']})")
 
 
-def _width() -> int:
-    """The terminal's width for wrapped findings (120 for a pipe or a log file, as the tables)."""
+def _width() -> int | None:
+    """The terminal's width for wrapped findings; None (a finding on one line, for grep) for a
+    pipe or a log file."""
     import shutil
     import sys
 
-    return shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else 120
+    return shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else None
