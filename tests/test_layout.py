@@ -177,6 +177,11 @@ ALLOWED: dict[tuple[str, str], str] = {
         "move above mitigations, since scoring.audit (a peer of mitigations) reads its audit "
         "conditions from them. The import is lazy, inside the check."
     ),
+    ("layerlab.integrations.checks", "layerlab.reporting.run.findings"): (
+        "a failing assert shows the layer's finding in the report's words: the analysis returns "
+        "the numbers and only the reporting writes them as sentences (one writer, not two); "
+        "the import is lazy, when a test's assert fails or asks for the findings."
+    ),
 }
 
 

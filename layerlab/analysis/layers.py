@@ -3,11 +3,15 @@
 For one unit (a target: ``run live --target``), on the baseline arm, per scenario of the DSL:
 how many questions the system resolved safely (strict success on an answerable scenario, a
 structured non-answer on an unsafe one: the scorer's ``safe_resolution``; a correct abstention
-is a resolution, never a failure), what the failing records' diagnostics were, and one line
-generated from the specs — what a system failing the layer did and does not check
+is a resolution, never a failure), how the others failed and their diagnostics, and what the
+specs say of the layer — what a system failing it did and does not check
 (``data/specs/roles.yaml``, ``findings``) and what the layer's guard would change (its entry in
 ``data/specs/mitigations.yaml``: its description, and, when the run holds that arm, its measured
 effect and verdict from :func:`layerlab.analysis.specificity.matrix`). Nothing is written per run.
+
+Numbers only: every count is taken from the records the diagnostics table counts
+(:func:`layerlab.analysis.results.table_diagnostics`); the sentences a team reads are written
+from them by :mod:`layerlab.reporting.run.findings`.
 
 The contract layer is the harness's, not the system's: the contract arms (strict/repair) are
 layerlab validating each tool payload before the system sees it, so their scenario is reported
@@ -26,17 +30,10 @@ from layerlab.analysis.units import ARM, unit_labels
 from layerlab.faults.roles import Roles, load_roles
 from layerlab.faults.scenario import Scenario, known_scenarios, load_scenarios
 from layerlab.mitigations import MitigationSet, load_mitigations
+from layerlab.scoring.score import table_diagnostic
 
 N_BOOT = 2_000  # bootstrap resamples of a guard's measured effect (seeded)
 SEED = 0
-JUDGED_BY = (
-    "safe resolution: strict success on an answerable scenario, a structured non-answer on an "
-    "unsafe one (a correct abstention is a resolution, not a failure)"
-)
-HARNESS_NOTE = (
-    "layerlab's own contract arms validate each tool payload before the system sees it: their "
-    "scenario measures the harness, not the system"
-)
 
 
 def _flag(sub: pd.DataFrame, label: str) -> pd.Series:
@@ -47,18 +44,6 @@ def _counts(sub: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in sorted(sub["diagnostic"].value_counts().items())}
 
 
-def _breakdown(diag: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(diag.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-def _pp(x: float) -> str:
-    return f"{100 * x:+.1f}"
-
-
-def _first_sentence(text: str) -> str:
-    return text.split(". ", 1)[0].rstrip(".")
-
-
 def _contract_layers(spec: MitigationSet) -> set[str]:
     return {layer for a in spec.contract_arms for layer in spec.arms[a].layers}
 
@@ -66,87 +51,105 @@ def _contract_layers(spec: MitigationSet) -> set[str]:
 def _guard(
     guard: str,
     scenario: str,
-    before: int,
-    n: int,
     df: pd.DataFrame,
     spec: MitigationSet,
     mx: Any,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
-    """What the layer's guard would change: its description and, when the run holds the arm,
-    its safe resolutions on the scenario, the paired effect and the matrix's verdict (its band at
-    level ``alpha``)."""
+    """What the layer's guard would change: its arm and description and, when the run holds the
+    arm, its safe resolutions on the scenario, the paired effect and the matrix's verdict (its
+    band at level ``alpha``). ``state``: ``absent`` (not in the run), ``unpaired`` (no record
+    paired with the baseline on the scenario) or ``measured``."""
     arm = spec.arms[guard]
-    desc = _first_sentence(arm.description)
     out: dict[str, Any] = {"arm": guard, "description": arm.description, "measured": False}
     rows = mx.summary.set_index("mitigation") if mx is not None else None
     if rows is None or guard not in rows.index:
-        out["line"] = (
-            f"Its guard `{guard}` ({desc}) is not in this run: add `--mitigation {guard}` (or "
-            "`--mitigation all`) to measure what it changes."
-        )
-        return out
+        return {**out, "state": "absent"}
     cells = mx.cells[(mx.cells["mitigation"] == guard) & (mx.cells["scenario"] == scenario)]
     if cells.empty:  # the arm ran, but not on this scenario (an unfinished run)
-        out["line"] = (
-            f"Its guard `{guard}` ({desc}) has no record paired with the baseline on {scenario} "
-            "in this run: finish the run (--resume) to measure what it changes."
-        )
-        return out
+        return {**out, "state": "unpaired"}
     sub = df[(df[ARM] == guard) & (df["scenario"] == scenario)]
-    after = int(_flag(sub, "safe_resolution").sum())
     row = rows.loc[guard]
     c = cells.iloc[0]
-    flagged = [
-        f"off-target {kind} on {row[f'off-target {kind}']}"
-        for kind in ("harm", "gain")
-        if row[f"off-target {kind}"] != "-"
-    ]
-    out.update(
-        measured=True,
-        resolved=after,
-        n=len(sub),
-        effect=round(float(c["estimate"]), 4),
-        band=[round(float(c["band_low"]), 4), round(float(c["band_high"]), 4)],
-        verdict=str(row["verdict"]),
-    )
-    out["line"] = (
-        f"Its guard `{guard}` ({desc}): in this run {before} of {n} → {after} of {len(sub)} safely "
-        f"resolved "
-        f"({_pp(c['estimate'])} points [{_pp(c['band_low'])}, {_pp(c['band_high'])}], "
-        f"simultaneous {100 * (1 - alpha):.3g}% band); verdict {row['verdict']}"
-        + (f" ({'; '.join(flagged)})" if flagged else "")
-        + "."
-    )
-    return out
+    return {
+        **out,
+        "state": "measured",
+        "measured": True,
+        "resolved": int(_flag(sub, "safe_resolution").sum()),
+        "n": len(sub),
+        "effect": round(float(c["estimate"]), 4),
+        "band": [round(float(c["band_low"]), 4), round(float(c["band_high"]), 4)],
+        "level": round(1 - alpha, 4),
+        "verdict": str(row["verdict"]),
+        "off_target": {
+            kind: str(row[f"off-target {kind}"])
+            for kind in ("harm", "gain")
+            if row[f"off-target {kind}"] != "-"
+        },
+    }
 
 
-def _system_line(
-    layer: str, name: str, sc: Scenario, n: int, ok: int, failed: pd.DataFrame, roles: Roles
-) -> str:
-    head = f"{layer} ({name})"
-    answerable = sc.spec.answerable
-    if failed.empty:
-        what = "correct" if answerable else "a structured non-answer"
-        tail = "" if answerable else " (safe resolutions, not failures)"
-        return f"{head}: holds — {what} in {ok} of {n} questions{tail}."
-    counts = _counts(failed)
-    if not answerable and "ok" in counts:  # the right value, answered where it should abstain
-        counts["right value, answered anyway"] = counts.pop("ok")
-    diag = _breakdown(counts)
-    texts = [roles.findings[p] for p in layer.split("+") if p in roles.findings]
-    answered = int(_flag(failed, "answered").sum())
-    k = len(failed) if answerable else answered
-    if not texts or not k:
-        return (
-            f"{head}: not resolved in {len(failed)} of {n} questions (diagnostics: {diag}); "
-            f"expected: {sc.spec.expected_behaviour}."
-        )
-    did = "; ".join(t.did for t in texts)
-    lacks = "; ".join(t.lacks for t in texts)
-    other = len(failed) - k
-    more = f"; {other} more failed otherwise" if other else ""
-    return f"{head}: {did} in {k} of {n} {name} questions{more} (diagnostics: {diag}): {lacks}."
+# How a record that was not safely resolved failed, from its labels: it answered (wrongly, or
+# where it should have abstained), abstained where an answer was expected, ended before the
+# reader, or failed outright (a malformed reply, a provider or target error, a step limit).
+FAILED = ("malformed_reply", "provider_error", "step_limit")
+KINDS = ("answered", "abstained", "ended_early", "failed")
+
+
+def failure_kinds(failed: pd.DataFrame) -> dict[str, int]:
+    """The failing records ``failed`` by :data:`KINDS` (each record in exactly one)."""
+    broke = failed["diagnostic"].isin(FAILED)
+    answered = _flag(failed, "answered") & ~broke
+    reached = _flag(failed, "reached_reader") if "reached_reader" in failed else ~answered
+    return {
+        "answered": int(answered.sum()),
+        "abstained": int((~answered & ~broke & reached).sum()),
+        "ended_early": int((~answered & ~broke & ~reached).sum()),
+        "failed": int(broke.sum()),
+    }
+
+
+def answer_causes(failed: pd.DataFrame) -> dict[str, int]:
+    """What the archive can say of the wrong answers among ``failed`` (answered, not safe), each
+    count out of ``answered`` (they overlap): a required document not delivered (R ✗), no valid
+    citation (G ✗), a wrong value a delivered document states (grounded, E ✗), the expected value
+    without S (E ✓)."""
+    a = failed[_flag(failed, "answered") & ~failed["diagnostic"].isin(FAILED)]
+    return {
+        "answered": len(a),
+        "retrieval_missed": int((~_flag(a, "retrieval_ok")).sum()),
+        "citation_invalid": int((~_flag(a, "citation_ok")).sum()),
+        "grounded_wrong": int((_flag(a, "grounded") & ~_flag(a, "exact_match")).sum()),
+        "exact_match": int(_flag(a, "exact_match").sum()),
+    }
+
+
+def _entry(name: str, sc: Scenario, sub: pd.DataFrame) -> dict[str, Any]:
+    """One scenario's numbers on the baseline arm, all from its records ``sub``: ``table`` is
+    its column of the diagnostics table, ``diagnostics`` the failing records' part of it."""
+    safe = _flag(sub, "safe_resolution")
+    failed = sub[~safe]
+    table = pd.Series(
+        [
+            table_diagnostic(d, s, r)
+            for d, s, r in zip(sub["diagnostic"], _flag(sub, "success"), safe, strict=True)
+        ],
+        dtype=object,
+    ).value_counts()
+    return {
+        "scenario": name,
+        "layer": sc.spec.layer,
+        "answerable": bool(sc.spec.answerable),
+        "expected": sc.spec.expected_behaviour,
+        "n": len(sub),
+        "resolved": int(safe.sum()),
+        "failed": len(failed),
+        "answered": int(_flag(sub, "answered").sum()),
+        "diagnostics": _counts(failed),
+        "table": {str(k): int(v) for k, v in sorted(table.items())},
+        "kinds": failure_kinds(failed),
+        "causes": answer_causes(failed),
+    }
 
 
 def unit_findings(
@@ -185,58 +188,38 @@ def unit_findings(
         sub = b[b["scenario"] == name]
         if sub.empty:
             continue
-        layer, n = sc.spec.layer, len(sub)
-        safe = _flag(sub, "safe_resolution")
-        ok, failed = int(safe.sum()), sub[~safe]
-        entry: dict[str, Any] = {
-            "scenario": name,
-            "layer": layer,
-            "answerable": bool(sc.spec.answerable),
-            "n": n,
-            "resolved": ok,
-            "failed": n - ok,
-            "answered": int(_flag(sub, "answered").sum()),
-            "diagnostics": _counts(failed),
-        }
+        entry = _entry(name, sc, sub)
+        layer, n, ok = entry["layer"], entry["n"], entry["resolved"]
         if name == roles.negative_control:
-            entry["line"] = (
-                f"Without faults ({name}): correct in {ok} of {n} questions"
-                + (f" (failures: {_breakdown(entry['diagnostics'])})" if n - ok else "")
-                + "."
-            )
             control = entry
             continue
         if set(layer.split("+")) & contract:
-            per = {}
+            entry["arms"], entry["arm_order"] = {}, list(spec.contract_arms)  # JSON sorts keys
             for a in spec.contract_arms:
                 s = df[(df[ARM] == a) & (df["scenario"] == name)]
                 if not s.empty:
-                    per[a] = {"success": int(_flag(s, "success").sum()), "n": len(s)}
-            said = "; ".join(
-                f"under {a} ({_first_sentence(spec.arms[a].description)}) {c['success']} of "
-                f"{c['n']} correct"
-                for a, c in per.items()
-            )
-            entry["arms"] = per
-            entry["line"] = f"Harness, not the system — {layer} ({name}): {said}."
+                    entry["arms"][a] = {
+                        "success": int(_flag(s, "success").sum()),
+                        "n": len(s),
+                        "description": spec.arms[a].description,
+                    }
             harness.append(entry)
             continue
-        entry["line"] = _system_line(layer, name, sc, n, ok, failed, roles)
         texts = [roles.findings[p] for p in layer.split("+") if p in roles.findings]
-        if failed.empty or not texts:
+        entry["did"] = [t.did for t in texts]
+        entry["lacks"] = [t.lacks for t in texts]
+        if not entry["failed"] or not texts:
             entry["guard"] = None
         else:
-            entry["guard"] = _guard(texts[0].guard, name, ok, n, df, spec, mx, alpha)
+            entry["guard"] = _guard(texts[0].guard, name, df, spec, mx, alpha)
         entry["order"] = (not (n - ok), ok / n, i)
         layers.append(entry)
     layers.sort(key=lambda e: e.pop("order"))
     return {
         "unit": str(unit_labels(df).iloc[0]),
         "baseline": base,
-        "judged_by": JUDGED_BY,
         "layers": layers,
         "harness": harness,
-        "harness_note": HARNESS_NOTE,
         "control": control,
         "guards_measured": mx is not None,
         "note": note,
@@ -254,16 +237,4 @@ def findings(df: pd.DataFrame, **kw: Any) -> list[dict[str, Any]]:
         sub = df[labels == u]
         if base in set(sub[ARM]):
             out.append(unit_findings(sub, **kw))
-    return out
-
-
-def lines(found: Mapping[str, Any]) -> list[str]:
-    """A unit's findings as the lines a team reads, in order: each layer of the system (with its
-    guard's line when it fails), the fault-free control, then the harness's contract scenario."""
-    out = []
-    for e in found["layers"]:
-        out.append(e["line"] + (f" {e['guard']['line']}" if e.get("guard") else ""))
-    if found.get("control"):
-        out.append(found["control"]["line"])
-    out += [e["line"] for e in found["harness"]]
     return out

@@ -37,40 +37,51 @@ class SampleLogError(ValueError):
     """A sample-log path that cannot be used (message names the path and the problem)."""
 
 
-def outcome(rec: Record | dict[str, Any]) -> str:
-    """A one-word outcome of a record: what a reader of the viewer filters by.
+# The one-word outcome of a record (what the viewer and explorer filter by), each with the one
+# definition the glossary (data/DATA_DICTIONARY.md), the viewer and docs/viewer.md show; checked
+# where applied over every committed archive (tests/test_committed_archives.py).
+OUTCOME_MEANINGS: dict[str, str] = {
+    "success": "strict success: S = E ∧ R ∧ G ∧ V holds",
+    "safe_non_answer": "a structured non-answer on a scenario where no answer was safe to give "
+    "(its safe resolution)",
+    "grounded_wrong": "answered a wrong value (E ✗) that a delivered document states, with valid "
+    "citations (G ✓): what a groundedness check would pass, yet wrong",
+    "unsupported": "answered the expected value (E ✓) but not S: a required document was not "
+    "delivered (R ✗), a citation is missing or undelivered (G ✗) or the payload broke its "
+    "schema (V ✗)",
+    "wrong": "answered a wrong value (E ✗) that is not grounded_wrong: no delivered document "
+    "states it, or its citations are not valid (G ✗)",
+    "abstained": "a structured non-answer where an answer was expected (the record reached the "
+    "reader)",
+    "failed": "a malformed reply, a provider or target error, or an agent stopped by its step "
+    "limit",
+    "ended_early": "the record ended before the reader (no usable tool output, access denied, "
+    "or the contract rejected the payload) and was not a safe resolution",
+}
+OUTCOMES = tuple(OUTCOME_MEANINGS)
 
-    ``success`` (S holds), ``safe_non_answer`` (a non-answer where none was safe to give),
-    ``grounded_wrong`` (grounded yet not S: a groundedness false positive), ``wrong`` (answered,
-    not S), ``abstained`` (a structured non-answer where an answer was expected), ``failed``
-    (malformed reply, provider error, or an agent stopped by its step limit) and ``ended_early``
-    (the record ended before the reader).
-    """
+
+def outcome(rec: Record | dict[str, Any]) -> str:
+    """A one-word outcome of a record (:data:`OUTCOME_MEANINGS`), from its labels: the first of
+    ``success``, ``failed``, then, for an answer, ``unsupported`` (E ✓), ``grounded_wrong``
+    (E ✗, grounded, G ✓) or ``wrong``; for a non-answer ``safe_non_answer``, ``ended_early`` or
+    ``abstained``."""
     r = rec if isinstance(rec, dict) else rec.__dict__
     if r["success"]:
         return "success"
     if r["diagnostic"] in ("malformed_reply", "provider_error", "step_limit"):
         return "failed"
-    if r["grounded_false_positive"]:
-        return "grounded_wrong"
     if r["answered"]:
+        if r["exact_match"]:
+            return "unsupported"
+        if r["grounded_false_positive"] and r["citation_ok"]:
+            return "grounded_wrong"
         return "wrong"
     if r["safe_resolution"]:
         return "safe_non_answer"
     if not r["reached_reader"]:
         return "ended_early"
     return "abstained"
-
-
-OUTCOMES = (
-    "success",
-    "safe_non_answer",
-    "grounded_wrong",
-    "wrong",
-    "abstained",
-    "failed",
-    "ended_early",
-)
 
 
 def reasons(

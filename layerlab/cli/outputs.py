@@ -341,6 +341,10 @@ def explore_cmd(
     reader: str = typer.Option(
         "extractive", "--reader", help="Deterministic reader: extractive or cautious."
     ),
+    model: str = typer.Option(
+        None, "--model", help="The record's PROVIDER/MODEL (as the viewer names it): a reference "
+        "agent's path is followed; a real model's reply is not in the archive, and the path says so.",
+    ),  # fmt: skip
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
     retriever: str = typer.Option(
         None, "--retriever", help="Registered retriever (default: the reported one; a live "
@@ -358,6 +362,7 @@ def explore_cmd(
         load_mitigations().arm(mode)
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
+    reader, unfollowed = explore.reader_for(model, reader)
     try:
         READERS.lookup(reader)
     except KeyError as exc:
@@ -369,7 +374,7 @@ def explore_cmd(
         raise _fail(str(exc.args[0])) from None
     except ValueError as exc:  # a team's retriever that failed to index: one line
         raise _fail(str(exc)) from None
-    typer.echo(explore.render(t))
+    typer.echo(explore.render(t, unfollowed=unfollowed))
 
 
 @app.command("report")
@@ -415,10 +420,11 @@ def view_cmd(
 
     _check_out_file(out)
     try:
-        viewer.write(inputs, out, evidence=evidence)
+        _, address = viewer.write_view(inputs, out, evidence=evidence)
     except viewer.ViewError as exc:
         raise _fail(f"{exc} (nothing written)") from None
     typer.echo(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+    typer.echo(f"open: {address}")
 
 
 @app.command("dictionary")

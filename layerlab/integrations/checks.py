@@ -221,9 +221,9 @@ class MatrixRun:
         harness's contract scenario. Empty for a run that is not a target's."""
         if not self._found:
             return ""
-        from layerlab.analysis.layers import lines
+        from layerlab.reporting.run.findings import layer_lines
 
-        return "\n".join(lines(self._found))
+        return "\n".join(layer_lines(self._found))
 
     def _finding(self, scenario: str | None) -> tuple[str, ...]:
         """The lines that explain a rate: the scenario's finding and its guard's line (every
@@ -235,11 +235,18 @@ class MatrixRun:
             entries = [e for e in entries if e.get("failed")]
         else:
             entries = [e for e in entries if e["scenario"] == scenario]
+        from layerlab.reporting.run import findings as words
+
         out = []
         for e in entries:
-            out.append(e["line"])
+            if "arms" in e:
+                out.append(words.harness_line(e))
+            elif e is f.get("control"):
+                out.append(words.control_line(e))
+            else:
+                out.append(words.layer_line(e))
             if e.get("guard"):
-                out.append(e["guard"]["line"])
+                out.append(words.guard_line(e["guard"], e))
         return tuple(out)
 
     # --- verdicts ---------------------------------------------------------------------------

@@ -98,3 +98,40 @@ def test_the_retired_real_model_archive_was_migrated_not_rerun() -> None:
     assert all(a["to_schema_version"] == b["from_schema_version"] for a, b in zip(steps, steps[1:], strict=False))
     assert m["archive_schema_version"] == archive.SCHEMA_VERSION
     assert m["run_id"] == "live-9452b9dafbe0a962" and "local/smollm2-135m" in m["local_models"]
+
+
+# Each outcome's definition (data/DATA_DICTIONARY.md's "Outcomes"), written from the labels
+# independently of :func:`samplelog.outcome`: the one that holds must be the one it gives.
+FAILED = ("malformed_reply", "provider_error", "step_limit")
+DEFINITIONS = {
+    "success": lambda r: r["success"],
+    "failed": lambda r: not r["success"] and r["diagnostic"] in FAILED,
+    "grounded_wrong": lambda r: r["answered"] and r["exact_match"] is False
+    and r["grounded"] is True and r["citation_ok"],
+    "unsupported": lambda r: r["answered"] and r["exact_match"] is True and not r["success"],
+    "wrong": lambda r: r["answered"] and not r["exact_match"]
+    and not (r["grounded"] is True and r["citation_ok"]),
+    "safe_non_answer": lambda r: not r["answered"] and r["safe_resolution"] and not r["success"],
+    "ended_early": lambda r: not r["answered"] and not r["reached_reader"]
+    and not r["safe_resolution"],
+    "abstained": lambda r: not r["answered"] and r["reached_reader"] and not r["safe_resolution"],
+}
+
+
+def test_every_outcome_label_holds_where_applied_over_every_committed_archive() -> None:
+    from layerlab.archive import samplelog
+
+    assert set(DEFINITIONS) == set(samplelog.OUTCOMES)
+    files = sorted(paths.DATA.glob("**/records.parquet"))
+    assert len(files) >= 10
+    seen: set[str] = set()
+    for f in files:
+        for rec in archive.read_records(f):
+            r = rec.__dict__
+            got = samplelog.outcome(rec)
+            if got != "failed":  # a failure's labels say nothing of its answer
+                holds = [o for o, d in DEFINITIONS.items() if o != "failed" and d(r)]
+                assert holds == [got], f"{f} {archive.sort_key(rec)}: {got}, definitions {holds}"
+            assert DEFINITIONS[got](r), f"{f} {archive.sort_key(rec)}: {got} does not hold"
+            seen.add(got)
+    assert {"grounded_wrong", "unsupported", "wrong", "success"} <= seen

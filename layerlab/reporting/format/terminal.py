@@ -221,23 +221,6 @@ def print_wide(df: Any, title: str, console: Console | None = None) -> None:
         console.print()
 
 
-def finding_lines(found: list[dict[str, Any]]) -> list[str]:
-    """A target run's findings (``results.json``'s ``findings``) as terminal lines: per unit, what
-    the system did layer by layer, then the harness's contract scenario, each line once."""
-    from layerlab.analysis import layers
-
-    out = []
-    for f in found:
-        out.append(f"What {f['unit']} did, layer by layer (baseline arm {f['baseline']}; judged by "
-                   f"{f['judged_by']}):")  # fmt: skip
-        out += [f"  - {line}" for line in layers.lines(f)]
-        if f["harness"]:
-            out.append(f"  ({f['harness_note']})")
-        if f.get("note"):
-            out.append(f"  note: {f['note']}")
-    return out
-
-
 class ProgressBar:
     """The live run's progress bar (``update`` is the run's progress hook); its ETA comes from a
     smoothed rate that counts cache hits apart (:class:`~layerlab.harness.live.progress.Eta`).

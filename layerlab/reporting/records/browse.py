@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from layerlab.reporting.records.viewer import first_failure  # the page's, shared
+
 FILTERS = ("run_id", "model", "scenario", "mitigation", "outcome", "diagnostic")
 SHOWN = 12  # records rendered at once in the notebook (the count of all matches is shown)
 _VERDICT_LABELS = (
@@ -62,17 +64,6 @@ def default_sources() -> list[Path]:
         paths.ARCHIVES / "mitigations",
         *paths.archives_in(paths.RETIRED_ARCHIVES),
     ]
-
-
-FAILURES = ("grounded_wrong", "wrong", "failed", "ended_early", "abstained")
-"""Outcomes the explorer opens on when no filter is given, the first one a source has: a
-failure to look into, not a success."""
-
-
-def first_failure(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The filters a source opens on: its first failure outcome (:data:`FAILURES`), if any."""
-    have = {str(r.get("outcome")) for r in rows}
-    return next(({"outcome": o} for o in FAILURES if o in have), {})
 
 
 def load_rows(source: Path | str) -> list[dict[str, Any]]:
@@ -152,7 +143,7 @@ def record_html(row: Mapping[str, Any], open_: bool = False) -> str:
     outcome = str(row.get("outcome"))
     head = (
         f'<span class="b {"ok" if outcome in _GOOD else "bad"}">{esc(outcome)}</span> '
-        + "".join(_chip(n, v.get(k)) for n, k in _VERDICT_LABELS)
+        + " ".join(_chip(n, v.get(k)) for n, k in _VERDICT_LABELS)
         + f' <span class="b">{esc(row.get("diagnostic"))}</span> <code>{esc(row["task_id"])}</code> '
         + (f'<span class="muted">rep {row["replicate"]}</span> ' if row.get("replicate") else "")
         + f'<span class="muted">{esc(unit_of(row))} · {esc(row["scenario"])} · {esc(row["mitigation"])}</span>'

@@ -531,7 +531,25 @@ def render() -> str:
                 f"| `{f.name}` | {f.type}{', nullable' if f.nullable else ''} | {_cell(c.meaning)} | {_cell(c.vocab()) or '—'} |"
             )
         lines.append("")
-    return "\n".join(lines + _agent_sections())
+    return "\n".join(lines + _outcome_section() + _agent_sections())
+
+
+def _outcome_section() -> list[str]:
+    """The one-word outcomes the viewer and ``layerlab explore`` filter by, derived from a
+    record's labels (:data:`layerlab.archive.samplelog.OUTCOME_MEANINGS`, their one owner)."""
+    from layerlab.archive.samplelog import OUTCOME_MEANINGS
+
+    return [
+        "## Outcomes (the viewer's and the explorer's filter)",
+        "",
+        "Not a column: each record's outcome is derived from its labels when it is shown; the "
+        "definitions exclude each other.",
+        "",
+        "| outcome | meaning |",
+        "|---|---|",
+        *(f"| `{k}` | {_cell(v)} |" for k, v in OUTCOME_MEANINGS.items()),
+        "",
+    ]
 
 
 def _agent_sections() -> list[str]:

@@ -518,7 +518,8 @@ def html(x: Mapping[str, Any], row: Mapping[str, Any] | None = None) -> str:
         out.append(
             '<p class="muted">the same path in a terminal: <code>layerlab explore --task '
             f"{esc(row['task_id'])} --scenario {esc(row['scenario'])} --mitigation "
-            f"{esc(row['mitigation'])} --retriever {esc(p['retriever'])}</code></p>"
+            f"{esc(row['mitigation'])} --retriever {esc(p['retriever'])} --model "
+            f"{esc(row['provider'])}/{esc(row['model'])}</code></p>"
         )
     if p.get("faults"):
         out.append("<p><b>what the fault did</b></p><ul>"

@@ -54,15 +54,46 @@ def reasons(t: Trace) -> dict[str, str]:
     }
 
 
-def render(t: Trace) -> str:
-    """The trace as readable text."""
+def reader_for(model: str | None, reader: str) -> tuple[str, str | None]:
+    """The deterministic reader that follows a record of ``model`` (``PROVIDER/MODEL``): a
+    reference agent's own reader; for any other model ``reader`` and the model's name (its
+    reply is a model's, not in the archive: :func:`render` says so)."""
+    from layerlab.models.agents import is_reference
+    from layerlab.system.reader import READERS
+
+    if not model:
+        return reader, None
+    provider, _, name = model.partition("/")
+    if is_reference(provider) and name in set(READERS):
+        return name, None
+    return reader, model
+
+
+def render(t: Trace, unfollowed: str | None = None) -> str:
+    """The trace as readable text: what the fault did and the outcome first (they stay on an
+    80-column screen), then the path in order. ``unfollowed``: the record's model, when its
+    reader could not be followed (a model's reply is not in the archive)."""
+    note = (
+        [
+            f"note: the record's model {unfollowed} cannot be re-run here: its reply is not in the "
+            "archive (keep it with `run live --sample-log PATH`, then `layerlab view PATH`). The "
+            f"path up to the reader is the record's; the reply and scores below are the {t.reader} "
+            "reader's, for comparison.",
+            "",
+        ]
+        if unfollowed
+        else []
+    )
     lines = [
+        *note,
         f"task {t.task.task_id} ({t.task.domain}, policy {t.task.policy_id}, {t.task.answer_kind})",
-        f"question: {t.task.question}",
         f"scenario: {t.scenario}   mitigation: {t.mode}   reader: {t.reader}",
-        "",
         "what the fault did:",
         *[f"  - {f}" for f in t.faults],
+        f"outcome: S {t.labels.success}; safe resolution {t.labels.safe_resolution}; diagnostic "
+        f"{t.labels.diagnostic}",
+        "",
+        f"question: {t.task.question}",
         "",
         "retrieved (top 3, before transport faults):",
     ]

@@ -20,7 +20,7 @@ same bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ const DATA = JSON.parse(document.getElementById('records').textContent);
 const EV = JSON.parse(document.getElementById('evidence').textContent);
 const $ = (id) => document.getElementById(id);
 const FIELDS = ['run_id', 'model', 'scenario', 'mitigation', 'outcome', 'diagnostic'];
+const MEANING = %MEANINGS%;
 const LABELS = [['S', 'success'], ['E', 'exact_match'], ['R', 'retrieval_ok'], ['G', 'citation_ok'], ['V', 'schema_ok']];
 function esc(s) { return String(s).replace(/[&<>"']/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c])); }
 function unitOf(r) { return r.provider + '/' + r.model; }
@@ -105,7 +106,7 @@ function recomputed(x, r) {
   let s = '<div class="recomputed"><p><span class="badge recomputed">' + esc(EV.label) + '</span> <span class="muted">' + esc(EV.note) + '</span></p>' +
     '<p class="' + (x.status === 'match' ? 'muted' : 'bad') + '"><b>check</b>: ' + esc(EV.checks[x.check]) + '</p>';
   if (!p) return s + '</div>';
-  if (!p.calls) s += '<p class="muted">the same path in a terminal: <code>layerlab explore --task ' + esc(r.task_id) + ' --scenario ' + esc(r.scenario) + ' --mitigation ' + esc(r.mitigation) + ' --retriever ' + esc(p.retriever) + '</code></p>';
+  if (!p.calls) s += '<p class="muted">the same path in a terminal: <code>layerlab explore --task ' + esc(r.task_id) + ' --scenario ' + esc(r.scenario) + ' --mitigation ' + esc(r.mitigation) + ' --retriever ' + esc(p.retriever) + ' --model ' + esc(unitOf(r)) + '</code></p>';
   if (p.faults) s += '<p><b>what the fault did</b></p><ul>' + p.faults.map(f => '<li>' + esc(f) + '</li>').join('') + '</ul>';
   if (p.retrieved) {
     s += '<p><b>retrieved</b> (' + esc(p.retriever) + ', before the transport faults)</p><table><thead><tr><th>rank</th><th>doc</th><th>status</th><th>year</th><th>v</th><th>domain</th><th>session</th><th>score</th></tr></thead><tbody>' +
@@ -138,7 +139,7 @@ function chip(name, v) { return '<span class="badge ' + (v ? 'ok' : 'bad') + '">
 function card(r) {
   const v = r.verdict || {};
   const chips = LABELS.map(([n, k]) => chip(n, v[k])).join(' ');
-  const head = '<span class="badge outcome ' + esc(r.outcome) + '">' + esc(r.outcome) + '</span> ' + chips +
+  const head = '<span class="badge outcome ' + esc(r.outcome) + '" title="' + esc(MEANING[r.outcome] || '') + '">' + esc(r.outcome) + '</span> ' + chips +
     ' <span class="badge">' + esc(r.diagnostic) + '</span> <code>' + esc(r.task_id) + '</code> ' +
     (r.replicate ? '<span class="muted">rep ' + r.replicate + '</span> ' : '') +
     '<span class="muted">' + esc(unitOf(r)) + ' · ' + esc(r.scenario) + ' · ' + esc(r.mitigation) + '</span>' +
@@ -269,12 +270,25 @@ details.path { margin: 6px 0 4px 18px; }
 details.steps ol { margin: 4px 0; padding-left: 28px; } details.steps li { margin: 4px 0; }
 .bad { color: var(--bad); }
 .badge.outcome.success, .badge.outcome.safe_non_answer { color: var(--ok); border-color: var(--ok); }
-.badge.outcome.grounded_wrong, .badge.outcome.wrong, .badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
+.badge.outcome.grounded_wrong, .badge.outcome.unsupported, .badge.outcome.wrong,
+.badge.outcome.failed { color: var(--bad); border-color: var(--bad); }
+details.glossary { margin: 8px 0; font-size: 13px; } details.glossary dt { font-weight: 600; }
 .pager { margin: 8px 0; } .pager button, #count button { margin-right: 4px; }
 .recomputed { border-left: 4px solid var(--accent); padding: 2px 0 2px 10px; margin: 6px 0; }
 .badge.recomputed { color: var(--accent); border-color: var(--accent); }
 .private { background: #fdecea; border: 1px solid var(--bad); padding: 8px 12px; border-radius: 6px; }
 """
+
+
+FAILURES = ("grounded_wrong", "wrong", "unsupported", "failed", "ended_early", "abstained")
+"""Outcomes the explorer opens on when no filter is given, the first one a source has: a
+failure to look into, not a success."""
+
+
+def first_failure(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The filters a source opens on: its first failure outcome (:data:`FAILURES`), if any."""
+    have = {str(r.get("outcome")) for r in rows}
+    return next(({"outcome": o} for o in FAILURES if o in have), {})
 
 
 class ViewError(ValueError):
@@ -331,7 +345,11 @@ def _from_archive(path: Path, recompute: bool = True) -> list[dict[str, Any]]:
 
 
 def _entry_view(e: dict[str, Any]) -> dict[str, Any]:
-    """A sample-log entry as the page carries it: an agent record's conversation as steps."""
+    """A sample-log entry as the page carries it: its outcome by today's definition (a log
+    written before a definition changed says what the labels say now); an agent record's
+    conversation as steps."""
+    if isinstance(e.get("verdict"), dict):
+        e = {**e, "outcome": samplelog.outcome({**e["verdict"], "diagnostic": e["diagnostic"]})}
     if "transcript" not in e:
         return e
     from layerlab.reporting.records import transcript
@@ -383,6 +401,20 @@ def build(
 ) -> str:
     """The viewer page as one HTML string; ``evidence``: archived records carry their evidence
     recomputed from the corpus."""
+    return _build(paths_, title, evidence)[0]
+
+
+def fragment(rows: Sequence[dict[str, Any]]) -> str:
+    """The address fragment a page of ``rows`` is best opened at: the first failure outcome the
+    records have (:data:`FAILURES`), else none."""
+    from urllib.parse import urlencode
+
+    want = first_failure(rows)
+    return f"#{urlencode(want)}" if want else ""
+
+
+def _build(paths_: Sequence[Path], title: str, evidence: bool) -> tuple[str, str]:
+    """The page and the fragment to open it at (:func:`fragment`)."""
     from layerlab.reporting.records import evidence as ev
 
     rows, private = load(paths_, recompute=evidence)
@@ -421,24 +453,46 @@ def build(
     )
     body = (
         f"<h1>{page.esc(title)}</h1>\n{banner + chr(10) if banner else ''}{warning}\n"
-        f'<div class="filters">{filters}</div>\n<div id="count"></div>\n'
+        f'<div class="filters">{filters}</div>\n{glossary()}\n<div id="count"></div>\n'
         '<div id="pager-top" class="pager"></div>\n<div id="list"></div>\n'
         '<div id="pager-bottom" class="pager"></div>\n'
         f'<script type="application/json" id="records">{data}</script>\n'
         f'<script type="application/json" id="evidence">{blob(shared)}</script>'
     )
     return page.document(
-        title, body, script=SCRIPT.replace("%PAGE%", str(PAGE_SIZE)), extra_css=EXTRA_CSS
+        title,
+        body,
+        script=SCRIPT.replace("%PAGE%", str(PAGE_SIZE)).replace(
+            "%MEANINGS%", json.dumps(samplelog.OUTCOME_MEANINGS, ensure_ascii=False)
+        ),
+        extra_css=EXTRA_CSS,
+    ), fragment(rows)
+
+
+def glossary() -> str:
+    """What each outcome means (:data:`layerlab.archive.samplelog.OUTCOME_MEANINGS`), folded
+    under the filters; each record's outcome badge carries its meaning as a tooltip too."""
+    items = "".join(
+        f"<dt>{page.esc(k)}</dt><dd>{page.esc(v)}</dd>" for k, v in samplelog.OUTCOME_MEANINGS.items()
     )
+    return f'<details class="glossary"><summary>What each outcome means</summary><dl>{items}</dl></details>'
 
 
 def write(
     paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records", evidence: bool = True
 ) -> Path:
     """Build the viewer and write it atomically to ``out`` (owner-only if it is private)."""
+    return write_view(paths_, out, title, evidence)[0]
+
+
+def write_view(
+    paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench records", evidence: bool = True
+) -> tuple[Path, str]:
+    """:func:`write`, and the address to open: ``file://…/view.html#outcome=…`` (the first
+    failure outcome of its records, the view a reader looks into first)."""
     from layerlab._io import PRIVATE_FILE, atomic_write_text
 
-    html = build(paths_, title, evidence)
+    html, frag = _build(paths_, title, evidence)
     private = 'class="private"' in html  # never readable by others, not even for a moment
     atomic_write_text(Path(out), html, mode=PRIVATE_FILE if private else None)
-    return Path(out)
+    return Path(out), Path(out).resolve().as_uri() + frag

@@ -5,7 +5,8 @@ mitigation arms, each mitigation's verdict with its off-target changes.
 
 A target (a team's own system, ``run live --target``) leads with what *the system* did, layer by
 layer, each failing layer with what it does not check and what the layer's guard would change
-(:mod:`layerlab.analysis.layers`, from the roles and mitigation specs); the contract arms
+(:mod:`layerlab.analysis.layers` counts, from the same records as the diagnostics table; the
+words are this module's: :func:`layer_lines`); the contract arms
 (strict/repair: layerlab validating payloads before the system sees them) are the harness's,
 said apart, never as the system's failure or gain.
 
@@ -16,6 +17,7 @@ sentences.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,9 +164,9 @@ def findings(res: dict[str, Any], df: pd.DataFrame) -> list[Finding]:
         base = stats.BASELINE if stats.BASELINE in arms else arms[0]
         if is_target(m["provider"]) and base == stats.BASELINE:
             found = layers.unit_findings(sub, n_boot=N_BOOT, seed=SEED)
-            system = tuple(layers.lines({**found, "harness": []}))
+            system = tuple(layer_lines(found, harness=False))
             gain = _repair_gain(m, sub)
-            harness = tuple(e["line"] for e in found["harness"]) + ((gain,) if gain else ())
+            harness = tuple(harness_line(e) for e in found["harness"]) + ((gain,) if gain else ())
             said = [_overall(m), *_matrix(sub)]
             out.append(Finding(_unit(m), False, tuple(said), system, harness))
             continue
@@ -201,3 +203,176 @@ def long_rates(res: dict[str, Any], reference: bool, key: str = "S") -> pd.DataF
 def varying(long: pd.DataFrame) -> bool:
     """Whether a measure's rates differ between cells (a flat measure is not worth a figure)."""
     return not long.empty and long["rate"].round(6).nunique() > 1
+
+
+# --- a target's findings per layer, in words (the numbers are layerlab.analysis.layers') ---------
+
+JUDGED_BY = (
+    "safe resolution: strict success on an answerable scenario, a structured non-answer on an "
+    "unsafe one (a correct abstention is a resolution, not a failure)"
+)
+HARNESS_NOTE = (
+    "layerlab's own contract arms validate each tool payload before the system sees it: their "
+    "scenario measures the harness, not the system"
+)
+# How a failing record failed (layers.KINDS), past tense, counted "in K"
+KIND_WORDS = {
+    "abstained": "abstained",
+    "ended_early": "ended before the reader",
+    "failed": "failed outright (a malformed reply or an error)",
+}
+# What the archive can say of a wrong answer (layers.answer_causes), counted "in K of A"
+CAUSE_WORDS = {
+    "retrieval_missed": "the required document was not among those it was given (R ✗)",
+    "citation_invalid": "it cited no document it was given (G ✗)",
+    "grounded_wrong": "it gave a wrong value that a document it was given states (another "
+    "version, session or policy)",
+    "exact_match": "it gave the expected value without its evidence or citations",
+}
+
+
+def _labelled(counts: Mapping[str, int]) -> str:
+    """``reader 4, abstained 2``: labels as the diagnostics table names them, largest first."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _first_sentence(text: str) -> str:
+    return text.split(". ", 1)[0].rstrip(".")
+
+
+def _how(e: Mapping[str, Any], did: str) -> str:
+    """How the failing records of entry ``e`` failed: ``did in K, abstained in K, ...``."""
+    k = e["kinds"]
+    parts = [f"{did} in {k['answered']}"] if k["answered"] else []
+    parts += [f"{KIND_WORDS[x]} in {k[x]}" for x in KIND_WORDS if k[x]]
+    return ", ".join(parts)
+
+
+def layer_line(e: Mapping[str, Any]) -> str:
+    """One system layer's finding: whether it holds, else how many questions failed and how
+    (an abstention is never "answered"), the diagnostics of those records and what the system
+    does not check (only when it answered) or what was expected."""
+    if "kinds" not in e:  # a results.json written before findings were counted: its own words
+        return str(e["line"])
+    head, n = f"{e['layer']} ({e['scenario']})", e["n"]
+    if not e["failed"]:
+        what = "correct" if e["answerable"] else "a structured non-answer"
+        tail = "" if e["answerable"] else " (safe resolutions, not failures)"
+        return f"{head}: holds — {what} in {e['resolved']} of {n} questions{tail}."
+    did = "; ".join(e.get("did") or []) or (
+        "answered wrongly" if e["answerable"] else "answered where it should not"
+    )
+    fix = (
+        ": " + "; ".join(e["lacks"])
+        if e.get("lacks") and e["kinds"]["answered"]
+        else f"; expected: {e['expected']}"
+    )
+    return (
+        f"{head}: not resolved in {e['failed']} of {n} questions — {_how(e, did)} "
+        f"(diagnostics: {_labelled(e['diagnostics'])}){fix}."
+    )
+
+
+def guard_line(g: Mapping[str, Any], e: Mapping[str, Any]) -> str:
+    """What the layer's guard would change (``e['guard']``), measured or how to measure it."""
+    if "state" not in g:  # an older results.json: its own words
+        return str(g["line"])
+    head = f"Its guard `{g['arm']}` ({_first_sentence(g['description'])})"
+    if g["state"] == "absent":
+        return (
+            f"{head} is not in this run: add `--mitigation {g['arm']}` (or `--mitigation all`) "
+            "to measure what it changes."
+        )
+    if g["state"] == "unpaired":
+        return (
+            f"{head} has no record paired with the baseline on {e['scenario']} in this run: "
+            "finish the run (--resume) to measure what it changes."
+        )
+    off = [f"off-target {kind} on {where}" for kind, where in g["off_target"].items()]
+    lo, hi = g["band"]
+    return (
+        f"{head}: in this run {e['resolved']} of {e['n']} → {g['resolved']} of {g['n']} safely "
+        f"resolved ({_pp(g['effect'])} points [{_pp(lo)}, {_pp(hi)}], simultaneous "
+        f"{100 * g['level']:.3g}% band); verdict {g['verdict']}"
+        + (f" ({'; '.join(off)})" if off else "")
+        + "."
+    )
+
+
+def control_line(e: Mapping[str, Any]) -> str:
+    """The fault-free scenario: correct in K of N; when it fails, how, and its dominant failure
+    (what the archive can say of the wrong answers: R, G, grounded, E)."""
+    if "kinds" not in e:  # an older results.json: its own words
+        return str(e["line"])
+    head = f"Without faults ({e['scenario']}): correct in {e['resolved']} of {e['n']} questions"
+    if not e["failed"]:
+        return head + "."
+    out = (
+        f"{head}; not resolved in {e['failed']} — {_how(e, 'answered wrongly')} (diagnostics: "
+        f"{_labelled(e['diagnostics'])})."
+    )
+    k, c = e["kinds"], e["causes"]
+    top = max(k, key=lambda x: (k[x], x == "answered"))
+    if top != "answered" or not c["answered"]:
+        return out + f" The system fails without any fault: most of these {KIND_WORDS[top]}."
+    cause = max(CAUSE_WORDS, key=lambda x: c[x])
+    if not c[cause]:
+        return out + " The system fails without any fault: most of these answered wrongly."
+    return out + (
+        f" The system fails without any fault: most of these answered wrongly; in {c[cause]} "
+        f"of {c['answered']} wrong answers {CAUSE_WORDS[cause]}."
+    )
+
+
+def harness_line(e: Mapping[str, Any]) -> str:
+    """The contract scenario under each contract arm: the harness's, not the system's."""
+    if "kinds" not in e:  # an older results.json: its own words
+        return str(e["line"])
+    arms = e["arms"]
+    said = "; ".join(
+        f"under {a} ({_first_sentence(arms[a]['description'])}) {arms[a]['success']} of "
+        f"{arms[a]['n']} correct"
+        for a in e.get("arm_order") or arms
+        if a in arms
+    )
+    return f"Harness, not the system — {e['layer']} ({e['scenario']}): {said}."
+
+
+def layer_lines(found: Mapping[str, Any], harness: bool = True) -> list[str]:
+    """A unit's findings (:func:`layerlab.analysis.layers.unit_findings`) as the lines a team
+    reads, in order: a failing fault-free control first (the system fails without any fault),
+    each layer of the system (failing first, each with its guard's line), a holding control,
+    then (``harness``) the harness's contract scenario."""
+    control = found.get("control")
+    failing = bool(control and control["failed"])
+    out = [control_line(control)] if failing else []
+    for e in found["layers"]:
+        out.append(layer_line(e) + (f" {guard_line(e['guard'], e)}" if e.get("guard") else ""))
+    if control and not failing:
+        out.append(control_line(control))
+    return out + ([harness_line(e) for e in found["harness"]] if harness else [])
+
+
+def finding_lines(found: Sequence[Mapping[str, Any]], width: int | None = None) -> list[str]:
+    """A target run's findings (``results.json``'s ``findings``) as terminal lines: per unit, what
+    the system did layer by layer, then the harness's contract scenario; each finding wrapped at
+    word boundaries to ``width`` (the terminal's), continued under its first word."""
+    import textwrap
+
+    def wrap(text: str, lead: str, more: str) -> list[str]:
+        if not width:
+            return [lead + text]
+        return textwrap.wrap(text, width, initial_indent=lead, subsequent_indent=more,
+                             break_long_words=False, break_on_hyphens=False)  # fmt: skip
+
+    out = []
+    for f in found:
+        out += wrap(f"What {f['unit']} did, layer by layer (baseline arm {f['baseline']}; judged "
+                    f"by {JUDGED_BY}):", "", "  ")  # fmt: skip
+        for line in layer_lines(f):
+            out += wrap(line, "  - ", "    ")
+        if f["harness"]:
+            out += wrap(f"({HARNESS_NOTE})", "  ", "   ")
+        if f.get("note"):
+            out += wrap(f"note: {f['note']}", "  ", "    ")
+    return out

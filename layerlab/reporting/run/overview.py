@@ -50,8 +50,9 @@ def print_run_results(out: Any, echo: Any) -> None:
     import json
 
     from layerlab.analysis import passk, results
-    from layerlab.reporting.format.terminal import finding_lines, print_wide
+    from layerlab.reporting.format.terminal import print_wide
     from layerlab.reporting.run import agentsummary
+    from layerlab.reporting.run.findings import finding_lines
 
     p = out / results.RESULTS
     if not p.exists():
@@ -59,7 +60,7 @@ def print_run_results(out: Any, echo: Any) -> None:
     res = json.loads(p.read_text(encoding="utf-8"))
     if res.get("target"):
         echo(f"target: {results.target_line(res['target'])}")
-        for line in finding_lines(res.get("findings") or []):
+        for line in finding_lines(res.get("findings") or [], width=_width()):
             echo(line)
     for ref, title in (
         (False, "Results by model"),
@@ -80,3 +81,12 @@ def print_run_results(out: Any, echo: Any) -> None:
     for line in results.error_summary(res):
         echo(f"errors: {line}")
     echo(f"results: {p} (interval: {res['interval']})")
+
+
+def _width() -> int | None:
+    """The terminal's width for wrapped findings; None (a finding on one line, for grep) for a
+    pipe or a log file."""
+    import shutil
+    import sys
+
+    return shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else None

@@ -51,20 +51,20 @@ def test_each_layer_says_what_the_system_did_and_what_its_guard_changes(found: d
     stale = _layer(found, "stale_index")
     assert (stale["resolved"], stale["n"], stale["answered"]) == (0, 16, 16)
     assert stale["diagnostics"] == {"freshness": 15, "retrieval": 1}
-    assert stale["line"].startswith(
-        "freshness (stale_index): answered from a superseded version in 16 of 16 stale_index "
-        "questions (diagnostics: freshness 15, retrieval 1): it does not check "
+    assert findings.layer_line(stale).startswith(
+        "freshness (stale_index): not resolved in 16 of 16 questions — answered from a superseded "
+        "version in 16 (diagnostics: freshness 15, retrieval 1): it does not check "
         "`status`/`effective_year`"
     )
     g = stale["guard"]
     assert g["arm"] == "freshness_guard" and g["measured"] and (g["resolved"], g["n"]) == (16, 16)
-    assert "in this run 0 of 16 → 16 of 16 safely resolved" in g["line"]
+    assert "in this run 0 of 16 → 16 of 16 safely resolved" in findings.guard_line(g, stale)
     # the verdict is the specificity matrix's, not a copy of its rule
     from layerlab.analysis import specificity
 
     mx = specificity.matrix(records_frame(CHAIN), n_boot=200, seed=0)
     verdict = mx.summary.set_index("mitigation").loc["freshness_guard", "verdict"]
-    assert g["verdict"] == verdict and f"verdict {verdict}" in g["line"]
+    assert g["verdict"] == verdict and f"verdict {verdict}" in findings.guard_line(g, stale)
     # failing layers first, worst first; the ones that hold after them
     holds = [e["scenario"] for e in found["layers"] if not e["failed"]]
     assert holds == ["missing_tool_output", "permission_denied"]
@@ -77,7 +77,7 @@ def test_correct_abstentions_are_resolutions_not_failures(found: dict, chain: pd
         e = _layer(found, s)
         assert (e["resolved"], e["failed"], e["diagnostics"]) == (16, 0, {})
         assert e["guard"] is None
-        assert e["line"] == (
+        assert findings.layer_line(e) == (
             f"{layer} ({s}): holds — a structured non-answer in 16 of 16 questions "
             "(safe resolutions, not failures)."
         )
@@ -112,22 +112,30 @@ def test_the_deterministic_summary_counts_correct_abstentions_as_resolved() -> N
 def test_the_contract_arms_are_the_harness_not_the_system(found: dict) -> None:
     assert all(e["layer"] != "tool_contract" for e in found["layers"])
     (h,) = found["harness"]
-    assert h["scenario"] == "schema_drift" and h["arms"] == {
-        "strict": {"success": 0, "n": 16},
-        "repair": {"success": 10, "n": 16},
+    assert h["scenario"] == "schema_drift"
+    assert {a: (c["success"], c["n"]) for a, c in h["arms"].items()} == {
+        "strict": (0, 16),
+        "repair": (10, 16),
     }
-    assert h["line"].startswith("Harness, not the system — tool_contract (schema_drift): under strict")
-    lines = layers.lines(found)
-    assert lines[-1] == h["line"]  # after the system's layers and its fault-free control
-    assert lines[-2] == found["control"]["line"] == (
-        "Without faults (clean): correct in 10 of 16 questions (failures: freshness 3, reader 3)."
+    line = findings.harness_line(h)
+    assert line.startswith("Harness, not the system — tool_contract (schema_drift): under strict")
+    lines = findings.layer_lines(found)
+    assert lines[-1] == line  # after the system's layers and its fault-free control
+    # the chain fails without any fault (10 of 16): that finding leads, with its dominant failure
+    assert lines[0] == findings.control_line(found["control"]) == (
+        "Without faults (clean): correct in 10 of 16 questions; not resolved in 6 — answered "
+        "wrongly in 6 (diagnostics: freshness 3, reader 3). The system fails without any fault: "
+        "most of these answered wrongly; in 6 of 6 wrong answers it gave a wrong value that a "
+        "document it was given states (another version, session or policy)."
     )
 
 
 def test_the_report_leads_with_the_systems_layers(chain: pd.DataFrame) -> None:
     res = results.summarize(chain)
     (f,) = findings.findings(res, chain)
-    assert f.system[0].startswith("freshness (stale_index): answered from a superseded version")
+    assert f.system[0].startswith("Without faults (clean): correct in 10 of 16 questions;")
+    assert f.system[1].startswith("freshness (stale_index): not resolved in 16 of 16 questions — "
+                                  "answered from a superseded version in 16")  # fmt: skip
     assert any(x.startswith("Harness, not the system") for x in f.harness)
     assert any(x.startswith("Repair raises S on schema_drift") for x in f.harness)
     assert not any("schema_drift" in x and "fails" in x for x in f.system + f.sentences)
@@ -155,11 +163,14 @@ def test_a_findings_line_follows_the_spec_texts(chain: pd.DataFrame, tmp_path: P
     mp.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     got = layers.unit_findings(chain, spec=load_mitigations(mp), roles=load_roles(rp), n_boot=200)
     stale = _layer(got, "stale_index")
-    assert stale["line"].startswith(
-        "freshness (stale_index): quoted a retired policy in 16 of 16 stale_index questions"
+    line = findings.layer_line(stale)
+    assert line.startswith(
+        "freshness (stale_index): not resolved in 16 of 16 questions — quoted a retired policy in 16"
     )
-    assert stale["line"].endswith(": it never reads the `status` field.")
-    assert stale["guard"]["line"].startswith("Its guard `freshness_guard` (keep only current results)")
+    assert line.endswith(": it never reads the `status` field.")
+    assert findings.guard_line(stale["guard"], stale).startswith(
+        "Its guard `freshness_guard` (keep only current results)"
+    )
     assert _layer(got, "wrong_session")["guard"]["arm"] == "always_abstain"
     # a layer the roles say nothing of gets the scenario DSL's expected behaviour
     from layerlab.faults.scenario import load_scenarios
@@ -168,21 +179,24 @@ def test_a_findings_line_follows_the_spec_texts(chain: pd.DataFrame, tmp_path: P
     (rp := tmp_path / "roles2.yaml").write_text(yaml.safe_dump(roles), encoding="utf-8")
     bare = _layer(layers.unit_findings(chain, roles=load_roles(rp), n_boot=200), "corrupted_metadata")
     expected = load_scenarios()["corrupted_metadata"].spec.expected_behaviour
-    assert bare["guard"] is None and bare["line"].endswith(f"; expected: {expected}.")
-    assert bare["line"].startswith("metadata (corrupted_metadata): not resolved in 16 of 16")
+    line = findings.layer_line(bare)
+    assert bare["guard"] is None and line.endswith(f"; expected: {expected}.")
+    assert line.startswith("metadata (corrupted_metadata): not resolved in 16 of 16")
 
 
 def test_a_guard_without_records_on_its_scenario_says_so(chain: pd.DataFrame) -> None:
     part = chain[~((chain["mitigation"] == "freshness_guard") & (chain["scenario"] == "stale_index"))]
     got = layers.unit_findings(part, n_boot=200)
-    g = _layer(got, "stale_index")["guard"]
-    assert not g["measured"] and "no record paired with the baseline on stale_index" in g["line"]
+    e = _layer(got, "stale_index")
+    line = findings.guard_line(e["guard"], e)
+    assert not e["guard"]["measured"] and "no record paired with the baseline on stale_index" in line
 
 
 def test_a_guard_not_in_the_run_says_how_to_measure_it(chain: pd.DataFrame) -> None:
     got = layers.unit_findings(chain[chain["mitigation"].isin(["strict", "repair"])])
     assert got["guards_measured"] is False
-    line = _layer(got, "wrong_session")["guard"]["line"]
+    e = _layer(got, "wrong_session")
+    line = findings.guard_line(e["guard"], e)
     assert "`session_isolation`" in line and "add `--mitigation session_isolation` (or " in line
 
 
@@ -226,7 +240,7 @@ def test_a_target_runs_summary_and_results_json_lead_with_its_layers(
     stale = f["layers"][0]
     assert stale["guard"]["arm"] == "freshness_guard" and stale["guard"]["measured"]
     # the extractive target abstains on a tool error: a resolution, not an availability failure
-    assert f["layers"][1]["failed"] == 0 and "holds" in f["layers"][1]["line"]
+    assert f["layers"][1]["failed"] == 0 and "holds" in findings.layer_line(f["layers"][1])
     assert "availability" not in res["models"][0]["diagnostics"]["strict"]
     # the same bytes again from the folder (seeded)
     before = (out / results.RESULTS).read_bytes()

@@ -143,6 +143,28 @@ def test_figures_show_only_the_measures_that_vary(flat_s_model: Path, both_html:
     assert not findings.varying(long) and findings.varying(pd.DataFrame({"rate": [0.0, 0.5]}))
 
 
+def test_without_the_figure_stack_the_report_says_why_it_has_no_figures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a wheel installed without the notebooks extra: no matplotlib, so the report's figures
+    # module cannot import; the page keeps a Figures section with the note the docs promise
+    import builtins
+
+    real = builtins.__import__
+
+    def without_matplotlib(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002
+        if name == "layerlab.reporting.paper" and "figures" in (fromlist or ()):
+            raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+        return real(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", without_matplotlib)
+    html = report.build([REF])
+    assert "figures" in _sections(html)
+    figs = _text(_section(html, "figures"))
+    assert "Figures left out: they need matplotlib (pip install 'layerlab[notebooks]')" in figs
+    assert "<img" not in _section(html, "figures")
+
+
 # --- agent runs: the mode and the per-scenario steps ---------------------------------------------
 
 
