@@ -145,7 +145,8 @@ _LIVE_PANELS = {
     "What to test": ("model", "target", "target_name", "target_version", "target_setting", "config_path"),
     "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "epochs",
                    "retriever", "corpus_dir", "scenarios_path"),
-    "Output and resume": ("out", "resume", "retry_errors", "cache_dir", "sample_log", "progress"),
+    "Output and resume": ("out", "resume", "retry_errors", "accept_code_change", "cache_dir",
+                          "sample_log", "progress"),
     "Agent mode": ("agent", "max_steps", "tool_protocol"),
     "Calls and failures": ("api_base", "local_servers", "concurrency", "budget", "timeout",
                            "attempts", "backoff", "retry_seed", "max_error_rate"),
@@ -238,6 +239,9 @@ def run_live(
     retry_errors: bool = typer.Option(
         False, "--retry-errors", help="With --resume: ask the provider_error cells again."
     ),
+    accept_code_change: bool = typer.Option(
+        False, "--accept-code-change", help="With --resume: go on although the target's code "
+        "changed; the manifest says which records ran under which code."),  # fmt: skip
     max_error_rate: float = typer.Option(
         0.2,
         "--max-error-rate",
@@ -299,7 +303,9 @@ def run_live(
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live
     from layerlab.harness.deterministic import contract_arms
+    from layerlab.harness.live.failed import fix_hint
     from layerlab.models.llm import ProviderSettings
+    from layerlab.system.retrieval import RetrieverError
 
     if not until_decided:
         decided.refuse_without(ctx)
@@ -310,6 +316,7 @@ def run_live(
         given = live.RunSettings(
             resume=resume,
             retry_errors=retry_errors,
+            accept_code_change=accept_code_change,
             cache_dir=cache_dir,
             local_servers=os.cpu_count() or 1,
         )
@@ -330,6 +337,7 @@ def run_live(
         concurrency=concurrency,
         resume=resume,
         retry_errors=retry_errors,
+        accept_code_change=accept_code_change,
         cache_dir=cache_dir,
         local_servers=local_servers or (os.cpu_count() or 1),
         max_error_rate=max_error_rate,
@@ -408,7 +416,7 @@ def run_live(
                 progress=bar.update if bar else None, say=lambda m: typer.echo(m, err=True),
                 samples=log, **run.kwargs(),
             )  # fmt: skip
-    except live.LiveRunError as exc:
+    except (live.LiveRunError, RetrieverError) as exc:  # a store that cannot index: its error
         raise _fail(str(exc)) from None
     finally:
         if bar:
@@ -426,9 +434,9 @@ def run_live(
         typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
     if result.over_error_rate:
         typer.echo(
-            f"error: provider-error rate above --max-error-rate {max_error_rate:g} for "
+            f"error: error rate above --max-error-rate {max_error_rate:g} for "
             f"{', '.join(result.over_error_rate)}; the records are written but the run failed "
-            "(fix the cause, then --resume --retry-errors)",
+            f"({fix_hint(out)})",
             err=True,
         )
         raise typer.Exit(EXIT_ERROR_RATE)
@@ -500,6 +508,7 @@ def _run_config(
     ``run`` holds what the flags set (resume, retry errors, cache folder)."""
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live, runconfig
+    from layerlab.harness.live.failed import fix_hint
     from layerlab.mitigations import load_mitigations
     from layerlab.reporting.format.terminal import ProgressBar
 
@@ -544,9 +553,9 @@ def _run_config(
     typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / runconfig.CONFIG_COPY}")
     if over:
         typer.echo(
-            f"error: provider-error rate above max_error_rate {spec.max_error_rate:g} for "
+            f"error: error rate above max_error_rate {spec.max_error_rate:g} for "
             f"{', '.join(over)}; the records are written but the run failed "
-            "(fix the cause, then --resume --retry-errors)",
+            f"({fix_hint(out)})",
             err=True,
         )
         raise typer.Exit(EXIT_ERROR_RATE)

@@ -27,7 +27,7 @@ from layerlab.analysis import passk, results
 from layerlab.archive import Record
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.faults.scenario import Scenario
-from layerlab.harness.live import agentlog, calls, runmanifest
+from layerlab.harness.live import agentlog, calls, codechange, failed, runmanifest
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.engine import (
     RunContext,
@@ -101,6 +101,7 @@ def run_live(
     preflight: bool = True,
     samples: SampleHook | None = None,
     workers: int | None = None,
+    accept_code_change: bool = False,
 ) -> LiveResult:
     """Run (or resume) a live matrix into ``out``; see the package docstring.
 
@@ -110,7 +111,8 @@ def run_live(
     call per model. ``seed`` seeds the retry jitter; ``retry_errors`` (with ``resume``) asks
     ``provider_error`` cells again. ``workers`` worker processes share the cells (default:
     :func:`worker_processes`, one per core where the run allows it); this process stays the
-    only writer of the run folder. The keyword settings are those of :class:`RunSettings`.
+    only writer of the run folder. The keyword settings are those of :class:`RunSettings`;
+    ``accept_code_change`` resumes a run whose target's code changed (:mod:`.codechange`).
     """
     from layerlab.models import agents
 
@@ -132,6 +134,10 @@ def run_live(
     if retrieval.is_external(config.retriever):  # a team's retriever code, in the run id too
         code = tuple(sorted(retrieval.code(config.retriever).items()))
         config = dataclasses.replace(config, retriever_code=code)
+    config, code_history = codechange.reconcile(
+        out, config, lambda c: runmanifest.run_id_for(c, corpus, scenario_hash), resume,
+        accept_code_change,
+    )  # fmt: skip
     work = config.this_shard(corpus)  # what this process runs: the shard's tasks (shards.py)
     n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
     plan = runmanifest.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
@@ -201,9 +207,10 @@ def run_live(
             rewrite_progress(plog, done)
         written: dict[tuple[Any, ...], Record] = {}
         n_workers = workers or worker_processes(config, bases, plan["expected_records"] - len(done))
+        elog = failed.open_log(out, config, plan["run_id"])  # a target's tracebacks (private)
         ctx = RunContext(
             corpus, key, work, prepared, cache, plan["run_id"], concurrency, samples is not None,
-            target,
+            target, elog,
         )
         todo, total = todo_cells(corpus, work, done, counters)
         alog = ProgressLog(out / rows) if rows is not None else None
@@ -244,6 +251,7 @@ def run_live(
     if config.target is not None and isinstance(m.target, dict):
         table = agentlog.write_table(out, records, target=True)
         m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
+        m = codechange.stamp(m, code_history, written.values())
     final = archive.write_run(out, records, m)
     (out / runmanifest.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
     if records:
@@ -271,15 +279,12 @@ def run_live(
             f"records written (a valid partial archive). Continue with the same command plus --resume "
             f"and a new --budget."
         )
-    over = [
-        m
-        for m, e in errors.items()
-        if e["called"] and e["provider_error"] / e["called"] > max_error_rate
-    ]
+    over = failed.over_rate(errors, max_error_rate, config)  # a store's failures, too
     if retrieval.is_external(config.retriever):
         notes.append(retrieval.report(config.retriever))
     notes += passk.deterministic_notes(records, config.epochs, (*archive.LABELS, "diagnostic"))
-    msg = "\n".join([*notes, msg, _error_line(errors, config.target is not None)])
+    said = failed.lines(elog, failed.close_log(elog, out, config), config)  # log's path last
+    msg = "\n".join([*notes, msg, _error_line(errors, config.target is not None), *said])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), run.cache_folder)
 
 

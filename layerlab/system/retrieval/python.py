@@ -17,7 +17,9 @@
 One object is made, and ``index`` called once, per distinct scenario index. A ``search`` that
 takes a ``principal_scopes`` keyword also gets the requesting principal's access scopes (a
 frozenset; ``None``: unrestricted), so the store's own filter can act on each document's
-``access_scope``; layerlab's access control applies after it all the same.
+``access_scope``; layerlab's access control applies after it all the same. Each search has
+``timeout`` seconds (the object's ``timeout`` attribute, else 30 s: ``STORE_TIMEOUT_S``); one
+that takes longer fails as a tool error (``timeout: no reply within S s``).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from layerlab._secrets import redact
 from layerlab.system.retrieval.external import (
     Adapter,
     RetrieverError,
     Search,
     StoreDocument,
     adapter,
+    error_text,
+    store_timeout,
 )
 
 
@@ -47,9 +50,7 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
     try:
         store = factory()
     except Exception as exc:
-        raise RetrieverError(
-            redact(f"{where}: {name}() failed ({type(exc).__name__}: {exc})")
-        ) from None
+        raise RetrieverError(f"{where}: {name}() failed ({error_text(exc)})") from None
     for method in ("index", "search"):
         if not callable(getattr(store, method, None)):
             raise RetrieverError(
@@ -60,12 +61,12 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
         store.index(list(documents))
     except Exception as exc:
         raise RetrieverError(
-            f"{where}: index() of {len(documents)} documents failed ({type(exc).__name__}: "
-            f"{redact(' '.join(str(exc).split()))[:200]})"
+            f"{where}: index() of {len(documents)} documents failed ({error_text(exc)})"
         ) from None
+    limit = store_timeout(store)
     if _takes_scopes(store.search):
-        return Search(lambda q, k, scopes: store.search(q, k, principal_scopes=scopes), True)
-    return Search(lambda q, k, _scopes: store.search(q, k))
+        return Search(lambda q, k, scopes: store.search(q, k, principal_scopes=scopes), True, limit)
+    return Search(lambda q, k, _scopes: store.search(q, k), timeout=limit)
 
 
 def _takes_scopes(fn: Any) -> bool:
