@@ -303,7 +303,7 @@ def run_live(
     from layerlab.corpus.spec import spec_hash
     from layerlab.harness import live
     from layerlab.harness.deterministic import contract_arms
-    from layerlab.harness.live.failed import fix_hint
+    from layerlab.harness.live.failed import fix_hint, rate_line
     from layerlab.models.llm import ProviderSettings
     from layerlab.system.retrieval import RetrieverError
 
@@ -434,9 +434,8 @@ def run_live(
         typer.echo(f"reply cache: {run.cache_folder} (private: holds model replies, never archived)")
     if result.over_error_rate:
         typer.echo(
-            f"error: error rate above --max-error-rate {max_error_rate:g} for "
-            f"{', '.join(result.over_error_rate)}; the records are written but the run failed "
-            f"({fix_hint(out)})",
+            f"error: {rate_line(result.errors, list(result.over_error_rate), config, max_error_rate)}"
+            f"; the records are written but the run failed ({fix_hint(out)})",
             err=True,
         )
         raise typer.Exit(EXIT_ERROR_RATE)

@@ -109,7 +109,7 @@ class ErrorLog:
             private_file(self.path, "tracebacks of the system under test")  # 0600
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            self._fh.write(f"# run {self.run_id}: invocation of {stamp}\n")
+            self._fh.write(f"# {f'run {self.run_id}: ' if self.run_id else ''}invocation of {stamp}\n")
             self.written = True
         return self._fh
 

@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from layerlab.harness.targets.base import MAX_REPLY_BYTES, TargetRequest
+from layerlab.harness.targets.base import MAX_REPLY_BYTES, TargetRequest, Unreadable
 from layerlab.harness.targets.failures import ReplyTimeout, ServiceError
 from layerlab.harness.targets.options import timeout_setting
 from layerlab.harness.targets.spec import TargetError, TargetSpec
@@ -115,8 +115,9 @@ class HttpTarget:
         if kind == "application/json":
             try:
                 return json.loads(data)
-            except json.JSONDecodeError:
-                return None  # said JSON, is not: a malformed reply
+            except json.JSONDecodeError as exc:  # said JSON, is not
+                return Unreadable(f"the service said application/json but sent no valid JSON "
+                                  f"({exc.msg}; {len(body)} bytes)")  # fmt: skip
         return data
 
     def close(self) -> None:
