@@ -66,6 +66,12 @@ def import_attr(
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         missing = exc.name or module
+        from layerlab import extras
+
+        if missing.partition(".")[0] in extras.EXTRAS and missing != module:
+            raise error(
+                f"{where}: {module!r} needs {missing} ({extras.install_hint(missing)})"
+            ) from None
         raise error(
             f"{where}: no module named {missing!r} (is its folder on PYTHONPATH or the current folder?)"
         ) from None
