@@ -435,7 +435,7 @@ def run_live(
     if result.over_error_rate:
         typer.echo(
             f"error: {rate_line(result.errors, list(result.over_error_rate), config, max_error_rate)}"
-            f"; the records are written but the run failed ({fix_hint(out)})",
+            f"; the records are written but the run failed ({fix_hint(out, spec is not None)})",
             err=True,
         )
         raise typer.Exit(EXIT_ERROR_RATE)
@@ -554,7 +554,7 @@ def _run_config(
         typer.echo(
             f"error: error rate above max_error_rate {spec.max_error_rate:g} for "
             f"{', '.join(over)}; the records are written but the run failed "
-            f"({fix_hint(out)})",
+            f"({fix_hint(out, spec.target is not None)})",
             err=True,
         )
         raise typer.Exit(EXIT_ERROR_RATE)

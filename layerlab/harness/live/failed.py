@@ -100,9 +100,10 @@ def rate_line(
     return f"error rate above --max-error-rate {max_rate:g}: " + "; ".join(parts)
 
 
-def fix_hint(out: Path) -> str:
-    """What to do about a failed run: where the tracebacks are, and how to go on after a fix."""
+def fix_hint(out: Path, target: bool = False) -> str:
+    """What to do about a failed run: where the tracebacks are, and how to go on after a fix
+    (a ``target`` run's code is in its id: after an edit, with ``--accept-code-change``)."""
     log = Path(out) / ERROR_LOG
     where = f"full tracebacks: {log}; " if log.exists() else ""
-    return (f"{where}fix the cause, then --resume --retry-errors, adding --accept-code-change "
-            "once the target's code has changed")  # fmt: skip
+    then = ", adding --accept-code-change once the target's code has changed" if target else ""
+    return f"{where}fix the cause, then --resume --retry-errors{then}"
