@@ -66,6 +66,12 @@ def import_attr(
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         missing = exc.name or module
+        from layerlab import extras
+
+        if missing.partition(".")[0] in extras.EXTRAS and missing != module:
+            raise error(
+                f"{where}: {module!r} needs {missing} ({extras.install_hint(missing)})"
+            ) from None
         raise error(
             f"{where}: no module named {missing!r} (is its folder on PYTHONPATH or the current folder?)"
         ) from None
@@ -84,3 +90,38 @@ def import_attr(
             raise error(f"{where}: module {module!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def _not_users(filename: str) -> bool:
+    """Whether ``filename`` is layerlab's, the standard library's or an installed package's (or
+    not a file at all: ``<frozen ...>``, ``<string>``)."""
+    import sysconfig
+
+    if filename.startswith("<"):
+        return True
+    path = os.path.realpath(filename)
+    if any(part in ("site-packages", "dist-packages") for part in Path(path).parts):
+        return True
+    roots = {os.path.realpath(os.path.dirname(__file__))}
+    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
+        where = sysconfig.get_paths().get(name)
+        if where:
+            roots.add(os.path.realpath(where))
+    return any(path == r or path.startswith(r + os.sep) for r in roots)
+
+
+def user_frame(exc: BaseException) -> str | None:
+    """Where the user's own code raised ``exc``: its traceback's innermost frame that is not
+    layerlab's, the standard library's or an installed package's, as ``my_rag.py:12 in answer``
+    (the file relative to the current folder when it is under it), or None (no such frame: the
+    error came from a library, or from a service over HTTP)."""
+    import traceback
+
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not _not_users(frame.filename):
+            shown = os.path.realpath(frame.filename)
+            here = os.path.realpath(os.getcwd())
+            if shown.startswith(here + os.sep):
+                shown = os.path.relpath(shown, here)
+            return f"{shown}:{frame.lineno} in {frame.name}"
+    return None

@@ -71,11 +71,15 @@ def load_plugins() -> None:
             if not isinstance(loaded, ModuleType):
                 raise TypeError(f"names a {type(loaded).__name__}, not a module")
         except Exception as exc:
+            from layerlab._code import user_frame
+            from layerlab._secrets import redact
+
             why = " ".join(str(exc).split()) or "no message"
-            _state = PluginError(
+            at = user_frame(exc)  # the plug-in's own line, when it is not an installed package
+            _state = PluginError(redact(
                 f"layerlab plug-in {ep.name} = {ep.value!r} (distribution "
                 f"{_dist_name(ep)}) failed to load: {type(exc).__name__}: {why}"
-            )
+            ) + (f" at {at}" if at else ""))  # fmt: skip
             raise _state from exc
     _state = "loaded"
 

@@ -424,7 +424,7 @@ def test_a_mostly_failed_run_exits_non_zero_and_recompute_says_so(capsys, tmp_pa
     args = ["run", "live", "-m", "openai/fading", "--api-base", server.base, "--out", str(out)]
     args += ["--tasks", "hr-01-q1,hr-01-q2", "--scenario", "clean", "--scenario", "schema_drift"]
     args += ["--backoff", "0.01", "--no-progress", "--concurrency", "1"]
-    line = _fails(capsys, args, "above --max-error-rate 0.2 for openai/fading", code=4)
+    line = _fails(capsys, args, "above --max-error-rate 0.2: openai/fading: provider_error 5 of 6 records", code=4)
     assert "--resume --retry-errors" in line
     m = archive.read_manifest(out)
     errors = m["errors"]["openai/fading"]

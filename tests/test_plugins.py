@@ -115,10 +115,12 @@ def test_a_broken_plugin_is_one_clear_error_and_never_an_import_failure(tmp_path
     res = _python("import sys; from layerlab.cli import main; sys.exit(main(sys.argv[1:]))", site,
                   "scenario", "list")  # fmt: skip
     assert res.returncode == 1 and res.stdout == ""
-    assert res.stderr.splitlines() == [
+    [line] = res.stderr.splitlines()
+    assert line == (
         "error: layerlab plug-in guards = 'broken_layerlab_plugin' (distribution broken-plugin "
-        "0.2) failed to load: ImportError: needs a newer layerlab"
-    ]
+        "0.2) failed to load: ImportError: needs a newer layerlab at "
+        f"{site.resolve() / 'broken_layerlab_plugin.py'}:1 in <module>"
+    )  # the plug-in's own line (it is not under site-packages here)
     again = _python(
         textwrap.dedent(
             """\
@@ -222,3 +224,15 @@ def test_an_arm_known_neither_by_its_manifest_nor_the_spec_is_bad_input(
         assert len(lines) == 1 and "'toy_guard'" in lines[0], lines
         assert "neither the manifest (mitigation_arms) nor the shipped mitigation spec" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_a_broken_plugins_error_goes_through_the_one_redactor(tmp_path: Path) -> None:
+    site = _broken_site(tmp_path)
+    key = "sk-" + "a1b2c3d4" * 3
+    (site / "broken_layerlab_plugin.py").write_text(
+        f'raise ImportError("cannot reach postgres://admin:hunter2pw@db/vec with {key}")\n'
+    )
+    res = _python("import sys; from layerlab.cli import main; sys.exit(main(sys.argv[1:]))", site,
+                  "scenario", "list")  # fmt: skip
+    assert res.returncode == 1 and key not in res.stderr and "hunter2pw" not in res.stderr
+    assert "failed to load: ImportError: cannot reach postgres://(secret: not stored)@db" in res.stderr

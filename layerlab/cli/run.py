@@ -142,7 +142,8 @@ _LIVE_PANELS = {
     "What to test": ("model", "target", "target_name", "target_version", "target_setting", "config_path"),
     "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "epochs",
                    "retriever", "corpus_dir", "scenarios_path"),
-    "Output and resume": ("out", "resume", "retry_errors", "cache_dir", "sample_log", "progress"),
+    "Output and resume": ("out", "resume", "retry_errors", "accept_code_change", "cache_dir",
+                          "sample_log", "progress"),
     "Agent mode": ("agent", "max_steps", "tool_protocol"),
     "Calls and failures": ("api_base", "local_servers", "concurrency", "budget", "timeout",
                            "attempts", "backoff", "retry_seed", "max_error_rate"),
@@ -235,6 +236,9 @@ def run_live(
     retry_errors: bool = typer.Option(
         False, "--retry-errors", help="With --resume: ask the provider_error cells again."
     ),
+    accept_code_change: bool = typer.Option(
+        False, "--accept-code-change", help="With --resume: go on although the target's code "
+        "changed; the manifest says which records ran under which code."),  # fmt: skip
     max_error_rate: float = typer.Option(
         0.2,
         "--max-error-rate",
@@ -296,6 +300,7 @@ def run_live(
     from layerlab.harness import runner
     from layerlab.harness.live.settings import LiveRunError
     from layerlab.reporting.format.terminal import ProgressBar
+    from layerlab.system.retrieval import RetrieverError
 
     given = {n for n in ctx.params if decided.given(ctx, n)}
     try:
@@ -308,7 +313,7 @@ def run_live(
         raise _spec_fail(exc.spec, exc.what) from None
     except run_config.ConfigError as exc:
         raise (_usage if exc.usage else _fail)(str(exc)) from None
-    except LiveRunError as exc:
+    except (LiveRunError, RetrieverError) as exc:  # RetrieverError: a store that cannot index
         raise _fail(str(exc)) from None
     except ValueError as exc:  # a run configuration's runs: a merge refused
         if config_path is None:
@@ -321,6 +326,7 @@ def _report(config: RunConfig, done: Outcome) -> None:
     """What ``run live`` prints after its run (flags or ``--config``) and the exit it ends with:
     the results, the sample log, the outcome, where the archive is; an error-rate failure (4),
     an incomplete run (3)."""
+    from layerlab.harness.live.failed import fix_hint
     from layerlab.harness.runconfig import CONFIG_COPY
 
     out, by_file = config.outputs.out, config.outputs.config_file is not None
@@ -338,16 +344,23 @@ def _report(config: RunConfig, done: Outcome) -> None:
         typer.echo(f"reply cache: {config.execution.cache_folder} (private: holds model replies, "
                    "never archived)")  # fmt: skip
     if done.over_error_rate:
-        setting = "max_error_rate" if by_file else "--max-error-rate"
-        typer.echo(
-            f"error: provider-error rate above {setting} {config.execution.max_error_rate:g} for "
-            f"{', '.join(done.over_error_rate)}; the records are written but the run failed "
-            "(fix the cause, then --resume --retry-errors)",
-            err=True,
-        )
+        typer.echo(f"error: {_rate_line(config, done)}; the records are written but the run "
+                   f"failed ({fix_hint(out, config.system.target is not None)})", err=True)  # fmt: skip
         raise typer.Exit(EXIT_ERROR_RATE)
     if not done.complete:
         raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def _rate_line(config: RunConfig, done: Outcome) -> str:
+    """Why the run failed its error rate: in numbers for a run of flags (each model's, the
+    target's or the store's failures), by name for a run configuration's groups."""
+    from layerlab.harness.live.failed import rate_line
+
+    max_rate = config.execution.max_error_rate
+    if config.outputs.config_file is not None or done.result is None:
+        return f"error rate above max_error_rate {max_rate:g} for {', '.join(done.over_error_rate)}"
+    return rate_line(done.result.errors, list(done.over_error_rate), config.matrix.retriever,
+                     config.system.target is not None, max_rate)  # fmt: skip
 
 
 def _report_run(out: Path, log: Any, message: str) -> None:

@@ -305,6 +305,7 @@ def _from_cli(a: dict[str, Any], given: set[str], inputs: Inputs | None) -> RunC
     out = Path(a["out"])
     if a.get("config_path") is not None:
         execution = RunSettings(resume=bool(a.get("resume")), retry_errors=bool(a.get("retry_errors")),
+                                accept_code_change=bool(a.get("accept_code_change")),
                                 cache_dir=a.get("cache_dir"), local_servers=cpu_servers())  # fmt: skip
         RunConfig(System(), execution=execution, outputs=Outputs(out)).check_execution()
         for name in CONFIG_OWNS:
@@ -336,6 +337,7 @@ def _from_cli(a: dict[str, Any], given: set[str], inputs: Inputs | None) -> RunC
         execution=RunSettings(
             budget=a.get("budget"), concurrency=a.get("concurrency", 8),
             resume=bool(a.get("resume")), retry_errors=bool(a.get("retry_errors")),
+            accept_code_change=bool(a.get("accept_code_change")),
             cache_dir=a.get("cache_dir"), local_servers=a.get("local_servers") or cpu_servers(),
             max_error_rate=a.get("max_error_rate", DEFAULT_MAX_ERROR_RATE),
             seed=a.get("retry_seed", 0),

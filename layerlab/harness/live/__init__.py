@@ -14,7 +14,10 @@ trustworthy:
   (:mod:`layerlab.models.cache`) and never reaches an archive;
 * **retries** of 429s, 5xx and timeouts with seeded, jittered exponential backoff honouring
   ``Retry-After``, then a labelled failure record (:mod:`.calls`); the error rate per model is
-  reported and a run above ``max_error_rate`` is flagged (the CLI exits non-zero);
+  reported and a run above ``max_error_rate`` is flagged (the CLI exits non-zero); what failed
+  is said with the team's own frame, tracebacks in the run's private ``errors.log``
+  (:mod:`.failed`), and a resume after the team's code changed is refused or, accepted,
+  recorded (:mod:`.codechange`);
 * an append-only progress log with a **checksum per line** and **atomic** final writes, so a
   run killed at any moment (SIGKILL included) resumes with ``resume=True`` to exactly one
   record per cell and task; damaged or tampered lines are dropped, reported and recomputed

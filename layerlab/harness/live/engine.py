@@ -100,6 +100,7 @@ class RunContext:
     concurrency: int  # concurrent requests of the run (a worker process gets its share)
     want_samples: bool  # whether records come with their sample-log entries
     target: Any = None  # the opened target (execute.open_target) of a target run, else None
+    errors: Any = None  # a target run's error log (targets.failures.ErrorLog), else None
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ class Engine:
             except TargetError as exc:
                 raise LiveRunError(str(exc)) from None
             self.runner = Runner(target, ctx.config.settings.timeout_s)
+            self.runner.errors = ctx.errors
         # the arms once, not a spec lookup per record
         self.arms = {m: mitigations.arm(m) for m in ctx.config.mitigations}
         self.stopped = False
@@ -291,10 +293,11 @@ class Engine:
         prepared, target = self.prepared[cell.scenario], runner.target
         tools, request = start_record(target, cell.task, prepared, self.arms[cell.mode],
                                       runner.mcp)  # fmt: skip
+        where = f"{cell.task.task_id}/{cell.scenario}/{cell.mode}" + (
+            f"/{cell.replicate}" if cell.replicate else "")  # fmt: skip
         try:
-            raw, error = await runner.call(lambda: target.answer(request))
+            raw, error = await runner.call(lambda: target.answer(request), where)
         except TargetExit as exc:
-            where = f"{cell.task.task_id}/{cell.scenario}/{cell.mode}"
             raise LiveRunError(
                 f"--target {target.spec.spec}: answer() {exc.how} on record {where} "
                 "(a target returns or raises; it must not end the process): the run stopped"

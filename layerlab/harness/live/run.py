@@ -26,7 +26,7 @@ from layerlab.analysis import passk, results
 from layerlab.archive import Record
 from layerlab.corpus.build import AnswerKey, Corpus, Task
 from layerlab.faults.scenario import Scenario
-from layerlab.harness.live import agentlog, calls, runmanifest
+from layerlab.harness.live import agentlog, calls, codechange, failed, runmanifest
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.engine import (
     RunContext,
@@ -101,6 +101,7 @@ def run_live(
     samples: SampleHook | None = None,
     workers: int | None = None,
     run: RunSettings | None = None,
+    accept_code_change: bool = False,
 ) -> LiveResult:
     """Run (or resume) a live matrix into ``out``; see the package docstring.
 
@@ -113,13 +114,14 @@ def run_live(
     only writer of the run folder. ``run``: these settings as one :class:`RunSettings` (a
     :class:`~layerlab.harness.config.RunConfig`'s ``execution``, which
     :func:`layerlab.harness.runner.execute` passes); without it the keyword settings of the same
-    names make one.
+    names make one. ``accept_code_change`` resumes a run whose target's code changed
+    (:mod:`.codechange`).
     """
     if run is None:
         run = RunSettings(
             budget=budget, concurrency=concurrency, resume=resume, retry_errors=retry_errors,
             cache_dir=cache_dir, local_servers=local_servers, max_error_rate=max_error_rate,
-            seed=seed, preflight=preflight, workers=workers,
+            seed=seed, preflight=preflight, workers=workers, accept_code_change=accept_code_change,
         )  # fmt: skip
     out, began = Path(out), time.time()
     config = _checked(corpus, scenarios, config, out, run, say)
@@ -166,6 +168,8 @@ class _Live:
     alog: ProgressLog | None = None
     fatal: LiveRunError | None = None
     interrupted: bool = False
+    code_history: Any = None  # a target's code changes accepted on resume (codechange)
+    elog: Any = None  # the run's private error log (failed.open_log), while cells are made
 
     @property
     def plog(self) -> Path:
@@ -204,6 +208,10 @@ def _begin(
     """The run's plan, what a resumed folder already holds, and the reply cache opened."""
     from layerlab.models import agents
 
+    config, code_history = codechange.reconcile(
+        out, config, lambda c: runmanifest.run_id_for(c, corpus, scenario_hash), run.resume,
+        run.accept_code_change,
+    )  # fmt: skip
     work = config.this_shard(corpus)  # what this process runs: the shard's tasks (shards.py)
     n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
     plan = runmanifest.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
@@ -223,7 +231,8 @@ def _begin(
     if config.target is None:  # a target run asks no provider: litellm is not imported
         agents.register()
     return _Live(corpus, key, scenarios, config, out, run, scenario_hash, say, work, n_tasks, plan, old, stands,
-                 done, report, cache, budget=Budget(run.budget), rng=random.Random(run.seed))  # fmt: skip
+                 done, report, cache, budget=Budget(run.budget), rng=random.Random(run.seed),
+                 code_history=code_history)  # fmt: skip
 
 
 def _preflight_step(st: _Live, bases: Mapping[str, list[str]], started: set[str]) -> None:
@@ -280,9 +289,10 @@ def _make(
     n_workers = run.workers or worker_processes(
         config, bases, st.plan["expected_records"] - len(st.done)
     )
+    st.elog = failed.open_log(out, config, st.plan["run_id"])  # a target's tracebacks (private)
     ctx = RunContext(
         st.corpus, st.key, st.work, st.prepared, st.cache, st.plan["run_id"], run.concurrency,
-        samples is not None, target,
+        samples is not None, target, st.elog,
     )  # fmt: skip
     todo, total = todo_cells(st.corpus, st.work, st.done, st.counters)
     snap = (
@@ -346,15 +356,12 @@ def _finish(
             f"records written (a valid partial archive). Continue with the same command plus --resume "
             f"and a new --budget."
         )
-    over = [
-        m
-        for m, e in errors.items()
-        if e["called"] and e["provider_error"] / e["called"] > st.run.max_error_rate
-    ]
+    over = failed.over_rate(errors, st.run.max_error_rate, config)  # a store's failures, too
     if retrieval.is_external(config.retriever):
         notes.append(retrieval.report(config.retriever))
     notes += passk.deterministic_notes(records, config.epochs, (*archive.LABELS, "diagnostic"))
-    msg = "\n".join([*notes, msg, _error_line(errors, config.target is not None)])
+    said = failed.lines(st.elog, failed.close_log(st.elog, out, config), config)  # log's path last
+    msg = "\n".join([*notes, msg, _error_line(errors, config.target is not None), *said])
     return LiveResult(out, final, counters, complete, msg, errors, tuple(over), st.run.cache_folder)
 
 
@@ -369,6 +376,7 @@ def _write(st: _Live, records: list[Record], outcome: runmanifest.Outcome) -> di
     if config.target is not None and isinstance(m.target, dict):
         table = agentlog.write_table(out, records, target=True)
         m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
+        m = codechange.stamp(m, st.code_history, st.written.values())
     final = archive.write_run(out, records, m)
     (out / runmanifest.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
     return final

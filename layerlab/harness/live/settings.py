@@ -395,6 +395,7 @@ class RunSettings:
     seed: int = 0  # seed of the retry jitter
     preflight: bool = True
     workers: int | None = None  # default: worker_processes()
+    accept_code_change: bool = False  # with resume: go on under the target's changed code
 
     @property
     def cache_folder(self) -> Path:
@@ -424,6 +425,8 @@ class RunSettings:
             raise LiveRunError(
                 "--retry-errors: only with --resume (it re-asks a run's error cells)"
             )
+        if self.accept_code_change and not self.resume:
+            raise LiveRunError("--accept-code-change: only with --resume (it continues a run)")
         for base in api_bases:
             bad = api_base_problem(base)
             if bad:

@@ -205,6 +205,19 @@ class ReadReply:
     out: ReaderOutput | None
     format: str
     failure: str | None = None
+    reason: str | None = None  # why a reply is malformed (the sample log's target_error)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A reply an adapter could not read (an HTTP service that said JSON and sent something
+    else): read as ``malformed_reply`` with ``reason``."""
+
+    reason: str
+
+
+def _malformed(reason: str) -> ReadReply:
+    return ReadReply(None, "none", "malformed_reply", reason)
 
 
 _RUN = re.compile(r"[\w-]+")
@@ -292,7 +305,9 @@ def _cites(value: Any) -> tuple[str, ...] | None:
 
 
 def read_reply(raw: Any, known: Iterable[str]) -> ReadReply:
-    """Read a target's raw reply (see the module docstring)."""
+    """Read a target's raw reply (see the module docstring); a malformed one says why."""
+    if isinstance(raw, Unreadable):
+        return _malformed(raw.reason)
     if isinstance(raw, ReaderOutput):
         return ReadReply(raw, "structured")
     if isinstance(raw, TargetReply):
@@ -308,19 +323,25 @@ def read_reply(raw: Any, known: Iterable[str]) -> ReadReply:
         else:
             return ReadReply(free_text(raw, known), "free_text")
     if not isinstance(raw, Mapping):
-        return ReadReply(None, "none", "malformed_reply")
+        return _malformed(f"the reply is of type {type(raw).__name__} (expected the reply contract: "
+                          "a dict or JSON object with status, answer and citations, or text)")
     obj = dict(raw)
     if "status" not in obj:
         ans = obj.get("answer")
         obj["status"] = "answered" if ans not in (None, "") else "abstained"
     cites = _cites(obj.get("citations", []))
     if cites is None:
-        return ReadReply(None, "none", "malformed_reply")
+        return _malformed(f"citations is of type {type(obj.get('citations')).__name__} (expected a "
+                          "list of doc ids, documents or dicts with doc_id)")
     obj["citations"] = list(cites)
     try:
-        return ReadReply(prompt.parse_reply(canonical_json(obj)), "structured")
-    except prompt.MalformedReply:
-        return ReadReply(None, "none", "malformed_reply")
+        text = canonical_json(obj)
+    except (TypeError, ValueError) as exc:  # an object, a set, bytes, a NaN...: not JSON
+        return _malformed(f"the reply holds a value JSON cannot encode ({exc})"[:300])
+    try:
+        return ReadReply(prompt.parse_reply(text), "structured")
+    except prompt.MalformedReply as exc:
+        return _malformed(f"not the reply contract ({exc})"[:300])
 
 
 # --- the record step --------------------------------------------------------------------------
@@ -422,6 +443,8 @@ def score_record(
         except RecursionError:  # JSON text nested past the parser's limit
             reply = ReadReply(None, "none", "malformed_reply")
             error = f"the reply is nested deeper than {MAX_REPLY_DEPTH} levels (not read)"
+        else:
+            error = None if reply.reason is None else spec.redact(reply.reason)
     reading = Reading(reply.out, request_hash(spec, tools.task, tools.session_id), reply.failure)
     done = finish(tools, ctx, reading, replicate)
     if raw is None:

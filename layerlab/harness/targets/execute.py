@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from layerlab.harness.targets import failures
 from layerlab.harness.targets.mcp import McpService
 from layerlab.harness.targets.options import bool_setting, check_settings, timeout_setting
 from layerlab.harness.targets.spec import TargetError, TargetSpec
@@ -196,6 +197,7 @@ class Runner:
         self.is_async = bool(getattr(target, "is_async", False))
         self._serial: asyncio.Semaphore | None = None if declared else asyncio.Semaphore(1)
         self._aloop: _Loop | None = None
+        self.errors: failures.ErrorLog | None = None  # the run's error log (engine sets it)
         self.mcp = McpService()  # the records' MCP addresses (a server started on first use)
         if spec.kind == "http":  # every request body carries one: started before the records
             self.mcp.start()
@@ -238,19 +240,28 @@ class Runner:
         threading.Thread(target=work, daemon=True, name="layerlab-target").start()
         return fut
 
-    async def call(self, fn: Callable[[], Any]) -> tuple[Any, str | None]:
-        """(the raw reply, None) or (None, the error's one line); :class:`TargetExit` when the
-        target ended its process. ``fn`` makes the call (the target's answer of a request)."""
+    async def call(self, fn: Callable[[], Any], where: str = "") -> tuple[Any, str | None]:
+        """(the raw reply, None) or (None, the error's one line: type, message and the team's
+        frame, :mod:`~layerlab.harness.targets.failures`); :class:`TargetExit` when the target
+        ended its process. ``fn`` makes the call (the target's answer of a request); a failure
+        goes to the run's error log (:attr:`errors`) as record ``where``."""
+        failure = await self._call(fn)
+        if not isinstance(failure, failures.Failure):
+            return failure, None
+        if self.errors is not None:
+            self.errors.add(where, failure)
+        return None, failure.line
+
+    async def _call(self, fn: Callable[[], Any]) -> Any:
+        """The raw reply, or a :class:`~layerlab.harness.targets.failures.Failure`."""
         spec: TargetSpec = self.target.spec
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         if self._serial is not None:
             try:
                 await asyncio.wait_for(self._serial.acquire(), _left(deadline))
             except TimeoutError:
-                return None, (
-                    f"timeout: no reply within {self.timeout:g} s (the target, not safe to call "
-                    "concurrently, was still answering an earlier record)"
-                )
+                return failures.timeout(self.timeout, " (the target, not safe to call "
+                                        "concurrently, was still answering an earlier record)")
         fut = self._started(fn)
         if self._serial is not None:
             sem = self._serial
@@ -258,12 +269,14 @@ class Runner:
         try:
             ok, value = await asyncio.wait_for(asyncio.shield(fut), _left(deadline))
         except TimeoutError:
-            return None, f"timeout: no reply within {self.timeout:g} s"
+            return failures.timeout(self.timeout)
         if ok:
-            return value, None
+            return value
         if isinstance(value, (SystemExit, KeyboardInterrupt, TargetExit)):
             raise TargetExit(_exit_words(value))
-        return None, spec.redact(f"{type(value).__name__}: {value}")[:500]  # never a secret
+        if isinstance(value, failures.ReplyTimeout):  # the adapter's own request timed out
+            return failures.timeout(self.timeout)
+        return failures.of_exception(value, spec.redact)  # never a secret
 
     def close(self) -> None:
         """Close the target (bounded), stop the targets' loop, note leftover threads."""

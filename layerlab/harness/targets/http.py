@@ -16,8 +16,9 @@ over MCP at ``mcp_url`` (the record's own address; absent without the ``mcp`` ex
 answers with the
 reply contract as JSON (``{"status": "answered", "answer": "...", "citations": ["doc-id"]}`` or
 ``{"status": "abstained", "reason": "..."}``); a ``text/plain`` answer is read as free text. An
-HTTP error or a timeout (setting ``timeout``, seconds, else the run's ``--timeout``) ends the
-record as ``provider_error``; a reply over 1 MiB is not read (``malformed_reply``). Questions are
+HTTP error (its record's line: the status and the start of the body, redacted) or a timeout
+(setting ``timeout``, seconds, else the run's ``--timeout``: ``timeout: no reply within S s``)
+ends the record as ``provider_error``; a reply over 1 MiB is not read (``malformed_reply``). Questions are
 POSTed concurrently (up to ``--concurrency``; ``--target-setting concurrent=false``: one at a
 time); each record's calls carry its own token, so records of one session may be in flight
 together. Settings named ``header.NAME`` are sent as request headers (e.g.
@@ -31,11 +32,14 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from layerlab.harness.targets.base import MAX_REPLY_BYTES, TargetRequest
+from layerlab.harness.targets.base import MAX_REPLY_BYTES, TargetRequest, Unreadable
+from layerlab.harness.targets.failures import ReplyTimeout, ServiceError
 from layerlab.harness.targets.options import timeout_setting
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 from layerlab.harness.targets.toolserver import ToolServer
 
+EXCERPT_BYTES = 300
+"""How much of an error reply's body its record's line quotes (redacted, whitespace folded)."""
 DEFAULT_TIMEOUT_S = 180.0
 """The request timeout when neither the setting nor the run gives one (the runner sets it)."""
 
@@ -59,6 +63,14 @@ def reachable(spec: TargetSpec, timeout: float = 5.0) -> None:
     raise TargetError(
         f"--target {spec.ref}: nothing answers there ({why}); start the service first"
     )
+
+
+def _excerpt(exc: urllib.error.HTTPError) -> str:
+    """The start of an error reply's body (what the service said went wrong), or ''."""
+    try:
+        return exc.read(EXCERPT_BYTES).decode("utf-8", "replace")
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 class HttpTarget:
@@ -92,15 +104,20 @@ class HttpTarget:
                     body = resp.read(MAX_REPLY_BYTES + 1)
                     kind = resp.headers.get_content_type()
             except urllib.error.HTTPError as exc:
-                raise RuntimeError(f"the service answered HTTP {exc.code}") from None
+                raise ServiceError(exc.code, _excerpt(exc)) from None
+            except (TimeoutError, urllib.error.URLError) as exc:
+                if isinstance(exc, TimeoutError) or isinstance(exc.reason, TimeoutError):
+                    raise ReplyTimeout() from None  # said as the documented timeout line
+                raise
         if len(body) > MAX_REPLY_BYTES:
             return body  # too large: the record says so (base.reply_problem), nothing read
         data = body.decode("utf-8", "replace")
         if kind == "application/json":
             try:
                 return json.loads(data)
-            except json.JSONDecodeError:
-                return None  # said JSON, is not: a malformed reply
+            except json.JSONDecodeError as exc:  # said JSON, is not
+                return Unreadable(f"the service said application/json but sent no valid JSON "
+                                  f"({exc.msg}; {len(body)} bytes)")  # fmt: skip
         return data
 
     def close(self) -> None:

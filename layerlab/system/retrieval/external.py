@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import queue
 import re
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +46,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from layerlab._code import import_attr, module_code
+from layerlab._code import import_attr, module_code, user_frame
 from layerlab._io import canonical_json
 from layerlab._secrets import redact
 from layerlab.corpus.build import Document
@@ -104,15 +106,33 @@ session id and its access scopes (a frozenset; ``None``: unrestricted)."""
 Keywords = tuple[tuple[str, Any], ...]
 
 
+STORE_TIMEOUT_S = 30.0
+"""How long one search of a team's store may take, unless the store's object says otherwise
+(its ``timeout`` attribute: seconds, or None for no limit); a search past it fails
+(``timeout: no reply within S s``, a tool error) and the run goes on."""
+TRACES_KEPT = 20
+"""Failed searches whose full traceback is kept for the run's error log (the first ones)."""
+
+
+def store_timeout(store: Any) -> float | None:
+    """The search timeout of ``store`` (its ``timeout`` attribute when a positive number or
+    None, else :data:`STORE_TIMEOUT_S`)."""
+    t = getattr(store, "timeout", STORE_TIMEOUT_S)
+    if t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0):
+        return None if t is None else float(t)
+    return STORE_TIMEOUT_S
+
+
 @dataclass(frozen=True)
 class Search:
     """A store's search: ``ask(query, top_k, keywords)`` -> its raw reply (checked by
     :func:`parse_reply`), ``keywords`` the principal's fields among ``takes`` (a subset of
     :data:`PRINCIPAL_KEYWORDS`, in that order: what the store's search accepts; the rest are
-    not part of what it is asked)."""
+    not part of what it is asked), and its timeout."""
 
     ask: Callable[[str, int, Keywords], Any]
     takes: tuple[str, ...] = ()
+    timeout: float | None = STORE_TIMEOUT_S
 
 
 def keywords(takes: Sequence[str], principal: Principal | None, scopes: Scopes = None) -> Keywords:
@@ -123,6 +143,57 @@ def keywords(takes: Sequence[str], principal: Principal | None, scopes: Scopes =
         values = {"tenant": principal.tenant, "session_id": principal.session_id,
                   "principal_scopes": principal.scopes}  # fmt: skip
     return tuple((k, values[k]) for k in PRINCIPAL_KEYWORDS if k in takes)
+
+
+def error_text(exc: BaseException) -> str:
+    """What a store's exception says, in one redacted line: its type, its message (cut after
+    it is redacted) and where the team's code raised it (``stores.py:14 in search``)."""
+    frame = user_frame(exc)
+    text = redact(" ".join(str(exc).split()))[:200]
+    return f"{type(exc).__name__}: {text}" + (f" at {frame}" if frame else "")
+
+
+def _exit_words(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r}) (SystemExit)"
+    return f"raised {type(exc).__name__}"
+
+
+class _StoreThread:
+    """A store's calls, one at a time, in a daemon thread of their own: a search has its
+    timeout, and whatever the store's code raises (``sys.exit``, ``KeyboardInterrupt``
+    included) comes back as its result instead of ending the run, while a real Ctrl-C still
+    reaches the thread that waits. A thread stuck past a timeout is left behind (a daemon)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Any] | None = None
+
+    def _start(self) -> queue.SimpleQueue[Any]:
+        jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+        def work() -> None:
+            while True:
+                fn, box, done = jobs.get()
+                try:
+                    box.append((True, fn()))
+                except BaseException as exc:  # noqa: BLE001 - the store's, returned as a value
+                    box.append((False, exc))
+                done.set()
+
+        threading.Thread(target=work, daemon=True, name="layerlab-store").start()
+        return jobs
+
+    def run(self, fn: Callable[[], Any], timeout: float | None) -> tuple[bool, Any]:
+        """(True, fn()) or (False, what it raised); :class:`TimeoutError` past ``timeout``."""
+        if self._jobs is None:
+            self._jobs = self._start()
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        if not done.wait(timeout):
+            self._jobs = None  # that thread is stuck: the next call gets a new one
+            raise TimeoutError
+        return box[0]
 
 
 @dataclass(frozen=True)
@@ -256,13 +327,24 @@ class ExternalRetriever:
         self.store_documents = tuple(store_document(d) for d in self.documents)
         self._known = {d.doc_id: j for j, d in enumerate(self.documents)}
         started = time.perf_counter()
-        self._search = a.build(factory, self.store_documents, f"--retriever {spec}")
+        self._thread = _StoreThread()
+        where = f"--retriever {spec}"
+        ok, got = self._thread.run(lambda: a.build(factory, self.store_documents, where), None)
+        if not ok:
+            if isinstance(got, (SystemExit, KeyboardInterrupt)):
+                raise RetrieverError(
+                    f"{where}: the store {_exit_words(got)} while it was made or indexed (a "
+                    "store returns or raises; it must not end the process)"
+                ) from None
+            raise got
+        self._search: Search = got
         self.index_seconds = time.perf_counter() - started
         self.searches = 0
         self.failures: list[str] = []
         self._asked: dict[tuple[str, int, Keywords], tuple[list[tuple[int, float | None]], str]] = {}
         self._lock = threading.Lock()
         self._asking: dict[tuple[str, int, Keywords], threading.Lock] = {}
+        self.traces: list[tuple[str, str]] = []  # (line, traceback) of the first failures
 
     def _one(
         self, query: str, k: int, kw: Keywords = ()
@@ -288,15 +370,32 @@ class ExternalRetriever:
     def _ask(self, query: str, k: int, kw: Keywords) -> tuple[list[tuple[int, float | None]], str]:
         with self._lock:
             self.searches += 1
+        trace = ""
+        shown = query if len(query) <= 60 else query[:57] + "..."
         try:
-            return parse_reply(self._search.ask(query, k, kw), k, self._known), ""
+            ok, got = self._thread.run(lambda: self._search.ask(query, k, kw),
+                                       self._search.timeout)  # fmt: skip
+            if ok:
+                return parse_reply(got, k, self._known), ""
+            if isinstance(got, (SystemExit, KeyboardInterrupt)):
+                raise RetrieverError(
+                    f"--retriever {self.config.name}: the store {_exit_words(got)} in "
+                    f"search({shown!r}) (a store returns or raises; it must not end the process)"
+                )
+            raise got
+        except TimeoutError:
+            why = f"timeout: no reply within {self._search.timeout:g} s"
         except ReplyError as exc:
             why = redact(str(exc))
+        except RetrieverError:
+            raise
         except Exception as exc:  # the team's code failed: a tool error, never a crash
-            why = f"raised {type(exc).__name__}: {redact(' '.join(str(exc).split()))[:200]}"
-        shown = query if len(query) <= 60 else query[:57] + "..."
+            why = f"raised {error_text(exc)}"
+            trace = redact("".join(traceback.format_exception(exc)))
         message = f"search({shown!r}, top_k={k}) {why}"
         self.failures.append(message)
+        if len(self.traces) < TRACES_KEPT:
+            self.traces.append((message, trace))
         return [], message
 
     def search(
@@ -371,6 +470,7 @@ class Stats:
     searches: int
     failed: int
     first_failure: str = ""
+    traces: tuple[tuple[str, str], ...] = ()  # (line, traceback) of the first failed searches
 
     def line(self, spec: str) -> str:
         out = (f"retriever {spec}: {self.indexes} index(es) built in {self.index_seconds:.2f} s, "
@@ -386,7 +486,8 @@ def stats(spec: str) -> Stats:
     rs = [r for (s, _, _), r in _CACHE.items() if s == spec]
     fails = [m for r in rs for m in r.failures]
     return Stats(len(rs), sum(r.index_seconds for r in rs), sum(r.searches for r in rs),
-                 len(fails), fails[0] if fails else "")  # fmt: skip
+                 len(fails), fails[0] if fails else "",
+                 tuple(t for r in rs for t in r.traces)[:TRACES_KEPT])  # fmt: skip
 
 
 def clear() -> None:

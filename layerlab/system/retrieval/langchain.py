@@ -26,13 +26,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from layerlab._secrets import redact
 from layerlab.system.retrieval.external import (
     Adapter,
     RetrieverError,
     Search,
     StoreDocument,
     adapter,
+    error_text,
+    store_timeout,
 )
 
 
@@ -75,8 +76,7 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
         store = factory(lc)
     except Exception as exc:
         raise RetrieverError(
-            f"{where}: {name}(documents) failed for {len(lc)} documents ({type(exc).__name__}: "
-            f"{redact(' '.join(str(exc).split()))[:200]})"
+            f"{where}: {name}(documents) failed for {len(lc)} documents ({error_text(exc)})"
         ) from None
     if isinstance(store, vs_mod.VectorStore):
         with_score = type(store).similarity_search_with_score is not (
@@ -88,13 +88,13 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
                 return [_result(d, s) for d, s in store.similarity_search_with_score(query, k=k)]
             return [_result(d) for d in store.similarity_search(query, k=k)]
 
-        return Search(search)
+        return Search(search, timeout=store_timeout(store))
     if isinstance(store, retr_mod.BaseRetriever):
 
         def invoke(query: str, k: int, _kw: Any) -> Any:
             return [_result(d) for d in store.invoke(query)[:k]]
 
-        return Search(invoke)
+        return Search(invoke, timeout=store_timeout(store))
     raise RetrieverError(
         f"{where}: {name}(documents) returned a {type(store).__name__} (expected a LangChain "
         "VectorStore or BaseRetriever)"

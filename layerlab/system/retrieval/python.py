@@ -28,6 +28,9 @@ so the store's own filter can act on each document's ``tenant``, ``session_id`` 
 
 Layerlab's access control applies after the search all the same; nothing filters by tenant or
 session after it (the ``wrong_session_store`` scenario tests the store's own filter).
+Each search has ``timeout`` seconds (the object's ``timeout`` attribute, else 30 s:
+``STORE_TIMEOUT_S``); one that takes longer fails as a tool error (``timeout: no reply within
+S s``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from layerlab._secrets import redact
 from layerlab.system.retrieval.external import (
     PRINCIPAL_KEYWORDS,
     Adapter,
@@ -43,6 +45,8 @@ from layerlab.system.retrieval.external import (
     Search,
     StoreDocument,
     adapter,
+    error_text,
+    store_timeout,
 )
 
 
@@ -58,9 +62,7 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
     try:
         store = factory()
     except Exception as exc:
-        raise RetrieverError(
-            redact(f"{where}: {name}() failed ({type(exc).__name__}: {exc})")
-        ) from None
+        raise RetrieverError(f"{where}: {name}() failed ({error_text(exc)})") from None
     for method in ("index", "search"):
         if not callable(getattr(store, method, None)):
             raise RetrieverError(
@@ -71,10 +73,10 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
         store.index(list(documents))
     except Exception as exc:
         raise RetrieverError(
-            f"{where}: index() of {len(documents)} documents failed ({type(exc).__name__}: "
-            f"{redact(' '.join(str(exc).split()))[:200]})"
+            f"{where}: index() of {len(documents)} documents failed ({error_text(exc)})"
         ) from None
-    return Search(lambda q, k, kw: store.search(q, k, **dict(kw)), _takes(store.search))
+    return Search(lambda q, k, kw: store.search(q, k, **dict(kw)), _takes(store.search),
+                  store_timeout(store))
 
 
 def _takes(fn: Any) -> tuple[str, ...]:

@@ -126,7 +126,7 @@ def test_replies_too_large_or_too_deep_are_labelled_records(tmp_path, capsys) ->
     args = ["run", "live", "--target", "python:user_targets:odd_replies", "--tasks",
             ",".join(TASKS), "--scenario", "clean", "--out", str(out), "--no-progress",
             "--cache-dir", str(tmp_path / "cache"), "--sample-log", str(log)]  # fmt: skip
-    assert main(args) == 0, capsys.readouterr().err
+    assert main(args) == 4, capsys.readouterr().err  # every reply malformed: measured nothing
     recs = pd.read_parquet(out / "records.parquet")
     assert set(recs.diagnostic) == {"malformed_reply"}
     said = {e["task_id"].split("-")[0]: e["target_error"]

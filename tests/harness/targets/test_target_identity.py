@@ -119,7 +119,8 @@ def test_resume_across_an_edited_target_is_refused(team: Path, tmp_path: Path, c
     assert "2 of 2 records done" in capsys.readouterr().err
     (team / "helpers.py").write_text("TOP_K = 9\n")
     before = (out / "records.parquet").read_bytes()
-    assert main([*args, "--resume"]) == 1  # as for any other changed setting
+    assert main([*args, "--resume"]) == 1  # refused, naming the change and the flag
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "with other settings than this command" in err, err
+    assert err.count("\n") == 1 and "made with other code: the target's package" in err, err
+    assert "package_sha256" in err and "--accept-code-change" in err, err
     assert (out / "records.parquet").read_bytes() == before  # nothing touched
