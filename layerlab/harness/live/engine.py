@@ -48,6 +48,7 @@ from layerlab.models.cache import ResponseCache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
 from layerlab.system import prompt
+from layerlab.system.retrieval import RetrieverError
 
 Made = tuple[Record, dict[str, Any] | None, dict[str, Any] | None]
 """A made record: the record, its sample-log entry (or None) and its agent row (or None)."""
@@ -302,6 +303,8 @@ class Engine:
                 f"--target {target.spec.spec}: answer() {exc.how} on record {where} "
                 "(a target returns or raises; it must not end the process): the run stopped"
             ) from None
+        except RetrieverError as exc:  # the team's store stopped serving: the run stops
+            raise LiveRunError(str(exc)) from None
         finally:
             end_record(request)
         td = score_record(target.spec, tools, prepared, context, raw, error, cell.replicate)

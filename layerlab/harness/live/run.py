@@ -61,6 +61,7 @@ from layerlab.models.cachecheck import CacheError, flag_for, open_cache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Route, endpoint_label, record_seed, split_model
 from layerlab.system import prompt, retrieval
+from layerlab.system.retrieval import RetrieverError
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,8 @@ def _make(
         return calls.run_coroutine(run_in_process(ctx, todo, writer, st.budget, st.rng, bases))
     except LiveRunError as exc:
         st.fatal = exc
+    except RetrieverError as exc:  # a team's store that stopped serving a reader's search
+        st.fatal = LiveRunError(str(exc))
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: save what was scored, then say so
         st.interrupted = True
     return False

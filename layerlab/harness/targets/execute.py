@@ -43,6 +43,7 @@ from layerlab.harness.targets import failures
 from layerlab.harness.targets.mcp import McpService
 from layerlab.harness.targets.options import bool_setting, check_settings, timeout_setting
 from layerlab.harness.targets.spec import TargetError, TargetSpec
+from layerlab.system.retrieval import RetrieverError
 
 CLOSE_WAIT_S = 3.0
 """How long the end of a run waits for a target's ``close()`` (it may hang, too)."""
@@ -50,6 +51,19 @@ CLOSE_WAIT_S = 3.0
 _local = threading.local()  # .target: set in the threads that run a target's code
 _OPENED: dict[TargetSpec, Any] = {}  # opened by check_target, taken by the run
 _leftovers: set[threading.Thread] = set()
+
+
+def _store_stopped(exc: BaseException) -> RetrieverError | None:
+    """The :class:`~layerlab.system.retrieval.RetrieverError` a search raised under the target's
+    call (a store that ended its process or cannot serve), however the target wrapped it."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, RetrieverError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 class TargetExit(BaseException):
@@ -274,6 +288,9 @@ class Runner:
             return value
         if isinstance(value, (SystemExit, KeyboardInterrupt, TargetExit)):
             raise TargetExit(_exit_words(value))
+        stopped = _store_stopped(value)
+        if stopped is not None:  # the team's store ended the run, not the target: its line
+            raise stopped
         if isinstance(value, failures.ReplyTimeout):  # the adapter's own request timed out
             return failures.timeout(self.timeout)
         return failures.of_exception(value, spec.redact)  # never a secret
