@@ -28,6 +28,7 @@ import seaborn as sns  # noqa: E402
 
 from layerlab import paths
 from layerlab.analysis import exact, stats  # noqa: E402
+from layerlab.analysis.records import as_frame  # noqa: E402
 from layerlab.mitigations import contract_pair  # noqa: E402
 from layerlab.reporting.format import display
 
@@ -110,7 +111,7 @@ def _frame(data: Records) -> pd.DataFrame:
     items: list[Any] = list(data)
     if items and all(isinstance(d, pd.DataFrame) for d in items):
         return pd.concat(items, ignore_index=True)
-    return pd.DataFrame([r.__dict__ for r in items])
+    return as_frame(items)
 
 
 def unit_order(df: pd.DataFrame) -> list[str]:

@@ -26,7 +26,8 @@ import pandas as pd
 from layerlab import __version__, archive
 from layerlab._io import sha256_file
 from layerlab.analysis import results, stats
-from layerlab.reporting.format import page
+from layerlab.analysis.records import records_frame
+from layerlab.reporting.format import cells, page
 from layerlab.reporting.records import dictionary
 
 SECTIONS = (  # in page order; a section with nothing to show is left out
@@ -101,13 +102,13 @@ def _scenario_table(m: dict[str, Any], answerable: dict[str, bool]) -> pd.DataFr
         }
         for arm in arms:
             c = per.get(arm)
-            row[f"S {arm}"] = results.fmt_rate(c["S"]) if c else "-"
+            row[f"S {arm}"] = cells.rate_cell(c["S"]) if c else cells.NONE
         for arm in arms:
             c = per.get(arm)
-            row[f"safe {arm}"] = results.fmt_rate(c["safe"]) if c else "-"
+            row[f"safe {arm}"] = cells.rate_cell(c["safe"]) if c else cells.NONE
         for arm in arms:
             c = per.get(arm)
-            row[f"GF {arm}"] = results.fmt_rate(c["GF"]) if c else "-"
+            row[f"GF {arm}"] = cells.rate_cell(c["GF"]) if c else cells.NONE
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -330,6 +331,17 @@ def _figures(res: dict[str, Any]) -> list[str]:
     return out
 
 
+def _records(paths_: Sequence[Path]) -> pd.DataFrame:
+    """The record archives as one checked frame (:func:`~layerlab.analysis.records.records_frame`:
+    each archive vetted on read, a run given twice counted once)."""
+    try:
+        return records_frame(paths_)
+    except archive.ArchiveError:
+        raise
+    except ValueError:  # no records at all
+        raise ReportError("the record archives hold no records") from None
+
+
 def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
     """The report as one HTML string (see the module docstring)."""
     inp = classify(paths_)
@@ -338,10 +350,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
     res: dict[str, Any] | None = None
     df = None
     if inp.record_paths:
-        recs = archive.load_records(inp.record_paths)
-        if not recs:
-            raise ReportError("the record archives hold no records")
-        df = pd.DataFrame([r.__dict__ for r in recs])
+        df = _records(inp.record_paths)
         res = results.summarize(df)
     answerable = _answerable()
     models = [m for m in (res or {"models": []})["models"] if not m["reference_agent"]]
@@ -355,7 +364,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
                 "models",
                 "Results by model",
                 [
-                    page.table(results.table(res, reference=False), nowrap=True),
+                    page.table(cells.results_table(res, reference=False), nowrap=True),
                     page.para(
                         "Malformed replies and provider errors are failures (never counted as "
                         "safe refusals); their shares say how much of a model's score is lost "
@@ -366,7 +375,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
             )
         )
     if res is not None and agents:
-        base = page.table(results.table(res, reference=True), nowrap=True)
+        base = page.table(cells.results_table(res, reference=True), nowrap=True)
         sections.append(
             (
                 "baselines",
@@ -487,7 +496,7 @@ def usage_parts(provenance: Sequence[dict[str, Any]]) -> list[str]:
         usage = results.usage_summary(p["manifest"]) if p["manifest"] else {}
         if usage:
             parts.append(f"<h3>{page.esc(p['manifest'].get('run_id', p['path']))}</h3>")
-            parts.append(page.table(results.usage_table(usage), nowrap=True))
+            parts.append(page.table(cells.usage_table(usage), nowrap=True))
     if not parts:
         return []
     note = page.para(
