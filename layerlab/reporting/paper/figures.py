@@ -300,7 +300,7 @@ def retriever_ablation(
             lo, hi = stats.wilson(round(float(v) * n_tasks), n_tasks)
             ax.hlines(y, lo, hi, color=colours[j], linewidth=1.4)
             ax.plot(v, y, "o", color=colours[j], ms=5, label=cond if y == ys[0] else None)
-            ax.text(hi + 0.012, y, f"{100 * v:.1f}%", va="center", fontsize=6.5, color="#333333")
+            ax.text(hi + 0.012, y, display.percent(v), va="center", fontsize=6.5, color="#333333")
     names = []
     for r in retrievers:
         sees_domain = r in retrieval.REGISTRY and retrieval.REGISTRY[r].explicit_domain
