@@ -20,6 +20,7 @@ from layerlab.archive import samplelog
 from layerlab.cli import app
 from layerlab.corpus import build as corpus_mod
 from layerlab.harness.runconfig import stratified_tasks
+from layerlab.reporting.format import cells
 from layerlab.reporting.records import dictionary, viewer
 from layerlab.reporting.run import report
 
@@ -106,8 +107,8 @@ def test_results_match_the_records_and_keep_baselines_apart(ref_frame: pd.DataFr
     zero = results.rate(sub.assign(success=False), "success")  # no success: the bound is the
     assert zero["ci_high"] == round(stats.clopper_pearson(0, n_t)[1], 4)  # tasks', not records'
     # the table shows the baseline arm first, and models apart from reference agents
-    assert list(results.table(res, reference=True)["arm"][:2]) == ["strict", "repair"]
-    assert results.table(res, reference=False).empty
+    assert list(cells.results_table(res, reference=True)["arm"][:2]) == ["strict", "repair"]
+    assert cells.results_table(res, reference=False).empty
 
 
 def test_failure_shares_and_error_summary(ref_frame: pd.DataFrame) -> None:

@@ -294,63 +294,10 @@ def compare(
     return Report(str(run), outcome, comps, paper_beside(focus, outcome) if paper else None, notes)
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{100 * x:.1f}"
-
-
-def _interval(v: float | None, ci: Sequence[float | None] | None) -> str:
-    if v is None or ci is None or ci[0] is None:
-        return _pct(v)
-    return f"{_pct(v)} [{_pct(ci[0])}, {_pct(ci[1])}]"
-
-
-def _signed(v: float | None, ci: Sequence[float] | None) -> str:
-    if v is None or ci is None:
-        return "-"
-    return f"{100 * v:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
-
-
-def display(c: Comparison) -> pd.DataFrame:
-    """A comparison's cells formatted: rates in % with their interval, the difference in
-    percentage points with its interval."""
-    return pd.DataFrame(
-        {
-            "scenario": c.table["scenario"],
-            "arm": c.table["arm"],
-            "tasks": c.table["tasks"],
-            "this run %": [_interval(v, ci) for v, ci in zip(c.table["this_run"], c.table["this_run_ci"], strict=True)],
-            "other %": [_interval(v, ci) for v, ci in zip(c.table["other"], c.table["other_ci"], strict=True)],
-            "difference pp": [_signed(v, ci) for v, ci in zip(c.table["difference"], c.table["difference_ci"], strict=True)],
-        }
-    )  # fmt: skip
-
-
-def display_paper(df: pd.DataFrame) -> pd.DataFrame:
-    """The paper's stated figures beside the run's rates, formatted."""
-    return pd.DataFrame(
-        {
-            "unit": df["unit"],
-            "scenario": df["scenario"],
-            "arm": df["arm"],
-            "tasks": df["tasks"],
-            "this run %": [_interval(v, ci) for v, ci in zip(df["this_run"], df["this_run_ci"], strict=True)],
-            "paper %": [_pct(v) for v in df["paper"]],
-        }
-    )  # fmt: skip
-
-
 PAPER_NOTE = (
     "The paper's figures (data/reference/paper_figures.yaml) are 9 hosted models pooled over 240 "
     "tasks: not the same units or tasks, so no difference or interval is computed against them."
 )
-
-
-def headline(c: Comparison) -> str:
-    """One line naming the pair, its kind and the common cells."""
-    return (
-        f"{c.unit} vs {c.other_unit} — {c.kind} — from {c.other_source}: {c.tasks} common tasks, "
-        f"{len(c.scenarios)} scenarios, arms {', '.join(c.arms)}"
-    )
 
 
 def verdict_level(run: Path | str) -> tuple[float, str]:
@@ -453,57 +400,3 @@ def matrix_outcomes(mx: Any, df: pd.DataFrame) -> pd.DataFrame:
         )
     cols = ["mitigation", "scenario", "outcome", "baseline_k", "baseline_n", "arm_k", "arm_n"]
     return pd.DataFrame(rows, columns=cols)
-
-
-def _on_target(out: pd.DataFrame) -> str:
-    """One mitigation's target outcomes as ``stale_index safe 0/16 → 16/16`` (pooled over its
-    targets when there are more than two, named by their count)."""
-    if out.empty:
-        return "-"
-    if len(out) > 2:
-        kinds = "/".join(sorted(set(out["outcome"])))
-        return (
-            f"{len(out)} scenarios {kinds} {out['baseline_k'].sum()}/{out['baseline_n'].sum()} → "
-            f"{out['arm_k'].sum()}/{out['arm_n'].sum()}"
-        )
-    return "; ".join(
-        f"{r.scenario} {r.outcome} {r.baseline_k}/{r.baseline_n} → {r.arm_k}/{r.arm_n}"
-        for r in out.itertuples(index=False)
-    )
-
-
-def display_matrix(mx: Any, df: pd.DataFrame | None = None) -> pd.DataFrame:
-    """A matrix's per-mitigation summary formatted: target gain and margin in percentage points
-    with their simultaneous intervals, the largest off-target change and the verdict; given the
-    records ``df``, also the judged outcome on the targets, baseline → arm
-    (:func:`matrix_outcomes`)."""
-    s = mx.summary
-    extra = {}
-    if df is not None:
-        outs = matrix_outcomes(mx, df)
-        extra["outcome on target"] = [
-            _on_target(outs[outs["mitigation"] == m]) for m in s["mitigation"]
-        ]
-
-    def pp(v: float, lo: float, hi: float) -> str:
-        return "-" if v != v else f"{100 * v:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-
-    return pd.DataFrame(
-        {
-            "mitigation": s["mitigation"],
-            "targets": [
-                t if t.count(",") < 2 else f"{t.count(',') + 1} scenarios" for t in s["targets"]
-            ],
-            "target gain pp": [
-                pp(*r) for r in s[["target gain", "target gain low", "target gain high"]].values
-            ],
-            "largest off-target": [
-                t if t.count(",") < 2 else f"{t.count(',') + 1} scenarios"
-                for t in s["largest off-target"]
-            ],
-            "margin pp": [pp(*r) for r in s[["margin", "margin low", "margin high"]].values],
-            "verdict": s["verdict"],
-            **extra,
-            "P(specific) at this size": [f"{v:.2f}" if v == v else "-" for v in s["p specific"]],
-        }
-    )

@@ -46,6 +46,7 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ import pandas as pd
 
 from layerlab import paths
 from layerlab.analysis import synthetic
-from layerlab.analysis.bootstrap import bootstrap
+from layerlab.analysis.bootstrap import Paired, bootstrap
 from layerlab.analysis.coverage_settings import (  # the settings, re-exported for callers
     FULL,
     ONE_UNIT_TASKS,
@@ -103,167 +104,140 @@ def _percentile(reps: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]
     return lo, hi
 
 
+def _row(
+    quantity: str,
+    interval: str,
+    design: str,
+    estimand: str,
+    status: str,
+    lo: float,
+    hi: float,
+    truth: float,
+) -> dict[str, Any]:
+    """One interval scored: whether it covers ``truth``, and its width."""
+    return {
+        "quantity": quantity,
+        "interval": interval,
+        "design": design,
+        "estimand": estimand,
+        "status": status,
+        "covered": _covers(lo, hi, truth),
+        "width": hi - lo,
+    }
+
+
+@dataclass(frozen=True)
+class _Archive:
+    """One simulated archive and what its intervals are judged on: the paired outcomes, the
+    target's index ``ti`` and the zero-effect off-target indices ``zero``."""
+
+    setting: synthetic.Setting
+    sample: synthetic.Sample
+    p: Paired  # its paired outcomes
+    scen: list[str]
+    ti: int
+    zero: list[int]
+    seed: int
+    n_boot: int
+
+
 def one_simulation(setting: synthetic.Setting, seed: int, n_boot: int) -> list[dict[str, Any]]:
-    """Every interval type on one simulated archive: rows of (quantity, interval, covered, width)."""
-    alpha = ALPHA
+    """Every interval type on one simulated archive: rows of (quantity, interval, covered, width):
+    the reported effects, verdict and margin (:func:`_reported_rows`), the paper's nested
+    bootstrap and the crossed one below the minimum of units (:func:`_nested_rows`), and the
+    rates (:func:`_rate_rows`)."""
     sample = synthetic.simulate(setting, seed, truth_draws=50_000)
     p = sample.paired()
     scen = list(p.scenarios)
     ti = scen.index(setting.target)
     zero = [i for i, s in enumerate(scen) if setting.effects[s] == 0 and i != ti]
-    U = setting.n_units
-    rows: list[dict[str, Any]] = []
+    a = _Archive(setting, sample, p, scen, ti, zero, seed, n_boot)
+    rows, pop = _reported_rows(a)
+    return rows + _nested_rows(a, pop) + _rate_rows(a)
 
-    def add(
-        quantity: str,
-        interval: str,
-        design: str,
-        estimand: str,
-        status: str,
-        lo: float,
-        hi: float,
-        truth: float,
-    ) -> None:
-        rows.append(
-            {
-                "quantity": quantity,
-                "interval": interval,
-                "design": design,
-                "estimand": estimand,
-                "status": status,
-                "covered": _covers(lo, hi, truth),
-                "width": hi - lo,
-            }
-        )
 
-    eff = effects_from_paired(p, n_boot, seed=seed + 1)
+def _reported_rows(a: _Archive) -> tuple[list[dict[str, Any]], bool]:
+    """The reported effect intervals (target, zero off-target), Table 10's verdict (and, where
+    variants share a policy, what ``--task-level`` would claim) and the specificity margin beside
+    its replaced plug-in percentile; and whether the design's estimand is the population."""
+    setting, ti, zero, scen = a.setting, a.ti, a.zero, a.scen
+    eff = effects_from_paired(a.p, a.n_boot, seed=a.seed + 1)
     pop = eff.design != "tasks"
-    true_eff = sample.true_effect if pop else sample.true_effect_units
+    true_eff = a.sample.true_effect if pop else a.sample.true_effect_units
     est_name = "population" if pop else "these units"
     t = eff.table
-    add(
-        "effect, target",
-        "reported",
-        eff.design,
-        est_name,
-        "reported",
-        t["ci_low"][ti],
-        t["ci_high"][ti],
-        true_eff[ti],
-    )
-    for i in zero:
-        add(
-            "effect, zero off-target",
-            "reported",
-            eff.design,
-            est_name,
-            "reported",
-            t["ci_low"][i],
-            t["ci_high"][i],
-            true_eff[i],
-        )
+
+    def reported(quantity: str, lo: float, hi: float, truth: float) -> dict[str, Any]:
+        return _row(quantity, "reported", eff.design, est_name, "reported", lo, hi, truth)
+
+    rows = [reported("effect, target", t["ci_low"][ti], t["ci_high"][ti], true_eff[ti])]
+    rows += [
+        reported("effect, zero off-target", t["ci_low"][i], t["ci_high"][i], true_eff[i])
+        for i in zero
+    ]
     off_all = [s for i, s in enumerate(scen) if i != ti]
     rows += _verdict_rows(eff, setting.target, off_all, expected_verdict(setting), true_eff)
     if setting.policy_effect and setting.variants > 1:  # what --task-level would claim
-        by_task = effects_from_paired(p, n_boot, seed=seed + 1, policy_level=False)
+        by_task = effects_from_paired(a.p, a.n_boot, seed=a.seed + 1, policy_level=False)
         row = _verdict_rows(by_task, setting.target, off_all, expected_verdict(setting))[0]
         rows.append({**row, "interval": TASK_LEVEL, "status": "not reported"})
     m = specificity_margin(eff, setting.target, [scen[i] for i in zero])
     true_margin = true_eff[ti] - np.abs(true_eff[zero]).max()
-    add(
-        "specificity margin",
-        "reported",
-        eff.design,
-        est_name,
-        "reported",
-        m["ci_low"],
-        m["ci_high"],
-        true_margin,
-    )
+    rows.append(reported("specificity margin", m["ci_low"], m["ci_high"], true_margin))
     cal = eff.calibrated()
     plug = cal[:, ti] - np.abs(cal[:, zero]).max(axis=1)
-    lo, hi = np.nanquantile(plug, [alpha / 2, 1 - alpha / 2])
-    add(
-        "specificity margin",
-        "plug-in percentile (replaced)",
-        eff.design,
-        est_name,
-        "not reported",
-        lo,
-        hi,
-        true_margin,
-    )
+    lo, hi = np.nanquantile(plug, [ALPHA / 2, 1 - ALPHA / 2])
+    rows.append(
+        _row("specificity margin", "plug-in percentile (replaced)", eff.design, est_name,
+             "not reported", lo, hi, true_margin)
+    )  # fmt: skip
+    return rows, pop
 
-    nested = bootstrap(p, n_boot, seed + 2, design="nested")
-    nlo, nhi = _percentile(nested, alpha)
-    add(
-        "effect, target",
-        "nested (paper)",
-        "nested",
-        "population",
-        "labelled",
-        nlo[ti],
-        nhi[ti],
-        sample.true_effect[ti],
-    )
-    for i in zero:
-        add(
-            "effect, zero off-target",
-            "nested (paper)",
-            "nested",
-            "population",
-            "labelled",
-            nlo[i],
-            nhi[i],
-            sample.true_effect[i],
-        )
-    if not pop and U >= 2:
-        cr = effects_from_paired(p, n_boot, seed=seed + 3, design="crossed")
-        add(
-            "effect, target",
-            "crossed below min units",
-            "crossed",
-            "population",
-            "not reported",
-            cr.table["ci_low"][ti],
-            cr.table["ci_high"][ti],
-            sample.true_effect[ti],
-        )
 
+def _nested_rows(a: _Archive, pop: bool) -> list[dict[str, Any]]:
+    """The paper's nested bootstrap (raw percentile, judged against the population) and, below
+    the minimum of units, what a crossed interval would claim about the population."""
+    ti, truth = a.ti, a.sample.true_effect
+    nested = bootstrap(a.p, a.n_boot, a.seed + 2, design="nested")
+    nlo, nhi = _percentile(nested, ALPHA)
+
+    def paper(quantity: str, i: int) -> dict[str, Any]:
+        return _row(quantity, "nested (paper)", "nested", "population", "labelled", nlo[i],
+                    nhi[i], truth[i])  # fmt: skip
+
+    rows = [paper("effect, target", ti), *(paper("effect, zero off-target", i) for i in a.zero)]
+    if not pop and a.setting.n_units >= 2:
+        cr = effects_from_paired(a.p, a.n_boot, seed=a.seed + 3, design="crossed")
+        rows.append(
+            _row("effect, target", "crossed below min units", "crossed", "population",
+                 "not reported", cr.table["ci_low"][ti], cr.table["ci_high"][ti], truth[ti])
+        )  # fmt: skip
+    return rows
+
+
+def _rate_rows(a: _Archive) -> list[dict[str, Any]]:
+    """Each contract arm's rate on the target: the reported cluster-aware Clopper-Pearson
+    interval and the old Wilson interval with records independent."""
+    s, ti = a.sample, a.ti
     baseline, treatment = contract_arms()
+    rows = []
     for arm, data, truth_pop, truth_units in (
-        (baseline, sample.baseline, sample.true_rate, sample.true_rate_units),
-        (
-            treatment,
-            sample.treatment,
-            sample.true_rate + sample.true_effect,
-            sample.true_rate_units + sample.true_effect_units,
-        ),
-    ):
-        reps = float(max(setting.replicates, 1))
+        (baseline, s.baseline, s.true_rate, s.true_rate_units),
+        (treatment, s.treatment, s.true_rate + s.true_effect,
+         s.true_rate_units + s.true_effect_units),
+    ):  # fmt: skip
+        reps = float(max(a.setting.replicates, 1))
         sums = data[:, ti, :].astype(float) * reps
         r = rate_interval(sums, np.full_like(sums, reps))
         rpop = r.design != "tasks"
-        add(
-            f"rate, {arm}",
-            RATE_INTERVAL,
-            r.design,
-            "population" if rpop else "these units",
-            "reported",
-            r.ci_low,
-            r.ci_high,
-            (truth_pop if rpop else truth_units)[ti],
-        )
-        add(
-            f"rate, {arm}",
-            "Wilson, records independent",
-            "records",
-            "population",
-            "not reported",
-            r.wilson_records_low,
-            r.wilson_records_high,
-            truth_pop[ti],
-        )
+        rows.append(
+            _row(f"rate, {arm}", RATE_INTERVAL, r.design, "population" if rpop else "these units",
+                 "reported", r.ci_low, r.ci_high, (truth_pop if rpop else truth_units)[ti])
+        )  # fmt: skip
+        rows.append(
+            _row(f"rate, {arm}", "Wilson, records independent", "records", "population",
+                 "not reported", r.wilson_records_low, r.wilson_records_high, truth_pop[ti])
+        )  # fmt: skip
     return rows
 
 

@@ -19,14 +19,14 @@ way every time. Computed on strict success S and on safe resolution
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from math import comb
 from typing import Any
 
 import pandas as pd
 
 from layerlab.analysis.records import as_frame
-from layerlab.analysis.units import ARM, UNIT_COLUMNS, arm_order, scenario_order
+from layerlab.analysis.units import ARM, UNIT_COLUMNS
 
 OUTCOMES = {"success": "S", "safe_resolution": "safe"}
 """The outcomes pass@k and pass^k are computed on: archive label -> short name (results.json)."""
@@ -156,33 +156,3 @@ def deterministic_notes(records: Sequence[Any], requested: int, labels: Sequence
         "system looks deterministic, its epochs added no information (pass@k = pass^k = S)"
         for unit in identical_units(df, labels)
     ]
-
-
-def shown(res_model: Mapping[str, Any], k: int | None = None) -> list[dict[str, Any]]:
-    """Rows of the terminal's pass@k table for one ``results.json`` model entry: per arm and
-    scenario, S and safe resolution beside their pass@k and pass^k at ``k`` (default: the
-    epochs)."""
-    per = res_model.get("by_scenario") or {}
-    arms = pd.DataFrame({ARM: sorted({a for v in per.values() for a in v})})
-    rows = []
-    for scenario in scenario_order(pd.DataFrame({"scenario": list(per)})):  # the DSL's order
-        for arm in arm_order(arms):  # the baseline first
-            pk = per[scenario].get(arm, {}).get("pass_k")
-            if not pk:
-                continue
-            c = per[scenario][arm]
-            kk = str(k or pk["epochs"])
-            row: dict[str, Any] = {"model": f"{res_model['provider']}/{res_model['model']}",
-                                   "arm": arm, "scenario": scenario}  # fmt: skip
-            for short in OUTCOMES.values():
-                if short not in pk:
-                    continue
-                row[short] = _fmt(c[short].get("rate"))
-                row[f"pass@{kk} {short}"] = _fmt(pk[short]["pass@k"].get(kk))
-                row[f"pass^{kk} {short}"] = _fmt(pk[short]["pass^k"].get(kk))
-            rows.append(row)
-    return rows
-
-
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}"

@@ -297,33 +297,6 @@ def usage_summary(manifest: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def usage_table(usage: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per model of :func:`usage_summary` (or ``results.json``'s ``usage``), formatted:
-    calls, mean latency, tokens in/out, cost (``-`` where no price is known), compute time and
-    what it measures."""
-    rows = []
-    for model, u in usage.items():
-        cost = u.get("cost_usd")
-        rows.append(
-            {
-                "model": model,
-                "calls": u["answered_calls"],
-                "latency (mean s)": "-"
-                if u.get("latency_s_mean") is None
-                else f"{u['latency_s_mean']:.2f}",
-                "tokens in/out": f"{u['prompt_tokens']}/{u['completion_tokens']}",
-                "cost (USD)": "-"
-                if cost is None
-                else f"{cost:.4f} ({u['priced_calls']} priced calls)",
-                "compute (s)": f"{u['compute_s']:.1f}",
-                "compute measures": "server CPU"
-                if u["compute"] == COMPUTE_CPU
-                else "call wall time",
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def write_results(
     folder: Path,
     records: Sequence[archive.Record] | None = None,
@@ -335,62 +308,6 @@ def write_results(
     res = for_run(folder, records, manifest)
     atomic_write_text(folder / RESULTS, json.dumps(res, indent=2, sort_keys=True) + "\n")
     return res
-
-
-def fmt_rate(r: dict[str, Any]) -> str:
-    """``0.812 [0.771, 0.847]`` (``-`` for an empty cell, ``not recorded (N)`` when records
-    of an archive migrated from an older schema did not record the label)."""
-    if r.get("not_recorded"):
-        return f"not recorded ({r['not_recorded']})"
-    if r.get("rate") is None:
-        return "-"
-    return f"{r['rate']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-
-
-def fmt_share(s: dict[str, Any]) -> str:
-    return "-" if s.get("share") is None else f"{100 * s['share']:.1f}% ({s['k']})"
-
-
-def fmt_answer(a: dict[str, Any] | None) -> str:
-    """``0.10|0.35|0.42 (120)``: exact match and containment shares and mean token F1 over the
-    answered records (their count in brackets); ``-`` for a value not recorded."""
-    if not a or not a.get("answered"):
-        return "-"
-
-    def f(v: float | None) -> str:
-        return "-" if v is None else f"{v:.2f}"
-
-    return (
-        f"{f(a['exact_match']['share'])}|{f(a['contained']['share'])}|{f(a['token_f1'])} "
-        f"({a['answered']})"
-    )
-
-
-def table(res: dict[str, Any], reference: bool | None = None) -> pd.DataFrame:
-    """One row per model and arm, formatted for display.
-
-    ``reference``: ``True`` only reference agents, ``False`` only models, ``None`` both.
-    """
-    rows = []
-    for m in res["models"]:
-        if reference is not None and m["reference_agent"] != reference:
-            continue
-        for arm in arm_order(m["arms"]):
-            c = m["arms"][arm]
-            rows.append(
-                {
-                    "model": f"{m['provider']}/{m['model']}",
-                    "arm": arm,
-                    "records": c["records"],
-                    "S": fmt_rate(c["S"]),
-                    "safe resolution": fmt_rate(c["safe"]),
-                    "GF": fmt_rate(c["GF"]),
-                    "malformed": fmt_share(c["malformed"]),
-                    "provider error": fmt_share(c["provider_error"]),
-                    "E|contained|F1 (answered)": fmt_answer(c.get("answer_quality")),
-                }
-            )
-    return pd.DataFrame(rows)
 
 
 def error_summary(res: dict[str, Any]) -> list[str]:

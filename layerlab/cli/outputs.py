@@ -164,7 +164,7 @@ def compare_cmd(
 
     from layerlab._io import atomic_write_text
     from layerlab.analysis import compare
-    from layerlab.reporting.format import terminal
+    from layerlab.reporting.format import cells, terminal
 
     if json_out is not None:
         _check_out_file(json_out, "--json")
@@ -177,7 +177,7 @@ def compare_cmd(
             doc = {}
             for name, (mx, df) in compare.matrix_blocks(run, n_boot=n_boot, seed=seed).items():
                 terminal.print_wide(
-                    compare.display_matrix(mx, df), f"Mitigation matrix of {run} ({name})"
+                    cells.matrix(mx, df), f"Mitigation matrix of {run} ({name})"
                 )
                 typer.echo(f"note: {mx.note}")
                 outs = compare.matrix_outcomes(mx, df).to_dict(orient="records")
@@ -197,11 +197,11 @@ def compare_cmd(
     except (compare.CompareError, ValueError) as exc:
         raise _fail_arms(exc) from None
     for c in rep.comparisons:
-        terminal.print_wide(compare.display(c), compare.headline(c))
+        terminal.print_wide(cells.comparison(c), cells.comparison_title(c))
         for line in c.dropped:
             typer.echo(f"  dropped: {line}")
     if rep.paper is not None:
-        terminal.print_wide(compare.display_paper(rep.paper), "Beside the paper's stated figures")
+        terminal.print_wide(cells.paper_beside(rep.paper), "Beside the paper's stated figures")
         typer.echo(compare.PAPER_NOTE)
     for note in rep.notes:
         typer.echo(f"note: {note}")

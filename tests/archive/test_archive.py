@@ -309,6 +309,7 @@ def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> No
 
     from layerlab.analysis import results
     from layerlab.archive import check_path, migrate, read_manifest
+    from layerlab.reporting.format import cells
 
     run = Path(shutil.copytree(Path(__file__).parents[1] / "fixtures" / "schema3_smollm2", tmp_path / "smol"))
     old = pq.read_table(run / "records.parquet").to_pylist()
@@ -347,7 +348,7 @@ def test_a_committed_schema_3_archive_migrates_to_schema_4(tmp_path: Path) -> No
     assert strict["GF"]["rate"] is None and strict["GF"]["not_recorded"] > 0
     assert strict["GF_cited"]["rate"] == 0.0 and "not_recorded" not in strict["GF_cited"]
     assert strict["answer_quality"]["answered"] > 0 and strict["answer_quality"]["token_f1"] is None
-    assert "not recorded" in results.table(res).iloc[0]["GF"]
+    assert "not recorded" in cells.results_table(res).iloc[0]["GF"]
 
 
 def test_the_committed_study_archive_migrates_to_version_3(tmp_path: Path) -> None:
@@ -389,6 +390,7 @@ def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, sm
 
     from layerlab.analysis import results
     from layerlab.archive import write_run
+    from layerlab.reporting.format import cells
 
     write_run(tmp_path / "run", small_run, {"run_id": "deterministic", "kind": "deterministic", "complete": True})
     res = results.write_results(tmp_path / "run")
@@ -408,7 +410,7 @@ def test_results_json_carries_the_answer_measures_and_both_gf(tmp_path: Path, sm
         assert cell["GF_cited"]["k"] == sum(r.grounded_cited and not r.success for r in recs)
     for per in model["by_scenario"].values():
         assert all({"S", "safe", "GF", "GF_cited"} <= set(c) for c in per.values())
-    assert "E|contained|F1 (answered)" in results.table(res).columns
+    assert "E|contained|F1 (answered)" in cells.results_table(res).columns
 
 
 def test_answer_quality_table(small_run: list[Record]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -73,17 +73,85 @@ def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def percent(v: Any, digits: int = 1) -> str:
-    """A share in [0, 1] as a percentage: ``0.975 -> "97.5%"``."""
-    return MISSING if _missing(v) else f"{100 * float(v):.{digits}f}%"
+def rate(
+    v: Any,
+    interval: Sequence[Any] | None = None,
+    *,
+    percent: bool = False,
+    digits: int | None = None,
+    suffix: str = "",
+    missing: str = MISSING,
+) -> str:
+    """A rate (a share in [0, 1]) and, given ``interval`` ``(low, high)``, its interval in
+    brackets: the one rate formatter. The rules a caller chooses, each explicit:
 
+    - ``percent``: shown ×100 (``0.812 -> "81.2"``) or as the share (``"0.812"``);
+    - ``digits``: decimals (default 1 for a percentage, 3 for a share);
+    - ``suffix``: after each number (``"%"``: ``"81.2%"``; ``""`` where the header says %);
+    - ``missing``: the text of an absent value (None, NaN): :data:`MISSING` in notebooks, ``"-"``
+      in the terminal tables of a run and of ``layerlab compare``.
 
-def points(v: Any, digits: int = 1) -> str:
-    """Percentage points, signed: ``97.5 -> "+97.5"``; zero is ``"0.0"`` (never ``-0.0``)."""
+    The interval is left out when its low end is missing. ``rate(0.812, (0.771, 0.847))`` is
+    ``"0.812 [0.771, 0.847]"``; with ``percent=True`` ``"81.2 [77.1, 84.7]"``."""
     if _missing(v):
-        return MISSING
-    x = round(float(v), digits)
-    return f"{0.0:.{digits}f}" if x == 0 else f"{x:+.{digits}f}"
+        return missing
+    d = (1 if percent else 3) if digits is None else digits
+
+    def one(x: Any) -> str:
+        return missing if _missing(x) else f"{(100 if percent else 1) * float(x):.{d}f}{suffix}"
+
+    if interval is None or _missing(interval[0]):
+        return one(v)
+    return f"{one(v)} [{one(interval[0])}, {one(interval[1])}]"
+
+
+def percent(v: Any, digits: int = 1) -> str:
+    """A share in [0, 1] as a percentage: ``0.975 -> "97.5%"`` (:func:`rate`'s percent rule)."""
+    return rate(v, percent=True, digits=digits, suffix="%")
+
+
+Sign = Literal["nonzero", "always", "minus"]
+
+
+def points(
+    v: Any,
+    digits: int = 1,
+    *,
+    interval: Sequence[Any] | None = None,
+    share: bool = False,
+    sign: Sign = "nonzero",
+    missing: str = MISSING,
+) -> str:
+    """Percentage points: the one percentage-point formatter. ``97.5 -> "+97.5"``; with
+    ``share=True`` the value is a difference of two shares (``0.125 -> "+12.5"``). Given
+    ``interval`` ``(low, high)`` the interval follows in brackets, each end by the same rule
+    (``"+12.5 [+3.0, +22.0]"``). The rules a caller chooses, each explicit:
+
+    - ``sign``: ``"nonzero"`` (notebooks, findings): ``+`` or ``-``, and a value that rounds to
+      zero is ``"0.0"``, never ``"+0.0"`` or ``"-0.0"``; ``"always"`` (the terminal tables of
+      ``layerlab compare`` and the paper's Table 10 cells): the sign as written, ``"+0.0"``, and
+      ``"-0.0"`` for a small negative value, so identical runs read ``+0.0 [+0.0, +0.0]`` as
+      they always have; ``"minus"`` (the recompute headline, the paper's effect captions): a
+      sign only on a negative value (``"12.5"``);
+    - ``missing``: the text of an absent value (None, NaN), :data:`MISSING` unless given (the
+      terminal's ``"-"``)."""
+    if _missing(v):
+        return missing
+
+    def one(y: Any) -> str:
+        if _missing(y):
+            return missing
+        x = 100 * float(y) if share else float(y)
+        if sign == "minus":
+            return f"{x:.{digits}f}"
+        if sign == "nonzero":
+            x = round(x, digits)
+            return f"{0.0:.{digits}f}" if x == 0 else f"{x:+.{digits}f}"
+        return f"{x:+.{digits}f}"
+
+    if interval is None:
+        return one(v)
+    return f"{one(v)} [{one(interval[0])}, {one(interval[1])}]"
 
 
 def p_value(v: Any, floor: float = P_FLOOR) -> str:
@@ -164,7 +232,7 @@ _FORMAT = {
     "count": count,
     "p": p_value,
     "pp": points,
-    "difference": lambda v: MISSING if _missing(v) else f"{points(100 * float(v))} pp",
+    "difference": lambda v: MISSING if _missing(v) else f"{points(v, share=True)} pp",
     "percent": percent,
     "number": number,
     "text": lambda v: MISSING if _missing(v) else number(v) if isinstance(v, float) else str(v),

@@ -12,6 +12,8 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
+from layerlab.reporting.format.display import points
+
 
 def _console() -> Console:
     # a pipe or a log file gets a fixed, readable width instead of rich's 80-column default
@@ -104,19 +106,24 @@ def print_recompute(head: dict[str, Any], console: Console | None = None) -> Non
         g = h["schema_drift_gain"]
         m = h["specificity_margin"]
         console.print(
-            f"schema_drift paired gain {100 * g['estimate']:.1f} pp "
-            f"[{100 * g['ci95'][0]:.1f}, {100 * g['ci95'][1]:.1f}] ({head['n_boot']} resamples, "
-            f"seed {head['seed']}; {h.get('design_label', 'bootstrap')})"
+            f"schema_drift paired gain {_pp(g['estimate'])} pp [{_pp(g['ci95'][0])}, "
+            f"{_pp(g['ci95'][1])}] ({head['n_boot']} resamples, seed {head['seed']}; "
+            f"{h.get('design_label', 'bootstrap')})"
         )
         console.print(
-            f"specificity margin {100 * m['margin']:.1f} pp [{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]; "
-            f"largest off-target change {100 * m['largest_off_target_change']:.1f} pp ({m['largest_off_target']})"
+            f"specificity margin {_pp(m['margin'])} pp [{_pp(m['ci_low'])}, {_pp(m['ci_high'])}]; "
+            f"largest off-target change {_pp(m['largest_off_target_change'])} pp ({m['largest_off_target']})"
         )
         if h["note"]:
             console.print(f"note: {h['note']}")
     if head.get("specificity_matrix"):
         verdicts = ", ".join(f"{k} {v}" for k, v in head["specificity_matrix"].items())
         console.print(f"specificity matrix (Table 10): {verdicts}")
+
+
+def _pp(v: float) -> str:
+    """The recompute headline's points: a share difference, a sign only when negative."""
+    return points(v, share=True, sign="minus")
 
 
 # a cell "0.812 [0.771, 0.847]" or "12.5% (30)" splits before its bracket when stacked

@@ -28,6 +28,7 @@ import seaborn as sns  # noqa: E402
 
 from layerlab import paths
 from layerlab.analysis import exact, stats  # noqa: E402
+from layerlab.analysis.records import as_frame  # noqa: E402
 from layerlab.mitigations import contract_pair  # noqa: E402
 from layerlab.reporting.format import display
 
@@ -110,7 +111,7 @@ def _frame(data: Records) -> pd.DataFrame:
     items: list[Any] = list(data)
     if items and all(isinstance(d, pd.DataFrame) for d in items):
         return pd.concat(items, ignore_index=True)
-    return pd.DataFrame([r.__dict__ for r in items])
+    return as_frame(items)
 
 
 def unit_order(df: pd.DataFrame) -> list[str]:
@@ -299,7 +300,7 @@ def retriever_ablation(
             lo, hi = stats.wilson(round(float(v) * n_tasks), n_tasks)
             ax.hlines(y, lo, hi, color=colours[j], linewidth=1.4)
             ax.plot(v, y, "o", color=colours[j], ms=5, label=cond if y == ys[0] else None)
-            ax.text(hi + 0.012, y, f"{100 * v:.1f}%", va="center", fontsize=6.5, color="#333333")
+            ax.text(hi + 0.012, y, display.percent(v), va="center", fontsize=6.5, color="#333333")
     names = []
     for r in retrievers:
         sees_domain = r in retrieval.REGISTRY and retrieval.REGISTRY[r].explicit_domain

@@ -25,6 +25,7 @@ import pandas as pd
 
 from layerlab.analysis import effects, results, stats
 from layerlab.reporting.format import display
+from layerlab.reporting.format.cells import rate_cell
 
 FAIL_BELOW = 0.5  # a scenario "fails" when its safe resolution under the baseline arm is below
 N_BOOT = 2_000  # bootstrap resamples of the paired gains and the matrix (seeded)
@@ -58,7 +59,7 @@ def _pp(x: float) -> str:
 
 def _overall(m: dict[str, Any]) -> str:
     arms = results.arm_order(m["arms"])
-    per = "; ".join(f"{a} {results.fmt_rate(m['arms'][a]['S'])}" for a in arms)
+    per = "; ".join(f"{a} {rate_cell(m['arms'][a]['S'])}" for a in arms)
     return (
         f"{m['records']:,} records over {m['tasks']} tasks and {len(m['by_scenario'])} scenarios. "
         f"Strict success S by arm: {per}."
@@ -78,13 +79,13 @@ def _failures(m: dict[str, Any], base: str) -> str:
         low = min(rated, key=lambda s: (rated[s]["safe"]["rate"], s))
         return (
             f"Under {base} its safe resolution is at least {FAIL_BELOW:.0%} in every scenario; "
-            f"the lowest is {low} at {results.fmt_rate(rated[low]['safe'])}."
+            f"the lowest is {low} at {rate_cell(rated[low]['safe'])}."
         )
 
     def cell(s: str) -> str:
         gf = rated[s]["GF"]
-        extra = f", GF {results.fmt_rate(gf)}" if gf.get("rate") else ""
-        return f"{s} {results.fmt_rate(rated[s]['safe'])}{extra}"
+        extra = f", GF {rate_cell(gf)}" if gf.get("rate") else ""
+        return f"{s} {rate_cell(rated[s]['safe'])}{extra}"
 
     held = [s for s in rated if s not in failing]
     tail = f" It holds in {', '.join(held)}." if held else " It holds in none."
@@ -107,8 +108,8 @@ def _repair_gain(m: dict[str, Any], df: pd.DataFrame) -> str | None:
     est, lo, hi = float(row["estimate"]), float(row["ci_low"]), float(row["ci_high"])
     verb = "raises" if lo > 0 else "lowers" if hi < 0 else "does not detectably change"
     return (
-        f"{treat.capitalize()} {verb} S on {target} from {results.fmt_rate(per[base]['S'])} "
-        f"under {base} to {results.fmt_rate(per[treat]['S'])}: a paired gain of {_pp(est)} "
+        f"{treat.capitalize()} {verb} S on {target} from {rate_cell(per[base]['S'])} "
+        f"under {base} to {rate_cell(per[treat]['S'])}: a paired gain of {_pp(est)} "
         f"points [{_pp(lo)}, {_pp(hi)}] (95% bootstrap interval over tasks, {N_BOOT:,} "
         f"resamples, seed {SEED})."
     )

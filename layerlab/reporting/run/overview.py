@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from layerlab import archive
+from layerlab.analysis.records import records_frame
 
 if TYPE_CHECKING:
     from layerlab.harness.live import LiveResult
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 def run_overview(result: LiveResult) -> pd.DataFrame:
     """Success by model × scenario × mitigation arm of a finished run (what a notebook shows)."""
-    df = pd.DataFrame([r.__dict__ for r in archive.read_records(result.out / archive.ARCHIVE)])
+    df = records_frame(result.out)
     g = df.groupby(["provider", "model", "scenario", "mitigation"], sort=False)["success"].mean()
     wide = g.unstack("mitigation").reset_index()
     arms = [m for m in _arms(df) if m in wide]
@@ -49,7 +50,8 @@ def print_run_results(out: Any, echo: Any) -> None:
     folder's ``results.json``; ``echo`` prints a line."""
     import json
 
-    from layerlab.analysis import passk, results
+    from layerlab.analysis import results
+    from layerlab.reporting.format import cells
     from layerlab.reporting.format.terminal import print_wide
     from layerlab.reporting.run import agentsummary
     from layerlab.reporting.run.findings import finding_lines
@@ -66,18 +68,18 @@ def print_run_results(out: Any, echo: Any) -> None:
         (False, "Results by model"),
         (True, "Reference agents (deterministic baselines, not models)"),
     ):
-        df = results.table(res, reference=ref)
+        df = cells.results_table(res, reference=ref)
         if not df.empty:
             if res.get("target") and not ref:
                 title = "Results by arm (strict/repair: the harness's contract; other arms add a guard)"
             print_wide(df, f"{title}: rate [95% interval]")
-    epochs = [row for m in res["models"] for row in passk.shown(m)]
+    epochs = [row for m in res["models"] for row in cells.passk_rows(m)]
     if epochs:  # a run of more than one epoch: beside S, how often one of k / all k succeed
         print_wide(pd.DataFrame(epochs), "Epochs: S and safe resolution beside pass@k (one of "
                    "k epochs succeeds) and pass^k (all k do), k = the epochs, by scenario")  # fmt: skip
     agentsummary.print_for(out, echo)  # an agent run's mode and steps per scenario
     if res.get("usage"):  # cost and time over every invocation of the run
-        print_wide(results.usage_table(res["usage"]), "Calls, tokens, cost and time")
+        print_wide(cells.usage_table(res["usage"]), "Calls, tokens, cost and time")
     for line in results.error_summary(res):
         echo(f"errors: {line}")
     echo(f"results: {p} (interval: {res['interval']})")

@@ -26,7 +26,8 @@ import pandas as pd
 from layerlab import __version__, archive
 from layerlab._io import sha256_file
 from layerlab.analysis import results, stats
-from layerlab.reporting.format import page
+from layerlab.analysis.records import records_frame
+from layerlab.reporting.format import cells, page
 from layerlab.reporting.records import dictionary
 
 SECTIONS = (  # in page order; a section with nothing to show is left out
@@ -101,13 +102,13 @@ def _scenario_table(m: dict[str, Any], answerable: dict[str, bool]) -> pd.DataFr
         }
         for arm in arms:
             c = per.get(arm)
-            row[f"S {arm}"] = results.fmt_rate(c["S"]) if c else "-"
+            row[f"S {arm}"] = cells.rate_cell(c["S"]) if c else cells.NONE
         for arm in arms:
             c = per.get(arm)
-            row[f"safe {arm}"] = results.fmt_rate(c["safe"]) if c else "-"
+            row[f"safe {arm}"] = cells.rate_cell(c["safe"]) if c else cells.NONE
         for arm in arms:
             c = per.get(arm)
-            row[f"GF {arm}"] = results.fmt_rate(c["GF"]) if c else "-"
+            row[f"GF {arm}"] = cells.rate_cell(c["GF"]) if c else cells.NONE
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -330,32 +331,34 @@ def _figures(res: dict[str, Any]) -> list[str]:
     return out
 
 
-def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
-    """The report as one HTML string (see the module docstring)."""
-    inp = classify(paths_)
-    if not inp.record_paths and not inp.study_paths:
-        raise ReportError("no archives given")
-    res: dict[str, Any] | None = None
-    df = None
-    if inp.record_paths:
-        recs = archive.load_records(inp.record_paths)
-        if not recs:
-            raise ReportError("the record archives hold no records")
-        df = pd.DataFrame([r.__dict__ for r in recs])
-        res = results.summarize(df)
+def _records(paths_: Sequence[Path]) -> pd.DataFrame:
+    """The record archives as one checked frame (:func:`~layerlab.analysis.records.records_frame`:
+    each archive vetted on read, a run given twice counted once)."""
+    try:
+        return records_frame(paths_)
+    except archive.ArchiveError:
+        raise
+    except ValueError:  # no records at all
+        raise ReportError("the record archives hold no records") from None
+
+
+def _result_sections(
+    res: dict[str, Any],
+    models: list[dict[str, Any]],
+    agents: list[dict[str, Any]],
+    agent_parts: list[str],
+) -> list[tuple[str, str, list[str]]]:
+    """The sections of the record archives' results: by model, the reference agents, by model
+    and scenario, agent mode, diagnostics and figures (each when there is something to show)."""
     answerable = _answerable()
-    models = [m for m in (res or {"models": []})["models"] if not m["reference_agent"]]
-    agents = [m for m in (res or {"models": []})["models"] if m["reference_agent"]]
-    sections: list[tuple[str, str, list[str]]] = [
-        ("findings", "Findings", [_findings(res, df, len(inp.study_paths))])
-    ]
-    if res is not None and models:
+    sections: list[tuple[str, str, list[str]]] = []
+    if models:
         sections.append(
             (
                 "models",
                 "Results by model",
                 [
-                    page.table(results.table(res, reference=False), nowrap=True),
+                    page.table(cells.results_table(res, reference=False), nowrap=True),
                     page.para(
                         "Malformed replies and provider errors are failures (never counted as "
                         "safe refusals); their shares say how much of a model's score is lost "
@@ -365,8 +368,8 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
                 ],
             )
         )
-    if res is not None and agents:
-        base = page.table(results.table(res, reference=True), nowrap=True)
+    if agents:
+        base = page.table(cells.results_table(res, reference=True), nowrap=True)
         sections.append(
             (
                 "baselines",
@@ -374,68 +377,74 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
                 [f'<div class="baseline">{page.para(BASELINE_NOTE)}{base}</div>'],
             )
         )
-    agent_parts = _agent_parts(inp.record_paths) if res is not None else []
-    if res is not None:
-        scen_parts = []
-        for m in models + agents:
-            label = f"{m['provider']}/{m['model']}" + (
-                " — reference agent (baseline)" if m["reference_agent"] else ""
+    scen_parts = []
+    for m in models + agents:
+        label = f"{m['provider']}/{m['model']}" + (
+            " — reference agent (baseline)" if m["reference_agent"] else ""
+        )
+        scen_parts.append(f"<h3>{page.esc(label)}</h3>")
+        scen_parts.append(
+            page.para(
+                f"{m['records']} records, {m['tasks']} tasks, {m['replicates']} replicate(s) "
+                "per cell.",
+                "muted",
             )
-            scen_parts.append(f"<h3>{page.esc(label)}</h3>")
-            scen_parts.append(
+        )
+        scen_parts.append(page.table(_scenario_table(m, answerable), nowrap=True))
+    sections.append(("scenarios", "By model and scenario", scen_parts))
+    if agent_parts:
+        sections.append(("agent", "Agent mode", agent_parts))
+    diag = _diagnostic_table(res)
+    sections.append(
+        (
+            "diagnostics",
+            "Diagnostics",
+            [
                 page.para(
-                    f"{m['records']} records, {m['tasks']} tasks, {m['replicates']} replicate(s) "
-                    "per cell.",
+                    "Records per diagnostic label (the first layer that failed) for each "
+                    "model and arm; reference agents are marked (agent).",
                     "muted",
-                )
-            )
-            scen_parts.append(page.table(_scenario_table(m, answerable), nowrap=True))
-        sections.append(("scenarios", "By model and scenario", scen_parts))
-        if agent_parts:
-            sections.append(("agent", "Agent mode", agent_parts))
-        diag = _diagnostic_table(res)
-        sections.append(
-            (
-                "diagnostics",
-                "Diagnostics",
-                [
-                    page.para(
-                        "Records per diagnostic label (the first layer that failed) for each "
-                        "model and arm; reference agents are marked (agent).",
-                        "muted",
-                    ),
-                    page.table(diag, nowrap=True),
-                    page.details(
-                        "what each diagnostic label means",
-                        page.table(_diagnostic_meanings(list(diag["diagnostic"]))),
-                    ),
-                ],
-            )
+                ),
+                page.table(diag, nowrap=True),
+                page.details(
+                    "what each diagnostic label means",
+                    page.table(_diagnostic_meanings(list(diag["diagnostic"]))),
+                ),
+            ],
         )
-        figs = _figures(res)
-        if figs:  # the figures, or the note saying why none is drawn (a missing extra, flat rates)
-            sections.append(("figures", "Figures", figs))
-    if inp.study_paths:
-        from layerlab.reporting.paper import tables
+    )
+    figs = _figures(res)
+    if figs:  # the figures, or the note saying why none is drawn (a missing extra, flat rates)
+        sections.append(("figures", "Figures", figs))
+    return sections
 
-        rows = [r for p in inp.study_paths for r in archive.read_study(p)]
-        sections.append(
-            (
-                "study",
-                "Focused study",
-                [
-                    page.para(
-                        f"{len(rows)} cells (task × condition × arm) of "
-                        + ", ".join(sorted({f"{r['provider']}/{r['model']}" for r in rows}))
-                        + ".",
-                        "muted",
-                    ),
-                    page.table(tables.table7(rows)),
-                    page.table(tables.table7_by_condition(rows)),
-                ],
-            )
-        )
-    overview = [
+
+def _study_section(study_paths: Sequence[Path]) -> tuple[str, str, list[str]]:
+    """The focused study's section: its cells and Table 7 (overall and by condition)."""
+    from layerlab.reporting.paper import tables
+
+    rows = [r for p in study_paths for r in archive.read_study(p)]
+    return (
+        "study",
+        "Focused study",
+        [
+            page.para(
+                f"{len(rows)} cells (task × condition × arm) of "
+                + ", ".join(sorted({f"{r['provider']}/{r['model']}" for r in rows}))
+                + ".",
+                "muted",
+            ),
+            page.table(tables.table7(rows)),
+            page.table(tables.table7_by_condition(rows)),
+        ],
+    )
+
+
+def _overview(
+    inp: Inputs, df: pd.DataFrame | None, models: list[dict[str, Any]], agents: list[dict[str, Any]]
+) -> list[tuple[str, Any]]:
+    """The provenance section's key/value overview: what the page was built from."""
+    return [
         ("generated by", f"layerlab {__version__} from {len(inp.provenance)} archive(s)"),
         ("records", len(df) if df is not None else 0),
         ("models", ", ".join(f"{m['provider']}/{m['model']}" for m in models) or "none"),
@@ -448,6 +457,29 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
         ("study archives", len(inp.study_paths)),
         ("interval", results.INTERVAL),
     ]
+
+
+def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
+    """The report as one HTML string (see the module docstring)."""
+    inp = classify(paths_)
+    if not inp.record_paths and not inp.study_paths:
+        raise ReportError("no archives given")
+    res: dict[str, Any] | None = None
+    df = None
+    if inp.record_paths:
+        df = _records(inp.record_paths)
+        res = results.summarize(df)
+    models = [m for m in (res or {"models": []})["models"] if not m["reference_agent"]]
+    agents = [m for m in (res or {"models": []})["models"] if m["reference_agent"]]
+    sections: list[tuple[str, str, list[str]]] = [
+        ("findings", "Findings", [_findings(res, df, len(inp.study_paths))])
+    ]
+    agent_parts = _agent_parts(inp.record_paths) if res is not None else []
+    if res is not None:
+        sections += _result_sections(res, models, agents, agent_parts)
+    if inp.study_paths:
+        sections.append(_study_section(inp.study_paths))
+    overview = _overview(inp, df, models, agents)
     usage = usage_parts(inp.provenance)  # none without usage in any manifest
     if usage:
         sections.append(("usage", "Cost and time", usage))
@@ -487,7 +519,7 @@ def usage_parts(provenance: Sequence[dict[str, Any]]) -> list[str]:
         usage = results.usage_summary(p["manifest"]) if p["manifest"] else {}
         if usage:
             parts.append(f"<h3>{page.esc(p['manifest'].get('run_id', p['path']))}</h3>")
-            parts.append(page.table(results.usage_table(usage), nowrap=True))
+            parts.append(page.table(cells.usage_table(usage), nowrap=True))
     if not parts:
         return []
     note = page.para(

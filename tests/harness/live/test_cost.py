@@ -17,6 +17,7 @@ from layerlab.harness import live
 from layerlab.harness.live import budget, calls, runmanifest
 from layerlab.models import local as models_mod
 from layerlab.models.llm import ProviderSettings, import_litellm
+from layerlab.reporting.format import cells
 
 sys.path.insert(0, str(Path(__file__).parents[2]))
 from fake_openai import FakeOpenAI  # noqa: E402
@@ -71,7 +72,7 @@ def test_usage_accumulates_across_invocations_and_a_resume_with_nothing_left_kee
     assert u["answered_calls"] == server.requests and u["cost_usd"] is None
     assert u["compute"] == results.COMPUTE_WALL and u["compute_s"] == round(u2["latency_s"], 2)
     assert u["prompt_tokens"] == server.requests
-    row = results.usage_table(res["usage"]).iloc[0]
+    row = cells.usage_table(res["usage"]).iloc[0]
     assert row["cost (USD)"] == "-" and row["compute measures"] == "call wall time"
     from layerlab.reporting.run import report
 

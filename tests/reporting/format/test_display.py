@@ -115,3 +115,53 @@ def test_a_gain_between_rates_is_shown_in_points_not_as_a_rate() -> None:
                                     "gee risk difference": [-0.5]}))
     assert t.loc["a", "gain"] == "+97.5 pp" and t.loc["a", "repair"] == "97.5%"
     assert t.loc["a", "gee risk difference"] == "-50.0 pp"
+
+
+# --- the one rate and one percentage-point formatter (issue 45) -------------------------------
+
+
+def test_points_rules_are_explicit_arguments() -> None:
+    """Each caller's rule is an argument of the one formatter, not a private copy: notebooks and
+    findings never show a signed zero; compare and Table 10 keep the sign as written (identical
+    runs read +0.0); captions sign only a negative; a share difference is scaled once."""
+    assert display.points(0.125, share=True) == "+12.5" and display.points(12.5) == "+12.5"
+    assert display.points(-0.0004, share=True) == "0.0" and display.points(0.0, share=True) == "0.0"
+    assert display.points(0.0, share=True, sign="always") == "+0.0"
+    assert display.points(-0.0004, share=True, sign="always") == "-0.0"
+    assert display.points(0.125, share=True, sign="minus") == "12.5"
+    assert display.points(-0.125, share=True, sign="minus") == "-12.5"
+    assert display.points(0.3333, 3, share=True, sign="minus") == "33.330"
+    same = display.points(0.0, interval=(0.0, 0.0), share=True, sign="always", missing="-")
+    assert same == "+0.0 [+0.0, +0.0]"
+    assert display.points(0.1, interval=(-0.02, 0.2), share=True) == "+10.0 [-2.0, +20.0]"
+    assert display.points(None) == display.MISSING and display.points(float("nan"), missing="-") == "-"
+
+
+def test_rate_rules_are_explicit_arguments() -> None:
+    """A run's rates as shares to 3 decimals, compare's as percentages without the sign, the
+    notebook's with it; the interval left out when it has no low end; "-" or "–" for none."""
+    assert display.rate(0.8125, (0.771, 0.847)) == "0.812 [0.771, 0.847]"
+    assert display.rate(0.8125, (0.771, 0.847), percent=True) == "81.2 [77.1, 84.7]"
+    assert display.rate(0.975, percent=True, suffix="%") == display.percent(0.975) == "97.5%"
+    assert display.rate(0.5, (None, None)) == "0.500" and display.rate(0.5, digits=2) == "0.50"
+    assert display.rate(None, missing="-") == "-" and display.rate(float("nan")) == display.MISSING
+
+
+def test_run_tables_format_through_the_owner() -> None:
+    """results.json's cells, compare's and the matrix's are the one formatter's text."""
+    from types import SimpleNamespace
+
+    from layerlab.reporting.format import cells
+
+    r = {"rate": 0.65, "ci_low": 0.534, "ci_high": 0.754, "k": 52, "n": 80}
+    assert cells.rate_cell(r) == display.rate(0.65, (0.534, 0.754)) == "0.650 [0.534, 0.754]"
+    assert cells.rate_cell({"rate": None, "not_recorded": 3}) == "not recorded (3)"
+    assert cells.rate_cell({"rate": None}) == "-"
+    assert cells.share_cell({"share": 0.125, "k": 30}) == "12.5% (30)"
+    table = pd.DataFrame({"scenario": ["clean"], "arm": ["strict"], "tasks": [80],
+                          "this_run": [0.65], "this_run_ci": [[0.534, 0.754]], "other": [0.65],
+                          "other_ci": [[0.534, 0.754]], "difference": [0.0],
+                          "difference_ci": [[0.0, 0.0]]})  # fmt: skip
+    c = SimpleNamespace(table=table)
+    row = cells.comparison(c).iloc[0]  # type: ignore[arg-type]
+    assert row["this run %"] == "65.0 [53.4, 75.4]" and row["difference pp"] == "+0.0 [+0.0, +0.0]"

@@ -13,8 +13,7 @@ import pytest
 from rich.console import Console
 
 from layerlab import paths
-from layerlab.analysis import results
-from layerlab.reporting.format import terminal
+from layerlab.reporting.format import cells, terminal
 
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -25,7 +24,7 @@ def _frame() -> pd.DataFrame:
             paths.ARCHIVES / "local_model_mitigations" / "qwen2.5-coder-1.5b" / "results.json"
         ).read_text()
     )
-    df = results.table(res)
+    df = cells.results_table(res)
     # a second model with a long name, and a cost column as a later results table may carry
     other = df.head(2).assign(model="hosted_vllm/meta-llama/Llama-3.1-8B-Instruct")
     return pd.concat([df, other], ignore_index=True).assign(**{"cost (USD)": "0.0123"})

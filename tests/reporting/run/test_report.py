@@ -12,7 +12,7 @@ import pytest
 from layerlab import archive, paths
 from layerlab.analysis import effects, results, specificity, stats
 from layerlab.analysis.records import INPUT, records_frame
-from layerlab.reporting.format import display
+from layerlab.reporting.format import cells, display
 from layerlab.reporting.run import findings, report
 
 REF = paths.ARCHIVES / "reference_agents"
@@ -93,12 +93,12 @@ def test_findings_carry_the_numbers_of_the_results(ref_html: str) -> None:
         unit = f"{m['provider']}/{m['model']}"
         assert unit in text and "reference agent" in text
         for arm, c in m["arms"].items():
-            assert f"{arm} {results.fmt_rate(c['S'])}" in text
+            assert f"{arm} {cells.rate_cell(c['S'])}" in text
         # every scenario whose safe resolution under strict is below 50% is named with its rate
         for s, per in m["by_scenario"].items():
             safe = per[stats.BASELINE]["safe"]
             if safe["rate"] < findings.FAIL_BELOW:
-                assert f"{s} {results.fmt_rate(safe)}" in text, (unit, s)
+                assert f"{s} {cells.rate_cell(safe)}" in text, (unit, s)
         sub = df[df["model"] == m["model"]]
         eff = effects.arm_effects(
             sub, stats.TREATMENT, stats.BASELINE, n_boot=findings.N_BOOT, seed=findings.SEED

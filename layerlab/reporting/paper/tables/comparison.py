@@ -12,9 +12,15 @@ import yaml
 
 from layerlab import paths
 from layerlab.analysis import stats
+from layerlab.reporting.format.display import points
 from layerlab.reporting.paper.tables.captions import CAPTIONS, units_note
 from layerlab.reporting.paper.tables.effects import table5_block
 from layerlab.reporting.paper.tables.rates import table4_block
+
+
+def _pp(v: float, digits: int = 1, of_share: bool = True) -> str:
+    """The comparison table's points: a sign only when negative (``12.5``)."""
+    return points(v, digits, share=of_share, sign="minus")
 
 
 def _fmt(v: Any) -> str:
@@ -54,7 +60,8 @@ def _block_figures(a: stats.Block, ref: Mapping[str, Any]) -> dict[str, Any]:
             sd[f"{eff.paired.treatment}-{eff.paired.baseline} (pp)"].iloc[0]
         )
         out["schema_drift gain 95% interval (pp)"] = (
-            f"[{sd['95% low (pp)'].iloc[0]:.1f}, {sd['95% high (pp)'].iloc[0]:.1f}] ({eff.design})"
+            f"[{_pp(sd['95% low (pp)'].iloc[0], of_share=False)}, "
+            f"{_pp(sd['95% high (pp)'].iloc[0], of_share=False)}] ({eff.design})"
         )
         for name, alt in a.designs.items():
             if name == eff.design:
@@ -62,16 +69,16 @@ def _block_figures(a: stats.Block, ref: Mapping[str, Any]) -> dict[str, Any]:
             row = alt.table.set_index("scenario").loc["schema_drift"]
             shown = name != "crossed" or len(alt.paired.units) >= stats.MIN_UNITS
             out[f"schema_drift gain 95% interval, {name} (pp)"] = (
-                f"[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]"
+                f"[{_pp(row['ci_low'])}, {_pp(row['ci_high'])}]"
                 + ("" if shown else f" (not reported: < {stats.MIN_UNITS} units)")
             )
     tied = str(margin["largest_off_target"]).split(", ")
     which = ", ".join(tied) if len(tied) <= 2 else f"{len(tied)} scenarios tied"
     out["largest off-target change (pp)"] = (
-        f"{100 * abs(margin['largest_off_target_change']):.3f} ({which})"
+        f"{_pp(abs(margin['largest_off_target_change']), 3)} ({which})"
     )
     out["specificity margin (pp)"] = (
-        f"{100 * margin['margin']:.3f} [{100 * margin['ci_low']:.1f}, {100 * margin['ci_high']:.1f}]"
+        f"{_pp(margin['margin'], 3)} [{_pp(margin['ci_low'])}, {_pp(margin['ci_high'])}]"
     )
     inc = sorted(eff.table.loc[eff.table["includes_zero"] & ~eff.table["exactly_zero"], "scenario"])
     zero = sorted(eff.table.loc[eff.table["exactly_zero"], "scenario"])

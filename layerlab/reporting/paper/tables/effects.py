@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from layerlab.analysis import stats
+from layerlab.reporting.format.display import points
 from layerlab.reporting.paper.tables.captions import (
     block_notes,
     effects_design,
@@ -23,6 +24,11 @@ from layerlab.reporting.paper.tables.captions import (
 
 IDENTICAL = "identical inputs"
 """The column of arm pairs that saw byte-identical inputs (:func:`stats.identical_inputs`)."""
+
+
+def _pp(v: float) -> str:
+    """A caption's points: a share difference, a sign only when negative (``12.5``)."""
+    return points(v, share=True, sign="minus")
 
 
 def table5(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
@@ -85,9 +91,9 @@ def safe_effects_table(analysis: Mapping[str, stats.Block]) -> pd.DataFrame:
         )
         m = a.margin
         t.attrs["detail"] = (
-            f"{units_sentence(a.df)} Margin {100 * m['margin']:.1f} pp [{100 * m['ci_low']:.1f}, "
-            f"{100 * m['ci_high']:.1f}]: target gain {100 * m['target_gain']:.1f} pp, largest "
-            f"off-target change {100 * m['largest_off_target_change']:.1f} pp "
+            f"{units_sentence(a.df)} Margin {_pp(m['margin'])} pp [{_pp(m['ci_low'])}, "
+            f"{_pp(m['ci_high'])}]: target gain {_pp(m['target_gain'])} pp, largest "
+            f"off-target change {_pp(m['largest_off_target_change'])} pp "
             f"({m['largest_off_target']}); off-target changes whose band excludes 0: "
             f"{m['off_target_distinguishable']}."
         )

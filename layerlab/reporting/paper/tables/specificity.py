@@ -16,6 +16,7 @@ import pandas as pd
 
 from layerlab.analysis import stats
 from layerlab.analysis.specificity import delta_phrase
+from layerlab.reporting.format.display import points
 
 if TYPE_CHECKING:
     from layerlab.analysis.specificity import Matrix
@@ -69,11 +70,12 @@ def _chances(m: Matrix, records: pd.DataFrame) -> Matrix:
 
 
 def _pp(v: float) -> str:
-    return "-" if v != v else f"{100 * v:+.1f}"
+    """Table 10's points: a share difference, signed as written (``+0.0``), ``-`` for none."""
+    return points(v, share=True, sign="always", missing="-")
 
 
 def _ci(lo: float, hi: float) -> str:
-    return "-" if lo != lo else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    return "-" if lo != lo else f"[{_pp(lo)}, {_pp(hi)}]"
 
 
 def target_interval(m: Matrix) -> dict[str, tuple[float, float]]:
