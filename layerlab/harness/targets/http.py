@@ -31,6 +31,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from layerlab.harness.targets import spans
 from layerlab.harness.targets.base import MAX_REPLY_BYTES, TargetRequest
 from layerlab.harness.targets.options import timeout_setting
 from layerlab.harness.targets.spec import TargetError, TargetSpec
@@ -81,11 +82,14 @@ class HttpTarget:
             mcp_url = request.mcp_url
             if mcp_url is not None:
                 body["mcp_url"] = mcp_url
+            trace, traced = spans.current(), {}  # the record's trace: the service's spans
+            if trace is not None and trace.otlp_url is not None:
+                body["otlp_traces_url"], traced = trace.otlp_url, {"traceparent": trace.traceparent}
             payload = json.dumps(body)
             req = urllib.request.Request(
                 self.spec.ref, data=payload.encode(), method="POST",
                 headers={"Content-Type": "application/json", "Accept": "application/json",
-                         **self.headers},
+                         **self.headers, **traced},
             )  # fmt: skip
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310

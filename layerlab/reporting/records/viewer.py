@@ -27,6 +27,7 @@ from typing import Any
 from layerlab import archive
 from layerlab.archive import samplelog
 from layerlab.reporting.format import page
+from layerlab.reporting.records import spanview
 
 PAGE_SIZE = 50  # records a page (every record is in the page's data; the pager steps through them)
 
@@ -153,7 +154,7 @@ function card(r) {
     ' citations ' + esc((r.parsed.citations || []).join(', ') || 'none') + (r.parsed.reason ? ' — reason: ' + esc(r.parsed.reason) : '') + '</p>';
   if (r.expected !== undefined) verdict += '<p><b>expected</b>: <code>' + esc(r.expected) + '</code></p>';
   if (r.agent) verdict += agentLine(r.agent);
-  verdict += '</div>' + (r.steps ? steps(r) : '');
+  verdict += '</div>' + (r.steps ? steps(r) : '') + spansView(r);
   let path = '<details class="path"><summary>Path: stage ' + esc(r.stage) + (r.contract ? ', contract ' + esc(r.contract.outcome) : '') + '</summary>';
   path += '<p>policy <code>' + esc(r.policy_id) + '</code>' + (r.domain ? ' · domain ' + esc(r.domain) : '') + ' · run <code>' + esc(r.run_id) + '</code>' +
     (r.tool_status ? ' · tool status ' + esc(r.tool_status) : '') + '</p>';
@@ -427,9 +428,8 @@ def build(
         f'<script type="application/json" id="records">{data}</script>\n'
         f'<script type="application/json" id="evidence">{blob(shared)}</script>'
     )
-    return page.document(
-        title, body, script=SCRIPT.replace("%PAGE%", str(PAGE_SIZE)), extra_css=EXTRA_CSS
-    )
+    script = SCRIPT.replace("%PAGE%", str(PAGE_SIZE)) + spanview.SCRIPT  # a record's own spans
+    return page.document(title, body, script=script, extra_css=EXTRA_CSS + spanview.CSS)
 
 
 def write(
