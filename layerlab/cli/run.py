@@ -34,6 +34,7 @@ from layerlab.cli.app import (
     run_app,
 )
 from layerlab.cli.decided import HELP as _UNTIL
+from layerlab.cli.export import OTEL_HELP, otel_url, send_otel
 from layerlab.cli.help import panelled
 
 _RETRIEVER_HELP = ("The tool's first stage: a registered retriever (e.g. bm25) or your own, "
@@ -145,7 +146,8 @@ _LIVE_PANELS = {
     "What to test": ("model", "target", "target_name", "target_version", "target_setting", "config_path"),
     "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "epochs",
                    "retriever", "corpus_dir", "scenarios_path"),
-    "Output and resume": ("out", "resume", "retry_errors", "cache_dir", "sample_log", "progress"),
+    "Output and resume": ("out", "resume", "retry_errors", "cache_dir", "sample_log", "progress",
+                          "otel_endpoint"),
     "Agent mode": ("agent", "max_steps", "tool_protocol"),
     "Calls and failures": ("api_base", "local_servers", "concurrency", "budget", "timeout",
                            "attempts", "backoff", "retry_seed", "max_error_rate"),
@@ -277,6 +279,8 @@ def run_live(
         help="Append a private per-sample log here (question, evidence ids, reply, verdict with "
         "reasons; outside --out, never archived). Off by default. `layerlab view` renders it.",
     ),
+    otel_endpoint: str = typer.Option(None, "--otel-endpoint", metavar="URL", callback=otel_url,
+                                      help=OTEL_HELP),  # fmt: skip
     config_path: Path = typer.Option(
         None,
         "--config",
@@ -419,6 +423,8 @@ def run_live(
         assert looked is not None
         return decided.report(looked, typer.echo)
     _report_run(out, log, result.message)
+    if otel_endpoint:  # the records as traces (labels and keys: layerlab export otel)
+        typer.echo(send_otel(out, otel_endpoint))
     if looked is not None:
         decided.report(looked, typer.echo)
     typer.echo(f"archive: {out / 'records.parquet'}  manifest: {out / 'manifest.json'}")

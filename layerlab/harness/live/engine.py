@@ -326,8 +326,8 @@ class Engine:
         entry.update(reply_format=td.reply.format, tool_calls=call_rows(td.tools.calls))
         if td.error:
             entry["target_error"] = td.error
-        if kept is not None:  # the team's spans (private: prompts, queries, document ids)
-            entry.update(kept, spans_note=self.spans.note if self.spans else None)
+        if kept is not None and self.spans is not None:  # the team's spans (private)
+            entry.update(kept, **({"spans_note": self.spans.note} if self.spans.note else {}))
         return rec, entry, row
 
     def close(self) -> None:

@@ -20,7 +20,9 @@ HTTP error or a timeout (setting ``timeout``, seconds, else the run's ``--timeou
 record as ``provider_error``; a reply over 1 MiB is not read (``malformed_reply``). Questions are
 POSTed concurrently (up to ``--concurrency``; ``--target-setting concurrent=false``: one at a
 time); each record's calls carry its own token, so records of one session may be in flight
-together. Settings named ``header.NAME`` are sent as request headers (e.g.
+together. With a private sample log each request also carries the record's W3C ``traceparent``
+header and ``otlp_traces_url`` in its body, where the service may export its own spans
+(:mod:`~layerlab.harness.targets.otlp`). Settings named ``header.NAME`` are sent as request headers (e.g.
 ``--target-setting header.Authorization=...``: a secret-looking name is hashed, never stored).
 """
 

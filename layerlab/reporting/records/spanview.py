@@ -47,7 +47,8 @@ function spanLine(s) {
   return t;
 }
 function spansView(r) {
-  if (!r.spans) return r.spans_note ? '<p class="muted">spans: ' + esc(r.spans_note) + '</p>' : '';
+  if (!r.spans) return '';
+  if (!r.spans.length) return '<p class="muted">your spans: none reached layerlab for this record' + (r.spans_note ? ' (' + esc(r.spans_note) + ')' : ' (is your pipeline instrumented with OpenTelemetry? docs/otel.md)') + '</p>';
   const ids = new Set(r.spans.map(s => s.span_id));
   const kids = {};
   for (const s of r.spans) { const p = s.parent && ids.has(s.parent) ? s.parent : ''; (kids[p] = kids[p] || []).push(s); }
@@ -55,8 +56,7 @@ function spansView(r) {
   const total = r.spans.length;
   return '<details class="path spans-of"><summary>Your spans: ' + total + ' span' + (total === 1 ? '' : 's') + ' your pipeline traced while answering' +
     (r.dropped ? ' (' + r.dropped + ' more dropped)' : '') + '</summary>' +
-    (total ? tree('') : '<p class="muted">no span reached layerlab for this record (is the pipeline instrumented, and does it export to layerlab?)</p>') +
-    (r.spans_note ? '<p class="muted">' + esc(r.spans_note) + '</p>' : '') + '</details>';
+    tree('') + '</details>';
 }
 """  # noqa: E501  (inline JavaScript: the page must be one file)
 
