@@ -4,9 +4,7 @@ log is given; sent over OTLP/HTTP (a receiver here, a real Phoenix server in the
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -39,10 +37,6 @@ class Sink:
 
     def add(self, tid: int, make: Any) -> None:
         self.spans.append({**make(record_trace("sink")), "trace_id": tid})
-
-
-def _by_trace(plan: list[tuple[int, list[Any]]]) -> dict[int, list[Any]]:
-    return dict(plan)
 
 
 def test_each_record_is_a_trace_with_its_fault_arm_and_scores() -> None:

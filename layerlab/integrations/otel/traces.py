@@ -133,6 +133,42 @@ def evaluations(rec: Record, at: int, reasons: Mapping[str, str] | None) -> list
     return out
 
 
+class _Layout:
+    """layerlab's own spans of one record, a millisecond apart, under the record's span."""
+
+    def __init__(self, trace_id: int, root: int, start_ns: int) -> None:
+        self.trace_id, self.root, self.t = trace_id, root, start_ns + MS
+        self.spans: list[PlanSpan] = []
+
+    def add(self, name: str, op: str, oi_kind: str, attrs: dict[str, Any]) -> PlanSpan:
+        s = PlanSpan(name, _sid(self.trace_id, name, len(self.spans)), self.root, "internal",
+                     self.t, self.t + MS,
+                     {"gen_ai.operation.name": op, "openinference.span.kind": oi_kind, **attrs})  # fmt: skip
+        self.spans.append(s)
+        self.t += MS
+        return s
+
+
+def _tool_spans(
+    lay: _Layout, rec: Record, fault: Fault, calls: Sequence[Mapping[str, Any]], private: bool
+) -> None:
+    """An ``execute_tool`` span per call (a single-call record: its one search), each with the
+    tool-stage and access faults and the arm."""
+    faults = {**fault.attributes(("tool", "access")), "layerlab.mitigation.arm": rec.mitigation}
+    for i, c in enumerate(calls or [{"tool": "search", "outcome": rec.stage, "valid": True}]):
+        tool = str(c.get("tool", "search"))
+        s = lay.add(f"execute_tool {tool}", "execute_tool", "TOOL", {
+            **faults, "gen_ai.tool.name": tool, "gen_ai.tool.type": "function",
+            "gen_ai.tool.call.id": f"call-{i + 1}", "layerlab.tool.outcome": str(c.get("outcome")),
+            "layerlab.tool.valid": bool(c.get("valid", True)),
+            "layerlab.tool.after_fault": bool(c.get("after_fault", False)),
+        })  # fmt: skip
+        if private and c.get("doc_ids"):
+            s.attributes["output.value"] = json.dumps(list(c["doc_ids"]))
+        if c.get("outcome") not in ("ok", "reader", None) or not c.get("valid", True):
+            s.error = f"tool call {c.get('outcome')}"
+
+
 def record_spans(
     rec: Record,
     fault: Fault,
@@ -144,66 +180,39 @@ def record_spans(
     agent table); ``entry``: its private sample-log entry (only when the user asked for it)."""
     trace = record_trace(record_ident(rec.run_id, rec.provider, rec.model, rec.scenario,
                                       rec.mitigation, rec.task_id, rec.replicate))  # fmt: skip
-    tid, root = trace.trace_id, trace.span_id
-    system = f"{rec.provider}/{rec.model}"
-    arm = {"layerlab.mitigation.arm": rec.mitigation}
-    spans: list[PlanSpan] = []
-    t = start_ns + MS
-
-    def child(name: str, op: str, oi_kind: str, attrs: dict[str, Any], n: int = 1) -> PlanSpan:
-        nonlocal t
-        s = PlanSpan(name, _sid(tid, name, len(spans)), root, "internal", t, t + n * MS,
-                     {"gen_ai.operation.name": op, "openinference.span.kind": oi_kind, **attrs})  # fmt: skip
-        spans.append(s)
-        t += n * MS
-        return s
-
-    private = entry is not None
-    ret = child("retrieval", "retrieval", "RETRIEVER",
-                {**fault.attributes(("index",)), **arm, "gen_ai.data_source.id": "layerlab corpus"})  # fmt: skip
+    lay = _Layout(trace.trace_id, trace.span_id, start_ns)
+    private, e = entry is not None, dict(entry or {})
+    ret = lay.add("retrieval", "retrieval", "RETRIEVER", {
+        **fault.attributes(("index",)), "layerlab.mitigation.arm": rec.mitigation,
+        "gen_ai.data_source.id": "layerlab corpus"})  # fmt: skip
     if private:
-        ret.attributes["input.value"] = str(entry.get("question", ""))
-        for i, e in enumerate(entry.get("evidence") or ()):
-            ret.attributes[f"retrieval.documents.{i}.document.id"] = str(e.get("doc_id"))
-    if not calls and entry is not None and entry.get("tool_calls"):
-        calls = list(entry["tool_calls"])
-    tool_faults = fault.attributes(("tool", "access"))
-    for i, c in enumerate(calls or [{"tool": "search", "outcome": rec.stage, "valid": True}]):
-        tool = str(c.get("tool", "search"))
-        s = child(f"execute_tool {tool}", "execute_tool", "TOOL", {
-            **tool_faults, **arm, "gen_ai.tool.name": tool, "gen_ai.tool.type": "function",
-            "gen_ai.tool.call.id": f"call-{i + 1}", "layerlab.tool.outcome": str(c.get("outcome")),
-            "layerlab.tool.valid": bool(c.get("valid", True)),
-            "layerlab.tool.after_fault": bool(c.get("after_fault", False)),
-        })  # fmt: skip
-        if private and c.get("doc_ids"):
-            s.attributes["output.value"] = json.dumps(list(c["doc_ids"]))
-        if c.get("outcome") not in ("ok", "reader", None) or not c.get("valid", True):
-            s.error = f"tool call {c.get('outcome')}"
+        ret.attributes["input.value"] = str(e.get("question", ""))
+        for i, ev in enumerate(e.get("evidence") or ()):
+            ret.attributes[f"retrieval.documents.{i}.document.id"] = str(ev.get("doc_id"))
+    _tool_spans(lay, rec, fault, calls or list(e.get("tool_calls") or ()), private)
     if rec.provider not in ("target", "layerlab", "deterministic") and not calls:
-        chat = child(f"chat {rec.model}", "chat", "LLM", {
+        chat = lay.add(f"chat {rec.model}", "chat", "LLM", {
             "gen_ai.request.model": rec.model, "gen_ai.provider.name": rec.provider,
             "llm.model_name": rec.model})  # fmt: skip
-        if private and entry.get("reply") is not None:
-            chat.attributes["output.value"] = str(entry["reply"])
-    team = _team_spans(tid, root, start_ns + MS, (entry or {}).get("spans") or ())
-    end = max([t, *(s.end_ns for s in team)]) + MS
-    attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": system,
-             "openinference.span.kind": "AGENT", **_record_attributes(rec),
-             **fault.attributes()}  # fmt: skip
+        if private and e.get("reply") is not None:
+            chat.attributes["output.value"] = str(e["reply"])
+    team = _team_spans(trace.trace_id, trace.span_id, start_ns + MS, e.get("spans") or ())
+    end = max([lay.t, *(s.end_ns for s in team)]) + MS
+    attrs = {"gen_ai.operation.name": "invoke_agent",
+             "gen_ai.agent.name": f"{rec.provider}/{rec.model}", "openinference.span.kind": "AGENT",
+             **_record_attributes(rec), **fault.attributes()}  # fmt: skip
     if private:
-        attrs.update({"input.value": str(entry.get("question", "")),
-                      "output.value": json.dumps(entry.get("parsed"), sort_keys=True),
-                      "layerlab.expected": str(entry.get("expected")),
-                      "layerlab.reply": str(entry.get("reply"))})  # fmt: skip
-        if entry.get("target_error"):
-            attrs["layerlab.target_error"] = str(entry["target_error"])
-    reasons = (entry or {}).get("reasons") if private else None
-    top = PlanSpan(f"invoke_agent {system}", root, None, "internal", start_ns, end, attrs,
-                   evaluations(rec, end - MS // 2, reasons))  # fmt: skip
+        attrs.update({"input.value": str(e.get("question", "")),
+                      "output.value": json.dumps(e.get("parsed"), sort_keys=True),
+                      "layerlab.expected": str(e.get("expected")),
+                      "layerlab.reply": str(e.get("reply"))})  # fmt: skip
+        if e.get("target_error"):
+            attrs["layerlab.target_error"] = str(e["target_error"])
+    top = PlanSpan(f"invoke_agent {rec.provider}/{rec.model}", trace.span_id, None, "internal",
+                   start_ns, end, attrs, evaluations(rec, end - MS // 2, e.get("reasons")))  # fmt: skip
     if not rec.safe_resolution:
         top.error = f"{outcome(rec)} ({rec.diagnostic})"
-    return tid, [top, *spans, *team]
+    return trace.trace_id, [top, *lay.spans, *team]
 
 
 def _team_spans(
