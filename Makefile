@@ -96,9 +96,20 @@ test: $(LOCAL_STAMP) ## Lint, unit tests (with a real-model smoke test), noteboo
 test-wheel: $(STAMP) ## Build the wheel and install it outside the repository (tests/test_wheel.py; CI runs it after make test).
 	$(BIN)/python -m pytest -m wheel --durations=5
 
-test-slow: $(LOCAL_STAMP) ## The full-size tests that `make test` runs on smaller inputs, and Qwen on a few records (marker `slow`).
+# A Phoenix server for the slow OpenTelemetry test (a run exported to it and read back): its own
+# venv from its own lock (arize-phoenix needs tenacity<9.2, requirements.lock pins 9.2.1; 1.4 GB)
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(shell cat requirements-phoenix.lock | cksum | cut -d' ' -f1)
+
+$(PHOENIX_STAMP): requirements-phoenix.lock
+	rm -f $(PHOENIX_VENV)/.installed-*
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-phoenix.lock
+	touch $@
+
+test-slow: $(LOCAL_STAMP) $(PHOENIX_STAMP) ## The full-size tests that `make test` runs on smaller inputs, Qwen on a few records, a run exported to Phoenix (marker `slow`).
 	$(BIN)/layerlab models fetch qwen2.5-coder-1.5b
-	LAYERLAB_REQUIRE_LOCAL=1 $(BIN)/python -m pytest -m slow
+	LAYERLAB_REQUIRE_LOCAL=1 LAYERLAB_PHOENIX_PYTHON=$(CURDIR)/$(PHOENIX_VENV)/bin/python $(BIN)/python -m pytest -m slow
 
 lab: $(STAMP) ## Open the notebooks in JupyterLab from the project environment.
 	$(BIN)/jupyter lab notebooks/
@@ -226,10 +237,11 @@ coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/cove
 	$(BIN)/python -m layerlab.analysis.coverage --full --write
 
 lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).
-	uv pip compile pyproject.toml --extra dev --extra notebooks --extra langchain --extra dense --extra mcp --extra agents --extra llamaindex --extra inspect --generate-hashes --universal --python-version 3.11 -o requirements.lock
+	uv pip compile pyproject.toml --extra dev --extra notebooks --extra langchain --extra dense --extra mcp --extra agents --extra llamaindex --extra inspect --extra otel --generate-hashes --universal --python-version 3.11 -o requirements.lock
 	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --no-emit-package llama-cpp-python -o requirements-local.lock
 	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --quiet \
 	  | awk '/^llama-cpp-python==/{p=1; print; next} p && /^ +--hash/{print; next} {p=0}' > requirements-llama.lock
+	uv pip compile pyproject.toml --extra phoenix --generate-hashes --universal --python-version 3.11 -o requirements-phoenix.lock
 
 clean: ## Remove the virtual environment and caches.
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -21,6 +21,8 @@ EXTRAS = {
     "agents": "agents",
     "llama_index": "llamaindex",
     "inspect_ai": "inspect",
+    "opentelemetry": "otel",
+    "openinference": "otel",
     "llama_cpp": "local",
 }
 

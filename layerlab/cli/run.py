@@ -31,6 +31,7 @@ from layerlab.cli.app import (
     run_app,
 )
 from layerlab.cli.decided import HELP as _UNTIL
+from layerlab.cli.export import OTEL_HELP, otel_url, send_otel
 from layerlab.cli.help import panelled
 
 _RETRIEVER_HELP = ("The tool's first stage: a registered retriever (e.g. bm25) or your own, "
@@ -143,7 +144,7 @@ _LIVE_PANELS = {
     "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "epochs",
                    "retriever", "corpus_dir", "scenarios_path"),
     "Output and resume": ("out", "resume", "retry_errors", "accept_code_change", "cache_dir",
-                          "sample_log", "progress"),
+                          "sample_log", "progress", "otel_endpoint"),
     "Agent mode": ("agent", "max_steps", "tool_protocol"),
     "Calls and failures": ("api_base", "local_servers", "concurrency", "budget", "timeout",
                            "attempts", "backoff", "retry_seed", "max_error_rate"),
@@ -278,6 +279,8 @@ def run_live(
         help="Append a private per-sample log here (question, evidence ids, reply, verdict with "
         "reasons; outside --out, never archived). Off by default. `layerlab view` renders it.",
     ),
+    otel_endpoint: str = typer.Option(None, "--otel-endpoint", metavar="URL", callback=otel_url,
+                                      help=OTEL_HELP),  # fmt: skip
     config_path: Path = typer.Option(
         None,
         "--config",
@@ -319,13 +322,14 @@ def run_live(
         if config_path is None:
             raise
         raise _fail(str(exc)) from None
-    _report(config, done)
+    _report(config, done, otel_endpoint)
 
 
-def _report(config: RunConfig, done: Outcome) -> None:
+def _report(config: RunConfig, done: Outcome, otel_endpoint: str | None = None) -> None:
     """What ``run live`` prints after its run (flags or ``--config``) and the exit it ends with:
     the results, the sample log, the outcome, where the archive is; an error-rate failure (4),
-    an incomplete run (3)."""
+    an incomplete run (3). ``otel_endpoint``: where the records go as traces (labels and keys,
+    as ``layerlab export otel`` sends them)."""
     from layerlab.harness.live.failed import fix_hint
     from layerlab.harness.runconfig import CONFIG_COPY
 
@@ -334,6 +338,8 @@ def _report(config: RunConfig, done: Outcome) -> None:
     if done.result is None and done.decided is not None:  # an until-decided run already stopped
         return decided.report(done.decided, typer.echo)
     _report_run(out, done.sample_log, done.message)
+    if otel_endpoint:  # the records as traces (labels and keys: layerlab export otel)
+        typer.echo(send_otel(out, otel_endpoint))
     if by_file:
         typer.echo(f"archive: {out / 'records.parquet'}  configuration: {out / CONFIG_COPY}")
     else:

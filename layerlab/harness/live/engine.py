@@ -44,6 +44,7 @@ from layerlab.harness.targets import (
     start_record,
 )
 from layerlab.harness.targets.execute import Runner, TargetExit, open_target
+from layerlab.harness.targets.spans import RecordSpans, record_ident, within
 from layerlab.models.cache import ResponseCache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
@@ -161,6 +162,13 @@ class Engine:
                 raise LiveRunError(str(exc)) from None
             self.runner = Runner(target, ctx.config.settings.timeout_s)
             self.runner.errors = ctx.errors
+        self.spans: RecordSpans | None = None  # the team's own spans, for the sample log only
+        if self.runner is not None and self.want_samples:
+            try:
+                self.spans = RecordSpans(target.spec.kind, target.spec.options())
+            except TargetError as exc:
+                self.runner.close()
+                raise LiveRunError(str(exc)) from None
         # the arms once, not a spec lookup per record
         self.arms = {m: mitigations.arm(m) for m in ctx.config.mitigations}
         self.stopped = False
@@ -296,8 +304,11 @@ class Engine:
                                       runner.mcp)  # fmt: skip
         where = f"{cell.task.task_id}/{cell.scenario}/{cell.mode}" + (
             f"/{cell.replicate}" if cell.replicate else "")  # fmt: skip
+        trace = None if self.spans is None else self.spans.begin(record_ident(
+            self.run_id, provider, name, cell.scenario, cell.mode, cell.task.task_id,
+            cell.replicate))  # fmt: skip
         try:
-            raw, error = await runner.call(lambda: target.answer(request), where)
+            raw, error = await runner.call(within(trace, lambda: target.answer(request)), where)
         except TargetExit as exc:
             raise LiveRunError(
                 f"--target {target.spec.spec}: answer() {exc.how} on record {where} "
@@ -307,6 +318,7 @@ class Engine:
             raise LiveRunError(str(exc)) from None
         finally:
             end_record(request)
+        kept = None if trace is None or self.spans is None else await self.spans.take(trace)
         td = score_record(target.spec, tools, prepared, context, raw, error, cell.replicate)
         if td.reply.failure:
             self.counters.failures += 1
@@ -320,12 +332,16 @@ class Engine:
         entry.update(reply_format=td.reply.format, tool_calls=call_rows(td.tools.calls))
         if td.error:
             entry["target_error"] = td.error
+        if kept is not None and self.spans is not None:  # the team's spans (private)
+            entry.update(kept, **({"spans_note": self.spans.note} if self.spans.note else {}))
         return rec, entry, row
 
     def close(self) -> None:
         """Close the target (its ``close()``, an HTTP target's tool server), if there is one."""
         if self.runner is not None:
             self.runner.close()
+        if self.spans is not None:
+            self.spans.close()
 
     async def drain(
         self,

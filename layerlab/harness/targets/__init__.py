@@ -15,6 +15,10 @@ contract (status, answer, citations) or free text (:func:`read_reply`). Kinds:
 * :mod:`~layerlab.harness.targets.http` — ``http://host:port/path``: a service answering through
   layerlab's tool server (:mod:`~layerlab.harness.targets.toolserver`).
 
+With a private sample log, the spans the target's own instrumented pipeline emits are kept per
+record (:mod:`~layerlab.harness.targets.spans`; an HTTP service's through W3C ``traceparent`` and
+:mod:`~layerlab.harness.targets.otlp`'s receiver).
+
 A run opens its target once (:mod:`~layerlab.harness.targets.execute`: loaded, instantiated,
 settings checked (:mod:`~layerlab.harness.targets.options`) and ``setup()`` called before the run
 folder exists) and answers up to ``--concurrency`` records at once, each in a thread of its own

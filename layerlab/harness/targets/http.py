@@ -21,7 +21,9 @@ HTTP error (its record's line: the status and the start of the body, redacted) o
 ends the record as ``provider_error``; a reply over 1 MiB is not read (``malformed_reply``). Questions are
 POSTed concurrently (up to ``--concurrency``; ``--target-setting concurrent=false``: one at a
 time); each record's calls carry its own token, so records of one session may be in flight
-together. Settings named ``header.NAME`` are sent as request headers (e.g.
+together. With a private sample log each request also carries the record's W3C ``traceparent``
+header and ``otlp_traces_url`` in its body, where the service may export its own spans
+(:mod:`~layerlab.harness.targets.otlp`). Settings named ``header.NAME`` are sent as request headers (e.g.
 ``--target-setting header.Authorization=...``: a secret-looking name is hashed, never stored).
 """
 
@@ -32,6 +34,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from layerlab.harness.targets import spans
 from layerlab.harness.targets.base import MAX_REPLY_BYTES, TargetRequest, Unreadable
 from layerlab.harness.targets.failures import ReplyTimeout, ServiceError
 from layerlab.harness.targets.options import timeout_setting
@@ -93,11 +96,14 @@ class HttpTarget:
             mcp_url = request.mcp_url
             if mcp_url is not None:
                 body["mcp_url"] = mcp_url
+            trace, traced = spans.current(), {}  # the record's trace: the service's spans
+            if trace is not None and trace.otlp_url is not None:
+                body["otlp_traces_url"], traced = trace.otlp_url, {"traceparent": trace.traceparent}
             payload = json.dumps(body)
             req = urllib.request.Request(
                 self.spec.ref, data=payload.encode(), method="POST",
                 headers={"Content-Type": "application/json", "Accept": "application/json",
-                         **self.headers},
+                         **self.headers, **traced},
             )  # fmt: skip
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310

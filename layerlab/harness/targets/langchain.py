@@ -111,7 +111,7 @@ def components() -> tuple[Any, Any, Any]:
         def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Any]:
             obs = _request().search(query, self.top_k)
             raise_for_error(obs, error)
-            return [Document(page_content=d.page_content, metadata=d.metadata)
+            return [Document(page_content=d.page_content, metadata=d.metadata, id=d.doc_id)
                     for d in documents(obs)]  # fmt: skip
 
     def search(query: str, top_k: int = 3) -> str:

@@ -1,6 +1,7 @@
 """The settings a target run reads itself (``--target-setting NAME=VALUE``), typed and ranged
 before a run folder exists: ``timeout`` (seconds per record, > 0), ``concurrent``, ``ainvoke``
-and ``aquery`` (``true``/``false``). Other settings are the target's own (``req.settings``)."""
+and ``aquery`` (``true``/``false``), ``otel_port`` and ``otel_wait`` (an HTTP service's spans:
+:mod:`~layerlab.harness.targets.otlp`). Other settings are the target's own (``req.settings``)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,7 @@ def check_settings(spec: TargetSpec) -> None:
     bool_setting(spec, "concurrent")
     bool_setting(spec, "ainvoke")
     bool_setting(spec, "aquery")
+    from layerlab.harness.targets import otlp
+
+    otlp.port_setting(spec.options())
+    otlp.wait_setting(spec.options())

@@ -27,6 +27,7 @@ from typing import Any
 from layerlab import archive
 from layerlab.archive import samplelog
 from layerlab.reporting.format import page
+from layerlab.reporting.records import spanview
 
 PAGE_SIZE = 50  # records a page (every record is in the page's data; the pager steps through them)
 
@@ -154,7 +155,7 @@ function card(r) {
     ' citations ' + esc((r.parsed.citations || []).join(', ') || 'none') + (r.parsed.reason ? ' — reason: ' + esc(r.parsed.reason) : '') + '</p>';
   if (r.expected !== undefined) verdict += '<p><b>expected</b>: <code>' + esc(r.expected) + '</code></p>';
   if (r.agent) verdict += agentLine(r.agent);
-  verdict += '</div>' + (r.steps ? steps(r) : '');
+  verdict += '</div>' + (r.steps ? steps(r) : '') + spansView(r);
   let path = '<details class="path"><summary>Path: stage ' + esc(r.stage) + (r.contract ? ', contract ' + esc(r.contract.outcome) : '') + '</summary>';
   path += '<p>policy <code>' + esc(r.policy_id) + '</code>' + (r.domain ? ' · domain ' + esc(r.domain) : '') + ' · run <code>' + esc(r.run_id) + '</code>' +
     (r.tool_status ? ' · tool status ' + esc(r.tool_status) : '') + '</p>';
@@ -464,8 +465,8 @@ def _build(paths_: Sequence[Path], title: str, evidence: bool) -> tuple[str, str
         body,
         script=SCRIPT.replace("%PAGE%", str(PAGE_SIZE)).replace(
             "%MEANINGS%", json.dumps(samplelog.OUTCOME_MEANINGS, ensure_ascii=False)
-        ),
-        extra_css=EXTRA_CSS,
+        ) + spanview.SCRIPT,  # a record's own spans
+        extra_css=EXTRA_CSS + spanview.CSS,
     ), fragment(rows)
 
 
