@@ -249,7 +249,14 @@ def load_records(paths_: Sequence[Path]) -> list[Record]:
     keys = [sort_key(r) for r in out]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
-        raise ArchiveError(
-            f"record {dict(zip(KEYS, dup, strict=True))} appears in more than one run"
-        )
+        runs = [r.run_id for r, k in zip(out, keys, strict=True) if k == dup]
+        raise DuplicateRecord(dict(zip(KEYS, dup, strict=True)), runs[:2])
     return out
+
+
+class DuplicateRecord(ArchiveError):
+    """A record key that two runs both hold (``runs``: their ids, in the order given)."""
+
+    def __init__(self, key: dict[str, Any], runs: list[str]) -> None:
+        super().__init__(f"record {key} appears in more than one run ({', '.join(runs)})")
+        self.key, self.runs = key, runs
