@@ -172,3 +172,16 @@ def test_kill_9_during_a_merge_leaves_inputs_and_no_half_written_out(
     assert list(tmp_path.glob(".m.*"))  # the killed merges' temporaries, swept by the next one
     assert main(["archive", "merge", *map(str, shards), "--out", str(out)]) == 0
     assert not list(tmp_path.glob(".m.*")) and main(["archive", "check", str(out)]) == 0
+
+
+def test_a_merge_missing_a_shard_names_it_and_check_says_how_to_finish(
+    shards: list[Path], tmp_path: Path, capsys: Any
+) -> None:
+    out = tmp_path / "part"
+    assert main(["archive", "merge", str(shards[0]), str(shards[2]), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["archive", "check", str(out)]) == 3
+    line = capsys.readouterr().out
+    assert line.startswith(f"PARTIAL {out}:") and "(2/3 of live-" in line, line
+    assert "make each missing shard with run live --shard I/N" in line, line
+    assert "then merge again" in line and "--resume" not in line, line

@@ -13,7 +13,13 @@ from layerlab.archive.io import write_run
 from layerlab.archive.manifest import Manifest, read_manifest
 from layerlab.archive.provenance import MIXED, combine_provenance, provenance_of
 from layerlab.archive.schema import ArchiveError
-from layerlab.archive.vet import DuplicateRecord, check_path, load_records, shard_suffix
+from layerlab.archive.vet import (
+    MISSING_SHARDS,
+    DuplicateRecord,
+    check_path,
+    load_records,
+    shard_suffix,
+)
 
 
 def merge(
@@ -45,7 +51,7 @@ def merge(
         seen.add(part)
         manifests.append((str(s), m))
     _one_sharded_run(manifests)
-    whole = _whole_shards(manifests)
+    missing = _missing_shards(manifests)
     prov = combine_provenance([(name, provenance_of(m)) for name, m in manifests], allow_mixed)
     agent = _agent_settings(manifests)
     records = _records(sources, manifests)
@@ -68,13 +74,13 @@ def merge(
         ],
         models=sorted({mm for _, m in manifests for mm in m.get("models", [])}),
         complete=all(m.get("complete") for _, m in manifests) and complete is not False
-        and whole is not False,
+        and not missing,
     )
     notes = [note] if note else []
     if mixed:
         notes.append(f"mixed provenance ({', '.join(mixed)} differ), merged with --allow-mixed")
-    if whole is False:
-        notes.append("not every shard of the run is here: incomplete")
+    if missing:
+        notes.append(f"{MISSING_SHARDS} ({', '.join(missing)} missing): incomplete")
     if notes:
         manifest = replace(manifest, note="; ".join(notes))
     arms = _arm_definitions(manifests)
@@ -210,15 +216,13 @@ def _arm_definitions(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, A
     return {"baseline": b.baseline, "arms": {n: d.to_json() for n, d in b.arms.items()}}
 
 
-def _whole_shards(manifests: list[tuple[str, dict[str, Any]]]) -> bool | None:
-    """Whether every run given in shards has all of them (None: no shards); shards of one run
-    with different counts, or a run given both whole and in shards, are refused."""
+def _missing_shards(manifests: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The shards of the runs given in shards that are not given (``2/3 of live-…``); shards of
+    one run with different counts, or a run given both whole and in shards, are refused."""
     by_run: dict[str, list[tuple[str, dict[str, Any] | None]]] = {}
     for name, m in manifests:
         by_run.setdefault(m["run_id"], []).append((name, m.get("shard")))
-    if not any(s for parts in by_run.values() for _, s in parts):
-        return None
-    whole = True
+    missing: list[str] = []
     for run_id, parts in by_run.items():
         counts = {s["count"] if s else None for _, s in parts}
         if len(counts) > 1:
@@ -229,8 +233,9 @@ def _whole_shards(manifests: list[tuple[str, dict[str, Any]]]) -> bool | None:
                 ) + "; give one run's N shards (run live --shard I/N) once each"
             )  # fmt: skip
         (count,) = counts
-        whole = whole and (count is None or len(parts) == count)
-    return whole
+        have = {s["index"] for _, s in parts if s}
+        missing += [f"{i}/{count} of {run_id}" for i in range(1, (count or 0) + 1) if i not in have]
+    return missing
 
 
 def _target_settings(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:

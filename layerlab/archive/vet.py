@@ -112,6 +112,7 @@ def check_path(path: Path) -> dict[str, Any]:
             "its last write was interrupted before the archive was renamed into place (the "
             "records are intact): the same command with --resume finishes it"
             if pending
+            else _merge_note(m) if m.get("kind") == "merged" and not complete
             else None
         ),
         "run_id": m["run_id"],
@@ -124,6 +125,22 @@ def check_path(path: Path) -> dict[str, Any]:
         **({"agent": agent} if agent is not None else {}),
         **({"target": target} if target is not None else {}),
     }
+
+
+# how a merge's note says it lacks shards (:func:`layerlab.archive.merge.merge` writes it)
+MISSING_SHARDS = "not every shard of the run is here"
+
+
+def _merge_note(m: dict[str, Any]) -> str:
+    """What finishes a merge that is not complete: not ``--resume`` (a merge is not resumed) but
+    the missing shards made, or the unfinished sources finished, and the merge made again."""
+    note = m.get("note") or "a merge of unfinished runs"
+    fixes = []
+    if MISSING_SHARDS in note:
+        fixes.append("make each missing shard with run live --shard I/N")
+    if any(s.get("complete") is False for s in m.get("sources", [])):
+        fixes.append("finish each unfinished source with --resume in its own folder")
+    return f"{note}; {' and '.join(fixes) or 'give every source complete'}, then merge again"
 
 
 def _written_to(path: Path) -> bool:
