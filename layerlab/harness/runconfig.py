@@ -339,15 +339,22 @@ class _GateFile(BaseModel):
     """What ``layerlab gate --config`` reads of a file: its ``gate:`` section (the rest of a run
     configuration is ``run live``'s business)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     gate: GateSpec
+
+    def unknown_keys(self) -> list[tuple[tuple[Any, ...], str]]:
+        """A top-level key that is neither ``gate`` nor a run configuration's (a misspelling
+        would drop its thresholds silently)."""
+        known = sorted({"gate", *RunConfigSpec.model_fields})
+        return [((k,), f"unknown top-level key (expected one of: {', '.join(known)})")
+                for k in (self.model_extra or {}) if k not in known]  # fmt: skip
 
 
 def load_gate(path: Path) -> GateSpec:
     """The ``gate:`` section of a run configuration (or of a file holding only that section),
     validated like the rest (:class:`~layerlab.corpus.spec.SpecError`, ``file:line: field: ...``)."""
-    return load_yaml_as(Path(path), _GateFile, lambda f: f.gate.problems()).gate
+    return load_yaml_as(Path(path), _GateFile, lambda f: f.unknown_keys() + f.gate.problems()).gate
 
 
 def stored_config(text: str) -> str:
