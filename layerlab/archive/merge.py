@@ -28,6 +28,7 @@ def merge(
     allow_mixed: bool = False,
     note: str | None = None,
     complete: bool | None = None,
+    in_place: bool = False,
 ) -> dict[str, Any]:
     """Combine run folders through their manifests into ``out``; a run given twice counts once,
     a record key present in two different runs is refused (naming where the runs differ), and
@@ -37,7 +38,9 @@ def merge(
     whole through a sibling temporary and renamed into place, so a merge refused, failed or
     killed leaves ``out`` and every source as they were (raises
     :class:`~layerlab._io.FolderRefused` for ``out``). ``note`` and ``complete`` (False: a run
-    that stopped before all its sources were made) override what the sources say."""
+    that stopped before all its sources were made) override what the sources say. ``in_place``:
+    ``out`` is the caller's own run folder (a run configuration's, whose model groups are its
+    subfolders), whose archive and manifest are written in it, each file atomically."""
     from layerlab._io import replace_folder
 
     manifests = []
@@ -98,6 +101,8 @@ def merge(
             m = replace(m, target={**target, "table_sha256": sha})
         return write_run(folder, records, m)
 
+    if in_place:
+        return fill(Path(out))
     return replace_folder(Path(out), fill, lambda o: merged_folder_problem(o, run_id))
 
 

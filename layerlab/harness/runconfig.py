@@ -343,18 +343,14 @@ class _GateFile(BaseModel):
 
     gate: GateSpec
 
-    def unknown_keys(self) -> list[tuple[tuple[Any, ...], str]]:
-        """A top-level key that is neither ``gate`` nor a run configuration's (a misspelling
-        would drop its thresholds silently)."""
-        known = sorted({"gate", *RunConfigSpec.model_fields})
-        return [((k,), f"unknown top-level key (expected one of: {', '.join(known)})")
-                for k in (self.model_extra or {}) if k not in known]  # fmt: skip
-
 
 def load_gate(path: Path) -> GateSpec:
     """The ``gate:`` section of a run configuration (or of a file holding only that section),
     validated like the rest (:class:`~layerlab.corpus.spec.SpecError`, ``file:line: field: ...``)."""
-    return load_yaml_as(Path(path), _GateFile, lambda f: f.unknown_keys() + f.gate.problems()).gate
+    known = sorted({"gate", *RunConfigSpec.model_fields})  # a misspelt key: its gate lost
+    return load_yaml_as(Path(path), _GateFile, lambda f: [
+        ((k,), f"unknown top-level key (expected one of: {', '.join(known)})")
+        for k in f.model_extra or {} if k not in known] + f.gate.problems()).gate  # fmt: skip
 
 
 def stored_config(text: str) -> str:
@@ -528,7 +524,7 @@ def execute(
     complete = len(finished) == len(groups)
     atomic_write_text(out / CONFIG_COPY, stored_config(config_text))
     if len(groups) > 1 and complete:
-        archive.merge([out / g.folder for g in groups], out)
+        archive.merge([out / g.folder for g in groups], out, in_place=True)
         results.write_results(out)
     elif len(groups) > 1:
         _stopped(groups, finished, out, "a run did not finish")
@@ -551,7 +547,7 @@ def _stopped(groups: Sequence[Group], finished: Sequence[Group], out: Path, why:
         f"stopped early ({why}): finished {', '.join(done) or 'none'}; "
         f"not finished {', '.join(rest)}; continue with --resume"
     )
-    archive.merge(made, out, note=note, complete=False)
+    archive.merge(made, out, note=note, complete=False, in_place=True)
 
 
 def _run_groups(
