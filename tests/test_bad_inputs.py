@@ -1029,6 +1029,13 @@ CASES += [
          files={"run": _run_copy(lambda r: ((r / "manifest.json").unlink(), (r / "manifest.json").symlink_to("/dev/zero")))}),
     Case("gate-config-alias-bomb", "gate {ref} --config {t}/g.yaml",
          r"--config \S+g\.yaml:1: holds over 2,000,000 nodes", code=2, files={"g.yaml": _BOMB}),
+    # issue 46: the port was ignored silently
+    Case("serve-mcp-stdio-with-a-port", "serve mcp --scenario clean --task hr-01-q1 --stdio --port 8123",
+         r"^error: --port 8123: not with --stdio \(it serves over stdin/stdout, no port\)", code=2),
+    # issue 46: a misspelt top-level key dropped its thresholds and the gate passed
+    Case("gate-config-unknown-top-key", "gate {ref} --config {t}/g.yaml",
+         r"^error: --config \S+g\.yaml:3: gates: unknown top-level key \(expected one of: .*gate",
+         code=2, files={"g.yaml": "gate:\n  min: {S: 0.0}\ngates:\n  min: {S: 0.99}\n"}),
 ]  # fmt: skip
 
 

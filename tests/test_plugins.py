@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -175,7 +176,8 @@ def test_a_plugin_arm_keeps_its_verdict_when_the_plugin_is_gone(
     site: Path, tmp_path: Path, toy_run: tuple[Path, str]
 ) -> None:
     """Issue 34 item 4: the manifest keeps each arm's definition (the plug-in's distribution
-    and version too); recompute and gate read it from there, not from what is importable."""
+    and version too); recompute, gate and report read it from there, not from what is
+    importable."""
     run = shutil.copytree(toy_run[0], tmp_path / "run")
     arms = json.loads((run / "manifest.json").read_text())["mitigation_arms"]
     assert arms["baseline"] == "strict"
@@ -194,11 +196,15 @@ def test_a_plugin_arm_keeps_its_verdict_when_the_plugin_is_gone(
         assert rec.returncode == 0, rec.stderr
         verdict = json.loads(rec.stdout.split("\nnote:")[0])["specificity_matrix"]["toy_guard"]
         gate = run_cli("gate", str(run), "--no-over-broad", "--n-boot", "200")  # type: ignore[operator]
-        return verdict, gate.returncode
+        page = tmp_path / f"{out}.html"
+        rep = run_cli("report", str(run), "--out", str(page))  # type: ignore[operator]
+        assert rep.returncode == 0, rep.stderr
+        said = re.findall(r"— ([a-z -]+?): [^<]*?toy_guard \(", page.read_text())
+        return verdict, gate.returncode, said
 
     with_plugin = verdicts(lambda *a: _python(_CLI, site, *a), "with")
     without = verdicts(_plain, "without")
-    assert with_plugin == without == ("specific", 0)
+    assert with_plugin == without == ("specific", 0, ["specific"])
     # and the plug-in really is gone for the second pair: listing the mitigations lacks it
     assert "toy_guard" not in _plain("mitigation", "list").stdout
 

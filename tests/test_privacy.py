@@ -235,7 +235,8 @@ def test_sample_log_is_owner_only_in_folders_it_makes_owner_only(env: Path) -> N
     assert _mode(log) == 0o600 and _mode(log.parent) == 0o700 and _mode(env / "new") == 0o700
     assert _mode(env) == before  # an existing parent is left as it was
     n = len(samplelog.read(log))
-    # a second run appends to it (same kind); a loose one is tightened with a message
+    # a loose one is tightened with a message; a second run's entries go to a log of their
+    # own beside it (issue 46: they were appended to the first run's), owner-only too
     os.chmod(log, 0o644)
     res = runner.invoke(
         app, _live("-m", "layerlab/cautious", "--tasks", TASKS, "--scenario", "clean",
@@ -243,7 +244,9 @@ def test_sample_log_is_owner_only_in_folders_it_makes_owner_only(env: Path) -> N
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert f"{log}: was readable by others (mode 0644); now 0600" in res.output
-    assert _mode(log) == 0o600 and len(samplelog.read(log)) == 2 * n
+    assert _mode(log) == 0o600 and len(samplelog.read(log)) == n
+    (own,) = log.parent.glob("s.live-*.jsonl")
+    assert _mode(own) == 0o600 and len(samplelog.read(own)) == n and str(own) in res.output
 
 
 @pytest.mark.parametrize(

@@ -177,6 +177,33 @@ def test_sample_log_refused_inside_the_run_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "s.jsonl").exists()
 
 
+def test_sample_log_of_another_run_is_not_appended_to(tmp_path: Path) -> None:
+    """Issue 46: a second run's entries were appended silently to a log of another run; they go
+    to a log of their own named by the run id, and the run says so. A resume appends."""
+    log = tmp_path / "logs" / "s.jsonl"
+
+    def run(out: str, *more: str) -> str:
+        res = runner.invoke(app, ["run", "live", "-m", "layerlab/extractive", "--tasks",
+                                  "hr-01-q1", "--scenario", "clean", *more, "--no-progress",
+                                  "--out", str(tmp_path / out), "--sample-log", str(log)])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    run("a")
+    first = log.read_bytes()
+    run("a", "--resume")
+    assert log.read_bytes().startswith(first)  # the same run: appended (a resume)
+    said = run("b", "--scenario", "stale_index")
+    theirs = archive.read_manifest(tmp_path / "a")["run_id"]
+    ours = archive.read_manifest(tmp_path / "b")["run_id"]
+    assert log.read_bytes().startswith(first) and {e["run_id"] for e in samplelog.read(log)} == {theirs}
+    own = log.with_name(f"s.{ours}.jsonl")
+    assert {e["run_id"] for e in samplelog.read(own)} == {ours}
+    assert stat.S_IMODE(own.stat().st_mode) == 0o600
+    assert f"note: --sample-log {log} holds run {theirs}'s entries, not this run's ({ours})" in said
+    assert f"sample log: {own} (" in said
+
+
 def test_sample_log_reader_names_a_bad_line(tmp_path: Path) -> None:
     p = tmp_path / "s.jsonl"
     p.write_text('{"a": 1}\n')

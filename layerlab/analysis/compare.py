@@ -280,6 +280,12 @@ def compare(
         sources = [load(o) for o in others]
     else:  # the committed archives, named by their place in the repository
         sources = [load(p, str(p.relative_to(paths.ROOT))) for p in default_sources(focus)]
+        if not sources:  # an installed layerlab ships no archives: say so, never print nothing
+            raise CompareError(
+                f"{run}: nothing to set it beside (no committed archive of its models or of the "
+                "reference agents here: an installed layerlab ships none); name runs or archives "
+                "after RUN: layerlab compare RUN OTHER..."
+            )
     notes = [f"{s.label}: PARTIAL (an unfinished run)" for s in (focus, *sources) if s.partial]
     comps = []
     for u in focus.units():

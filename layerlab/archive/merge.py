@@ -13,7 +13,13 @@ from layerlab.archive.io import write_run
 from layerlab.archive.manifest import Manifest, read_manifest
 from layerlab.archive.provenance import MIXED, combine_provenance, provenance_of
 from layerlab.archive.schema import ArchiveError
-from layerlab.archive.vet import check_path, load_records, shard_suffix
+from layerlab.archive.vet import (
+    MISSING_SHARDS,
+    DuplicateRecord,
+    check_path,
+    load_records,
+    shard_suffix,
+)
 
 
 def merge(
@@ -22,12 +28,21 @@ def merge(
     allow_mixed: bool = False,
     note: str | None = None,
     complete: bool | None = None,
+    in_place: bool = False,
 ) -> dict[str, Any]:
     """Combine run folders through their manifests into ``out``; a run given twice counts once,
-    a record key present in two different runs is refused, and so are runs of different
-    provenance unless ``allow_mixed`` (the merged provenance then says ``mixed``). Nothing is
-    written when the merge is refused. ``note`` and ``complete`` (False: a run that stopped
-    before all its sources were made) override what the sources say."""
+    a record key present in two different runs is refused (naming where the runs differ), and
+    so are runs of different provenance unless ``allow_mixed`` (the merged provenance then says
+    ``mixed``) and shards of different runs (:func:`_one_sharded_run`). ``out`` must be new,
+    empty or an earlier merge of the same runs (:func:`merged_folder_problem`); it is written
+    whole through a sibling temporary and renamed into place, so a merge refused, failed or
+    killed leaves ``out`` and every source as they were (raises
+    :class:`~layerlab._io.FolderRefused` for ``out``). ``note`` and ``complete`` (False: a run
+    that stopped before all its sources were made) override what the sources say. ``in_place``:
+    ``out`` is the caller's own run folder (a run configuration's, whose model groups are its
+    subfolders), whose archive and manifest are written in it, each file atomically."""
+    from layerlab._io import replace_folder
+
     manifests = []
     seen: set[str] = set()
     for s in sources:
@@ -38,10 +53,11 @@ def merge(
             continue
         seen.add(part)
         manifests.append((str(s), m))
-    whole = _whole_shards(manifests)
+    _one_sharded_run(manifests)
+    missing = _missing_shards(manifests)
     prov = combine_provenance([(name, provenance_of(m)) for name, m in manifests], allow_mixed)
     agent = _agent_settings(manifests)
-    records = load_records([Path(s) for s in sources])
+    records = _records(sources, manifests)
     run_id = "merge-" + hashlib.sha256("\x1f".join(sorted(seen)).encode()).hexdigest()[:12]
     mixed = [f for f, v in prov.items() if v == MIXED]
     manifest = Manifest(
@@ -61,26 +77,134 @@ def merge(
         ],
         models=sorted({mm for _, m in manifests for mm in m.get("models", [])}),
         complete=all(m.get("complete") for _, m in manifests) and complete is not False
-        and whole is not False,
+        and not missing,
     )
     notes = [note] if note else []
     if mixed:
         notes.append(f"mixed provenance ({', '.join(mixed)} differ), merged with --allow-mixed")
-    if whole is False:
-        notes.append("not every shard of the run is here: incomplete")
+    if missing:
+        notes.append(f"{MISSING_SHARDS} ({', '.join(missing)} missing): incomplete")
     if notes:
         manifest = replace(manifest, note="; ".join(notes))
     arms = _arm_definitions(manifests)
     if arms is not None:
         manifest = replace(manifest, mitigation_arms=arms)
-    if agent is not None:  # the step table first; the manifest names its checksum
-        sha = _write_agent_table([Path(s) for s in sources], records, Path(out))
-        manifest = replace(manifest, agent={**agent, "table_sha256": sha})
     target = _target_settings(manifests)
-    if target is not None:  # a target run's table (target.parquet) likewise
-        sha = _write_agent_table([Path(s) for s in sources], records, Path(out), kind="target")
-        manifest = replace(manifest, target={**target, "table_sha256": sha})
-    return write_run(Path(out), records, manifest)
+
+    def fill(folder: Path) -> dict[str, Any]:
+        m = manifest
+        if agent is not None:  # the step table first; the manifest names its checksum
+            sha = _write_agent_table([Path(s) for s in sources], records, folder)
+            m = replace(m, agent={**agent, "table_sha256": sha})
+        if target is not None:  # a target run's table (target.parquet) likewise
+            sha = _write_agent_table([Path(s) for s in sources], records, folder, kind="target")
+            m = replace(m, target={**target, "table_sha256": sha})
+        return write_run(folder, records, m)
+
+    if in_place:
+        return fill(Path(out))
+    return replace_folder(Path(out), fill, lambda o: merged_folder_problem(o, run_id))
+
+
+# what a merged folder holds: replacing an earlier merge of the same runs deletes nothing else
+MERGED_FILES = ("manifest.json", "records.parquet", "agent.parquet", "target.parquet")
+
+
+def merged_folder_problem(out: Path, run_id: str) -> str | None:
+    """Why a merge (its id ``run_id``) may not write the folder ``out``, or None: it must be
+    missing, empty, or an earlier merge of the same runs (same merged id) holding only a merge's
+    files, which it replaces. An input, another run's folder or a folder holding anything else
+    (a user's own ``records.parquet``) is refused. Only names and the manifest are read."""
+    import json
+
+    out = Path(out)
+    if out.is_symlink():
+        return "is a symbolic link, expected a folder"
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return "is an existing file, expected a folder"
+    names = sorted(p.name for p in out.iterdir())
+    if not names:
+        return None
+    expected = "expected a new or empty folder, or an earlier merge of the same runs (replaced)"
+    try:
+        m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"not empty and not a merge (no manifest.json; holds {names[0]!r}); {expected}"
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return f"not empty and its manifest.json is not valid JSON; {expected}"
+    if not isinstance(m, dict) or m.get("kind") != "merged":
+        kind = m.get("kind") if isinstance(m, dict) else None
+        rid = m.get("run_id") if isinstance(m, dict) else None
+        return f"holds a {kind or 'run'} run folder ({rid}), not a merge; {expected}"
+    if m.get("run_id") != run_id:
+        return f"an earlier merge of other runs ({m.get('run_id')}, not {run_id}); {expected}"
+    extra = [n for n in names if n not in MERGED_FILES]
+    if extra:
+        return f"an earlier merge that also holds {extra[0]!r}, which replacing it would delete"
+    return None
+
+
+# the manifest fields that say what made a run's records (the shards of one run share them)
+_RUN_FIELDS = (
+    "kind", "layerlab_version", "corpus", "provenance", "models", "scenarios", "mitigations",
+    "retriever", "retriever_code", "settings", "prompt_version", "replicates", "epochs",
+    "share_replies", "sampling", "response_format", "reply_schema", "seed", "agent", "target",
+)  # fmt: skip
+
+
+def run_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The first field (dotted one level down) where two runs' manifests differ, with both
+    values, short: ``settings.temperature: 0.0 vs 0.7``; the run ids when nothing else does."""
+    from layerlab._io import canonical_json
+
+    def short(v: Any) -> str:
+        text = canonical_json(v)
+        return text if len(text) <= 60 else text[:59] + "…"
+
+    for f in _RUN_FIELDS:
+        va, vb = a.get(f), b.get(f)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            for k in sorted({*va, *vb} - {"table_sha256"}):
+                if va.get(k) != vb.get(k):
+                    return f"{f}.{k}: {short(va.get(k))} vs {short(vb.get(k))}"
+        elif va != vb:
+            return f"{f}: {short(va)} vs {short(vb)}"
+    return f"run_id: {a.get('run_id')} vs {b.get('run_id')}"
+
+
+def _one_sharded_run(manifests: list[tuple[str, dict[str, Any]]]) -> None:
+    """Shards (``run live --shard I/N``) merge only with the other shards of their own run: a
+    shard beside a folder of another run (shards run with different flags, say) is refused,
+    naming the first setting in which the two differ."""
+    sharded = [(n, m) for n, m in manifests if m.get("shard")]
+    if not sharded:
+        return
+    name, first = sharded[0]
+    for other, m in manifests:
+        if m["run_id"] != first["run_id"]:
+            raise ArchiveError(
+                f"{other}: not of the run of shard {name} ({run_difference(first, m)}); a "
+                "shard merges only with its own run's shards (run live --shard I/N with the same "
+                "flags): merge each run's shards first, then the merged folders"
+            )
+
+
+def _records(sources: Sequence[Path], manifests: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """The sources' records (:func:`~layerlab.archive.vet.load_records`); a record key two runs
+    both hold is refused naming the runs and where their settings differ."""
+    try:
+        return load_records([Path(s) for s in sources])
+    except DuplicateRecord as exc:
+        by_id = {m["run_id"]: (n, m) for n, m in manifests}
+        a, b = (by_id.get(r) for r in [*exc.runs, "", ""][:2])
+        if a is None or b is None:
+            raise
+        raise ArchiveError(
+            f"{b[0]}: holds record(s) {a[0]} holds too ({exc.key}); the runs differ in "
+            f"{run_difference(a[1], b[1])}: runs merge only when their records do not overlap"
+        ) from None
 
 
 def _arm_definitions(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
@@ -97,15 +221,13 @@ def _arm_definitions(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, A
     return {"baseline": b.baseline, "arms": {n: d.to_json() for n, d in b.arms.items()}}
 
 
-def _whole_shards(manifests: list[tuple[str, dict[str, Any]]]) -> bool | None:
-    """Whether every run given in shards has all of them (None: no shards); shards of one run
-    with different counts, or a run given both whole and in shards, are refused."""
+def _missing_shards(manifests: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The shards of the runs given in shards that are not given (``2/3 of live-…``); shards of
+    one run with different counts, or a run given both whole and in shards, are refused."""
     by_run: dict[str, list[tuple[str, dict[str, Any] | None]]] = {}
     for name, m in manifests:
         by_run.setdefault(m["run_id"], []).append((name, m.get("shard")))
-    if not any(s for parts in by_run.values() for _, s in parts):
-        return None
-    whole = True
+    missing: list[str] = []
     for run_id, parts in by_run.items():
         counts = {s["count"] if s else None for _, s in parts}
         if len(counts) > 1:
@@ -116,8 +238,9 @@ def _whole_shards(manifests: list[tuple[str, dict[str, Any]]]) -> bool | None:
                 ) + "; give one run's N shards (run live --shard I/N) once each"
             )  # fmt: skip
         (count,) = counts
-        whole = whole and (count is None or len(parts) == count)
-    return whole
+        have = {s["index"] for _, s in parts if s}
+        missing += [f"{i}/{count} of {run_id}" for i in range(1, (count or 0) + 1) if i not in have]
+    return missing
 
 
 def _target_settings(manifests: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:

@@ -9,7 +9,8 @@ It is evaluator-side and private: it is never written inside a run folder, never
 the archive tools, and is created readable by its owner only. ``layerlab view`` renders it.
 
 Entries are keyed like archive records ``(provider, model, scenario, mitigation, task_id,
-replicate)``; a resumed run appends, and readers keep the last entry per key.
+replicate)``; a resumed run appends, and readers keep the last entry per key; another run's entries go
+to a log of their own beside it (:meth:`SampleLog._separate`).
 """
 
 from __future__ import annotations
@@ -233,21 +234,48 @@ class SampleLog:
     """Append-only JSONL writer, created readable and writable by its owner only."""
 
     def __init__(self, path: Path):
-        from layerlab._io import private_dir, private_file
+        from layerlab._io import private_dir
 
         self.path = Path(path)
         what = "model replies and expected answers"
         self._dirs = _missing_folders(self.path.parent)  # removed again if the log stays empty
         private_dir(self.path.parent, what, tighten=False)  # folders it makes: 0o700
         self._made = not self.path.exists()
-        private_file(self.path, what)  # created 0o600, or tightened with a message
+        self._theirs = None if self._made else _run_of(self.path)  # whose entries it holds
+        self.note: str | None = None  # set when this run's entries go to a log of their own
+        self._open()
+
+    def _open(self) -> None:
+        from layerlab._io import private_file
+
+        private_file(self.path, "model replies and expected answers")  # 0o600, or tightened
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self._fh = os.fdopen(fd, "a", encoding="utf-8")
         self.count = 0
 
     def __call__(self, e: dict[str, Any]) -> None:
+        if self.count == 0 and self._theirs is not None and e.get("run_id") != self._theirs:
+            self._separate(str(e.get("run_id")))
         self._fh.write(json.dumps(e, sort_keys=True, ensure_ascii=False) + "\n")
         self.count += 1
+
+    def _separate(self, run_id: str) -> None:
+        """The log holds another run's entries: this run's go to a log of its own beside it,
+        named by its run id (never mixed in, which a reader would take for one run's)."""
+        given = self.path
+        self._fh.close()
+        self.path = given.with_name(f"{given.stem}.{run_id}{given.suffix}")
+        problem = not_a_sample_log(self.path) if self.path.exists() else None
+        if problem is None and self.path.exists() and _run_of(self.path) not in (None, run_id):
+            problem = "it holds another run's entries"
+        if problem:
+            raise SampleLogError(f"--sample-log {self.path}: {problem}; it is left unchanged")
+        self._made = not self.path.exists()
+        self._open()
+        self.note = (
+            f"--sample-log {given} holds run {self._theirs}'s entries, not this run's "
+            f"({run_id}): this run's are in {self.path}"
+        )
 
     def close(self) -> None:
         """Close the log; a log left empty (a run that failed before any record) is removed,
@@ -261,6 +289,17 @@ class SampleLog:
                     d.rmdir()
                 except OSError:
                     break
+
+
+def _run_of(path: Path) -> str | None:
+    """The run whose entries a sample log holds (its first entry's ``run_id``; None: empty)."""
+    with open(path, "rb") as fh:
+        first = fh.readline(1 << 20)
+    try:
+        e = json.loads(first.decode("utf-8")) if first.strip() else None
+    except ValueError:
+        return None
+    return str(e.get("run_id")) if isinstance(e, dict) and e.get("run_id") else None
 
 
 def _missing_folders(folder: Path) -> list[Path]:

@@ -112,6 +112,7 @@ def check_path(path: Path) -> dict[str, Any]:
             "its last write was interrupted before the archive was renamed into place (the "
             "records are intact): the same command with --resume finishes it"
             if pending
+            else _merge_note(m) if m.get("kind") == "merged" and not complete
             else None
         ),
         "run_id": m["run_id"],
@@ -124,6 +125,22 @@ def check_path(path: Path) -> dict[str, Any]:
         **({"agent": agent} if agent is not None else {}),
         **({"target": target} if target is not None else {}),
     }
+
+
+# how a merge's note says it lacks shards (:func:`layerlab.archive.merge.merge` writes it)
+MISSING_SHARDS = "not every shard of the run is here"
+
+
+def _merge_note(m: dict[str, Any]) -> str:
+    """What finishes a merge that is not complete: not ``--resume`` (a merge is not resumed) but
+    the missing shards made, or the unfinished sources finished, and the merge made again."""
+    note = m.get("note") or "a merge of unfinished runs"
+    fixes = []
+    if MISSING_SHARDS in note:
+        fixes.append("make each missing shard with run live --shard I/N")
+    if any(s.get("complete") is False for s in m.get("sources", [])):
+        fixes.append("finish each unfinished source with --resume in its own folder")
+    return f"{note}; {' and '.join(fixes) or 'give every source complete'}, then merge again"
 
 
 def _written_to(path: Path) -> bool:
@@ -249,7 +266,14 @@ def load_records(paths_: Sequence[Path]) -> list[Record]:
     keys = [sort_key(r) for r in out]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
-        raise ArchiveError(
-            f"record {dict(zip(KEYS, dup, strict=True))} appears in more than one run"
-        )
+        runs = [r.run_id for r, k in zip(out, keys, strict=True) if k == dup]
+        raise DuplicateRecord(dict(zip(KEYS, dup, strict=True)), runs[:2])
     return out
+
+
+class DuplicateRecord(ArchiveError):
+    """A record key that two runs both hold (``runs``: their ids, in the order given)."""
+
+    def __init__(self, key: dict[str, Any], runs: list[str]) -> None:
+        super().__init__(f"record {key} appears in more than one run ({', '.join(runs)})")
+        self.key, self.runs = key, runs

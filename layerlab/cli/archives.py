@@ -118,7 +118,12 @@ def archive_merge(
         "(the merged manifest then says mixed).",
     ),
 ) -> None:
-    """Combine runs through their manifests (a run given twice counts once)."""
+    """Combine runs through their manifests (a run given twice counts once).
+
+    --out must be new, empty or an earlier merge of the same runs (replaced whole); shards merge
+    only with their own run's shards. A refused, failed or killed merge changes nothing.
+    """
+    from layerlab._io import FolderRefused
     from layerlab.archive import ArchiveError, merge
 
     _check_out(out)
@@ -126,6 +131,8 @@ def archive_merge(
         m = merge(sources, out, allow_mixed=allow_mixed)
     except ArchiveError as exc:
         raise _fail(f"{exc} (nothing written)") from None
+    except FolderRefused as exc:
+        raise _fail(f"--out {exc.strerror}") from None
     typer.echo(f"merged {len(m['sources'])} run(s), {m['records']} records -> {out}")
     if "note" in m:
         typer.echo(f"note: {m['note']}")

@@ -376,6 +376,8 @@ def _report_run(out: Path, log: Any, message: str) -> None:
         typer.echo(
             f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)"
         )
+        if getattr(log, "note", None):
+            typer.echo(f"note: {log.note}")
     typer.echo(message)
 
 

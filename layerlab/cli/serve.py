@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from layerlab import paths
-from layerlab.cli.app import _fail, _group, _load_scenarios, _usage
+from layerlab.cli.app import EXIT_SIGTERM, _fail, _group, _load_scenarios, _usage
 
 serve_app = _group("serve", "Serve the faulted tools to an agent of your own (MCP).")
 
@@ -56,6 +57,8 @@ def serve_mcp(
         raise _usage(f"layerlab serve mcp needs the MCP SDK: {install_hint('mcp')}")
     if stdio and task is None:
         raise _usage("--stdio needs --task (a stdio client cannot pick one on the address)")
+    if stdio and port:
+        raise _usage(f"--port {port}: not with --stdio (it serves over stdin/stdout, no port)")
     if not 0 <= port <= 65535:
         raise _usage(f"--port {port}: expected 0-65535")
     scen = _load_scenarios(scenarios_path)
@@ -75,10 +78,31 @@ def serve_mcp(
     if stdio:
         tools.serve_stdio()
         return
+    term: list[bool] = []
+    previous = _stop_on_sigterm(term)
     try:
         tools.serve_http(port, typer.echo)
     except KeyboardInterrupt:
-        pass  # Ctrl-C is how it stops
+        pass  # Ctrl-C is how it stops (exit 0); SIGTERM too, with its exit status
     except OSError as exc:
         raise _fail(f"--port {port}: {exc.strerror or exc}") from None
-    typer.echo(f"stopped: {tools.summary()}", err=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    typer.echo(f"stopped{' (SIGTERM)' if term else ''}: {tools.summary()}", err=True)
+    if term:
+        raise typer.Exit(EXIT_SIGTERM)
+
+
+def _stop_on_sigterm(term: list[bool]) -> Any:
+    """SIGTERM stops the server as Ctrl-C does, noted in ``term`` (the command then exits 143,
+    as every command does on SIGTERM); the previous handler, None outside the main thread."""
+
+    def handler(signum: int, frame: Any) -> None:
+        term.append(True)
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None

@@ -239,7 +239,7 @@ class _GateFile(BaseModel):
     """What ``layerlab gate --config`` reads of a file: its ``gate:`` section (the rest of a run
     configuration is ``run live``'s business)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
     gate: GateSpec
 
@@ -247,7 +247,10 @@ class _GateFile(BaseModel):
 def load_gate(path: Path) -> GateSpec:
     """The ``gate:`` section of a run configuration (or of a file holding only that section),
     validated like the rest (:class:`~layerlab.corpus.spec.SpecError`, ``file:line: field: ...``)."""
-    return load_yaml_as(Path(path), _GateFile, lambda f: f.gate.problems()).gate
+    known = sorted({"gate", *RunConfigSpec.model_fields})  # a misspelt key: its gate lost
+    return load_yaml_as(Path(path), _GateFile, lambda f: [
+        ((k,), f"unknown top-level key (expected one of: {', '.join(known)})")
+        for k in f.model_extra or {} if k not in known] + f.gate.problems()).gate  # fmt: skip
 
 
 

@@ -136,7 +136,7 @@ def _groups(r: _Run, groups: Sequence[Group], out: Path) -> Outcome:
     if r.config.outputs.config_file is not None:
         atomic_write_text(out / CONFIG_COPY, stored_config(r.config.outputs.config_text or ""))
     if len(groups) > 1 and complete:
-        archive.merge([out / g.folder for g in groups], out)
+        archive.merge([out / g.folder for g in groups], out, in_place=True)
         results.write_results(out)
     elif len(groups) > 1:
         _stopped(groups, finished, out, "a run did not finish")
@@ -190,7 +190,7 @@ def _stopped(groups: Sequence[Group], finished: Sequence[Group], out: Path, why:
         f"stopped early ({why}): finished {', '.join(done) or 'none'}; "
         f"not finished {', '.join(rest)}; continue with --resume"
     )
-    archive.merge(made, out, note=note, complete=False)
+    archive.merge(made, out, note=note, complete=False, in_place=True)
 
 
 def run_matrix(

@@ -175,3 +175,15 @@ def test_a_run_without_the_baseline_arm_is_told_how_to_get_one(tmp_path) -> None
     res = runner.invoke(app, ["compare", str(run), "--matrix", "--n-boot", "200"])
     assert res.exit_code == 1
     assert "no baseline arm 'strict'" in res.output and "--mitigation strict" in res.output
+
+
+def test_compare_with_nothing_to_set_beside_says_so(tmp_path: Path, monkeypatch) -> None:
+    """An installed layerlab ships no archives: `compare RUN` printed nothing and exited 0."""
+    run = _subset(AGENTS, tmp_path / "run", 3, "live-00000000000000aa")
+    monkeypatch.setattr(paths, "ARCHIVES", tmp_path / "no-archives")
+    monkeypatch.setattr(paths, "LOCAL_MODEL_ARCHIVES", tmp_path / "no-archives" / "local_models")
+    res = runner.invoke(app, ["compare", str(run), "--no-paper"])
+    assert res.exit_code == 1, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and f"{run}: nothing to set it beside" in lines[0], lines
+    assert "layerlab compare RUN OTHER" in lines[0]

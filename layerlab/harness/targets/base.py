@@ -141,8 +141,9 @@ class TargetRequest:
       owner, access_scope, tenant, session_id, truncated}, ...]}``, or ``{"status": "error"|
       "refused", "error": {"code", "message"}}`` — ``error`` is always that object, a partial
       result's included (``{"code": "timeout", ...}``); errors are returned, never raised.
-      ``open_document`` opens any id a search of the record returned (a session-scoped
-      ``doc~s-...`` one included);
+      ``open_document`` opens a document of the scenario's index by id (returned by a search
+      or not) and a session-scoped ``doc~s-...`` id once a search of the record returned it,
+      through the same faults and contract as a search; another id is ``not_found``;
     * ``retriever(query)`` returns a list of :class:`Document` and raises :class:`ToolError` when
       the tool fails (a retriever has no other way to say so);
     * ``mcp_url``: the same tools as an MCP server (streamable HTTP on 127.0.0.1), at an
@@ -150,7 +151,11 @@ class TargetRequest:
       an agent framework: :mod:`~layerlab.harness.targets.mcp`); None without the ``mcp``
       extra or outside a run.
 
-    The request holds no reference to the scenario or its index (the tools live apart).
+    The request holds no reference to the scenario or its index (the tools live apart). It has
+    ``__slots__`` (no ``__dict__``: add nothing to it; keep what you need beside it), and
+    ``copy.copy``/``copy.deepcopy`` give the request itself (frameworks that deep-copy their
+    inputs, Haystack's pipelines, get the record's working tools); it calls no tool once the
+    record has ended.
     """
 
     __slots__ = ("__weakref__", "answer_kind", "question", "session_id", "settings")
@@ -177,6 +182,12 @@ class TargetRequest:
         obs = self.search(query)
         raise_for_error(obs)
         return documents(obs)
+
+    def __copy__(self) -> TargetRequest:
+        return self  # a copy would hold no tools: the record's request is one object
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TargetRequest:
+        return self
 
     @property
     def mcp_url(self) -> str | None:

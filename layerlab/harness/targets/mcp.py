@@ -228,10 +228,14 @@ class Interactive:
         return f"{what} The question to answer: {self.task.question}"
 
     def _task_of(self, ctx: Any) -> Any:
-        if self.task is not None:
-            return self.task
         request = getattr(ctx, "request", None)
         picked = request.query_params.get("task", "") if request is not None else ""
+        if self.task is not None:  # a ?task= of another task is refused, never ignored
+            if picked and picked != self.task.task_id:
+                raise LookupError(f"?task={picked}: this server serves only task "
+                                  f"{self.task.task_id} (started with --task); drop ?task= or "
+                                  "start it without --task")  # fmt: skip
+            return self.task
         if picked not in self.tasks:
             example = next(iter(self.tasks))
             shown = f"no task {picked!r}" if picked else "no task picked"

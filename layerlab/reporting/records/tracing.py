@@ -76,7 +76,7 @@ def _tool_effects(sent: dict[str, Any], received: Payload) -> list[str]:
     if set(received) != set(sent):
         out.append(f"tool: top-level keys {sorted(sent)} arrived as {sorted(received)}")
     res = received.get("results")
-    if isinstance(res, list) and res is not sent["results"]:
+    if isinstance(res, list) and "results" in sent and res is not sent["results"]:
         if len(res) != len(sent["results"]):
             out.append(f"tool: {len(res)} of {len(sent['results'])} results arrived")
         for a, b in zip(sent["results"], res, strict=False):
@@ -140,9 +140,15 @@ def trace(
         for f in scen[scenario].spec.faults
     ]
     effects = _index_effects(c, scen[scenario], prep, task) + _tool_effects(sent, received)
-    if sent["status"] == "denied":
+    if sent.get("status") == "denied":
         effects.append(
             f"access: every hit withheld ({sent['withheld']}); the tool answered 'denied'"
+        )
+    elif "status" not in sent and isinstance(sent.get("error"), dict):  # the store failed
+        err = sent["error"]
+        effects.append(
+            f"store: the search failed ({err.get('code')}: {err.get('message')}); the tool "
+            "returned that error and no results"
         )
     retrieved = tuple(
         {
@@ -158,7 +164,7 @@ def trace(
                 "score",
             )
         }
-        for r in sent["results"]
+        for r in sent.get("results", ())
     )
     return Trace(
         task,

@@ -115,17 +115,19 @@ def _repair_gain(m: dict[str, Any], df: pd.DataFrame) -> str | None:
     )
 
 
-def _matrix(df: pd.DataFrame) -> list[str]:
+def _matrix(df: pd.DataFrame, arms: Any = None) -> list[str]:
     """One sentence per verdict of the specificity matrix, when the records hold mitigation arms
-    beyond the contract pair: each mitigation with its target gain and off-target changes."""
+    beyond the contract pair: each mitigation with its target gain and off-target changes.
+    ``arms``: the run's own definitions (``book_for``; default: the installed spec)."""
     from layerlab.analysis import specificity
     from layerlab.mitigations import load_mitigations
 
     spec = load_mitigations()
+    book = arms or spec
     present = set(df[results.ARM])
-    if spec.baseline not in present or not present - set(spec.contract_arms):
+    if book.baseline not in present or not present - set(spec.contract_arms):
         return []
-    mx = specificity.matrix(df, spec, n_boot=N_BOOT, seed=SEED)
+    mx = specificity.matrix(df, book, n_boot=N_BOOT, seed=SEED)
     by_verdict: dict[str, list[str]] = {}
     for _, r in mx.summary.iterrows():
         what = (
@@ -152,9 +154,10 @@ def _matrix(df: pd.DataFrame) -> list[str]:
     return [f"{head} — {v}: {', '.join(names)}." for v, names in sorted(by_verdict.items())]
 
 
-def findings(res: dict[str, Any], df: pd.DataFrame) -> list[Finding]:
+def findings(res: dict[str, Any], df: pd.DataFrame, defined: Any = None) -> list[Finding]:
     """One :class:`Finding` per model, then per reference agent (``res`` is
-    :func:`layerlab.analysis.results.summarize` of ``df``)."""
+    :func:`layerlab.analysis.results.summarize` of ``df``; ``defined`` the runs' own definitions
+    of their arms, :func:`~layerlab.archive.manifest.book_for`)."""
     from layerlab.analysis import layers
     from layerlab.models.agents import is_target
 
@@ -168,10 +171,10 @@ def findings(res: dict[str, Any], df: pd.DataFrame) -> list[Finding]:
             system = tuple(layer_lines(found, harness=False))
             gain = _repair_gain(m, sub)
             harness = tuple(harness_line(e) for e in found["harness"]) + ((gain,) if gain else ())
-            said = [_overall(m), *_matrix(sub)]
+            said = [_overall(m), *_matrix(sub, defined)]
             out.append(Finding(_unit(m), False, tuple(said), system, harness))
             continue
-        said = [_overall(m), _failures(m, base), _repair_gain(m, sub), *_matrix(sub)]
+        said = [_overall(m), _failures(m, base), _repair_gain(m, sub), *_matrix(sub, defined)]
         out.append(Finding(_unit(m), m["reference_agent"], tuple(s for s in said if s)))
     return out
 

@@ -240,15 +240,18 @@ def _glossary(agent: bool = False) -> str:
     return "\n".join(parts)
 
 
-def _findings(res: dict[str, Any] | None, df: pd.DataFrame | None, n_study: int) -> str:
-    """The findings section's body: per model, then per reference agent, its sentences."""
+def _findings(
+    res: dict[str, Any] | None, df: pd.DataFrame | None, n_study: int, arms: Any = None
+) -> str:
+    """The findings section's body: per model, then per reference agent, its sentences
+    (``arms``: the runs' own definitions of their arms, whatever is importable now)."""
     from layerlab.reporting.run import findings
 
     if res is None or df is None:
         return page.para(
             f"No record archives given: only {n_study} focused-study archive(s) (below).", "muted"
         )
-    found = findings.findings(res, df)
+    found = findings.findings(res, df, arms)
     parts = []
     if not any(not f.reference for f in found):
         parts.append(
@@ -329,6 +332,18 @@ def _figures(res: dict[str, Any]) -> list[str]:
         if flat:
             out.append(page.para(f"Not drawn for {what}: {'; '.join(flat)}.", "muted"))
     return out
+
+
+def _arm_book(record_paths: Sequence[Path], df: pd.DataFrame) -> Any:
+    """What each arm of the records was when the runs were made (their manifests), not what is
+    importable now, as gate, recompute and compare read it: a plug-in guard keeps its verdict."""
+    from layerlab.archive.manifest import book_for
+    from layerlab.mitigations import book
+
+    try:
+        return book_for(record_paths, df["mitigation"])
+    except book.UnknownArmError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _records(paths_: Sequence[Path]) -> pd.DataFrame:
@@ -465,14 +480,15 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
     if not inp.record_paths and not inp.study_paths:
         raise ReportError("no archives given")
     res: dict[str, Any] | None = None
-    df = None
+    df = arms = None
     if inp.record_paths:
         df = _records(inp.record_paths)
         res = results.summarize(df)
+        arms = _arm_book(inp.record_paths, df)
     models = [m for m in (res or {"models": []})["models"] if not m["reference_agent"]]
     agents = [m for m in (res or {"models": []})["models"] if m["reference_agent"]]
     sections: list[tuple[str, str, list[str]]] = [
-        ("findings", "Findings", [_findings(res, df, len(inp.study_paths))])
+        ("findings", "Findings", [_findings(res, df, len(inp.study_paths), arms)])
     ]
     agent_parts = _agent_parts(inp.record_paths) if res is not None else []
     if res is not None:

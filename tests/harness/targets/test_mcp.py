@@ -378,6 +378,51 @@ def test_serve_mcp_tool_only_mode_and_no_answer_key(corpus, key, prepared, monke
     assert task.question in said and key[TASK].expected_answer not in said
 
 
+def test_serve_mcp_with_task_refuses_another_tasks_address(corpus, prepared) -> None:
+    """Issue 46: with --task, ``?task=<another>`` was ignored (the client got --task's record
+    while it asked for another task); it is refused with one line, no record touched."""
+    from layerlab.harness.targets.mcp import Interactive
+    from layerlab.harness.targets.mcphost import Host
+
+    other = next(t.task_id for t in corpus.tasks if t.task_id != TASK)
+    tools = Interactive(corpus.tasks, prepared["clean"], "strict", _task(corpus))
+    host = Host(tools.server(), lambda t: t == tools.token, stateless=False)
+    url = f"{host.url}/mcp/{tools.token}"
+
+    async def use(address: str) -> Any:
+        async with Client(address, mode="legacy") as client:
+            try:
+                return await client.call_tool(SEARCH, {"query": "purchase approval"})
+            except MCPError as exc:
+                return exc
+
+    try:
+        refused = asyncio.run(use(f"{url}?task={other}"))
+        assert isinstance(refused, MCPError), refused
+        assert f"?task={other}: this server serves only task {TASK}" in str(refused)
+        assert not tools.records
+        same = asyncio.run(use(f"{url}?task={TASK}"))
+        assert not isinstance(same, MCPError) and len(tools.records) == 1
+    finally:
+        host.close()
+
+
+def test_serve_mcp_exits_143_on_sigterm(tmp_path) -> None:
+    """SIGTERM stops ``serve mcp`` with the documented 143 (it exited 0), the summary on stderr."""
+    import signal
+
+    cmd = [sys.executable, "-m", "layerlab", "serve", "mcp", "--scenario", "clean", "--task", TASK]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)  # fmt: skip
+    try:
+        assert proc.stdout is not None and "http://127.0.0.1:" in proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert err.startswith("stopped (SIGTERM): 0 record(s)"), err
+
+
 BLOCKER = """
 import asyncio, pathlib
 from mcp import Client

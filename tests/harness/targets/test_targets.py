@@ -534,6 +534,30 @@ def test_a_target_request_reaches_no_scenario_and_no_index(corpus, scen) -> None
     assert request.search(task.question)["status"] == "ok" and len(tools.calls) == 1
 
 
+def test_a_copied_request_is_the_request(corpus, key, scen, tmp_path) -> None:
+    """Frameworks deep-copy their inputs (Haystack's pipelines): a copy of the request works
+    while its record runs (it is the request) and calls no tool after it."""
+    import copy
+
+    from layerlab.harness.prepare import prepare
+    from layerlab.harness.targets.base import end_record
+
+    tools = ToolBox(corpus.tasks[0], prepare(corpus, scen["clean"]), "strict")
+    request = TargetRequest(tools, {"top_k": "3"})
+    assert copy.copy(request) is request and copy.deepcopy([request])[0] is request
+    assert copy.deepcopy(request).search(request.question)["status"] == "ok"
+    end_record(request)
+    with pytest.raises(RuntimeError, match="its record has ended"):
+        copy.deepcopy(request).search("anything")
+    import user_targets
+
+    user_targets.SEEN.clear()
+    _, r = _run(corpus, key, {"clean": scen["clean"]}, tmp_path, "python:user_targets:deep_copies")
+    recs = pd.read_parquet(tmp_path / "run" / "records.parquet")
+    assert r.complete and len(user_targets.SEEN) == len(recs) > 0  # every copy searched
+    assert recs["exact_match"].all()
+
+
 def test_a_kept_request_calls_no_tools_after_its_record(corpus, key, scen, tmp_path) -> None:
     import user_targets
 

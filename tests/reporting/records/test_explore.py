@@ -130,3 +130,43 @@ def test_safe_resolution_by_unit_counts_failures_apart_from_refusals() -> None:
     # because the pipeline refused) is safe: never an answer
     assert (unsafe["safe resolution"] <= 1 - unsafe["answered"] + 1e-9).all()
     assert (t["malformed"] == 0).all() and "reference agents" in t.attrs["caption"]
+
+
+DOWN_STORE = '''
+class Store:
+    """A team's store whose every search fails (its database is down)."""
+
+    def index(self, documents):
+        self.ids = [d.id for d in documents]
+
+    def search(self, query, top_k):
+        raise ConnectionError("vector db unreachable")
+'''
+
+
+def test_a_run_whose_store_failed_is_explored_and_viewed(tmp_path, monkeypatch) -> None:
+    """`explore` and `view` of a run whose store failed every search say so (issue 46: they
+    crashed on the failure payload, which has no status and no results)."""
+    from layerlab.system.retrieval import external
+
+    (tmp_path / "downstore.py").write_text(DOWN_STORE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    external.clear()
+    spec = "python:downstore:Store"
+    t = explore.trace("hr-01-q1", "clean", retriever=spec)
+    assert t.retrieved == () and any("vector db unreachable" in e for e in t.faults), t.faults
+    res = runner.invoke(app, ["explore", "--task", "hr-01-q1", "--scenario", "clean",
+                              "--retriever", spec])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "store: the search failed (retriever_error: " in res.output, res.output
+    assert "contract (strict): unavailable" in res.output and "ConnectionError" in res.output
+    run = tmp_path / "run"
+    args = ["run", "live", "-m", "layerlab/extractive", "--tasks", "hr-01-q1", "--scenario",
+            "clean", "--retriever", spec, "--no-progress", "--out", str(run),
+            "--cache-dir", str(tmp_path / "c")]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert (run / "records.parquet").exists(), res.output
+    res = runner.invoke(app, ["view", str(run), "--out", str(tmp_path / "v.html")])
+    assert res.exit_code == 0, res.output
+    assert "vector db unreachable" in (tmp_path / "v.html").read_text()
+    external.clear()
