@@ -291,9 +291,13 @@ def _labelled_index(df: pd.DataFrame) -> bool:
     )
 
 
-def table(df: pd.DataFrame, index: Sequence[str] | str | None = None) -> pd.DataFrame:
+def table(
+    df: pd.DataFrame, index: Sequence[str] | str | None = None, lead: Sequence[str] | str = ()
+) -> pd.DataFrame:
     """``df`` formatted for reading (see the module docstring); a new frame of strings whose
-    index is ``index`` (default: the leading label columns, e.g. ``scenario``)."""
+    index is ``index`` (default: the leading label columns, e.g. ``scenario``) and whose first
+    columns are ``lead`` (what a reader looks for first, e.g. Table 10's ``verdict``, shown
+    without scrolling sideways; the table's own file keeps its order)."""
     if _labelled_index(df):  # a groupby/unstack result: its index holds the row labels
         labels = [str(n) for n in df.index.names]
         df = df.reset_index()
@@ -318,7 +322,12 @@ def table(df: pd.DataFrame, index: Sequence[str] | str | None = None) -> pd.Data
         names[est] = f"{est} [95% CI]"
         shown.pop(low)
         shown.pop(high)
-    out = pd.DataFrame({names[c]: v for c, v in shown.items()})
+    first = [lead] if isinstance(lead, str) else list(lead)
+    unknown = [c for c in first if c not in shown]
+    if unknown:
+        raise KeyError(f"lead: no column {unknown[0]!r} (columns: {', '.join(shown)})")
+    order = first + [c for c in shown if c not in first]
+    out = pd.DataFrame({names[c]: shown[c] for c in order})
     idx = (
         [index]
         if isinstance(index, str)

@@ -165,3 +165,20 @@ def test_run_tables_format_through_the_owner() -> None:
     c = SimpleNamespace(table=table)
     row = cells.comparison(c).iloc[0]  # type: ignore[arg-type]
     assert row["this run %"] == "65.0 [53.4, 75.4]" and row["difference pp"] == "+0.0 [+0.0, +0.0]"
+
+
+def test_lead_columns_come_first_for_reading_and_a_wrong_name_is_one_line() -> None:
+    """Notebook 09 shows Table 10's verdict first (no sideways scroll); the rest keep their
+    order, the values their formatting; a column that is not there is named."""
+    df = pd.DataFrame({"mitigation": ["a", "b"], "layer(s)": ["x", "y"], "gain": [0.5, 0.25],
+                       "verdict": ["specific", "inconclusive"]})  # fmt: skip
+    plain, led = display.table(df), display.table(df, lead="verdict")
+    assert list(led.columns) == ["verdict", *[c for c in plain.columns if c != "verdict"]]
+    assert led["verdict"].tolist() == ["specific", "inconclusive"]
+    assert led.drop(columns="verdict").equals(plain.drop(columns="verdict"))
+    try:
+        display.table(df, lead="verdicts")
+    except KeyError as exc:
+        assert "lead: no column 'verdicts'" in str(exc)
+    else:
+        raise AssertionError("an unknown lead column was accepted")
