@@ -6,9 +6,9 @@ this module words them, one line per check, the note of an overridden margin and
 The numbers follow :mod:`~layerlab.reporting.format.display`'s rate rule where the text always
 matched it — a rate, interval end or bound as a share to 3 decimals (:func:`display.rate`), a
 chance and ``--min-power`` as a share to 2 decimals. Kept as the gate has always printed them,
-since CI logs are compared across versions: the margin ``δ = 10 pp`` (``:g``, no sign: not
-:func:`display.points`'s signed rule; still :func:`layerlab.analysis.specificity.delta_phrase`,
-which the paper's captions share) and the flag as written (``--min-power 0.8``).
+since CI logs are compared across versions: the margin ``δ = 10 pp`` (:func:`display.margin`,
+``:g`` and no sign, not :func:`display.points`'s signed rule) and the flag as written
+(``--min-power 0.8``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from layerlab.reporting.format.display import rate
+from layerlab.reporting.format.display import margin, rate
 
 if TYPE_CHECKING:
     from layerlab.analysis.gate import Check, Outcome, RateJudged, VerdictJudged
@@ -33,13 +33,6 @@ def _share(v: float) -> str:
 
 def _chance(p: float) -> str:
     return rate(p, digits=2)
-
-
-def margin(delta: float) -> str:
-    """``δ = 10 pp``: how the gate states the equivalence margin (kept, see the docstring)."""
-    from layerlab.analysis.specificity import delta_phrase
-
-    return delta_phrase(delta)
 
 
 def status(check: Check) -> str:
