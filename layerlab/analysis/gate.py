@@ -30,7 +30,9 @@ adds a check per judged mitigation: the chance of the verdict asked for at this 
 or not over-broad), simulated from the run's own per-task rates with nothing changed off target
 (:func:`layerlab.analysis.planning.with_chances`), must reach it.
 
-:class:`GateSpec` is the same set of checks as a run configuration's ``gate:`` section.
+:class:`GateSpec` is the same set of checks as a run configuration's ``gate:`` section. Each
+:class:`Check` holds numbers and a reason code, never text: its line, the notes and the summary
+are :mod:`layerlab.reporting.format.gatetext`'s.
 """
 
 from __future__ import annotations
@@ -62,7 +64,6 @@ MEASURES = {
 ALIASES = {"safe": "SR"}  # results.json's name for safe resolution
 _FAILURE_SHARES = ("malformed", "provider_error")  # shares of a diagnostic, not archive labels
 EACH = "*"  # ``S:*``: every scenario on its own
-ALL = "all"  # how a rate over every scenario is shown
 SYNTAX = "MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE"
 _PATTERN = re.compile(
     r"(?P<measure>[A-Za-z_]+)(?::(?P<scenario>[^:@/=]+))?(?:@(?P<arm>[^:@/=]+))?(?:/(?P<model>.+))?"
@@ -214,13 +215,76 @@ class GateSpec(BaseModel):
         ]
 
 
+# why a check passed or failed: a threshold's value within its bound, beyond it, or not recorded;
+# a verdict as asked, not, or inconclusive (never a pass); a power check's chance reached or short
+Reason = Literal[
+    "within", "beyond", "not_recorded",
+    "as_asked", "not_as_asked", "inconclusive",
+    "reached", "short", "not_simulated",
+]  # fmt: skip
+Asked = Literal["specific", "conclusive"]  # the verdict a check asks for (conclusive: not over-broad)
+PLAN_BELOW = 0.8  # a failed verdict this unlikely at the run's size points to ``layerlab plan``
+
+
+@dataclass(frozen=True)
+class RateJudged:
+    """What a threshold judged in one cell (model × scenario × arm): the rate of
+    :func:`layerlab.analysis.results.rate`, its interval and count, and which number was
+    compared with the bound (the point, or with ``strict_ci`` the interval's worse end)."""
+
+    threshold: Threshold
+    scenario: str | None  # None: over every scenario
+    arm: str
+    unit: str
+    k: int
+    n: int
+    rate: float | None  # None: some records did not record the label (a migrated archive)
+    ci: tuple[float, float] | None
+    not_recorded: int = 0
+    compared: Literal["rate", "ci_low", "ci_high"] = "rate"
+    value: float | None = None  # the number compared with ``threshold.value``
+
+
+@dataclass(frozen=True)
+class VerdictJudged:
+    """One mitigation's Table 10 row as a verdict or power check judged it: the margin ``delta``
+    (``delta_set``: by ``--delta``), the simulated ``chance`` of the verdict asked at this size
+    (nan: not simulated), the tasks ``specific`` needs (``floor``) and the run's ``tasks``."""
+
+    mitigation: str
+    block: str
+    verdict: str
+    reason: str  # Table 10's
+    flag: str  # what asked: --no-over-broad, --specific NAME, --min-power P
+    asked: Asked
+    delta: float
+    delta_set: bool
+    chance: float
+    sims: int
+    floor: int
+    tasks: int
+    run: str | None = None  # the run folder, for the ``layerlab plan`` command (None: not shown)
+    min_power: float | None = None
+
+    @property
+    def unlikely(self) -> bool:
+        """Whether the verdict asked is unlikely at this size (a larger run would decide)."""
+        return self.chance < PLAN_BELOW
+
+
 @dataclass(frozen=True)
 class Check:
-    """One check's outcome and the line that reports it."""
+    """One check's outcome: its kind, whether it passed, why (:data:`Reason`) and what it
+    judged (a :class:`RateJudged` for a threshold, a :class:`VerdictJudged` for a verdict or
+    power check). Numbers only: :mod:`layerlab.reporting.format.gatetext` writes its line."""
 
     kind: Literal["threshold", "verdict", "power"]
     passed: bool
-    line: str
+    reason: Reason
+    judged: RateJudged | VerdictJudged
+
+
+KINDS = ("threshold", "verdict", "power")
 
 
 @dataclass
@@ -230,33 +294,17 @@ class Outcome:
     run: str
     checks: list[Check] = field(default_factory=list)
     left_out: tuple[str, ...] = ()  # over-broad controls --no-over-broad did not check
-    notes: list[str] = field(default_factory=list)  # printed always (an overridden margin)
+    # (--delta, the specs' margin) when --delta overrides the specs' margin: always stated
+    margin_override: tuple[float, float] | None = None
 
     @property
     def failures(self) -> list[Check]:
         return [c for c in self.checks if not c.passed]
 
-    def summary(self) -> str:
-        """One line: how many checks of each kind failed, or that all passed."""
-        counts = {
-            k: [c for c in self.checks if c.kind == k] for k in ("threshold", "verdict", "power")
-        }
-        n, bad = len(self.checks), len(self.failures)
-        out = (
-            f"; --no-over-broad left out {', '.join(self.left_out)}: layerlab's deliberately "
-            "over-broad controls, in a run of every arm (roles.yaml over_broad_controls)"
-            if self.left_out
-            else ""
-        )
-        if not bad:
-            kinds = ", ".join(f"{len(v)} {k}" for k, v in counts.items() if v)
-            return f"gate passed on {self.run}: all {n} checks passed ({kinds}){out}"
-        kinds = "; ".join(
-            f"{k}s: {sum(not c.passed for c in v)} of {len(v)} failed"
-            for k, v in counts.items()
-            if v
-        )
-        return f"gate FAILED on {self.run}: {bad} of {n} checks failed ({kinds}){out}"
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """``kind -> (failed, checked)`` for each kind checked, in :data:`KINDS` order."""
+        of = {k: [c.passed for c in self.checks if c.kind == k] for k in KINDS}
+        return {k: (v.count(False), len(v)) for k, v in of.items() if v}
 
 
 def _frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -298,10 +346,6 @@ def _units(given: str | None, df: pd.DataFrame, where: str) -> list[str]:
     )
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.3f}"
-
-
 def check_threshold(df: pd.DataFrame, t: Threshold, strict_ci: bool = False) -> list[Check]:
     """One check per cell (model × scenario × arm) ``t`` names, in the order the tables use."""
     from layerlab.analysis.results import arm_order, rate
@@ -326,35 +370,29 @@ def check_threshold(df: pd.DataFrame, t: Threshold, strict_ci: bool = False) -> 
                     sub = sub[sub["scenario"] == s]
                 if sub.empty:  # e.g. an arm run for one model only
                     continue
-                out.append(
-                    _judge_rate(rate(sub, label), t, f"{t.measure} {s or ALL} {a} {u}", strict_ci)
-                )
+                out.append(_judge_rate(rate(sub, label), t, (s, a, u), strict_ci))
     if not out:
         raise GateError(f"{t.source}: matches no cell of the run (no records in those cells)")
     return out
 
 
-def _judge_rate(r: Mapping[str, Any], t: Threshold, cell: str, strict_ci: bool) -> Check:
+def _judge_rate(
+    r: Mapping[str, Any], t: Threshold, cell: tuple[str | None, str, str], strict_ci: bool
+) -> Check:
+    """The check of one cell's rate ``r`` (``(scenario, arm, unit)``) against ``t``."""
+    ci = None if r.get("ci_low") is None else (float(r["ci_low"]), float(r["ci_high"]))
+    n = int(r["n"])
     if r.get("rate") is None:  # a label some records did not record (a migrated archive)
-        line = f"FAIL {cell}: not recorded for {r.get('not_recorded', 0)} of {r['n']} records ({t.source})"
-        return Check("threshold", False, line)
-    point = float(r["rate"])
-    if strict_ci:
-        v, what = (
-            (float(r["ci_low"]), "95% low ")
-            if t.bound == "min"
-            else (float(r["ci_high"]), "95% high ")
-        )
-    else:
-        v, what = point, ""
-    ok = v >= t.value if t.bound == "min" else v <= t.value
-    op = (">=" if ok else "<") if t.bound == "min" else ("<=" if ok else ">")
-    extra = f"rate {_fmt(point)}, " if strict_ci else ""
-    line = (
-        f"{'PASS' if ok else 'FAIL'} {cell}: {what}{_fmt(v)} {op} {_fmt(t.value)} "
-        f"({extra}{r['k']} of {r['n']} records; {t.source})"
+        judged = RateJudged(t, *cell, int(r.get("k", 0)), n, None, ci,
+                            int(r.get("not_recorded", 0)))  # fmt: skip
+        return Check("threshold", False, "not_recorded", judged)
+    compared: Literal["rate", "ci_low", "ci_high"] = (
+        ("ci_low" if t.bound == "min" else "ci_high") if strict_ci else "rate"
     )
-    return Check("threshold", ok, line)
+    v = float(r[compared])
+    ok = v >= t.value if t.bound == "min" else v <= t.value
+    judged = RateJudged(t, *cell, int(r["k"]), n, float(r["rate"]), ci, 0, compared, v)
+    return Check("threshold", ok, "within" if ok else "beyond", judged)
 
 
 def check_verdicts(
@@ -406,7 +444,7 @@ def check_verdicts(
         raise GateError(f"{flag}: {exc}") from None
     out = []
     for block, mx in blocks.items():
-        at = mx.delta_text if delta is not None else f"{mx.delta_text} (roles.yaml)"
+        at = (float(mx.delta), delta is not None)
         rows = {str(r["mitigation"]): r for _, r in mx.summary.iterrows()}
         powered = set(rows) if (no_over_broad or not specific) else set(specific)
         if no_over_broad:
@@ -415,35 +453,32 @@ def check_verdicts(
                     continue
                 v = str(r["verdict"])
                 ok = not specificity.is_over_broad(v) and v != specificity.INCONCLUSIVE
-                out.append(verdict_line(ok, name, block, r, "--no-over-broad", at, run))
+                out.append(judge_verdict(ok, name, block, r, "--no-over-broad", at, run))
         for name in specific:
             if name in rows:
                 r = rows[name]
                 ok = str(r["verdict"]) == specificity.SPECIFIC
-                out.append(verdict_line(ok, name, block, r, f"--specific {name}", at, run))
+                out.append(judge_verdict(ok, name, block, r, f"--specific {name}", at, run))
         if min_power is not None:
             for name in (n for n in rows if n in powered):
-                asked = "specific" if name in specific else "conclusive"
-                out.append(_power_line(name, block, rows[name], min_power, asked))
+                asked: Asked = "specific" if name in specific else "conclusive"
+                out.append(_judge_power(name, block, rows[name], min_power, asked, at))
     return out
 
 
-def delta_note(delta: float | None) -> str:
-    """The line a gate prints when ``--delta`` overrides the specs' equivalence margin: a verdict
-    at another margin is another claim, and the log must say which was tested."""
+def margin_override(delta: float | None) -> tuple[float, float] | None:
+    """``(delta, the specs' margin)`` when ``--delta`` overrides the specs' equivalence margin
+    (a verdict at another margin is another claim, and the log must say which was tested);
+    None when it does not (not given, or the specs' one margin)."""
     from layerlab.analysis import specificity
 
     if delta is None:
-        return ""
+        return None
     spec = specificity.layer_margins()
     default = min(spec.values(), default=specificity.DELTA)
     if abs(delta - default) < 1e-12 and len(set(spec.values())) <= 1:
-        return ""
-    return (
-        f"note: verdicts at {specificity.delta_phrase(delta)} set by --delta, not the specs' "
-        f"{specificity.delta_phrase(default)} (data/specs/roles.yaml equivalence_margin): an "
-        "off-target change up to that size counts as none; state it with the result"
-    )
+        return None
+    return (delta, default)
 
 
 def left_out_controls(run: Path | str, arms: Sequence[str]) -> tuple[str, ...]:
@@ -477,60 +512,41 @@ def chance(r: Mapping[str, Any], asked: str) -> float:
     return float(r.get("p specific", float("nan"))) + float(r.get("p ineffective", float("nan")))
 
 
-def _reach(r: Mapping[str, Any], asked: str) -> str:
-    """What this design can decide, for a verdict line: the probability of the verdict asked
-    and, below the floor, how many tasks specific needs."""
-    p = chance(r, asked)
-    if p != p:
-        return ""
-    out = (
-        f"; P({asked}) at this size {p:.2f} if nothing changes off target "
-        f"({int(r.get('sims', 0))} simulated runs)"
-    )
-    floor, n = int(r.get("floor", 0)), int(r.get("tasks", 0))
-    if asked == "specific" and n < floor and "specific needs" not in str(r.get("reason", "")):
-        out += f"; specific needs >= {floor} tasks with unchanged off-target outcomes"
-    return out
+def _judged(name: str, block: str, r: Mapping[str, Any], flag: str, asked: Asked,
+            at: tuple[float, bool], run: Any = None,
+            min_power: float | None = None) -> VerdictJudged:  # fmt: skip
+    """A Table 10 row ``r`` as what a check judged (``at``: the margin, set by --delta)."""
+    return VerdictJudged(
+        name, block, str(r["verdict"]), str(r.get("reason") or ""), flag, asked, at[0], at[1],
+        chance(r, asked), int(r.get("sims", 0)), int(r.get("floor", 0)), int(r.get("tasks", 0)),
+        None if run is None else str(run), min_power,
+    )  # fmt: skip
 
 
-def verdict_line(
-    ok: bool, name: str, block: str, r: Mapping[str, Any], flag: str, at: str, run: Any = None
-) -> Check:
+def judge_verdict(ok: bool, name: str, block: str, r: Mapping[str, Any], flag: str,
+                  at: tuple[float, bool], run: Any = None) -> Check:  # fmt: skip
     """The check of one mitigation's Table 10 row ``r`` (block ``block``, asked by ``flag``, at
-    the margin ``at``): the verdict, its reason, what this size can decide and, when it fails
-    and is unlikely at this size, the ``layerlab plan RUN`` command (the gate's line, and the
-    line :mod:`layerlab.integrations.checks` shows for ``run.specific(NAME)``)."""
+    the margin ``at``: ``(delta, set by --delta)``): the gate's verdict check, and the one
+    :mod:`layerlab.integrations.checks` explains ``run.specific(NAME)`` by; ``run`` the folder a
+    failing, unlikely verdict's ``layerlab plan`` command names (None: no command)."""
     from layerlab.analysis.specificity import INCONCLUSIVE
 
-    v = str(r["verdict"])
-    why = f" — {r['reason']}" if r.get("reason") else ""
-    if v == INCONCLUSIVE and not ok:
-        why += "; inconclusive is not a pass"
-    asked = "specific" if flag.startswith("--specific") else "conclusive"
-    reach = _reach(r, asked)
-    if not ok and chance(r, asked) < 0.8 and run is not None:
-        reach += f"; `layerlab plan {run} --specific {name}` sizes a run that decides"
-    return Check(
-        "verdict",
-        ok,
-        f"{'PASS' if ok else 'FAIL'} verdict {name} [{block}]: {v}{why} ({flag}; {at}{reach})",
-    )
+    asked: Asked = "specific" if flag.startswith("--specific") else "conclusive"
+    judged = _judged(name, block, r, flag, asked, at, run)
+    if ok:
+        return Check("verdict", True, "as_asked", judged)
+    why: Reason = "inconclusive" if judged.verdict == INCONCLUSIVE else "not_as_asked"
+    return Check("verdict", False, why, judged)
 
 
-def _power_line(
-    name: str, block: str, r: Mapping[str, Any], min_power: float, asked: str
-) -> Check:
-    p = chance(r, asked)
-    ok = p == p and p >= min_power
-    got = f"{p:.2f}" if p == p else "not simulated"
-    op = ">=" if ok else "<"
-    return Check(
-        "power",
-        ok,
-        f"{'PASS' if ok else 'FAIL'} power {name} [{block}]: P({asked}) at this size {got} {op} "
-        f"{min_power:.2f} ({int(r.get('sims', 0))} runs simulated from its own per-task rates, "
-        f"nothing changed off target; --min-power {min_power:g})",
-    )
+def _judge_power(name: str, block: str, r: Mapping[str, Any], min_power: float, asked: Asked,
+                 at: tuple[float, bool]) -> Check:  # fmt: skip
+    judged = _judged(name, block, r, f"--min-power {min_power:g}", asked, at, None, min_power)
+    p = judged.chance
+    if p != p:
+        return Check("power", False, "not_simulated", judged)
+    ok = p >= min_power
+    return Check("power", ok, "reached" if ok else "short", judged)
 
 
 def evaluate(
@@ -573,8 +589,7 @@ def evaluate(
         arms = list(dict.fromkeys(df[ARM]))
         if no_over_broad:
             outcome.left_out = left_out_controls(run, arms)
-        if note := delta_note(delta):
-            outcome.notes.append(note)
+        outcome.margin_override = margin_override(delta)
         outcome.checks.extend(
             check_verdicts(
                 run, arms, no_over_broad, specific, n_boot, seed, delta, min_power, outcome.left_out

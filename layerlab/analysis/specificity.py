@@ -78,11 +78,6 @@ VERDICT_RULE = (
 ARCHIVE_DIR = paths.ARCHIVES / "mitigations"
 
 
-def delta_phrase(delta: float = DELTA) -> str:
-    """How captions and the gate state the equivalence margin."""
-    return f"δ = {100 * delta:g} pp"
-
-
 def is_over_broad(verdict: str) -> bool:
     return str(verdict).startswith(OVER_BROAD)
 
@@ -100,11 +95,6 @@ class Matrix:
     margin: float | None = None  # the margin asked for: one for every cell, None each layer's
     alpha: float = 0.05
     seed: int = 0
-
-    @property
-    def delta_text(self) -> str:
-        """The equivalence margin as captions and the gate state it."""
-        return delta_phrase(self.delta)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """``layerlab gate``: CI gates on a run's rates and Table 10's verdicts (exit 0 pass, 1 fail,
-2 bad input). The checks are :mod:`layerlab.analysis.gate`'s; this module reads the flags."""
+2 bad input). The checks are :mod:`layerlab.analysis.gate`'s, their lines
+:mod:`layerlab.reporting.format.gatetext`'s; this module reads the flags."""
 
 from __future__ import annotations
 
@@ -165,11 +166,9 @@ def gate_cmd(
     except gate.GateError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    for note in outcome.notes:
-        typer.echo(note)
-    for c in outcome.checks:
-        if verbose or not c.passed:
-            typer.echo(c.line)
-    typer.echo(outcome.summary())
+    from layerlab.reporting.format import gatetext
+
+    for text in gatetext.report(outcome, verbose):
+        typer.echo(text)
     if outcome.failures:
         raise typer.Exit(EXIT_FAILED)

@@ -165,6 +165,7 @@ def compare_cmd(
     from layerlab._io import atomic_write_text
     from layerlab.analysis import compare
     from layerlab.reporting.format import cells, terminal
+    from layerlab.reporting.format.display import margin
 
     if json_out is not None:
         _check_out_file(json_out, "--json")
@@ -182,7 +183,7 @@ def compare_cmd(
                 typer.echo(f"note: {mx.note}")
                 outs = compare.matrix_outcomes(mx, df).to_dict(orient="records")
                 doc[name] = {"summary": mx.summary.to_dict(orient="records"), "on_target": outs}
-                typer.echo(f"verdicts at {mx.delta_text}; {mx.methods}")
+                typer.echo(f"verdicts at {margin(mx.delta)}; {mx.methods}")
             typer.echo(f"note: {compare.MATRIX_OUTCOME_NOTE}")
             level = compare.verdict_level(run)[1]
             if level:

@@ -17,7 +17,8 @@ here that the library does not compute: this module picks, names and explains.
 * :attr:`MatrixRun.findings`: the findings per layer as the run printed them.
 
 Every answer is also handed to ``observe`` (the pytest plugin shows the ones a failing test read).
-It imports the standard library only; the analysis is imported when a verdict is asked.
+It imports the standard library only; the analysis (and the gate's wording,
+:mod:`layerlab.reporting.format.gatetext`) is imported when a verdict is asked.
 """
 
 from __future__ import annotations
@@ -314,15 +315,17 @@ class _Lines:
         if self.made is None:
             from layerlab.analysis import gate, planning
             from layerlab.analysis.specificity import SPECIFIC
+            from layerlab.reporting.format import gatetext
 
             mx = planning.with_chances(self.mx, self.records)
-            at = mx.delta_text if self.delta is not None else f"{mx.delta_text} (roles.yaml)"
+            at = (float(mx.delta), self.delta is not None)
             self.made = {}
             for _, r in mx.summary.iterrows():
                 name = str(r["mitigation"])
                 ok = str(r["verdict"]) == SPECIFIC
-                self.made[name] = gate.verdict_line(ok, name, self.block, r, f"--specific {name}",
-                                                    at, self.folder).line  # fmt: skip
+                check = gate.judge_verdict(ok, name, self.block, r, f"--specific {name}", at,
+                                           self.folder)  # fmt: skip
+                self.made[name] = gatetext.line(check)
         return self.made
 
 

@@ -29,6 +29,7 @@ from docfiles import ROOT
 from layerlab.analysis import compare, gate, planning  # noqa: F401
 from layerlab.harness import live
 from layerlab.integrations.checks import CheckError, MatrixRun
+from layerlab.reporting.format import gatetext
 
 pytest_plugins = ["pytester"]
 
@@ -190,9 +191,10 @@ def test_a_kept_run_resumes_and_a_small_one_cannot_decide(project, runs) -> None
     assert first.startswith("session_state (wrong_session): not resolved in ")
     assert " of 6 questions — answered from another session's documents in 5" in first
     asked = gate.evaluate(folder, specific=["session_isolation"]).checks[0]
-    assert run.specific("session_isolation").explain() == asked.line and not asked.passed
+    assert run.specific("session_isolation").explain() == gatetext.line(asked)
+    assert not asked.passed
     threshold = gate.parse_threshold("SR:stale_index@strict=1", "min")
-    line = gate.evaluate(folder, [threshold]).checks[0].line
+    line = gatetext.line(gate.evaluate(folder, [threshold]).checks[0])
     assert f"{run.safe('stale_index'):.3f} >= 1.000" in line
 
     again = project.runpytest("-p", PLUGIN, "--layerlab-out", "out", "test_small.py", "-k", "stale")

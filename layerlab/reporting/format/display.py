@@ -154,6 +154,13 @@ def points(
     return f"{one(v)} [{one(interval[0])}, {one(interval[1])}]"
 
 
+def margin(delta: float) -> str:
+    """The equivalence margin δ (a share) as the paper's captions, ``layerlab compare --matrix``
+    and the gate state it: ``0.1 -> "δ = 10 pp"`` — points by its own rule (``:g``, no sign, no
+    fixed decimals: a margin is a setting, not an estimate)."""
+    return f"δ = {100 * delta:g} pp"
+
+
 def p_value(v: Any, floor: float = P_FLOOR) -> str:
     """A p-value for reading: 3 significant digits from 0.001 up, else a bound (``< 1e-4``,
     never below ``< 1e-10``). Strings the library already wrote (``"< 1e-300"``, ``"1.05e-140"``)

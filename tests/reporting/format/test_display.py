@@ -17,6 +17,12 @@ def test_scalars() -> None:
     assert display.count(8640) == "8,640"
 
 
+def test_the_equivalence_margin_is_stated_as_a_setting_not_signed_points() -> None:
+    # the captions, compare --matrix and the gate: no sign, no fixed decimals
+    assert display.margin(0.1) == "δ = 10 pp" and display.margin(0.025) == "δ = 2.5 pp"
+    assert display.points(0.1, share=True) == "+10.0"  # an estimate's rule, not the margin's
+
+
 def test_p_values_are_bounds_below_a_thousandth() -> None:
     assert display.p_value(0.2) == "0.2" and display.p_value(0.0123) == "0.0123"
     assert display.p_value(4e-4) == "< 1e-3" and display.p_value(3e-7) == "< 1e-6"

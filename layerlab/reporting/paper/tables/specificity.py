@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from layerlab.analysis import stats
-from layerlab.analysis.specificity import delta_phrase
-from layerlab.reporting.format.display import points
+from layerlab.reporting.format.display import margin, points
 
 if TYPE_CHECKING:
     from layerlab.analysis.specificity import Matrix
@@ -170,7 +169,7 @@ def _captions(m: Matrix, df: pd.DataFrame) -> dict[str, str]:
         "table10": "Mitigation x scenario specificity matrix: per mitigation, its paired effect "
         f"against the {m.baseline} baseline on its target scenarios (target gain) and off target "
         "(the largest change), the margin and the verdict at the equivalence margin "
-        f"{delta_phrase(m.delta)}, in percentage points, with the widest off-target 90% interval "
+        f"{margin(m.delta)}, in percentage points, with the widest off-target 90% interval "
         "(the equivalence test's) and the probability that a run of this size is called "
         f"specific if the mitigation changes nothing off target (from {_sims(m)} archives "
         "simulated from its own per-task rates, off-target cells at the baseline's; specific "
@@ -187,7 +186,7 @@ def _notes(delta: float) -> str:
     from layerlab.analysis.specificity import VERDICT_RULE
 
     return (
-        f"Equivalence margin {delta_phrase(delta)}. Effects are on the scenario's judged outcome "
+        f"Equivalence margin {margin(delta)}. Effects are on the scenario's judged outcome "
         "(strict success on answerable scenarios, "
         "safe resolution - a structured non-answer - on unsafe ones). Cell intervals are marginal "
         "95% intervals (each covers its own effect; together they are not simultaneous). "

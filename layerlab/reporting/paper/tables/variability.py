@@ -34,7 +34,8 @@ def exchangeability_table(df: pd.DataFrame, outcome: str = "safe_resolution") ->
 def coverage_table(table: pd.DataFrame) -> pd.DataFrame:
     """The coverage suite's table (:mod:`layerlab.analysis.coverage`) for publication, caption in ``attrs``."""
     from layerlab.analysis import coverage, coverage_settings
-    from layerlab.analysis.specificity import delta_phrase
+    from layerlab.analysis.specificity import DELTA
+    from layerlab.reporting.format.display import margin
 
     t = table.copy()
     null_names = {
@@ -73,7 +74,7 @@ def coverage_table(table: pd.DataFrame) -> pd.DataFrame:
         "Beta(0.3, 0.3); a +15 pp side effect). "
         f"Rows '{coverage.BAND}' score the simultaneous band the verdict reads: all of a "
         f"mitigation's cells covered at once. Rows '{coverage.VERDICT}' score Table 10's verdict "
-        f"(equivalence margin {delta_phrase()}) against the verdict the setting's truth calls for "
+        f"(equivalence margin {margin(DELTA)}) against the verdict the setting's truth calls for "
         "('estimand'): 'false flag' is the share given a claim the truth contradicts; each claim "
         "is a test of its own (specific: target above 0 and every off-target cell within ±δ; "
         "over-broad: the band excludes 0 off target; ineffective: the target's gain below δ), "
