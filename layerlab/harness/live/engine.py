@@ -211,7 +211,7 @@ class Engine:
                 extra=extra, native_tools=native_tools, pin=pin,
             )  # fmt: skip
             if reply is not None or failure is not None:  # the provider was asked
-                self.counters.cache_misses += 1
+                self.counters.count("cache_misses")
             if reply is not None:
                 self.cache.put(ckey, reply)
         finally:
@@ -239,7 +239,7 @@ class Engine:
             if reply is None and failure is None:
                 return None
             if cached:
-                self.counters.cache_hits += 1
+                self.counters.count("cache_hits")
             out = None
             if reply is not None:
                 try:
@@ -247,7 +247,7 @@ class Engine:
                 except prompt.MalformedReply:
                     failure = "malformed_reply"
             if failure:
-                self.counters.failures += 1
+                self.counters.count("failures")
             reading = Reading(out, phash, failure)
         done = step.finish(context, reading, replicate=cell.replicate)
         if not self.want_samples:
@@ -278,9 +278,9 @@ class Engine:
             if reply is None and failure is None:
                 return None
             if cached:
-                self.counters.cache_hits += 1
+                self.counters.count("cache_hits")
             if failure:
-                self.counters.failures += 1
+                self.counters.count("failures")
             loop.advance(reply, failure)
         context = RecordContext(self.corpus, self.key, provider, name, self.run_id)
         done = loop.finish(context, cell.replicate)
@@ -321,7 +321,7 @@ class Engine:
         kept = None if trace is None or self.spans is None else await self.spans.take(trace)
         td = score_record(target.spec, tools, prepared, context, raw, error, cell.replicate)
         if td.reply.failure:
-            self.counters.failures += 1
+            self.counters.count("failures")
         if error is not None and error.startswith("timeout:"):
             self.counters.timed_out += 1
         rec, row = td.done.record, target_row(td.done.record, td)

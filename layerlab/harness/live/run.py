@@ -296,11 +296,8 @@ def _make(
         samples is not None, target, st.elog,
     )  # fmt: skip
     todo, total = todo_cells(st.corpus, st.work, st.done, st.counters)
-    snap = (
-        runmanifest.INVOCATION_EVERY_S,
-        lambda: runmanifest.save_invocation(out, st.counters, st.old, st.stands),
-    )
-    writer = RecordWriter(st.plog, st.counters, total, progress, samples, st.written, st.alog, snap)
+    runmanifest.open_invocation(out, st.counters, st.old, st.stands)  # each call, as it goes
+    writer = RecordWriter(st.plog, st.counters, total, progress, samples, st.written, st.alog)
     try:
         if n_workers > 1 and not bases:
             return run_workers(n_workers, ctx, todo, writer, st.budget, st.rng)
@@ -381,6 +378,9 @@ def _write(st: _Live, records: list[Record], outcome: runmanifest.Outcome) -> di
         m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
         m = codechange.stamp(m, st.code_history, st.written.values())
     final = archive.write_run(out, records, m)
+    if st.counters.journal is not None:
+        st.counters.journal.close()
+        st.counters.journal = None
     (out / runmanifest.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
     return final
 
@@ -536,7 +536,7 @@ async def _preflight(
             except ServerDied as exc:
                 raise LiveRunError(f"{exc}; nothing written") from None
             if reply is not None or failure is not None:
-                counters.cache_misses += 1
+                counters.count("cache_misses")
             if reply is not None:
                 cache.put(ckey, reply)
                 cache.preflighted.add(ckey)
