@@ -232,8 +232,16 @@ def _begin(
     if config.target is None:  # a target run asks no provider: litellm is not imported
         agents.register()
     return _Live(corpus, key, scenarios, config, out, run, scenario_hash, say, work, n_tasks, plan, old, stands,
-                 done, report, cache, budget=Budget(run.budget), rng=random.Random(run.seed),
+                 done, report, cache, budget=_budget(run.budget, old), rng=random.Random(run.seed),
                  code_history=code_history)  # fmt: skip
+
+
+def _budget(limit: int | None, old: Mapping[str, Any] | None) -> Budget:
+    """``--budget`` over the whole run: the calls the earlier invocations made (the manifest's
+    ``calls.made``, a killed one's folded in) are spent already, so a resume gets what is left."""
+    budget = Budget(limit)
+    budget.used = int(((old or {}).get("calls") or {}).get("made", 0))
+    return budget
 
 
 def _preflight_step(st: _Live, bases: Mapping[str, list[str]], started: set[str]) -> None:
@@ -352,9 +360,9 @@ def _finish(
         msg = _complete_line(len(records), errors, counters, config.target is not None)
     else:
         msg = (
-            f"budget spent after {counters.calls} calls: {len(records)} of {plan['expected_records']} "
-            f"records written (a valid partial archive). Continue with the same command plus --resume "
-            f"and a new --budget."
+            f"budget spent after {final['calls']['made']} calls over the run: {len(records)} of "
+            f"{plan['expected_records']} records written (a valid partial archive). Continue with "
+            f"the same command plus --resume and a larger --budget (it counts every invocation)."
         )
     over = failed.over_rate(errors, st.run.max_error_rate, config)  # a store's failures, too
     if retrieval.is_external(config.retriever):
