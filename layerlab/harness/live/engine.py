@@ -289,7 +289,7 @@ class Engine:
             return done.record, None, row
         entry = samplelog.entry(
             done.record, cell.task, self.key[cell.task.task_id], done.admission,
-            loop.replies[-1] if loop.replies else None, done.out,
+            loop.replies[-1] if loop.replies else None, done.out, row.get("invalid_calls"),
         )  # fmt: skip
         return done.record, samplelog.agent_entry(entry, row, transcript(loop)), row
 
@@ -328,7 +328,7 @@ class Engine:
         if not self.want_samples:
             return rec, None, row
         entry = samplelog.entry(rec, cell.task, self.key[cell.task.task_id], td.done.admission,
-                                td.raw, td.done.out)  # fmt: skip
+                                td.raw, td.done.out, row.get("invalid_calls"))  # fmt: skip
         entry.update(reply_format=td.reply.format, tool_calls=call_rows(td.tools.calls))
         if td.error:
             entry["target_error"] = td.error
