@@ -63,6 +63,7 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.hits: Counter[tuple[str, str]] = Counter()
         self.requests = 0
+        self.held = 0  # requests received and not yet answered ("slow" sleeping)
         self.statuses: Counter[int] = Counter()
         self.lock = threading.Lock()
         self.auth_headers: set[str] = set()
@@ -155,7 +156,11 @@ class FakeOpenAI:
                 if model == "flaky" and n == 2:
                     return self._send(500, {"error": {"message": "boom", "type": "server_error"}})
                 if model == "slow" and n == 1:
+                    with server.lock:
+                        server.held += 1
                     time.sleep(SLOW_S)
+                    with server.lock:
+                        server.held -= 1
                 if model == "mcp-agent":
                     return self._send(200, _completion(model, *_framework_turn(req)))
                 if model in {"tools", "badtools", "endless"}:

@@ -843,6 +843,16 @@ CASES += [
     Case("cfg-target-timeout-negative", CFG,
          r"--target-setting timeout=-1: expected seconds, a number greater than 0",
          files={"run.yaml": "target: {spec: 'python:fixtures.user_targets:extractive', settings: {timeout: -1}}\nlimit: 1\n"}),
+    # issue 46: a setting no --target-setting could give is one line naming its key and line
+    *(Case(f"cfg-target-setting-{kind}", CFG,
+           rf"run\.yaml:4: target\.settings\.deep: expected a string, a number or true/false .*, got {got}$",
+           files={"run.yaml": "target:\n  spec: 'python:fixtures.user_targets:extractive'\n  settings:\n"
+                              f"    deep: {value}\nlimit: 1\n"})
+      for kind, value, got in (("nested", "{a: 1}", "a mapping"), ("list", "[1, 2]", "a list"),
+                               ("null", "null", "null"))),  # fmt: skip
+    Case("cfg-target-settings-a-list", CFG,
+         r"run\.yaml:2: target\.settings: expected a mapping of setting names to values, got a list$",
+         files={"run.yaml": "target:\n  settings: [a, b]\n  spec: 'python:fixtures.user_targets:extractive'\nlimit: 1\n"}),
     Case("cfg-no-models", CFG, r"run\.yaml:1: models: expected at least one model \(or a target\)", files={"run.yaml": "limit: 2\n"}),
     Case("cfg-empty-models", CFG, r"run\.yaml:1: models: expected at least one model \(or a target\)", files={"run.yaml": "models: []\n"}),
     Case("cfg-unknown-key", CFG, r"run\.yaml:3: colour: unknown key", files={"run.yaml": _M + "colour: blue\n"}),

@@ -23,6 +23,7 @@ from typing import Any
 
 from layerlab.archive.schema import KEYS, LABELS, SCORES, Record
 from layerlab.corpus.build import AnswerKeyEntry, Task
+from layerlab.scoring.score import v_reason
 from layerlab.system.reader import ReaderOutput
 
 SAMPLE_LOG_VERSION = 2  # 2: verdicts carry grounded_cited, contained, token_f1 (archive schema 4)
@@ -91,17 +92,18 @@ def reasons(
     delivered: list[str],
     out: ReaderOutput | None,
     contract: Any,
+    invalid_calls: int | None = None,
 ) -> dict[str, str]:
-    """One-line reason for each of E, R, G, V and S, groundedness and the answer measures."""
+    """One-line reason for each of E, R, G, V and S, groundedness and the answer measures
+    (``invalid_calls``: an agent's or target's tool calls that broke the schema, if known)."""
     ans = out.answer if out is not None else None
     return {
         "E": f"{rec.exact_match}: answer {ans!r} vs expected {entry.expected_answer!r}",
         "R": f"{rec.retrieval_ok}: required {list(entry.required_doc_ids)} among delivered {delivered}",
         "G": f"{rec.citation_ok}: citations {list(out.citations) if out else []} "
         "(need at least one, all delivered)",
-        "V": f"{rec.schema_ok}: contract {contract.outcome}"
-        + (f"; {len(contract.edits)} repair edit(s)" if contract.edits else "")
-        + (f"; {contract.problems[0]}" if contract.problems else ""),
+        "V": v_reason(rec.schema_ok, contract.valid, contract.outcome, len(contract.edits),
+                      contract.problems[0] if contract.problems else None, invalid_calls),
         "S": f"{rec.success}: E and R and G and V",
         "grounded": f"{rec.grounded}: the answer is stated in a delivered document, cited or not "
         f"(in a cited one: {rec.grounded_cited}); GF {rec.grounded_false_positive}",
@@ -118,10 +120,11 @@ def entry(
     admission: Any,
     reply: str | None,
     out: ReaderOutput | None,
+    invalid_calls: int | None = None,
 ) -> dict[str, Any]:
     """The log entry of one scored record (``admission``: the harness's
     :class:`~layerlab.harness.step.Admission`: the contract's result, the reader's input, the
-    mitigations' actions)."""
+    mitigations' actions; ``invalid_calls``: an agent's or target's schema-breaking calls)."""
     inp = admission.inp
     delivered = [e.doc_id for e in inp.evidence] if inp is not None else []
     return {
@@ -135,7 +138,7 @@ def entry(
         "outcome": outcome(rec),
         "diagnostic": rec.diagnostic,
         "verdict": {k: getattr(rec, k) for k in (*LABELS, *SCORES)},
-        "reasons": reasons(rec, key_entry, delivered, out, admission.contract),
+        "reasons": reasons(rec, key_entry, delivered, out, admission.contract, invalid_calls),
         "expected": key_entry.expected_answer,
         "stage": rec.stage,
         "contract": {

@@ -230,7 +230,10 @@ def run_live(
         help="llama.cpp servers started per local/ model, one thread each (default: one per core).",
     ),
     budget: int = typer.Option(
-        None, "--budget", help="Hard cap on provider calls, retries included (>= 0)."
+        None,
+        "--budget",
+        help="Hard cap on provider calls over the whole run, retries included (>= 0); a "
+        "--resume gets what is left.",
     ),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Concurrent requests."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run already in --out."),

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from layerlab._secrets import credentials_in
 from layerlab.analysis.gate import GateSpec
@@ -61,6 +61,33 @@ class AgentSpec(BaseModel):
     max_steps: int = Field(4, ge=1, le=16)
 
 
+def _kind(value: Any) -> str:
+    """A YAML value's kind, as a user wrote it."""
+    if value is None:
+        return "null"
+    return {dict: "a mapping", list: "a list"}.get(type(value), type(value).__name__)
+
+
+def _settings_mapping(value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping of setting names to values, got {_kind(value)}")
+    return value
+
+
+def _setting_value(value: Any) -> Any:
+    """One problem for a setting's value that no ``--target-setting`` could give (pydantic's
+    union would give one per allowed type)."""
+    if not isinstance(value, str | int | float | bool):
+        raise ValueError(
+            f"expected a string, a number or true/false (what --target-setting KEY=VALUE gives), "
+            f"got {_kind(value)}"
+        )
+    return value
+
+
+_Setting = Annotated[str | int | float | bool, BeforeValidator(_setting_value)]
+
+
 class TargetEntry(BaseModel):
     """The system under test instead of models (``run live --target``): ``spec`` is
     ``python:MODULE:ATTR``, ``langchain:MODULE:FACTORY``, ``llamaindex:MODULE:FACTORY`` or an
@@ -71,7 +98,9 @@ class TargetEntry(BaseModel):
     spec: str = Field(min_length=1)
     name: str = ""
     version: str = ""
-    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    settings: Annotated[dict[str, _Setting], BeforeValidator(_settings_mapping)] = Field(
+        default_factory=dict
+    )
 
     def target(self) -> Any:
         from layerlab.harness.targets import parse_target

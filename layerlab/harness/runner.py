@@ -164,8 +164,8 @@ def _run_groups(r: _Run, groups: Sequence[Group], out: Path, messages: list[str]
         finally:
             if bar:
                 bar.close()
-        if left is not None:
-            left = max(0, left - res.counters.calls)
+        if left is not None:  # the group's calls over the run (its earlier invocations too)
+            left = max(0, left - int((res.manifest.get("calls") or {}).get("made", 0)))
         messages.append(f"{', '.join(g.models)}: {res.message}" if named else res.message)
         over += res.over_error_rate
         if not res.complete:

@@ -183,6 +183,25 @@ def score(
     )
 
 
+def v_reason(
+    v: bool,
+    contract_valid: bool,
+    outcome: str,
+    edits: int = 0,
+    problem: str | None = None,
+    invalid_calls: int | None = None,
+) -> str:
+    """V's one-line reason, saying what decided it: the contract's verdict on the payload and an
+    agent's or target's tool calls whose arguments broke the tool's schema (V needs both,
+    :func:`score`); ``invalid_calls`` None where the count is not known."""
+    text = f"{v}: contract {outcome}" + (f"; {edits} repair edit(s)" if edits else "")
+    text += f"; {problem}" if problem else ""
+    if invalid_calls or (not v and contract_valid):  # then the calls decided V
+        n = f"{invalid_calls} tool call(s)" if invalid_calls else "tool call(s)"
+        text += f"; {n} with arguments that broke the tool's schema (V needs every call valid)"
+    return text
+
+
 def _diagnose(
     task: Task,
     entry: AnswerKeyEntry,

@@ -270,6 +270,27 @@ def test_native_tool_calls_through_litellm_valid_invalid_and_endless(tmp_path) -
         assert last["tool_choice"] == "none" and last["messages"][-1]["content"] == ap.LAST_TURN
 
 
+def test_a_correct_answer_after_an_invalid_tool_call_says_why_v_failed(tmp_path) -> None:
+    """The sample log's V reason names what decided V, not "False: contract ok" alone: the
+    model's tool calls whose arguments broke the schema (the contract accepted the payload)."""
+    from fake_openai import FakeOpenAI
+
+    from layerlab.archive import samplelog
+
+    log = tmp_path / "private" / "s.jsonl"
+    with FakeOpenAI() as fake:  # an unknown tool, a search with bad arguments, then the answer
+        res = _live(fake, "badtools", tmp_path / "b" / "run", "--scenario", "clean",
+                    "--sample-log", str(log))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    entries = samplelog.read(log)
+    assert entries and all(e["verdict"]["exact_match"] for e in entries)
+    for e in entries:
+        assert e["reasons"]["V"] == (
+            f"False: contract {e['contract']['outcome']}; 2 tool call(s) with arguments that "
+            "broke the tool's schema (V needs every call valid)"
+        )
+
+
 def test_every_step_is_one_cache_entry_and_a_rerun_asks_nothing(tmp_path) -> None:
     from fake_openai import FakeOpenAI
 

@@ -372,7 +372,7 @@ def test_cache_hits_and_misses_are_cumulative_across_resumes(
     out, cache = tmp_path / "run", tmp_path / "cache"
     first = _run(corpus, key, scen, out, cache, budget=4)
     assert not first.complete and _calls(out)["cache_misses"] == 4
-    _run(corpus, key, scen, out, cache, resume=True, budget=4)
+    _run(corpus, key, scen, out, cache, resume=True, budget=8)  # over the run: 4 more
     assert _calls(out)["cache_misses"] == _calls(out)["made"] == 8
     _run(corpus, key, scen, out, cache, resume=True)
     calls = _calls(out)

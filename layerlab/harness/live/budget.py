@@ -1,10 +1,14 @@
 """The call budget (a hard cap on provider calls, shared by worker processes) and the counters of
-a run: records, calls, cache hits and misses, retries, failures, latencies and tokens."""
+a run: records, calls, cache hits and misses, retries, failures, latencies and tokens, each event
+appended to the invocation's :class:`Journal` as it happens (a kill -9 loses none)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -18,6 +22,26 @@ USAGE_FIELDS = (
     "cost_usd",
     "priced_calls",
 )
+# the counts :meth:`Counters.count` bumps (and journals)
+COUNTED = ("calls", "cache_hits", "cache_misses", "retries", "failures")
+
+
+class Journal:
+    """An append-only file of counter events, one JSON line each, written by one ``os.write`` on
+    an ``O_APPEND`` descriptor: a line whose write returned survives a kill -9 of the process,
+    and forked worker processes append to the same file without interleaving."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def add(self, event: Sequence[Any]) -> None:
+        if self.fd is not None:
+            os.write(self.fd, (json.dumps(list(event), separators=(",", ":")) + "\n").encode())
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 @dataclass
@@ -41,6 +65,25 @@ class Counters:
     # completion tokens, cost_usd (summed over priced calls) and priced_calls (litellm knew the
     # price); accumulated across invocations in the manifest (``runmanifest.calls_summary``)
     by_model: dict[str, dict[str, float]] = field(default_factory=dict)
+    # where each count is appended as it happens (None: kept in memory only); not sent along
+    # with a worker's snapshot (each worker appends its own events)
+    journal: Journal | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "journal"}
+
+    def count(self, name: str) -> None:
+        """One more of ``name`` (one of :data:`COUNTED`); a call is counted when it is sent."""
+        setattr(self, name, getattr(self, name) + 1)
+        if self.journal is not None:
+            self.journal.add([name])
+
+    def start_journal(self, journal: Journal) -> None:
+        """Append to ``journal`` from now on, beginning with what was counted so far."""
+        state = {k: getattr(self, k) for k in (*COUNTED, "latencies", "prompt_tokens",
+                                               "completion_tokens", "by_model")}  # fmt: skip
+        journal.add(["state", state])
+        self.journal = journal
 
     def add_call(
         self,
@@ -51,6 +94,8 @@ class Counters:
         cost_usd: float | None,
     ) -> None:
         """Count one answered call of ``model`` (``cost_usd`` None: no known price)."""
+        if self.journal is not None:
+            self.journal.add(["answer", model, latency_s, prompt_tokens, completion_tokens, cost_usd])
         self.latencies.append(latency_s)
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
@@ -78,6 +123,28 @@ class Counters:
             "prompt_tokens_mean": round(self.prompt_tokens / n, 1),
             "completion_tokens_mean": round(self.completion_tokens / n, 1),
         }
+
+
+def replay(lines: Iterable[str]) -> Counters:
+    """The counters a :class:`Journal`'s lines add up to (a line that does not parse, such as
+    a torn last one, is skipped)."""
+    c = Counters()
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(ev, list) or not ev:
+            continue
+        if ev[0] == "state" and len(ev) == 2 and isinstance(ev[1], dict):
+            for k, v in ev[1].items():
+                if k in (*COUNTED, "latencies", "prompt_tokens", "completion_tokens", "by_model"):
+                    setattr(c, k, v)
+        elif ev[0] == "answer" and len(ev) == 6:
+            c.add_call(*ev[1:])
+        elif ev[0] in COUNTED:
+            c.count(ev[0])
+    return c
 
 
 class Budget:

@@ -151,7 +151,7 @@ async def call(
     for attempt in range(1, settings.attempts + 1):
         if not budget.take():
             return None, None
-        counters.calls += 1
+        counters.count("calls")  # when it is sent: a call the provider may see is counted
         base: str | None = None
         try:
             async with route.endpoint(affinity if attempt == 1 else None, pin) as ep:
@@ -204,7 +204,7 @@ async def call(
                 last_error[:] = [_describe_error(exc, base)]
             if not _retryable(exc) or attempt == settings.attempts:
                 break
-            counters.retries += 1
+            counters.count("retries")
             await asyncio.sleep(settings.delay(attempt, rng, retry_after_of(exc)))
     return None, "provider_error"
 

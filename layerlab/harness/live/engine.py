@@ -211,7 +211,7 @@ class Engine:
                 extra=extra, native_tools=native_tools, pin=pin,
             )  # fmt: skip
             if reply is not None or failure is not None:  # the provider was asked
-                self.counters.cache_misses += 1
+                self.counters.count("cache_misses")
             if reply is not None:
                 self.cache.put(ckey, reply)
         finally:
@@ -239,7 +239,7 @@ class Engine:
             if reply is None and failure is None:
                 return None
             if cached:
-                self.counters.cache_hits += 1
+                self.counters.count("cache_hits")
             out = None
             if reply is not None:
                 try:
@@ -247,7 +247,7 @@ class Engine:
                 except prompt.MalformedReply:
                     failure = "malformed_reply"
             if failure:
-                self.counters.failures += 1
+                self.counters.count("failures")
             reading = Reading(out, phash, failure)
         done = step.finish(context, reading, replicate=cell.replicate)
         if not self.want_samples:
@@ -278,9 +278,9 @@ class Engine:
             if reply is None and failure is None:
                 return None
             if cached:
-                self.counters.cache_hits += 1
+                self.counters.count("cache_hits")
             if failure:
-                self.counters.failures += 1
+                self.counters.count("failures")
             loop.advance(reply, failure)
         context = RecordContext(self.corpus, self.key, provider, name, self.run_id)
         done = loop.finish(context, cell.replicate)
@@ -289,7 +289,7 @@ class Engine:
             return done.record, None, row
         entry = samplelog.entry(
             done.record, cell.task, self.key[cell.task.task_id], done.admission,
-            loop.replies[-1] if loop.replies else None, done.out,
+            loop.replies[-1] if loop.replies else None, done.out, row.get("invalid_calls"),
         )  # fmt: skip
         return done.record, samplelog.agent_entry(entry, row, transcript(loop)), row
 
@@ -321,14 +321,14 @@ class Engine:
         kept = None if trace is None or self.spans is None else await self.spans.take(trace)
         td = score_record(target.spec, tools, prepared, context, raw, error, cell.replicate)
         if td.reply.failure:
-            self.counters.failures += 1
+            self.counters.count("failures")
         if error is not None and error.startswith("timeout:"):
             self.counters.timed_out += 1
         rec, row = td.done.record, target_row(td.done.record, td)
         if not self.want_samples:
             return rec, None, row
         entry = samplelog.entry(rec, cell.task, self.key[cell.task.task_id], td.done.admission,
-                                td.raw, td.done.out)  # fmt: skip
+                                td.raw, td.done.out, row.get("invalid_calls"))  # fmt: skip
         entry.update(reply_format=td.reply.format, tool_calls=call_rows(td.tools.calls))
         if td.error:
             entry["target_error"] = td.error

@@ -93,19 +93,18 @@ def run_until_decided(
     :func:`run_live` of the look's tasks, then judge it; stop when every verdict asked is
     conclusive, the last look is made, or a look ends unfinished (budget of calls, errors: its
     result says so, and ``--resume`` continues). ``progress`` makes each look's progress bar.
-    The calls budget (``run.budget``) is shared by all the looks of this invocation."""
+    The calls budget (``run.budget``) is over the whole run: every look's calls count."""
     plan, ud = plan_of(config), config.until_decided
     assert ud is not None
     looks = recorded_looks(out, config, run.resume)
     result: LiveResult | None = None
-    calls = 0
     while (j := sequential.next_look(plan, looks)) is not None:
         n, level = plan.sizes[j], plan.levels[j]
         say(f"until decided: look {j + 1} of at most {len(plan.sizes)}, {n} tasks, level "
             f"α = {level:.3g} ({sequential.SPENDING})")  # fmt: skip
         u = dataclasses.replace(ud, tasks=n, looks=tuple(lk.as_dict() for lk in looks))
-        budget = None if run.budget is None else max(run.budget - calls, 0)
-        kw = {**run.kwargs(), "budget": budget, "resume": run.resume or bool(looks) or j > 0}
+        # --budget is over the whole run (each look's run_live counts the looks before it)
+        kw = {**run.kwargs(), "resume": run.resume or bool(looks) or j > 0}
         bar = progress() if progress is not None else None
         try:
             result = run_live(
@@ -116,7 +115,6 @@ def run_until_decided(
         finally:
             if bar is not None:
                 bar.close()
-        calls += result.counters.calls
         if not result.complete or result.over_error_rate:
             return Decided(result, plan, tuple(looks), False)
         records = int(result.manifest.get("records", 0))

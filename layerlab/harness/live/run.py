@@ -232,8 +232,16 @@ def _begin(
     if config.target is None:  # a target run asks no provider: litellm is not imported
         agents.register()
     return _Live(corpus, key, scenarios, config, out, run, scenario_hash, say, work, n_tasks, plan, old, stands,
-                 done, report, cache, budget=Budget(run.budget), rng=random.Random(run.seed),
+                 done, report, cache, budget=_budget(run.budget, old), rng=random.Random(run.seed),
                  code_history=code_history)  # fmt: skip
+
+
+def _budget(limit: int | None, old: Mapping[str, Any] | None) -> Budget:
+    """``--budget`` over the whole run: the calls the earlier invocations made (the manifest's
+    ``calls.made``, a killed one's folded in) are spent already, so a resume gets what is left."""
+    budget = Budget(limit)
+    budget.used = int(((old or {}).get("calls") or {}).get("made", 0))
+    return budget
 
 
 def _preflight_step(st: _Live, bases: Mapping[str, list[str]], started: set[str]) -> None:
@@ -296,11 +304,8 @@ def _make(
         samples is not None, target, st.elog,
     )  # fmt: skip
     todo, total = todo_cells(st.corpus, st.work, st.done, st.counters)
-    snap = (
-        runmanifest.INVOCATION_EVERY_S,
-        lambda: runmanifest.save_invocation(out, st.counters, st.old, st.stands),
-    )
-    writer = RecordWriter(st.plog, st.counters, total, progress, samples, st.written, st.alog, snap)
+    runmanifest.open_invocation(out, st.counters, st.old, st.stands)  # each call, as it goes
+    writer = RecordWriter(st.plog, st.counters, total, progress, samples, st.written, st.alog)
     try:
         if n_workers > 1 and not bases:
             return run_workers(n_workers, ctx, todo, writer, st.budget, st.rng)
@@ -355,9 +360,9 @@ def _finish(
         msg = _complete_line(len(records), errors, counters, config.target is not None)
     else:
         msg = (
-            f"budget spent after {counters.calls} calls: {len(records)} of {plan['expected_records']} "
-            f"records written (a valid partial archive). Continue with the same command plus --resume "
-            f"and a new --budget."
+            f"budget spent after {final['calls']['made']} calls over the run: {len(records)} of "
+            f"{plan['expected_records']} records written (a valid partial archive). Continue with "
+            f"the same command plus --resume and a larger --budget (it counts every invocation)."
         )
     over = failed.over_rate(errors, st.run.max_error_rate, config)  # a store's failures, too
     if retrieval.is_external(config.retriever):
@@ -381,6 +386,9 @@ def _write(st: _Live, records: list[Record], outcome: runmanifest.Outcome) -> di
         m = dataclasses.replace(m, target={**m.target, "table_sha256": table})
         m = codechange.stamp(m, st.code_history, st.written.values())
     final = archive.write_run(out, records, m)
+    if st.counters.journal is not None:
+        st.counters.journal.close()
+        st.counters.journal = None
     (out / runmanifest.INVOCATION).unlink(missing_ok=True)  # counted in the manifest now
     return final
 
@@ -536,7 +544,7 @@ async def _preflight(
             except ServerDied as exc:
                 raise LiveRunError(f"{exc}; nothing written") from None
             if reply is not None or failure is not None:
-                counters.cache_misses += 1
+                counters.count("cache_misses")
             if reply is not None:
                 cache.put(ckey, reply)
                 cache.preflighted.add(ckey)

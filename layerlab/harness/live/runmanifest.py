@@ -20,7 +20,7 @@ from layerlab._io import canonical_json
 from layerlab.archive import Record
 from layerlab.corpus.build import Corpus
 from layerlab.harness.live import shards
-from layerlab.harness.live.budget import Counters
+from layerlab.harness.live.budget import Counters, Journal, replay
 from layerlab.harness.live.settings import (
     LiveConfig,
     LiveRunError,
@@ -260,30 +260,34 @@ def accumulate_usage(
     return {"usage": usage, "invocations": history}
 
 
-INVOCATION = ".invocation.json"
-"""This invocation's calls block so far (the manifest's ``calls`` as it would read if the run
-ended now), rewritten while records arrive (:data:`INVOCATION_EVERY_S`): a killed invocation
-never writes its manifest, so the next one folds this in (:func:`before_resume`)."""
-INVOCATION_EVERY_S = 1.0
+INVOCATION = ".invocation.jsonl"
+"""This invocation's calls as they happen: a first line naming the manifest it extends and the
+calls block of the earlier invocations, then one line per counted event (:class:`Journal`,
+appended when a call is sent, answered, retried, or a reply comes from the cache): a killed
+invocation never writes its manifest, so the next one folds this in (:func:`before_resume`)."""
 
 
 def _base(old: Mapping[str, Any] | None) -> str:
     return canonical_json((old or {}).get("calls"))
 
 
-def save_invocation(
+def open_invocation(
     out: Path,
     counters: Counters,
     before: Mapping[str, Any] | None,
     stands: Mapping[str, Any] | None,
-) -> None:
-    """Write :data:`INVOCATION`: the calls block over the earlier invocations (``before``, as
-    :func:`before_resume` gave it) and this one's counters so far; ``stands`` is the manifest on
-    disk, whose calls block the snapshot extends (the next invocation checks it is still so)."""
+) -> Journal:
+    """Start :data:`INVOCATION` (replacing a killed invocation's, which ``before`` folds in, as
+    :func:`before_resume` gave it) and journal ``counters`` into it from now on, what they
+    counted so far first; ``stands`` is the manifest on disk, which the file extends (the next
+    invocation checks it is still so)."""
     from layerlab._io import atomic_write_text
 
-    snap = {"base": _base(stands), "calls": calls_summary(counters, before)}
-    atomic_write_text(out / INVOCATION, canonical_json(snap), durable=False)
+    head = {"base": _base(stands), "calls": (before or {}).get("calls")}
+    atomic_write_text(out / INVOCATION, canonical_json(head) + "\n", durable=False)
+    journal = Journal(out / INVOCATION)
+    counters.start_journal(journal)
+    return journal
 
 
 def before_resume(out: Path, old: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -292,14 +296,14 @@ def before_resume(out: Path, old: dict[str, Any] | None) -> dict[str, Any] | Non
     folded in and that invocation's history entry marked ``killed``."""
     import json
 
-    p = out / INVOCATION
     try:
-        snap = json.loads(p.read_text(encoding="utf-8"))
+        first, *lines = (out / INVOCATION).read_text(encoding="utf-8").splitlines()
+        head = json.loads(first)
     except (OSError, ValueError):
         return old  # none (the last invocation ended normally), or unreadable: nothing to add
-    if not isinstance(snap, dict) or snap.get("base") != _base(old):
+    if not isinstance(head, dict) or head.get("base") != _base(old):
         return old  # written before the manifest that now stands: already counted there
-    calls = dict(snap.get("calls") or {})
+    calls = calls_summary(replay(lines), {"calls": head.get("calls")})
     history = list(calls.get("invocations") or [])
     if len(history) > len(((old or {}).get("calls") or {}).get("invocations") or []):
         history[-1] = {**history[-1], "killed": True}

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from layerlab.archive import Record
-from layerlab.harness.live.budget import Budget, Counters, SharedBudget, sum_counters
+from layerlab.harness.live.budget import Budget, Counters, Journal, SharedBudget, sum_counters
 from layerlab.harness.live.calls import arun
 from layerlab.harness.live.engine import Cell, Engine, RunContext, routes_for
 from layerlab.harness.live.progress import FLUSH_EVERY_S, RecordWriter
@@ -84,7 +84,7 @@ def run_workers(
             p = mp.Process(
                 target=_worker_main,
                 args=(send, dataclasses.replace(ctx, concurrency=share), cells[i::n_workers],
-                      shared, seeds[i]),
+                      shared, seeds[i], counters.journal),
                 daemon=True,
             )  # fmt: skip
             p.start()
@@ -140,12 +140,13 @@ def run_workers(
 
 
 def _worker_main(
-    conn: Any, ctx: RunContext, cells: Sequence[Cell], budget: Budget, seed: int
+    conn: Any, ctx: RunContext, cells: Sequence[Cell], budget: Budget, seed: int,
+    journal: Journal | None = None,
 ) -> None:
     """A worker process: its share of the cells, records sent to the writer as they come."""
     _die_with_parent()
     _quiet_signals()
-    counters = Counters()
+    counters = Counters(journal=journal)  # its calls appended to the invocation's file too
     engine = Engine(
         ctx, budget, counters, random.Random(seed), routes_for(ctx.config, ctx.concurrency)
     )

@@ -34,6 +34,7 @@ from layerlab.reporting.records.browse import (  # noqa: F401  (the notebook exp
     unit_of,
 )
 from layerlab.reporting.records.tracing import Trace, _short, trace  # noqa: F401  (explore's names)
+from layerlab.scoring.score import v_reason
 
 
 def reasons(t: Trace) -> dict[str, str]:
@@ -45,9 +46,8 @@ def reasons(t: Trace) -> dict[str, str]:
         "E": f"{lab.exact_match}: answer {ans!r} vs expected {t.entry.expected_answer!r}",
         "R": f"{lab.retrieval_ok}: required {list(t.entry.required_doc_ids)} among delivered {delivered}",
         "G": f"{lab.citation_ok}: citations {list(out.citations) if out else []} (need >= 1, all delivered)",
-        "V": f"{lab.schema_ok}: contract {t.contract.outcome}"
-        + (f"; {len(t.contract.edits)} repair edit(s)" if t.contract.edits else "")
-        + (f"; {t.contract.problems[0]}" if t.contract.problems else ""),
+        "V": v_reason(lab.schema_ok, t.contract.valid, t.contract.outcome, len(t.contract.edits),
+                      t.contract.problems[0] if t.contract.problems else None),
         "S": f"{lab.success}: E and R and G and V",
         "answer": f"contained {lab.contained}, token F1 {lab.token_f1:.2f} "
         "(secondary measures beside E, never part of S)",

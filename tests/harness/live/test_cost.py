@@ -41,6 +41,23 @@ def _cfg(corpus, base: str) -> live.LiveConfig:
     )
 
 
+def test_the_budget_is_over_the_whole_run_and_a_resume_gets_what_is_left(
+    tmp_path, server, corpus, key
+) -> None:
+    from layerlab.faults.scenario import load_scenarios
+
+    scen, cfg, out = load_scenarios(), _cfg(corpus, server.base), tmp_path / "run"
+    kw = dict(scenario_hash=SCEN_HASH, cache_dir=tmp_path / "cache", concurrency=1)
+    first = live.run_live(corpus, key, scen, cfg, out, budget=5, **kw)
+    assert not first.complete and server.requests == 5
+    same = live.run_live(corpus, key, scen, cfg, out, budget=5, resume=True, **kw)
+    assert not same.complete and same.counters.calls == 0 and server.requests == 5
+    assert "budget spent after 5 calls over the run" in same.message
+    more = live.run_live(corpus, key, scen, cfg, out, budget=8, resume=True, **kw)
+    assert not more.complete and more.counters.calls == 3
+    assert more.manifest["calls"]["made"] == server.requests == 8
+
+
 def test_usage_accumulates_across_invocations_and_a_resume_with_nothing_left_keeps_it(
     tmp_path, server, corpus, key
 ) -> None:

@@ -203,15 +203,21 @@ def test_a_two_model_config_whose_second_model_fails_leaves_a_manifest_naming_th
     assert check.exit_code == 3 and "PARTIAL" in check.output, check.output
 
 
-# --- issue 34, item 8: a killed invocation's calls stay in manifest.calls.invocations ----------
+# --- issue 34, item 8 and issue 46, item 4: a killed invocation's calls are all counted ---------
 
 
-def test_a_killed_invocations_calls_are_kept_on_resume(tmp_path, monkeypatch) -> None:
-    import json
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_killed_invocations_calls_are_kept_on_resume(workers, tmp_path, monkeypatch) -> None:
+    """Killed while the provider holds a request: ``calls.made`` counts every call the provider
+    saw and ``usage`` each one whose reply reached the run. In one process that is exact (the
+    held call is made, not answered); with worker processes each has its own call in flight at
+    the kill, so the bound is what is in flight: a call sent and not yet received counts as
+    made, one received and not yet answered is not in ``usage``."""
+    monkeypatch.setenv("LAYERLAB_WORKERS", str(workers))
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[2]))
-    from fake_openai import SLOW_S, FakeOpenAI
+    from fake_openai import FakeOpenAI
 
     from layerlab.harness.live.runmanifest import INVOCATION
 
@@ -224,21 +230,26 @@ def test_a_killed_invocations_calls_are_kept_on_resume(tmp_path, monkeypatch) ->
         p = multiprocessing.get_context("fork").Process(target=_child, args=(args, "/dev/null"))
         p.start()
         deadline = time.time() + 60
-        while not (out / INVOCATION).exists() and p.is_alive() and time.time() < deadline:
-            time.sleep(0.05)
-        time.sleep(SLOW_S)  # one more record, perhaps
+        # the preflight's call and at least one record's answered, the next one held
+        while not ((out / INVOCATION).exists() and srv.requests >= 3 and srv.held >= 1):
+            assert p.is_alive() and time.time() < deadline, "the run never reached a held call"
+            time.sleep(0.01)
         _kill(p)
+        seen_killed = srv.requests
         assert (out / INVOCATION).exists(), "the invocation kept no count of its calls"
-        killed = json.loads((out / INVOCATION).read_text())["calls"]["made"]
-        assert killed >= 1
         res = runner.invoke(app, [*args, "--resume"])
         assert res.exit_code == 0, res.output
-        asked = srv.requests
+        seen = srv.requests
     calls = archive.read_manifest(out)["calls"]
     first, second = calls["invocations"]
     assert first["killed"] is True and "killed" not in second
-    assert first["calls"] == killed and first["calls"] + second["calls"] == calls["made"]
-    assert calls["made"] <= asked  # every call counted was made (the preflight's included)
+    assert first["calls"] + second["calls"] == calls["made"]
+    more = workers - 1  # calls in flight beside the held one: sent, perhaps not yet received
+    assert seen_killed <= first["calls"] <= seen_killed + more
+    assert seen <= calls["made"] <= seen + more  # every call the provider saw, the held one too
+    # all but the held one (and with workers, one in flight per other worker) were answered
+    assert seen - 1 - more <= calls["usage"]["openai/slow"]["calls"] <= seen - 1, calls
+    assert seen_killed - 1 - more <= first["answered_calls"] <= seen_killed - 1
     assert not (out / INVOCATION).exists()  # counted in the manifest now
 
 
