@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import shlex
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -89,6 +90,13 @@ def test_a_decided_verdict_stays_decided_and_the_run_stops_when_all_are() -> Non
 
 
 # --- (b) the README's target, until its guard is decided ----------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _own_my_rag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test imports its own folder's ``my_rag`` and leaves none behind for the next test
+    (another file's in this process, e.g. the pytest plugin's projects)."""
+    monkeypatch.delitem(sys.modules, "my_rag", raising=False)
 
 
 def _readme_target(folder: Path) -> None:

@@ -83,6 +83,9 @@ def _not_printed(shown: str, out: str) -> list[str]:
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A scratch project holding the page's test files; entry-point plugins off."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    # the inner sessions run in this process: a ``my_rag`` another test imported (the README's,
+    # from its own folder) must not stand in for this project's
+    monkeypatch.delitem(sys.modules, "my_rag", raising=False)
     for path in ("tests/test_rag.py", "tests/test_guard.py"):
         (pytester.path / "tests").mkdir(exist_ok=True)
         (pytester.path / path).write_text(_files(PAGE)[path], encoding="utf-8")
