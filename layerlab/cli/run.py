@@ -340,7 +340,7 @@ def _report(config: RunConfig, done: Outcome, otel_endpoint: str | None = None) 
     assert out is not None
     if done.result is None and done.decided is not None:  # an until-decided run already stopped
         return decided.report(done.decided, typer.echo)
-    _report_run(out, done.sample_log, done.message)
+    _report_run(out, done.sample_log, done.message, config.matrix.corpus_dir)
     if otel_endpoint:  # the records as traces (labels and keys: layerlab export otel)
         typer.echo(send_otel(out, otel_endpoint))
     if by_file:
@@ -372,9 +372,10 @@ def _rate_line(config: RunConfig, done: Outcome) -> str:
                      config.system.target is not None, max_rate)  # fmt: skip
 
 
-def _report_run(out: Path, log: Any, message: str) -> None:
-    """After a live run (flags or --config): its results, the private sample log, its outcome."""
-    _print_results(out)
+def _report_run(out: Path, log: Any, message: str, corpus_dir: Path | None = None) -> None:
+    """After a live run (flags or --config): its results (with the sample log's dominant failure
+    of a failing fault-free layer), the private sample log, its outcome."""
+    _print_results(out, log.path if log else None, corpus_dir)
     if log:
         typer.echo(
             f"sample log: {log.path} ({log.count} entries; private: replies and expected answers)"
@@ -384,8 +385,9 @@ def _report_run(out: Path, log: Any, message: str) -> None:
     typer.echo(message)
 
 
-def _print_results(out: Path) -> None:
-    """The run's results from its results.json (a target run's findings per layer first)."""
+def _print_results(out: Path, sample_log: Path | None = None, corpus_dir: Path | None = None) -> None:
+    """The run's results from its results.json (a target run's findings per layer first;
+    ``sample_log``: the private log whose dominant failure joins the fault-free layer's)."""
     from layerlab.reporting.run import overview
 
-    overview.print_run_results(out, typer.echo)
+    overview.print_run_results(out, typer.echo, sample_log, corpus_dir)

@@ -342,14 +342,17 @@ def harness_line(e: Mapping[str, Any]) -> str:
     return f"Harness, not the system — {e['layer']} ({e['scenario']}): {said}."
 
 
-def layer_lines(found: Mapping[str, Any], harness: bool = True) -> list[str]:
+def layer_lines(
+    found: Mapping[str, Any], harness: bool = True, private: str | None = None
+) -> list[str]:
     """A unit's findings (:func:`layerlab.analysis.layers.unit_findings`) as the lines a team
-    reads, in order: a failing fault-free control first (the system fails without any fault),
-    each layer of the system (failing first, each with its guard's line), a holding control,
-    then (``harness``) the harness's contract scenario."""
+    reads, in order: a failing fault-free control first (the system fails without any fault;
+    ``private``: the sample log's dominant failure, :mod:`layerlab.reporting.run.dominant`,
+    after it), each layer of the system (failing first, each with its guard's line), a holding
+    control, then (``harness``) the harness's contract scenario."""
     control = found.get("control")
     failing = bool(control and control["failed"])
-    out = [control_line(control)] if failing else []
+    out = [control_line(control) + (f" {private}" if private else "")] if failing else []
     for e in found["layers"]:
         out.append(layer_line(e) + (f" {guard_line(e['guard'], e)}" if e.get("guard") else ""))
     if control and not failing:
@@ -357,10 +360,15 @@ def layer_lines(found: Mapping[str, Any], harness: bool = True) -> list[str]:
     return out + ([harness_line(e) for e in found["harness"]] if harness else [])
 
 
-def finding_lines(found: Sequence[Mapping[str, Any]], width: int | None = None) -> list[str]:
+def finding_lines(
+    found: Sequence[Mapping[str, Any]], width: int | None = None,
+    private: Mapping[str, str] | None = None,
+) -> list[str]:  # fmt: skip
     """A target run's findings (``results.json``'s ``findings``) as terminal lines: per unit, what
     the system did layer by layer, then the harness's contract scenario; each finding wrapped at
-    word boundaries to ``width`` (the terminal's), continued under its first word."""
+    word boundaries to ``width`` (the terminal's), continued under its first word. ``private``:
+    unit -> the sample log's dominant failure of its failing fault-free layer
+    (:func:`layerlab.reporting.run.dominant.for_run`), shown after that layer's finding."""
     import textwrap
 
     def wrap(text: str, lead: str, more: str) -> list[str]:
@@ -373,7 +381,7 @@ def finding_lines(found: Sequence[Mapping[str, Any]], width: int | None = None) 
     for f in found:
         out += wrap(f"What {f['unit']} did, layer by layer (baseline arm {f['baseline']}; judged "
                     f"by {JUDGED_BY}):", "", "  ")  # fmt: skip
-        for line in layer_lines(f):
+        for line in layer_lines(f, private=(private or {}).get(f["unit"])):
             out += wrap(line, "  - ", "    ")
         if f["harness"]:
             out += wrap(f"({HARNESS_NOTE})", "  ", "   ")

@@ -44,10 +44,14 @@ def same_records(a: Path | str, b: Path | str) -> bool:
     return load(a) == load(b)
 
 
-def print_run_results(out: Any, echo: Any) -> None:
+def print_run_results(
+    out: Any, echo: Any, sample_log: Any = None, corpus_dir: Any = None
+) -> None:
     """After a live run: a target run's findings per layer first, then the results table by
     model (and reference agent), an agent run's steps, calls and cost, error lines, all from the
-    folder's ``results.json``; ``echo`` prints a line."""
+    folder's ``results.json``; ``echo`` prints a line. ``sample_log``: the run's private log
+    (path), whose dominant failure of a failing fault-free layer joins its finding
+    (:mod:`layerlab.reporting.run.dominant`; the documents' policies from ``corpus_dir``)."""
     import json
 
     from layerlab.analysis import results
@@ -62,7 +66,11 @@ def print_run_results(out: Any, echo: Any) -> None:
     res = json.loads(p.read_text(encoding="utf-8"))
     if res.get("target"):
         echo(f"target: {results.target_line(res['target'])}")
-        for line in finding_lines(res.get("findings") or [], width=_width()):
+        from layerlab.reporting.run import dominant
+
+        found = res.get("findings") or []
+        private = dominant.for_run(found, sample_log, _run_id(out), corpus_dir)
+        for line in finding_lines(found, width=_width(), private=private):
             echo(line)
     for ref, title in (
         (False, "Results by model"),
@@ -83,6 +91,17 @@ def print_run_results(out: Any, echo: Any) -> None:
     for line in results.error_summary(res):
         echo(f"errors: {line}")
     echo(f"results: {p} (interval: {res['interval']})")
+
+
+def _run_id(out: Any) -> str | None:
+    """The run's id from its manifest (None: unreadable), so that another run's sample-log
+    entries are not counted."""
+    from layerlab import archive
+
+    try:
+        return str(archive.read_manifest(out)["run_id"])
+    except Exception:  # a folder without a readable manifest: every entry of the log counts
+        return None
 
 
 def _width() -> int | None:
