@@ -385,6 +385,10 @@ def report_cmd(
     ),
     out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
     title: str = typer.Option("LayerRAG-Bench report", help="Page title."),
+    sample_log: Path = typer.Option(
+        None, "--sample-log", help="The run's private sample log: a failing fault-free layer's "
+        "finding then says its dominant failure (counts only).",
+    ),  # fmt: skip
 ) -> None:
     """One self-contained HTML page: per-model results with intervals, reference agents as a
     separate baseline, a model x scenario breakdown, diagnostics, figures and provenance."""
@@ -392,7 +396,7 @@ def report_cmd(
 
     _check_out_file(out)
     try:
-        report.write(inputs, out, title)
+        report.write(inputs, out, title, sample_log)
     except (report.ReportError, ValueError) as exc:
         raise _fail(f"{exc} (nothing written)") from None
     typer.echo(

@@ -141,11 +141,14 @@ class Specific:
 class MatrixRun:
     """The questions a test asks of one finished run folder (see the module docstring).
     ``n_boot``, ``seed`` and ``delta``: the verdicts' resamples, seed and equivalence margin
-    (default: ``layerlab gate``'s: 10,000 resamples, seed 0, each layer's margin in roles.yaml)."""
+    (default: ``layerlab gate``'s: 10,000 resamples, seed 0, each layer's margin in roles.yaml).
+    ``sample_log``: the run's private log (``run live --sample-log``): a failing fault-free
+    layer's finding then says its dominant failure (:mod:`layerlab.reporting.run.dominant`)."""
 
     def __init__(self, folder: Path | str, n_boot: int | None = None, seed: int = 0,
                  delta: float | None = None,
-                 observe: Callable[[Any], None] | None = None) -> None:  # fmt: skip
+                 observe: Callable[[Any], None] | None = None,
+                 sample_log: Path | str | None = None) -> None:  # fmt: skip
         self.folder = Path(folder)
         path = self.folder / RESULTS
         try:
@@ -162,6 +165,7 @@ class MatrixRun:
         self.unit = f"{self._unit['provider']}/{self._unit['model']}"
         found = self.results.get("findings") or []
         self._found: dict[str, Any] = found[0] if found else {}
+        self._private = self._dominant(found, sample_log)
         arms = list(self._unit["arms"])
         self.baseline: str = self._found.get("baseline") or _baseline(self.folder, arms)
         self.arms = sorted(arms, key=lambda a: (a != self.baseline, a))  # the baseline first
@@ -224,7 +228,21 @@ class MatrixRun:
             return ""
         from layerlab.reporting.run.findings import layer_lines
 
-        return "\n".join(layer_lines(self._found))
+        return "\n".join(layer_lines(self._found, private=self._private))
+
+    def _dominant(self, found: list[dict[str, Any]], log: Path | str | None) -> str | None:
+        """The sample log's dominant failure of a failing fault-free layer (None: no log)."""
+        if log is None or not found:
+            return None
+        from layerlab.archive import read_manifest
+        from layerlab.archive.samplelog import SampleLogError
+        from layerlab.reporting.run import dominant
+
+        try:
+            run_id = str(read_manifest(self.folder)["run_id"])
+            return dominant.for_run(found, Path(log), run_id).get(self.unit)
+        except SampleLogError as exc:
+            raise CheckError(str(exc)) from None
 
     def _finding(self, scenario: str | None) -> tuple[str, ...]:
         """The lines that explain a rate: the scenario's finding and its guard's line (every
@@ -243,7 +261,7 @@ class MatrixRun:
             if "arms" in e:
                 out.append(words.harness_line(e))
             elif e is f.get("control"):
-                out.append(words.control_line(e))
+                out.append(words.control_line(e) + (f" {self._private}" if self._private else ""))
             else:
                 out.append(words.layer_line(e))
             if e.get("guard"):

@@ -17,7 +17,7 @@ that holds, in order; :data:`ABSTAINED` for an abstention), each defined once he
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,18 +126,21 @@ def _policies(corpus_dir: Path | None) -> dict[str, str]:
 
 
 def for_run(
-    found: Sequence[Mapping[str, Any]], log: Path | None, run_id: str | None = None,
-    corpus_dir: Path | None = None,
+    found: Sequence[Mapping[str, Any]], log: Path | None,
+    run_ids: str | Collection[str] | None = None, corpus_dir: Path | None = None,
 ) -> dict[str, str]:  # fmt: skip
     """unit -> the sample log's sentence on its failing fault-free layer, for the findings
-    ``found`` (``results.json``'s); entries of another run (``run_id``) are not counted; the
-    documents' policies from ``corpus_dir``. Empty without a log or a failing control."""
+    ``found`` (``results.json``'s, or :func:`layerlab.analysis.layers.unit_findings`'); only
+    entries of the runs ``run_ids`` are counted (None: every entry); the documents' policies
+    from ``corpus_dir``. Empty without a log or a failing control; a log that cannot be read
+    raises :class:`~layerlab.archive.samplelog.SampleLogError` (one line naming it)."""
     from layerlab.archive import samplelog
 
     failing = [f for f in found if (f.get("control") or {}).get("failed")]
     if log is None or not failing:
         return {}
-    entries = [e for e in samplelog.read(Path(log)) if run_id is None or e.get("run_id") == run_id]
+    runs = {run_ids} if isinstance(run_ids, str) else run_ids
+    entries = [e for e in samplelog.read(Path(log)) if runs is None or e.get("run_id") in runs]
     pol = _policies(corpus_dir)
     out = {}
     for f in failing:

@@ -154,12 +154,17 @@ def _matrix(df: pd.DataFrame, arms: Any = None) -> list[str]:
     return [f"{head} — {v}: {', '.join(names)}." for v, names in sorted(by_verdict.items())]
 
 
-def findings(res: dict[str, Any], df: pd.DataFrame, defined: Any = None) -> list[Finding]:
+def findings(
+    res: dict[str, Any], df: pd.DataFrame, defined: Any = None, sample_log: Any = None
+) -> list[Finding]:
     """One :class:`Finding` per model, then per reference agent (``res`` is
     :func:`layerlab.analysis.results.summarize` of ``df``; ``defined`` the runs' own definitions
-    of their arms, :func:`~layerlab.archive.manifest.book_for`)."""
+    of their arms, :func:`~layerlab.archive.manifest.book_for`; ``sample_log``: the runs'
+    private log, whose dominant failure joins a target's failing fault-free layer,
+    :mod:`layerlab.reporting.run.dominant`)."""
     from layerlab.analysis import layers
     from layerlab.models.agents import is_target
+    from layerlab.reporting.run import dominant
 
     out = []
     for m in sorted(res["models"], key=lambda m: m["reference_agent"]):
@@ -168,7 +173,9 @@ def findings(res: dict[str, Any], df: pd.DataFrame, defined: Any = None) -> list
         base = stats.BASELINE if stats.BASELINE in arms else arms[0]
         if is_target(m["provider"]) and base == stats.BASELINE:
             found = layers.unit_findings(sub, n_boot=N_BOOT, seed=SEED)
-            system = tuple(layer_lines(found, harness=False))
+            runs = {str(r) for r in sub["run_id"].unique()}
+            private = dominant.for_run([found], sample_log, runs).get(found["unit"])
+            system = tuple(layer_lines(found, harness=False, private=private))
             gain = _repair_gain(m, sub)
             harness = tuple(harness_line(e) for e in found["harness"]) + ((gain,) if gain else ())
             said = [_overall(m), *_matrix(sub, defined)]

@@ -69,7 +69,7 @@ def print_run_results(
         from layerlab.reporting.run import dominant
 
         found = res.get("findings") or []
-        private = dominant.for_run(found, sample_log, _run_id(out), corpus_dir)
+        private = dominant.for_run(found, sample_log, _run_id(out), corpus_dir=corpus_dir)
         for line in finding_lines(found, width=_width(), private=private):
             echo(line)
     for ref, title in (

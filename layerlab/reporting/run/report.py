@@ -241,17 +241,19 @@ def _glossary(agent: bool = False) -> str:
 
 
 def _findings(
-    res: dict[str, Any] | None, df: pd.DataFrame | None, n_study: int, arms: Any = None
-) -> str:
+    res: dict[str, Any] | None, df: pd.DataFrame | None, n_study: int, arms: Any = None,
+    sample_log: Path | None = None,
+) -> str:  # fmt: skip
     """The findings section's body: per model, then per reference agent, its sentences
-    (``arms``: the runs' own definitions of their arms, whatever is importable now)."""
+    (``arms``: the runs' own definitions of their arms, whatever is importable now;
+    ``sample_log``: the runs' private log, for a failing fault-free layer's dominant failure)."""
     from layerlab.reporting.run import findings
 
     if res is None or df is None:
         return page.para(
             f"No record archives given: only {n_study} focused-study archive(s) (below).", "muted"
         )
-    found = findings.findings(res, df, arms)
+    found = findings.findings(res, df, arms, sample_log)
     parts = []
     if not any(not f.reference for f in found):
         parts.append(
@@ -474,8 +476,12 @@ def _overview(
     ]
 
 
-def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
-    """The report as one HTML string (see the module docstring)."""
+def build(
+    paths_: Sequence[Path], title: str = "LayerRAG-Bench report", sample_log: Path | None = None
+) -> str:
+    """The report as one HTML string (see the module docstring); ``sample_log``: the runs'
+    private log (``run live --sample-log``), whose dominant failure of a failing fault-free
+    layer joins its finding (counts only)."""
     inp = classify(paths_)
     if not inp.record_paths and not inp.study_paths:
         raise ReportError("no archives given")
@@ -488,7 +494,7 @@ def build(paths_: Sequence[Path], title: str = "LayerRAG-Bench report") -> str:
     models = [m for m in (res or {"models": []})["models"] if not m["reference_agent"]]
     agents = [m for m in (res or {"models": []})["models"] if m["reference_agent"]]
     sections: list[tuple[str, str, list[str]]] = [
-        ("findings", "Findings", [_findings(res, df, len(inp.study_paths), arms)])
+        ("findings", "Findings", [_findings(res, df, len(inp.study_paths), arms, sample_log)])
     ]
     agent_parts = _agent_parts(inp.record_paths) if res is not None else []
     if res is not None:
@@ -547,10 +553,13 @@ def usage_parts(provenance: Sequence[dict[str, Any]]) -> list[str]:
     return [note, *parts]
 
 
-def write(paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench report") -> Path:
+def write(
+    paths_: Sequence[Path], out: Path, title: str = "LayerRAG-Bench report",
+    sample_log: Path | None = None,
+) -> Path:  # fmt: skip
     """Build the report and write it atomically to ``out``."""
     from layerlab._io import atomic_write_text
 
-    html = build(paths_, title)
+    html = build(paths_, title, sample_log)
     atomic_write_text(Path(out), html)
     return Path(out)

@@ -12,6 +12,7 @@ from layerlab.analysis import results
 from layerlab.archive import samplelog
 from layerlab.cli.app import main
 from layerlab.corpus import build as corpus_mod
+from layerlab.integrations.checks import CheckError, MatrixRun
 from layerlab.reporting.run import dominant, overview
 
 # 16 support questions where the newest delivered result is often another policy's document
@@ -49,7 +50,22 @@ def test_a_newest_by_year_target_is_told_its_dominant_failure(
     overview.print_run_results(out, lines.append)
     assert not any("private sample log" in x for x in lines)
     # nor counts another run's entries
-    assert dominant.for_run(res["findings"], log, run_id="another run") == {}
+    assert dominant.for_run(res["findings"], log, "another run") == {}
+    expected = f"in {len(other)} of {len(wrong)} wrong answers it cited a document of another"
+    # layerlab report --sample-log: the same sentence on the page; without it, none
+    page, bare = tmp_path / "r.html", tmp_path / "bare.html"
+    assert main(["report", str(out), "--out", str(page), "--sample-log", str(log)]) == 0
+    assert main(["report", str(out), "--out", str(bare)]) == 0
+    assert expected in page.read_text() and "private sample log" not in bare.read_text()
+    # the pytest plugin's checks: the finding that explains a rate
+    run = MatrixRun(out, sample_log=log)
+    assert expected in run.findings
+    assert any(expected in x for x in run.correct("clean").finding)
+    assert expected not in MatrixRun(out).findings
+    # an unreadable log is one line naming it
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    with pytest.raises(CheckError, match="bad.jsonl:1: not a JSON line"):
+        MatrixRun(out, sample_log=tmp_path / "bad.jsonl")
 
 
 def test_each_wrong_answer_falls_in_one_category() -> None:
