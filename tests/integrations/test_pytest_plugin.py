@@ -190,9 +190,11 @@ def test_a_kept_run_resumes_and_a_small_one_cannot_decide(project, runs) -> None
     # the target abstains on one fault-free question: that finding leads, then the layers
     clean, first = run.findings.splitlines()[:2]
     assert clean.startswith("Without faults (clean): correct in 5 of 6 questions; not resolved in 1 "
-                            "— abstained in 1")  # fmt: skip
+                            "— the system fails without any fault: most of these abstained. How "
+                            "they failed: abstained in 1")  # fmt: skip
     assert first.startswith("session_state (wrong_session): not resolved in ")
-    assert " of 6 questions — answered from another session's documents in 5" in first
+    assert (" of 6 questions — drop results from another session. How they failed: answered "
+            "from another session's documents in 5") in first  # fmt: skip
     asked = gate.evaluate(folder, specific=["session_isolation"]).checks[0]
     assert run.specific("session_isolation").explain() == gatetext.line(asked)
     assert not asked.passed

@@ -259,29 +259,52 @@ def _how(e: Mapping[str, Any], did: str) -> str:
     return ", ".join(parts)
 
 
-def layer_line(e: Mapping[str, Any]) -> str:
-    """One system layer's finding: whether it holds, else how many questions failed and how
-    (an abstention is never "answered"), the diagnostics of those records and what the system
-    does not check (only when it answered) or what was expected."""
+HOW = "How they failed: "  # where a finding's detail starts (after its actionable head)
+
+
+def _action(lacks: str) -> tuple[str, str]:
+    """(what to do, what the system does not check) of a roles.yaml ``lacks``: ``it does not
+    check X: do Y`` gives (``do Y``, ``it does not check X``); one without ``: `` is its own
+    action (``it does not pick …`` → (``pick …``, ``""``)). A ``: `` inside backticks (a field
+    value such as `status: partial`) does not split."""
+    cut = next(
+        (i for i in range(len(lacks)) if lacks.startswith(": ", i) and not lacks[:i].count("`") % 2),
+        None,
+    )
+    if cut is None:
+        return lacks.removeprefix("it does not "), ""
+    return lacks[cut + 2 :], lacks[:cut]
+
+
+def layer_parts(e: Mapping[str, Any]) -> tuple[str, str]:
+    """One system layer's finding as (head, detail). The head says the layer, its count and
+    what to do (what the system does not check, when it answered; else what was expected);
+    the detail how its questions failed (an abstention is never "answered") with their
+    diagnostics and what the system does not check."""
     if "kinds" not in e:  # a results.json written before findings were counted: its own words
-        return str(e["line"])
+        return str(e["line"]), ""
     head, n = f"{e['layer']} ({e['scenario']})", e["n"]
     if not e["failed"]:
         what = "correct" if e["answerable"] else "a structured non-answer"
         tail = "" if e["answerable"] else " (safe resolutions, not failures)"
-        return f"{head}: holds — {what} in {e['resolved']} of {n} questions{tail}."
+        return f"{head}: holds — {what} in {e['resolved']} of {n} questions{tail}.", ""
     did = "; ".join(e.get("did") or []) or (
         "answered wrongly" if e["answerable"] else "answered where it should not"
     )
-    fix = (
-        ": " + "; ".join(e["lacks"])
-        if e.get("lacks") and e["kinds"]["answered"]
-        else f"; expected: {e['expected']}"
-    )
+    acts = [_action(x) for x in e["lacks"]] if e.get("lacks") and e["kinds"]["answered"] else []
+    todo = "; ".join(a for a, _ in acts) if acts else f"expected: {e['expected']}"
+    checks = [c for _, c in acts if c]
+    lacks = "; " + "; ".join(checks) if checks else ""
     return (
-        f"{head}: not resolved in {e['failed']} of {n} questions — {_how(e, did)} "
-        f"(diagnostics: {_labelled(e['diagnostics'])}){fix}."
+        f"{head}: not resolved in {e['failed']} of {n} questions — {todo}.",
+        f"{HOW}{_how(e, did)} (diagnostics: {_labelled(e['diagnostics'])}){lacks}.",
     )
+
+
+def layer_line(e: Mapping[str, Any]) -> str:
+    """One system layer's finding in one line (:func:`layer_parts`: the actionable head
+    first)."""
+    return " ".join(x for x in layer_parts(e) if x)
 
 
 def guard_line(g: Mapping[str, Any], e: Mapping[str, Any]) -> str:
@@ -310,29 +333,36 @@ def guard_line(g: Mapping[str, Any], e: Mapping[str, Any]) -> str:
     )
 
 
-def control_line(e: Mapping[str, Any]) -> str:
-    """The fault-free scenario: correct in K of N; when it fails, how, and its dominant failure
-    (what the archive can say of the wrong answers: R, G, grounded, E)."""
+def control_parts(e: Mapping[str, Any]) -> tuple[str, str]:
+    """The fault-free scenario as (head, detail): correct in K of N; when it fails, the head
+    says its dominant failure (what the archive can say of the wrong answers: R, G, grounded,
+    E), the detail how its questions failed."""
     if "kinds" not in e:  # an older results.json: its own words
-        return str(e["line"])
+        return str(e["line"]), ""
     head = f"Without faults ({e['scenario']}): correct in {e['resolved']} of {e['n']} questions"
     if not e["failed"]:
-        return head + "."
-    out = (
-        f"{head}; not resolved in {e['failed']} — {_how(e, 'answered wrongly')} (diagnostics: "
-        f"{_labelled(e['diagnostics'])})."
+        return head + ".", ""
+    head += f"; not resolved in {e['failed']} — the system fails without any fault: most of these"
+    detail = (
+        f"{HOW}{_how(e, 'answered wrongly')} (diagnostics: {_labelled(e['diagnostics'])})."
     )
     k, c = e["kinds"], e["causes"]
     top = max(k, key=lambda x: (k[x], x == "answered"))
     if top != "answered" or not c["answered"]:
-        return out + f" The system fails without any fault: most of these {KIND_WORDS[top]}."
+        return f"{head} {KIND_WORDS[top]}.", detail
     cause = max(CAUSE_WORDS, key=lambda x: c[x])
     if not c[cause]:
-        return out + " The system fails without any fault: most of these answered wrongly."
-    return out + (
-        f" The system fails without any fault: most of these answered wrongly; in {c[cause]} "
-        f"of {c['answered']} wrong answers {CAUSE_WORDS[cause]}."
+        return f"{head} answered wrongly.", detail
+    return (
+        f"{head} answered wrongly; in {c[cause]} of {c['answered']} wrong answers "
+        f"{CAUSE_WORDS[cause]}.",
+        detail,
     )
+
+
+def control_line(e: Mapping[str, Any]) -> str:
+    """The fault-free scenario's finding in one line (:func:`control_parts`)."""
+    return " ".join(x for x in control_parts(e) if x)
 
 
 def harness_line(e: Mapping[str, Any]) -> str:
@@ -357,14 +387,27 @@ def layer_lines(
     ``private``: the sample log's dominant failure, :mod:`layerlab.reporting.run.dominant`,
     after it), each layer of the system (failing first, each with its guard's line), a holding
     control, then (``harness``) the harness's contract scenario."""
+    return [" ".join(x for x in p if x) for p in layer_parts_of(found, harness, private)]
+
+
+def layer_parts_of(
+    found: Mapping[str, Any], harness: bool = True, private: str | None = None
+) -> list[tuple[str, str]]:
+    """:func:`layer_lines` as (head, detail) pairs: the actionable head, then the detail (how
+    the questions failed, the private dominant failure, the guard's line)."""
     control = found.get("control")
     failing = bool(control and control["failed"])
-    out = [control_line(control) + (f" {private}" if private else "")] if failing else []
+    out = []
+    if failing:
+        head, detail = control_parts(control)
+        out.append((head, " ".join(x for x in (private, detail) if x)))
     for e in found["layers"]:
-        out.append(layer_line(e) + (f" {guard_line(e['guard'], e)}" if e.get("guard") else ""))
+        head, detail = layer_parts(e)
+        guard = guard_line(e["guard"], e) if e.get("guard") else ""
+        out.append((head, " ".join(x for x in (detail, guard) if x)))
     if control and not failing:
-        out.append(control_line(control))
-    return out + ([harness_line(e) for e in found["harness"]] if harness else [])
+        out.append(control_parts(control))
+    return out + ([(harness_line(e), "") for e in found["harness"]] if harness else [])
 
 
 def finding_lines(
@@ -388,8 +431,12 @@ def finding_lines(
     for f in found:
         out += wrap(f"What {f['unit']} did, layer by layer (baseline arm {f['baseline']}; judged "
                     f"by {JUDGED_BY}):", "", "  ")  # fmt: skip
-        for line in layer_lines(f, private=(private or {}).get(f["unit"])):
-            out += wrap(line, "  - ", "    ")
+        for head, detail in layer_parts_of(f, private=(private or {}).get(f["unit"])):
+            if not width:  # a pipe or a log: one line per finding, for grep
+                out += wrap(" ".join(x for x in (head, detail) if x), "  - ", "    ")
+                continue
+            out += wrap(head, "  - ", "    ")  # what to do, first; the detail below it
+            out += wrap(detail, "    ", "    ") if detail else []
         if f["harness"]:
             out += wrap(f"({HARNESS_NOTE})", "  ", "   ")
         if f.get("note"):

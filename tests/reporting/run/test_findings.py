@@ -51,10 +51,10 @@ def test_each_layer_says_what_the_system_did_and_what_its_guard_changes(found: d
     stale = _layer(found, "stale_index")
     assert (stale["resolved"], stale["n"], stale["answered"]) == (0, 16, 16)
     assert stale["diagnostics"] == {"freshness": 15, "retrieval": 1}
-    assert findings.layer_line(stale).startswith(
-        "freshness (stale_index): not resolved in 16 of 16 questions — answered from a superseded "
-        "version in 16 (diagnostics: freshness 15, retrieval 1): it does not check "
-        "`status`/`effective_year`"
+    assert findings.layer_line(stale).startswith(  # the layer, its count and what to do first
+        "freshness (stale_index): not resolved in 16 of 16 questions — drop results whose status "
+        "is not current. How they failed: answered from a superseded version in 16 (diagnostics: "
+        "freshness 15, retrieval 1); it does not check `status`/`effective_year`."
     )
     g = stale["guard"]
     assert g["arm"] == "freshness_guard" and g["measured"] and (g["resolved"], g["n"]) == (16, 16)
@@ -123,10 +123,10 @@ def test_the_contract_arms_are_the_harness_not_the_system(found: dict) -> None:
     assert lines[-1] == line  # after the system's layers and its fault-free control
     # the chain fails without any fault (10 of 16): that finding leads, with its dominant failure
     assert lines[0] == findings.control_line(found["control"]) == (
-        "Without faults (clean): correct in 10 of 16 questions; not resolved in 6 — answered "
-        "wrongly in 6 (diagnostics: freshness 3, reader 3). The system fails without any fault: "
-        "most of these answered wrongly; in 6 of 6 wrong answers it gave a wrong value that a "
-        "document it was given states (another version, session or policy)."
+        "Without faults (clean): correct in 10 of 16 questions; not resolved in 6 — the system "
+        "fails without any fault: most of these answered wrongly; in 6 of 6 wrong answers it "
+        "gave a wrong value that a document it was given states (another version, session or "
+        "policy). How they failed: answered wrongly in 6 (diagnostics: freshness 3, reader 3)."
     )
 
 
@@ -135,6 +135,7 @@ def test_the_report_leads_with_the_systems_layers(chain: pd.DataFrame) -> None:
     (f,) = findings.findings(res, chain)
     assert f.system[0].startswith("Without faults (clean): correct in 10 of 16 questions;")
     assert f.system[1].startswith("freshness (stale_index): not resolved in 16 of 16 questions — "
+                                  "drop results whose status is not current. How they failed: "
                                   "answered from a superseded version in 16")  # fmt: skip
     assert any(x.startswith("Harness, not the system") for x in f.harness)
     assert any(x.startswith("Repair raises S on schema_drift") for x in f.harness)
@@ -165,9 +166,9 @@ def test_a_findings_line_follows_the_spec_texts(chain: pd.DataFrame, tmp_path: P
     stale = _layer(got, "stale_index")
     line = findings.layer_line(stale)
     assert line.startswith(
-        "freshness (stale_index): not resolved in 16 of 16 questions — quoted a retired policy in 16"
+        "freshness (stale_index): not resolved in 16 of 16 questions — it never reads the "
+        "`status` field. How they failed: quoted a retired policy in 16 (diagnostics: "
     )
-    assert line.endswith(": it never reads the `status` field.")
     assert findings.guard_line(stale["guard"], stale).startswith(
         "Its guard `freshness_guard` (keep only current results)"
     )
@@ -180,7 +181,7 @@ def test_a_findings_line_follows_the_spec_texts(chain: pd.DataFrame, tmp_path: P
     bare = _layer(layers.unit_findings(chain, roles=load_roles(rp), n_boot=200), "corrupted_metadata")
     expected = load_scenarios()["corrupted_metadata"].spec.expected_behaviour
     line = findings.layer_line(bare)
-    assert bare["guard"] is None and line.endswith(f"; expected: {expected}.")
+    assert bare["guard"] is None and f" — expected: {expected}. How they failed: " in line
     assert line.startswith("metadata (corrupted_metadata): not resolved in 16 of 16")
 
 
@@ -314,3 +315,15 @@ def test_compare_matrix_refuses_an_outcome(capsys: pytest.CaptureFixture[str]) -
     code = main(["compare", str(CHAIN), "--matrix", "--outcome", "success"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "--outcome success: not with --matrix" in err
+
+
+def test_every_roles_lacks_gives_an_action_first() -> None:
+    # the head of a failing layer's finding says what to do: a field value such as
+    # `status: partial` inside backticks does not split the action
+    for layer, f in load_roles().findings.items():
+        act, check = findings._action(f.lacks)
+        assert act and act.count("`") % 2 == 0 and check.count("`") % 2 == 0, (layer, act, check)
+        assert " ".join(x for x in (check, act) if x) in f.lacks.replace(": ", " ") or act in f.lacks
+    act, check = findings._action(load_roles().findings["completeness"].lacks)
+    assert (act, check) == ("fetch again or abstain",
+                            "it does not check `status: partial` or `truncated`")  # fmt: skip

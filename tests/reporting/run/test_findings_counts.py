@@ -107,7 +107,7 @@ def check(found: dict, df: pd.DataFrame) -> int:
             failing.pop("safe_non_answer", None)
         assert shown == {k: v for k, v in failing.items() if v}, line
         checked += len(shown)
-        how = line.split(" — ", 1)[1].split(" (diagnostics:")[0]
+        how = line.split(findings.HOW, 1)[1].split(" (diagnostics:")[0]
         said = [(w, int(k)) for w, k in re.findall(r"([^,]+?) in (\d+)(?:,|$)", how)]
         assert sum(k for _, k in said) == n - resolved, line
         for words, k in said:
@@ -150,8 +150,9 @@ def test_an_abstention_is_not_answered_wrongly(skeleton: pd.DataFrame) -> None:
     e = next(x for x in layers.unit_findings(df, n_boot=50)["layers"] if x["failed"])
     line = findings.layer_line(e)
     assert line.startswith("evidence (conflicting_evidence): not resolved in 1 of 16 questions — "
-                           "abstained in 1 (diagnostics: abstained 1); expected: ")  # fmt: skip
-    assert "answered" not in line.split(" — ")[1]
+                           "expected: ")  # fmt: skip
+    assert line.endswith(". How they failed: abstained in 1 (diagnostics: abstained 1).")
+    assert "answered" not in line.split(findings.HOW)[1]
 
 
 def test_findings_wrap_at_word_boundaries_to_the_terminal_width(skeleton: pd.DataFrame) -> None:
@@ -163,3 +164,10 @@ def test_findings_wrap_at_word_boundaries_to_the_terminal_width(skeleton: pd.Dat
     for line in whole:  # every finding is there, word for word, no word cut
         assert " ".join(line.split()) in words
     assert findings.finding_lines([found])[1] == "  - " + whole[0]  # a pipe: one line each
+    # at a terminal each failing finding's head (layer, count, what to do) comes first, on lines
+    # of its own; how its questions failed starts below it
+    failing = [e for e in [found["control"], *found["layers"]] if e and e["failed"]]
+    starts = [i for i, x in enumerate(wrapped) if x.startswith("    " + findings.HOW)]
+    assert failing and len(starts) == len(failing)
+    for i in starts:
+        assert wrapped[i - 1].endswith("."), wrapped[i - 1]
