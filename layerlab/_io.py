@@ -119,6 +119,20 @@ def writable_folder_problem(path: Path) -> str | None:
     return None
 
 
+def folder_names(out: Path) -> tuple[str | None, list[str]]:
+    """Whether a command may consider replacing the folder ``out``: (why not, []) for a symbolic
+    link or a file, else (None, the names it holds, sorted; [] when missing or empty). What a
+    non-empty folder must hold to be replaced is the caller's rule (a corpus, a merge)."""
+    out = Path(out)
+    if out.is_symlink():
+        return "is a symbolic link, expected a folder", []
+    if not out.exists():
+        return None, []
+    if not out.is_dir():
+        return "is an existing file, expected a folder", []
+    return None, sorted(p.name for p in out.iterdir())
+
+
 def writable_file_problem(path: Path) -> str | None:
     """Why ``path`` cannot be written as an output file, or None (nothing is created)."""
     path = Path(path)

@@ -117,16 +117,12 @@ def merged_folder_problem(out: Path, run_id: str) -> str | None:
     (a user's own ``records.parquet``) is refused. Only names and the manifest are read."""
     import json
 
+    from layerlab._io import folder_names
+
     out = Path(out)
-    if out.is_symlink():
-        return "is a symbolic link, expected a folder"
-    if not out.exists():
-        return None
-    if not out.is_dir():
-        return "is an existing file, expected a folder"
-    names = sorted(p.name for p in out.iterdir())
-    if not names:
-        return None
+    bad, names = folder_names(out)
+    if bad is not None or not names:
+        return bad
     expected = "expected a new or empty folder, or an earlier merge of the same runs (replaced)"
     try:
         m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from layerlab import __version__
-from layerlab._io import atomic_write_text, canonical_json, read_jsonl, sha256_file, write_jsonl
+from layerlab._io import (
+    atomic_write_text,
+    canonical_json,
+    folder_names,
+    read_jsonl,
+    sha256_file,
+    write_jsonl,
+)
 from layerlab.corpus.spec import (
     DomainSpec,
     PolicySpec,
@@ -410,15 +417,9 @@ def corpus_folder_problem(out: Path | str) -> str | None:
     import json
 
     out = Path(out)
-    if out.is_symlink():
-        return "is a symbolic link, expected a folder"
-    if not out.exists():
-        return None
-    if not out.is_dir():
-        return "is an existing file, expected a folder"
-    names = sorted(p.name for p in out.iterdir())
-    if not names:
-        return None
+    bad, names = folder_names(out)
+    if bad is not None or not names:
+        return bad
     expected = "expected a new or empty folder, or a corpus folder (which is replaced)"
     if "manifest.json" not in names:
         return (
