@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ n = split($$2, w, " "); \
@@ -222,6 +222,22 @@ user-dense: $(LOCAL_STAMP) ## The same chain over a team's dense store (wordllam
 	    --concurrency 1 --out $(DENSE_OUT) --no-progress $$resume || exit $$?; \
 	  mkdir -p data/archives/user_pipelines/my-dense-chain; \
 	  cp $(DENSE_OUT)/{records.parquet,manifest.json,results.json,target.parquet} data/archives/user_pipelines/my-dense-chain/
+	$(MAKE) --no-print-directory checksums
+# A real model's reliability surface (issue 43): four layers (freshness, availability,
+# completeness, session) at five intensities, sampled (temperature 0.7), 4 epochs, on 16
+# stratified tasks, the baseline arm; identical prompts of one epoch share a reply (a task its
+# fault did not strike asks what the clean scenario asks), so about 300 model calls.
+SURFACE_TASKS ?= 16
+SURFACE_OUT ?= out/local_model_surface/qwen2.5-coder-1.5b
+local-surface: $(LOCAL_STAMP) ## A real model's reliability surface: 4 layers x 5 intensities x 4 epochs (resumable).
+	@resume=; [ -e $(SURFACE_OUT)/manifest.json ] && resume=--resume; \
+	  $(BIN)/layerlab run live -m local/qwen2.5-coder-1.5b --tasks data/specs/local_model_tasks.txt \
+	    --limit $(SURFACE_TASKS) --temperature 0.7 --epochs 4 --share-replies \
+	    --intensity 0,0.1,0.25,0.5,1 --scenario clean --scenario stale_index \
+	    --scenario missing_tool_output --scenario partial_timeout --scenario wrong_session \
+	    --mitigation strict --response-format json_schema --out $(SURFACE_OUT) --no-progress $$resume || exit $$?; \
+	  mkdir -p data/archives/local_model_surface/qwen2.5-coder-1.5b; \
+	  cp $(SURFACE_OUT)/{records.parquet,manifest.json,results.json} data/archives/local_model_surface/qwen2.5-coder-1.5b/
 	$(MAKE) --no-print-directory checksums
 local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 epochs (within-task variability; resumable).
 	$(call local_run,local_model_replicates,--temperature 0.7 --epochs 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)

@@ -160,7 +160,7 @@ VALUE_PATTERNS: dict[str, str] = {
     "run_id": r"[a-z][a-z0-9_]{0,31}(-[0-9a-z]{1,64})?",
     "provider": r"[a-z0-9][a-z0-9_.-]{0,63}",
     "model": _TOKEN,
-    "scenario": _IDENT,
+    "scenario": _IDENT + r"(@(0|0\.\d{1,4}))?",  # a variant at intensity λ < 1: name@λ
     "domain": _IDENT,
     "mitigation": r"[a-z][a-z0-9_+]{0,63}",  # a registered mitigation or a stack of them
     "task_id": r"[a-z][a-z0-9_]{0,63}-\d{2}-q\d{1,2}",

@@ -328,8 +328,9 @@ def scenario_list(
 
 @scenario_app.command("operators")
 def scenario_operators() -> None:
-    """List the registered fault operators with their stage, layer and parameters."""
+    """List the registered fault operators: stage, layer, parameters, what intensity strikes."""
     from layerlab.faults.operators import OPERATORS
+    from layerlab.faults.scenario import STRUCK
 
     for name, cls in sorted(OPERATORS.items()):
         params = (
@@ -341,6 +342,7 @@ def scenario_operators() -> None:
         )
         typer.echo(f"{name:18} stage={cls.stage:6} layer={cls.layer:14} params: {params}")
         typer.echo(f"{'':18} {(cls.__doc__ or '').strip().splitlines()[0]}")
+        typer.echo(f"{'':18} intensity λ: the share of {STRUCK.get(cls.stage, 'tasks')} struck")
 
 
 @mitigation_app.command("list")

@@ -141,7 +141,7 @@ _AGENT_HELP = {
 # ``run live --help``: its 40 flags under headings by topic (parameter names, in order)
 _LIVE_PANELS = {
     "What to test": ("model", "target", "target_name", "target_version", "target_setting", "config_path"),
-    "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "epochs",
+    "The matrix": ("scenario", "mode", "tasks", "limit", "limit_seed", "shard", "epochs", "intensity",
                    "retriever", "corpus_dir", "scenarios_path"),
     "Output and resume": ("out", "resume", "retry_errors", "accept_code_change", "cache_dir",
                           "sample_log", "progress", "otel_endpoint"),
@@ -200,7 +200,7 @@ def run_live(
     share_replies: bool = typer.Option(
         None,
         "--share-replies/--no-share-replies",
-        help="Ask identical prompts once and share the reply between their records (recorded "
+        help="Ask identical prompts once per epoch and share the reply between their records (recorded "
         "in the manifest; forces arms to agree wherever their prompts coincide). Default: "
         "shared exactly when decoding is greedy (temperature 0).",
         show_default=False,
@@ -276,6 +276,11 @@ def run_live(
     shard: str = typer.Option(None, "--shard", help="I/N: run shard I of N of the tasks (CI jobs; "
                               "`archive merge` of the N folders is the whole run).", callback=_shard_flag),  # fmt: skip
     limit_seed: int = typer.Option(0, "--limit-seed", help="Seed of the --limit selection."),
+    intensity: str = typer.Option(
+        None, "--intensity", metavar="L,L,...",
+        help="Fault intensities to sweep, e.g. 0,0.1,0.25,0.5,1: each faulted scenario runs at "
+        "each λ as <scenario>@<λ> (the share of policies or calls its fault strikes; 1: as "
+        "written, the default). `layerlab report` draws the reliability surface."),
     sample_log: Path = typer.Option(
         None,
         "--sample-log",

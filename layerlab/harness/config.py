@@ -46,7 +46,8 @@ from layerlab.models.llm import ProviderSettings
 from layerlab.system import retrieval
 
 SUBRUNS = "runs"  # where models with their own settings run before their archives are merged
-FLAGS = {"mitigations": "--mitigation", "limit": "--limit", "tasks": "--tasks"}
+FLAGS = {"mitigations": "--mitigation", "limit": "--limit", "tasks": "--tasks",
+         "intensity": "--intensity"}  # fmt: skip
 """The command line's names of the fields a refusal names (the Python door: the field's own)."""
 UNTIL_FLAGS = {"specific": "--specific", "no_over_broad": "--no-over-broad",
                "max_tasks": "--max-tasks", "batch": "--batch", "delta": "--delta"}  # fmt: skip
@@ -56,7 +57,7 @@ CONFIG_OWNS = (
     "response_format", "seed", "local_servers", "budget", "concurrency", "timeout", "max_tokens",
     "attempts", "backoff", "temperature", "top_p", "limit", "limit_seed", "max_error_rate", "retry_seed",
     "sample_log", "agent", "max_steps", "tool_protocol", "target", "target_name", "target_version",
-    "target_setting", "retriever",
+    "target_setting", "retriever", "intensity",
 )  # fmt: skip
 
 
@@ -95,7 +96,8 @@ class Matrix:
     """What to run: scenarios (None: every one of the DSL), mitigation arms as named (``all``
     expands; None: the contract arms; ``baseline``: the baseline arm first beside those named),
     task ids (None: every task) and a stratified ``limit`` of them, shard, epochs (``replicates``:
-    their earlier name), the search tool's retriever, the corpus and scenario files."""
+    their earlier name), the search tool's retriever, the corpus and scenario files, and the
+    intensities each faulted scenario runs at (``name@λ``; :mod:`layerlab.faults.scenario`)."""
 
     scenarios: tuple[str, ...] | None = None
     mitigations: tuple[str, ...] | None = None
@@ -110,6 +112,7 @@ class Matrix:
     corpus_dir: Path = paths.CORPUS_DIR
     scenarios_path: Path = paths.SCENARIO_SPEC
     until_decided: Until | None = None
+    intensities: tuple[float, ...] = (1.0,)  # ``--intensity``: each faulted scenario at each λ
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ class Inputs:
         from layerlab.faults.scenario import load_scenarios
 
         try:
-            return dict(load_scenarios(self.scenarios_path))
+            return load_scenarios(self.scenarios_path)
         except SpecError as exc:
             raise ConfigProblems(exc, "scenario spec problem(s)") from None
 
@@ -260,17 +263,29 @@ class RunConfig:
             return tuple(dict.fromkeys((book.baseline, *arms)))
         return arms or book.contract_arms
 
-    def groups(self, tasks: Sequence[Task], scenarios: Sequence[str]) -> list[Group]:
+    def groups(self, tasks: Sequence[Task], scenarios: Sequence[str],
+               known: Mapping[str, Scenario] | None = None) -> list[Group]:  # fmt: skip
         """The live runs this configuration makes, one per group of model settings, each with
-        its :class:`LiveConfig` (the one place one is made of a configuration)."""
+        its :class:`LiveConfig` (the one place one is made of a configuration). ``known``: the
+        loaded scenarios, which a sweep over intensities expands."""
         m, s = self.matrix, self.system
         arms = self.arms()
+        names = tuple(m.scenarios or scenarios)
+        if m.intensities != (1.0,):
+            from layerlab.faults.scenario import expand
+
+            if known is None:
+                raise ValueError("an intensity sweep needs the loaded scenarios (known=)")
+            try:
+                names = tuple(expand(names, known, m.intensities))  # type: ignore[arg-type]
+            except (KeyError, ValueError) as exc:
+                raise ConfigError(f"{self.label('intensity')}: {exc}") from None
         made = []
         for g in s.groups:
             try:
                 agent = None if s.agent is None else AgentMode.auto(g.models, *s.agent)
                 made.append(LiveConfig(
-                    models=g.models, scenarios=tuple(m.scenarios or scenarios), mitigations=arms,
+                    models=g.models, scenarios=names, mitigations=arms,
                     task_ids=m.tasks, settings=g.settings, epochs=m.epochs,
                     replicates=m.replicates, share_replies=s.share_replies,
                     response_format=g.response_format,  # type: ignore[arg-type]
@@ -383,7 +398,20 @@ def _cli_matrix(a: Mapping[str, Any]) -> Matrix:
         retriever=a.get("retriever") or retrieval.REPORTED.name,
         corpus_dir=Path(a.get("corpus_dir", paths.CORPUS_DIR)),
         scenarios_path=Path(a.get("scenarios_path", paths.SCENARIO_SPEC)), until_decided=until,
+        intensities=_intensities(a.get("intensity")),
     )  # fmt: skip
+
+
+def _intensities(text: str | None) -> tuple[float, ...]:
+    """``--intensity 0,0.1,1`` as its values (default: 1, the scenarios as written)."""
+    if text is None:
+        return (1.0,)
+    from layerlab.faults.scenario import parse_intensities
+
+    try:
+        return parse_intensities(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc), usage=True) from None
 
 
 def _target(a: Mapping[str, Any]) -> TargetSpec | None:
@@ -475,6 +503,7 @@ def spec_matrix(spec: Any, task_ids: Sequence[str], corpus_dir: Path = paths.COR
         tasks=None if named is None else tuple(t for t in task_ids if t in named),
         limit=spec.limit, limit_seed=spec.limit_seed, epochs=spec.n_epochs,
         retriever=spec.retriever, corpus_dir=Path(corpus_dir), scenarios_path=Path(scenarios_path),
+        intensities=tuple(sorted(set(spec.intensity))) if spec.intensity else (1.0,),
     )  # fmt: skip
 
 

@@ -124,6 +124,8 @@ class RunConfigSpec(BaseModel):
     limit_seed: int = LIMIT_SEED
     epochs: int = Field(1, ge=1)  # every cell asked this many times (pass@k, pass^k)
     replicates: int | None = Field(default=None, ge=1)  # the earlier name of epochs
+    # each faulted scenario at each of these intensities (``name@λ``); default [1]: as written
+    intensity: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(default=None, min_length=1)
     budget: int | None = Field(default=None, ge=0)  # hard cap on provider calls over the whole run
     concurrency: int = Field(8, ge=1)
     share_replies: bool | None = None  # default: shared exactly when decoding is greedy

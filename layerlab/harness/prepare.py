@@ -94,7 +94,7 @@ def _search(
     corpus: Corpus,
     docs: Sequence[Document],
     retriever: str,
-    scopes: frozenset[str] | None,
+    scopes: Callable[[str], frozenset[str] | None],
     rankings: RankingCache | None = None,
 ) -> Mapping[str, dict[str, Any]]:
     """Every task's tool payload under ``retriever`` over ``docs`` (a registered name, or a
@@ -104,7 +104,7 @@ def _search(
     (:class:`OnDemand`; the store remembers each distinct question per index). A registered
     retriever searches all tasks in one batch; ``rankings`` memoises that ranking by
     (retriever, index, tasks): most scenarios fault the tool, not the index, so within one run
-    they share one fit.
+    they share one fit. ``scopes(task_id)``: the access scopes of that task's principal.
     """
     tasks = corpus.tasks
     if retrieval.is_external(retriever):
@@ -113,9 +113,10 @@ def _search(
 
         def one(task_id: str) -> Any:
             t = by_id[task_id]
-            ranking = store.search([t.question], [t.domain], principal_scopes=scopes,
-                                   principals=[principal_for(corpus, task_id, scopes)])  # fmt: skip
-            return _payload(t, ranking, 0, scopes)
+            held = scopes(task_id)
+            ranking = store.search([t.question], [t.domain], principal_scopes=held,
+                                   principals=[principal_for(corpus, task_id, held)])  # fmt: skip
+            return _payload(t, ranking, 0, held)
 
         return OnDemand(list(by_id), one)
     ck = (retriever, tuple(docs), tasks, tuple(sorted(corpus.cue_words.items())), corpus.tenant)
@@ -123,11 +124,10 @@ def _search(
     if ranking is None:
         r = retrieval.make(retriever, docs, corpus.cue_words)
         ranking = r.search([t.question for t in tasks], [t.domain for t in tasks],
-                           principal_scopes=scopes,
                            principals=[principal_for(corpus, t.task_id, None) for t in tasks])  # fmt: skip
         if rankings is not None:
             rankings[ck] = ranking
-    return {t.task_id: _payload(t, ranking, i, scopes) for i, t in enumerate(tasks)}
+    return {t.task_id: _payload(t, ranking, i, scopes(t.task_id)) for i, t in enumerate(tasks)}
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class PreparedScenario:
         """Who ``task``'s searches are for: the corpus's tenant, its session, the scopes."""
         tenant = self.corpus.tenant if self.corpus is not None else TENANT
         return retrieval.Principal(
-            tenant, session_for(task.task_id), self.scenario.principal_scopes()
+            tenant, session_for(task.task_id), self.scenario.principal_scopes(task.task_id)
         )
 
     def fitted(self, retriever: str | None = None) -> retrieval.Searcher:
@@ -189,7 +189,7 @@ class PreparedScenario:
                 self.corpus,
                 list(self.index.values()),
                 retriever,
-                self.scenario.principal_scopes(),
+                self.scenario.principal_scopes,
                 self._rankings,
             )
         return self._other[retriever]
@@ -245,7 +245,7 @@ def prepare(
     docs = scenario.index(corpus.documents, corpus.foreign)
     if rankings is None:
         rankings = {}
-    sent = _search(corpus, docs, retriever, scenario.principal_scopes(), rankings)
+    sent = _search(corpus, docs, retriever, scenario.principal_scopes, rankings)
     foreign, policies = corpus.foreign_by_policy(), corpus.policy_by_doc()
     by_id = {t.task_id: t for t in corpus.tasks}
 

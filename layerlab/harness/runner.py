@@ -74,7 +74,7 @@ def execute(
         raise ConfigError("out: expected a run folder")
     inputs = inputs or Inputs(config.matrix.corpus_dir, config.matrix.scenarios_path)
     corpus, scenarios = inputs.corpus, inputs.scenarios
-    groups = config.groups(corpus.tasks, list(scenarios))
+    groups = config.groups(corpus.tasks, list(scenarios), scenarios)
     log = open_sample_log(config.outputs)
     r = _Run(config, corpus, inputs.key, scenarios, spec_hash(config.matrix.scenarios_path),
              progress if config.outputs.progress else None, say, log)  # fmt: skip

@@ -158,10 +158,11 @@ def evaluate(
 ) -> tuple[Record, Labels]:
     """Score one record and shape it for the archive."""
     spec = prepared.scenario.spec
+    answerable = prepared.scenario.answerable_for(task.task_id, task.policy_id)
     labels = score(
         task,
         key[task.task_id],
-        spec.answerable,
+        answerable,
         g.contract,
         g.inp,
         out,
@@ -183,7 +184,7 @@ def evaluate(
         provider=provider,
         model=model,
         scenario=spec.name,
-        answerable=spec.answerable,
+        answerable=answerable,
         mitigation=arm,
         task_id=task.task_id,
         replicate=replicate,

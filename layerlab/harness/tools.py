@@ -257,13 +257,14 @@ class ToolBox:
             if own and n == 0 and retr == prep.retriever:
                 return prep.checked(contract, task, 0, retr)  # exactly the single call's reply
             r = prep.fitted(retr)  # fitted once per scenario and retriever
-            ranking = r.search([query], [task.domain], top_k, prep.scenario.principal_scopes(),
+            ranking = r.search([query], [task.domain], top_k,
+                               prep.scenario.principal_scopes(task.task_id),
                                [prep.principal(task)])  # fmt: skip
             if ranking.error(0):  # a team's store failed: the tool's error reply
                 return self._checked(search_failure(ranking.error(0)), n)
             keep = ranking.indices[0] >= 0
             sent = search_payload(query, ranking.docs(0), ranking.scores[0][keep].tolist(),
-                                  self.session_id, prep.scenario.principal_scopes())  # fmt: skip
+                                  self.session_id, prep.scenario.principal_scopes(task.task_id))  # fmt: skip
             return self._checked(sent, n)
 
         return fetch
@@ -273,7 +274,7 @@ class ToolBox:
 
         def fetch(n: int, retr: str) -> tuple[ContractResult, ReaderInput | None]:
             sent = search_payload(f"doc_id:{doc_id}", [doc], [1.0], self.session_id,
-                                  self.prepared.scenario.principal_scopes())  # fmt: skip
+                                  self.prepared.scenario.principal_scopes(self.task.task_id))  # fmt: skip
             return self._checked(sent, n)
 
         return fetch

@@ -130,7 +130,28 @@ def reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any]) 
     }
     if config.response_format != "none":  # a new reply schema asks again
         params["reply_schema"] = prompt.REPLY_SCHEMA_VERSION
-    return ResponseCache.key(model, params, phash, () if config.share_replies else tuple(ident))
+    return ResponseCache.key(model, params, phash, _shared_by(config, ident))
+
+
+def _shared_by(config: LiveConfig, ident: Sequence[Any]) -> tuple[Any, ...]:
+    """What a reply is keyed by beside its prompt: the record (``ident``), or, with
+    ``share_replies``, nothing but the epoch (identical prompts of one epoch share a reply; each
+    epoch asks again: epoch 0's key is the one a greedy run has always used)."""
+    if not config.share_replies:
+        return tuple(ident)
+    return () if ident[-1] == 0 else (("epoch", ident[-1]),)
+
+
+def reply_seed(config: LiveConfig, seed_base: int | None, model: str, phash: str,
+               ident: Sequence[Any]) -> int | None:  # fmt: skip
+    """The seed sent with a record's request (None: no seed): from the record (model,
+    scenario, arm, task, epoch), or, where a sampled reply is shared by identical prompts, from
+    the prompt and the epoch, so whichever record asks first the reply is the same."""
+    if seed_base is None:
+        return None
+    if config.share_replies and config.settings.temperature not in (None, 0):
+        ident = (f"shared:{phash}", "", "", ident[-1])
+    return record_seed(seed_base, model, *ident)
 
 
 class Engine:
@@ -202,9 +223,7 @@ class Engine:
         self.inflight[ckey] = fut
         reply, failure = None, None
         try:
-            seed = (
-                None if route.seed_base is None else record_seed(route.seed_base, *ident_of(cell))
-            )
+            seed = reply_seed(self.config, route.seed_base, cell.model, phash, ident)
             reply, failure = await calls.call(
                 self.litellm, route, msgs, seed, self.config.settings, self.budget,
                 self.counters, self.rng, affinity=None if pin is not None else phash,

@@ -31,6 +31,7 @@ from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.engine import (
     RunContext,
     reply_key,
+    reply_seed,
     routes_for,
     run_in_process,
     todo_cells,
@@ -59,7 +60,7 @@ from layerlab.models import local as models_mod
 from layerlab.models.cache import ResponseCache
 from layerlab.models.cachecheck import CacheError, flag_for, open_cache
 from layerlab.models.llm import import_litellm
-from layerlab.models.routing import Route, endpoint_label, record_seed, split_model
+from layerlab.models.routing import Route, endpoint_label, split_model
 from layerlab.system import prompt, retrieval
 from layerlab.system.retrieval import RetrieverError
 
@@ -535,7 +536,7 @@ async def _preflight(
             if cache.get(ckey) is not None:
                 continue
             route = routes[model]
-            seed = None if route.seed_base is None else record_seed(route.seed_base, model, *ident)
+            seed = reply_seed(config, route.seed_base, model, phash, ident)
             last: list[str] = []
             try:
                 reply, failure = await calls.call(

@@ -187,3 +187,30 @@ def _load(path: Path):
     c = build.load(paths.CORPUS_DIR)
     return runconfig.load_run_config(path, list(load_scenarios()), list(load_mitigations().arms),
                                      [t.task_id for t in c.tasks])  # fmt: skip
+
+
+def test_shared_replies_of_a_sampled_model_are_shared_within_an_epoch_not_across(
+    tmp_path, server, capsys
+) -> None:
+    """--share-replies at temperature > 0 (an intensity sweep's records repeat the clean prompt
+    wherever the fault did not strike): identical prompts of one epoch share one call, seeded
+    by the prompt and the epoch, so whichever record asks first the reply is the same; each
+    epoch asks again."""
+    flags = ("-m", "openai/coin", "--api-base", server.base, "--temperature", "0.7", "--seed", "5",
+             "--epochs", "2", "--share-replies", "--mitigation", "strict",
+             "--intensity", "0,1")  # fmt: skip
+    assert main(_live(tmp_path, "a", *flags)) == 0, capsys.readouterr().err
+    recs = _records(tmp_path / "a")
+    assert {r.scenario for r in recs} == {"clean", "stale_index@0", "stale_index"}
+    prompts = {(r.prompt_hash, r.replicate) for r in recs if r.prompt_hash}
+    calls = [b for b in server.bodies if b.get("model") == "coin"]
+    assert len(calls) == len(prompts)  # one call per distinct prompt and epoch
+    assert len({b["seed"] for b in calls}) == len(calls)
+    # stale_index@0 struck no task: its records are the clean records, reply for reply
+    by = {(r.scenario, r.task_id, r.replicate): r for r in recs}
+    for (scen, task, rep), r in by.items():
+        if scen == "stale_index@0":
+            c = by[("clean", task, rep)]
+            assert (r.prompt_hash, r.success, r.answerable) == (c.prompt_hash, c.success, True)
+    assert main(_live(tmp_path, "b", *flags)) == 0
+    assert same_records(tmp_path / "a", tmp_path / "b")
