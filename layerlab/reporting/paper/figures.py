@@ -426,11 +426,11 @@ def reliability_surface(curves: Sequence[Any], title: str) -> Any:
 
 def _surface_panel(ax: Any, curve: Any, clean: Any) -> None:
     xs = [p.intensity for p in curve.points]
-    for short in ("safe", "S"):
+    for short, marker, ms in (("S", "-s", 4.5), ("safe", "-o", 2.5)):  # safe on top: both seen
         est = [p.rates[short] for p in curve.points]
         y = [e.rate for e in est]
         err = [[e.rate - e.ci_low for e in est], [e.ci_high - e.rate for e in est]]
-        ax.errorbar(xs, y, yerr=err, fmt="-o", ms=3, lw=1.2, capsize=2,
+        ax.errorbar(xs, y, yerr=err, fmt=marker, ms=ms, lw=1.2, capsize=2,
                     color=SURFACE_COLOURS[short], label=_SURFACE_LABELS[short])  # fmt: skip
     ks = sorted(k for k in curve.points[0].pass_hat["safe"] if k > 1)
     for n, k in enumerate(ks):

@@ -218,7 +218,7 @@ def test_the_surface_has_a_panel_per_layer_and_a_row_per_unit_with_the_run_s_int
         c for c in curves if (c.unit, c.scenario) == ("layerlab/extractive", "stale_index")
     )
     ax = axes[1, 2]
-    safe = ax.lines[0]  # the first errorbar's line: safe resolution over λ
+    safe = next(line for line in ax.lines if line.get_marker() == "o")  # safe resolution over λ
     assert list(safe.get_xdata()) == [p.intensity for p in stale.points]
     assert list(safe.get_ydata()) == [p.rates["safe"].rate for p in stale.points]
     # the clean scenario's safe resolution is every panel's dashed floor
