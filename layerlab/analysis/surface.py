@@ -27,10 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import pandas as pd
 
+from layerlab import paths
 from layerlab.analysis import passk
 from layerlab.analysis.results import arm_order, rate
 from layerlab.analysis.units import ALPHA, ARM, unit_labels
@@ -170,6 +172,15 @@ def surface(df: pd.DataFrame) -> list[Curve]:
                 )
                 curves.append(Curve(unit, str(arm), base, layers.get(base, base), points))
     return curves
+
+
+def load(archives: Iterable[Path | str] | None = None) -> dict[str, list[Curve]]:
+    """Each swept run's curves, by its folder's name (default: the committed surfaces,
+    :func:`layerlab.paths.surface_archives`: the reference agents', then each real model's)."""
+    from layerlab.analysis.records import records_frame
+
+    runs = [Path(a) for a in archives] if archives else paths.surface_archives()
+    return {run.name: surface(records_frame([run])) for run in runs}
 
 
 def tolerance(curve: Curve, threshold: float, metric: str = "safe") -> Tolerance:

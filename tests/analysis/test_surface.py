@@ -147,3 +147,14 @@ def test_a_sampled_model_s_sweep_has_pass_hat_k_at_each_intensity(
             assert hat[0] == pytest.approx(p.rates["S"].k / p.records)
             gaps.append(hat[0] - hat[2])
     assert max(gaps) > 0  # the coin's epochs differ: pass^4 says what S does not
+
+
+def test_load_reads_the_committed_surfaces_reference_first_or_the_runs_given(tmp_path) -> None:
+    from layerlab import paths
+
+    committed = surface.load()
+    assert list(committed)[0] == "reference"
+    assert list(committed)[1:] == [p.name for p in paths.archives_in(paths.LOCAL_MODEL_SURFACE)]
+    assert {c.unit for c in committed["reference"]} == {"layerlab/cautious", "layerlab/extractive"}
+    given = surface.load([paths.REFERENCE_SURFACE])
+    assert list(given) == ["reference"] and given["reference"] == committed["reference"]
