@@ -1,5 +1,5 @@
 """The analysis's results as text cells: what a run's tables, ``layerlab compare`` and the
-mitigation matrix print. The library (:mod:`layerlab.analysis`) returns numbers — ``results.json``
+mitigation matrix and ``layerlab surface`` print. The library (:mod:`layerlab.analysis`) returns numbers — ``results.json``
 entries, a :class:`~layerlab.analysis.compare.Comparison`, a matrix — and this module turns them
 into rows of strings, every rate through :func:`~layerlab.reporting.format.display.rate` and every
 percentage point through :func:`~layerlab.reporting.format.display.points`, at the terminal's
