@@ -334,23 +334,16 @@ def _conversation(
     return conv, keys
 
 
-def _replacement_value(
-    spec: ConversationSpec, p: PolicySpec, cid: str, pools: Mapping[tuple[str, str], list[str]]
-) -> tuple[str, str]:
-    """The replacement's (value, prose): a value of the policy's kind that is neither of ours nor
-    the other tenant's (:func:`~layerlab.corpus.build.foreign_value`, salted by the conversation)."""
-    domain = p.id.rsplit("-", 1)[0]
-    tiers = (pools[(domain, p.answer_kind)], pools[("", p.answer_kind)])
-    theirs, _ = foreign_value(p, tiers)
-    salt = f"update:{spec.seed}:{cid}"
-    return foreign_value(p, tiers, salt=salt, exclude=(theirs,), pools_too=True)
-
-
 def _replacement(spec: ConversationSpec, domain: DomainSpec, p: PolicySpec, cid: str,
                  pools: Mapping[tuple[str, str], list[str]]) -> tuple[Document, str]:  # fmt: skip
-    """The version published today and its value: the current prose restating the replacement
-    value, under an opaque id (no version signal: ``<policy>-<4 hex>``)."""
-    value, text = _replacement_value(spec, p, cid, pools)
+    """The version published today and its value: a value of the policy's kind that is neither of
+    ours nor the other tenant's (:func:`~layerlab.corpus.build.foreign_value`, salted by the
+    conversation), in the current prose, under an opaque id (``<policy>-<4 hex>``: no version
+    signal)."""
+    tiers = (pools[(domain.domain, p.answer_kind)], pools[("", p.answer_kind)])
+    theirs, _ = foreign_value(p, tiers)
+    salt = f"update:{spec.seed}:{cid}"
+    value, text = foreign_value(p, tiers, salt=salt, exclude=(theirs,), pools_too=True)
     return Document(
         doc_id=f"{p.id}-{_draw(spec.seed, cid, 'doc') % 16**4:04x}",
         policy_id=p.id,
