@@ -213,3 +213,12 @@ def test_a_bad_spec_is_one_line_naming_file_and_field(tmp_path: Path) -> None:
     )
     with pytest.raises(SpecError, match="clarification"):
         cv.load_spec(tmp_path / "d.yaml")
+
+
+def test_more_conversations_per_policy_cluster_under_it() -> None:
+    spec = cv.load_spec().model_copy(update={"per_policy": 2})
+    convs, key = cv.build(load_domains(paths.CORPUS_SPEC_DIR), spec)
+    assert len({c.conversation_id for c in convs}) == len(convs) == 160
+    cl = cv.clusters(convs)
+    assert cl["policies"] == 80 and cl["conversations_per_policy"] == {"2": 80}
+    assert len(key) == sum(len(c.turns) for c in convs)
