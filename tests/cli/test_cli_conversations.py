@@ -55,3 +55,18 @@ def test_show_plays_the_script_and_never_prints_the_key(
     assert main(["conversations", "show", "nope-01-c1"]) == 2
     assert main(["conversations", "show", c.conversation_id, "--replies", "maybe"]) == 2
     assert main(["conversations", "show", c.conversation_id, "--replies", "answered"]) == 2
+
+
+def test_bad_inputs_are_one_line_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from layerlab import paths
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(paths.CONVERSATION_SPEC.read_text().replace("{other}? Give", "{nope}? Give"))
+    assert main(["conversations", "build", "--out", str(tmp_path / "o"), "--spec", str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "bad.yaml:" in err and "nope" in err
+    assert not (tmp_path / "o").exists()
+    assert main(["conversations", "show", "x", "--from", str(tmp_path / "none")]) == 1
+    assert "manifest.json" in capsys.readouterr().err
