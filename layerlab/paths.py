@@ -43,6 +43,10 @@ CORPUS_SPEC_DIR = SPECS / "enterprise_v2"
 SCENARIO_SPEC = SPECS / "scenarios.yaml"
 # the store variant of wrong_session (a team's store's own tenant filter), apart from the paper's nine
 STORE_SCENARIO_SPEC = SPECS / "scenarios_store.yaml"
+# conversations over the corpus (their DSL) and the session faults across their turns, apart
+# from the paper's nine
+CONVERSATION_SPEC = SPECS / "conversations.yaml"
+CONVERSATION_SCENARIO_SPEC = SPECS / "scenarios_conversation.yaml"
 MITIGATION_SPEC = SPECS / "mitigations.yaml"
 ROLE_SPEC = SPECS / "roles.yaml"  # which scenarios each analysis compares
 MODEL_SPEC = SPECS / "models.yaml"
