@@ -172,7 +172,7 @@ def findings(
         arms = results.arm_order(m["arms"])
         base = stats.BASELINE if stats.BASELINE in arms else arms[0]
         if is_target(m["provider"]) and base == stats.BASELINE:
-            found = layers.unit_findings(sub, n_boot=N_BOOT, seed=SEED)
+            found = layers.unit_findings(sub, n_boot=N_BOOT, seed=SEED, arms=defined)
             runs = {str(r) for r in sub["run_id"].unique()}
             private = dominant.for_run([found], sample_log, runs).get(found["unit"])
             system = tuple(layer_lines(found, harness=False, private=private))
