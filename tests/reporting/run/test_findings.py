@@ -247,12 +247,14 @@ def test_roles_findings_are_checked(tmp_path: Path) -> None:
     roles = yaml.safe_load(paths.ROLE_SPEC.read_text(encoding="utf-8"))
     roles["findings"]["freshnes"] = roles["findings"].pop("freshness")
     roles["findings"]["metadata"]["guard"] = "metadata_guard"
+    roles["findings"]["session_state"]["diagnosed"] = ["sesion_state"]
     rp = tmp_path / "roles.yaml"
     rp.write_text(yaml.safe_dump(roles), encoding="utf-8")
     with pytest.raises(SpecError) as exc:
         load_roles(rp)
     text = str(exc.value)
     assert "unknown layer 'freshnes'" in text and "unknown mitigation 'metadata_guard'" in text
+    assert "findings.session_state.diagnosed[0]: unknown layer 'sesion_state'" in text
 
 
 # --- a target run: results.json and the terminal ------------------------------------------------
