@@ -43,6 +43,10 @@ CORPUS_SPEC_DIR = SPECS / "enterprise_v2"
 SCENARIO_SPEC = SPECS / "scenarios.yaml"
 # the store variant of wrong_session (a team's store's own tenant filter), apart from the paper's nine
 STORE_SCENARIO_SPEC = SPECS / "scenarios_store.yaml"
+# conversations over the corpus (their DSL) and the session faults across their turns, apart
+# from the paper's nine
+CONVERSATION_SPEC = SPECS / "conversations.yaml"
+CONVERSATION_SCENARIO_SPEC = SPECS / "scenarios_conversation.yaml"
 MITIGATION_SPEC = SPECS / "mitigations.yaml"
 ROLE_SPEC = SPECS / "roles.yaml"  # which scenarios each analysis compares
 MODEL_SPEC = SPECS / "models.yaml"
@@ -55,6 +59,7 @@ LOCAL_MODEL_ARCHIVES = ARCHIVES / "local_models"
 LOCAL_MODEL_MITIGATIONS = ARCHIVES / "local_model_mitigations"
 LOCAL_MODEL_REPLICATES = ARCHIVES / "local_model_replicates"
 LOCAL_MODEL_AGENT = ARCHIVES / "local_model_agent"  # agent mode (layerlab run live --agent)
+LOCAL_MODEL_SURFACE = ARCHIVES / "local_model_surface"  # a sampled model over fault intensities (issue 43)
 # a team's own pipeline as a target (the worked example, notebook 13): one folder per target
 USER_PIPELINES = ARCHIVES / "user_pipelines"
 # reliability surfaces (runs swept over a fault's intensity, notebook 15): the reference agents'

@@ -1,7 +1,8 @@
 """The ``layerlab`` command line, one module per command group.
 
 ``app`` holds the Typer app, the exit codes, the error handling and the groups; ``inputs`` the
-specs, corpus, scenarios, mitigations and audits; ``run`` the harnesses; ``study`` the LangChain study; ``archives`` archive
+specs, corpus, scenarios, mitigations and audits; ``conversations`` the conversations' build and
+show; ``run`` the harnesses; ``study`` the LangChain study; ``archives`` archive
 check, migrate and merge; ``outputs`` recompute, reproduce, explore, report, view and dictionary;
 ``models`` the local models; ``cache`` the reply cache; ``gate`` CI gates on a run; ``plan``
 the size of a run that decides; ``serve`` the faulted tools over MCP; ``surface`` a swept
@@ -13,6 +14,7 @@ Importing this package registers every command; each command imports the library
 from layerlab.cli import (  # noqa: F401  (registers commands)
     archives,
     cache,
+    conversations,
     export,
     gate,
     inputs,

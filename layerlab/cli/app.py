@@ -270,6 +270,10 @@ spec_app = _group("spec", "Validate specification DSL files.")
 corpus_app = _group(
     "corpus", "Build the corpus from its specs, or import your own documents (corpus import)."
 )
+conversations_app = _group(
+    "conversations",
+    "Multi-turn conversations over the corpus: build them from their specs, show one.",
+)
 audit_app = _group("audit", "Audits that need no model.")
 run_app = _group("run", "Run the benchmark harnesses.")
 scenario_app = _group("scenario", "The fault-scenario DSL.")

@@ -224,15 +224,24 @@ def _restate(prose: str, old: str, new: str) -> str:
     return value_pattern(old).sub(new, prose)
 
 
-def foreign_value(policy: PolicySpec, pools: Sequence[Sequence[str]] = ()) -> tuple[str, str]:
+def foreign_value(
+    policy: PolicySpec,
+    pools: Sequence[Sequence[str]] = (),
+    salt: str = "foreign",
+    exclude: Sequence[str] = (),
+    pools_too: bool = False,
+) -> tuple[str, str]:
     """Another tenant's value for ``policy`` and its prose: (value, text).
 
-    The value has the policy's answer kind and differs from both of our versions: numeric kinds
-    scale the current number by a seeded factor; roles and systems take a seeded pick from
-    ``pools`` (the corpus's other values of that kind, in tiers of preference: the policy's own
-    domain first). The text is the current prose with the value replaced, and it states neither
-    of our values. Raises :class:`ValueError` when the current prose does not state its value as
-    written, or when no candidate qualifies.
+    The value has the policy's answer kind and differs from both of our versions (and from
+    ``exclude``): numeric kinds scale the current number by a seeded factor; roles and systems
+    take a seeded pick from ``pools`` (the corpus's other values of that kind, in tiers of
+    preference: the policy's own domain first). The text is the current prose with the value
+    replaced, and it states neither of our values. ``salt`` seeds the pick (``"foreign"``: the
+    other tenant's; a conversation's in-conversation replacement uses its own); ``pools_too``
+    lets a numeric kind fall back on ``pools`` when no scaled number qualifies. Raises
+    :class:`ValueError` when the current prose does not state its value as written, or when no
+    candidate qualifies.
     """
     cur, sup = policy.current, policy.superseded
     if not value_pattern(cur.value).search(cur.prose):
@@ -240,31 +249,41 @@ def foreign_value(policy: PolicySpec, pools: Sequence[Sequence[str]] = ()) -> tu
             f"current.prose must state {cur.value!r} as written (case aside) so that another "
             "tenant's version can be derived from it"
         )
-    ours = {normalize_answer(cur.value), normalize_answer(sup.value)}
+    ours = {normalize_answer(v) for v in (cur.value, sup.value, *exclude)}
     if policy.answer_kind in {"role", "system"}:
         tiers = [sorted({v for v in pool}, key=normalize_answer) for pool in pools]
     else:
         tiers = [_numeric_alternatives(cur.value, policy.answer_kind)]
+        if pools_too:
+            tiers += [sorted(set(pool), key=normalize_answer) for pool in pools]
     seen: set[str] = set()
     for tier in tiers:
         cands = [v for v in tier if normalize_answer(v) not in ours | seen]
         seen |= {normalize_answer(v) for v in cands}
-        start = _draw("foreign", policy.id) % len(cands) if cands else 0
+        start = _draw(salt, policy.id) % len(cands) if cands else 0
         for v in cands[start:] + cands[:start]:
             if states_value(cur.prose, v):
                 continue
             text = " ".join(_restate(cur.prose, cur.value, v).split())
-            if states_value(text, v) and not any(states_value(text, x.value) for x in (cur, sup)):
+            mine = (cur.value, sup.value, *exclude)
+            if states_value(text, v) and not any(states_value(text, x) for x in mine):
                 return v, text
     raise ValueError(f"no value of kind {policy.answer_kind!r} qualifies as another tenant's")
 
 
-def _foreign_documents(domains: Sequence[DomainSpec]) -> list[Document]:
+def value_pools(domains: Sequence[DomainSpec]) -> dict[tuple[str, str], list[str]]:
+    """The corpus's values by (domain, answer kind) and by ("", answer kind): the candidates
+    :func:`foreign_value` picks a role or system from."""
     pools: dict[tuple[str, str], list[str]] = {}
     for d in domains:
         for p in d.policies:
             for key in ((d.domain, p.answer_kind), ("", p.answer_kind)):
                 pools.setdefault(key, []).extend((p.current.value, p.superseded.value))
+    return pools
+
+
+def _foreign_documents(domains: Sequence[DomainSpec]) -> list[Document]:
+    pools = value_pools(domains)
     out: list[Document] = []
     problems: list[SpecProblem] = []
     for d in domains:

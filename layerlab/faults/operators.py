@@ -4,7 +4,9 @@
   another tenant's documents mixed in);
 * ``access`` — which access scopes the requesting principal holds (denials);
 * ``tool``   — the search tool's JSON payload in transit (drift, missing output, partial
-  timeout, another session's context).
+  timeout, another session's context);
+* ``session`` — a conversation's state across turns (history, memory, cached tool results):
+  :mod:`layerlab.faults.session`.
 
 Operators are registered by name (:func:`register_operator`), so the scenario DSL
 (:mod:`layerlab.faults.scenario`) refers to them by name and users can add their own, in this
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from layerlab.corpus.build import Document, policy_of
 from layerlab.registry import Registry
 
-Stage = Literal["index", "access", "tool"]
+Stage = Literal["index", "access", "tool", "session"]
 Payload = dict[str, Any] | None
 
 

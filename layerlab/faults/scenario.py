@@ -40,6 +40,7 @@ from layerlab.faults.operators import (
     ToolContext,
     stable_int,
 )
+from layerlab.faults.session import SessionContext, SessionOperator, SessionState
 
 
 class _StrictModel(BaseModel):
@@ -72,7 +73,8 @@ class ScenarioSpec(_StrictModel):
 
 
 STRUCK = {"index": "policies (their documents faulted)", "access": "tasks (their principal)",
-          "tool": "tasks (their tool calls)"}  # fmt: skip
+          "tool": "tasks (their tool calls)",
+          "session": "conversations (their session state)"}  # fmt: skip
 """What an intensity λ is the share of, by the stage a fault acts at (the unit it strikes)."""
 
 INTENSITY_MARK = "@"
@@ -177,7 +179,8 @@ class Scenario:
 
     def struck(self, task_id: str, policy_id: str) -> bool:
         """Whether any of this scenario's faults strikes the task (its policy, for an
-        index-stage fault; the task itself otherwise)."""
+        index-stage fault; the task itself otherwise: for a session fault, pass the
+        conversation's id as ``task_id``, the unit it strikes)."""
         return any(
             self.strikes(i, policy_id if op.stage == "index" else task_id)
             for i, op in enumerate(self.operators)
@@ -187,6 +190,14 @@ class Scenario:
         """Whether ``task_id``'s question is answerable under this scenario: as the DSL says
         where a fault strikes it, as under no fault (answerable) where none does."""
         return self.spec.answerable or not self.struck(task_id, policy_id)
+
+    def session(self, state: SessionState, ctx: SessionContext) -> SessionState:
+        """The session state served at ``state.turn`` after the session-stage faults: each
+        applied where it strikes the conversation (:mod:`layerlab.faults.session`)."""
+        for i, op in enumerate(self.operators):
+            if isinstance(op, SessionOperator) and self.strikes(i, state.conversation_id):
+                state = op.apply_session(state, ctx, self._rng(i, state.conversation_id))
+        return state
 
     def _rng(self, position: int, *extra: object) -> np.random.Generator:
         return np.random.default_rng([self.seed, position, *(stable_int(e) for e in extra)])
@@ -328,6 +339,12 @@ def load_scenarios(path: Path | str | None = None) -> Scenarios:
     return out
 
 
+def conversation_scenarios() -> Scenarios:
+    """The session faults across a conversation's turns (``scenarios_conversation.yaml``), apart
+    from the paper's nine and out of :func:`known_scenarios` until conversations are run."""
+    return load_scenarios(paths.CONVERSATION_SCENARIO_SPEC)
+
+
 def known_scenarios() -> Scenarios:
     """Every scenario layerlab ships, by name: the paper's nine (``scenarios.yaml``), then the
     store variant ``wrong_session_store`` (``scenarios_store.yaml``). For reading a finished
@@ -339,4 +356,5 @@ def known_scenarios() -> Scenarios:
 __all__ = [
     "Scenario", "ScenarioFile", "ScenarioSpec", "FaultSpec", "Scenarios", "known_scenarios",
     "load_scenarios", "variant_name", "STRUCK", "split_variant", "parse_intensities", "expand",
+    "conversation_scenarios",
 ]  # fmt: skip

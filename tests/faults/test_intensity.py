@@ -100,3 +100,26 @@ def test_access_scopes_below_one_need_the_task() -> None:
     s = load_scenarios()["permission_denied"].at(0.5)
     with pytest.raises(ValueError, match="per task"):
         s.principal_scopes()
+
+
+def test_every_committed_prompt_is_recomputed_byte_for_byte() -> None:
+    """λ = 1 is the scenario as written: every single-call record of the committed real-model
+    archives (made before intensity existed) recomputes to its archived prompt hash, and so do
+    the surface archive's records at every dose (``stale_index@0.25`` ...)."""
+    from layerlab import archive, paths
+    from layerlab.reporting.records import evidence
+
+    folders = [
+        *paths.archives_in(paths.LOCAL_MODEL_ARCHIVES),
+        *paths.archives_in(paths.LOCAL_MODEL_MITIGATIONS),
+        *paths.archives_in(paths.LOCAL_MODEL_REPLICATES),
+        *paths.archives_in(paths.LOCAL_MODEL_SURFACE),
+    ]
+    assert paths.LOCAL_MODEL_SURFACE / "qwen2.5-coder-1.5b" in folders
+    doses = set()
+    for folder in folders:
+        again = evidence.Recomputer(archive.read_manifest(folder))
+        for r in archive.read_records(folder / archive.ARCHIVE):
+            assert again.record(r.__dict__)["status"] == "match", (folder.name, r.scenario, r.task_id)
+            doses.add(split_variant(r.scenario)[1])
+    assert doses == {0.0, 0.1, 0.25, 0.5, 1.0}

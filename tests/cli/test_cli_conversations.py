@@ -1,0 +1,72 @@
+"""`layerlab conversations build|show`: a chosen folder, the same bytes twice, never the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from layerlab.cli import main
+from layerlab.corpus import conversations as cv
+from layerlab.corpus.text import states_value
+
+
+def _bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_build_writes_the_same_bytes_twice_and_refuses_a_foreign_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["conversations", "build", "--out", str(tmp_path / "a")]) == 0
+    assert "80 conversations of 3-6 turns" in capsys.readouterr().out
+    assert main(["conversations", "build", "--out", str(tmp_path / "b")]) == 0
+    assert _bytes(tmp_path / "a") == _bytes(tmp_path / "b")
+    assert main(["conversations", "build", "--out", str(tmp_path / "a")]) == 0  # replaced
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert main(["conversations", "build", "--out", str(tmp_path / "mine")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not a conversations folder" in err and "nothing changed" in err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_show_plays_the_script_and_never_prints_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    convs, key = cv.build_from_specs()
+    c = next(
+        x for x in convs if any(t.branches for t in x.turns) and any(t.publishes for t in x.turns)
+    )
+    cats = ["clarification"] * (len(c.turns) - 1)
+    assert main(["conversations", "build", "--out", str(tmp_path / "c")]) == 0
+    capsys.readouterr()
+    assert main(["conversations", "show", c.conversation_id, "--from", str(tmp_path / "c"),
+                 "--replies", ",".join(cats)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    from layerlab.corpus.script import script
+
+    for text in script(c, cats):  # type: ignore[arg-type]
+        assert text in out
+    assert "published before turn" in out
+    shown = "\n".join(ln for ln in out.splitlines() if ln.startswith("turn"))
+    answers = {a for t in c.turns for a in key[(c.conversation_id, t.index)].expected_answers}
+    assert not [a for a in answers if states_value(shown, a)]
+    assert main(["conversations", "show", "nope-01-c1"]) == 2
+    assert main(["conversations", "show", c.conversation_id, "--replies", "maybe"]) == 2
+    assert main(["conversations", "show", c.conversation_id, "--replies", "answered"]) == 2
+
+
+def test_bad_inputs_are_one_line_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from layerlab import paths
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(paths.CONVERSATION_SPEC.read_text().replace("{other}? Give", "{nope}? Give"))
+    assert main(["conversations", "build", "--out", str(tmp_path / "o"), "--spec", str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "bad.yaml:" in err and "nope" in err
+    assert not (tmp_path / "o").exists()
+    assert main(["conversations", "show", "x", "--from", str(tmp_path / "none")]) == 1
+    assert "manifest.json" in capsys.readouterr().err
