@@ -433,11 +433,10 @@ def _surface_panel(ax: Any, curve: Any, clean: Any) -> None:
         ax.errorbar(xs, y, yerr=err, fmt=marker, ms=ms, lw=1.2, capsize=2,
                     color=SURFACE_COLOURS[short], label=_SURFACE_LABELS[short])  # fmt: skip
     ks = sorted(k for k in curve.points[0].pass_hat["safe"] if k > 1)
-    for n, k in enumerate(ks):
+    for k, ls in zip(ks, ("--", ":", "-."), strict=False):  # k = 2, 4, 8: one style each
         y = [p.pass_hat["safe"][k] for p in curve.points]
-        ax.plot(xs, y, lw=0.8, ls=(0, (1, 1 + n)), color=SURFACE_COLOURS["safe"],
-                label=f"pass^{k} (safe)")  # fmt: skip
+        ax.plot(xs, y, lw=0.9, ls=ls, color=SURFACE_COLOURS["safe"], label=f"pass^{k} (safe)")
     if clean is not None and clean.rates["safe"].rate is not None:
-        ax.axhline(clean.rates["safe"].rate, color="0.5", lw=0.8, ls="--", label="clean (safe)")
+        ax.axhline(clean.rates["safe"].rate, color="0.55", lw=0.8, ls=(0, (6, 3)), label="clean (safe)")
     ax.set_xticks(xs, [f"{x:g}" for x in xs], fontsize=6, rotation=90 if len(xs) > 6 else 0)
     ax.tick_params(axis="y", labelsize=7)
