@@ -392,3 +392,20 @@ def test_a_sweep_s_configuration_may_gate_a_variant_it_will_run(tmp_path) -> Non
     cfg.write_text(cfg.read_text(encoding="utf-8").replace("0.25, 1", "1"), encoding="utf-8")
     with pytest.raises(SpecError, match="no scenario 'stale_index@0.25' in the run"):
         load_run_config(cfg, ["clean", "stale_index"], ["strict"], ["t1"])
+
+
+def test_the_real_model_s_surface_gated_as_the_issue_writes_it(capsys) -> None:
+    from layerlab.analysis import passk
+
+    run = paths.LOCAL_MODEL_SURFACE / "qwen2.5-coder-1.5b"
+    df = records_frame(run)
+    cell = df[df["scenario"] == "stale_index@0.25"]
+    hat = passk.cell(passk.task_counts(cell, "success"), 4)
+    safe = results.rate(cell, "safe_resolution")
+    rc, out, err = gate(capsys, run, "--min", "safe:stale_index@0.25=0.9",
+                        "--min", "pass^4:stale_index@0.25=0.8")  # fmt: skip
+    assert (rc, err) == (1, []) and len(out) == 3
+    assert out[0].startswith(f"FAIL SR stale_index@0.25 strict {UNIT}: {safe['rate']:.3f} < 0.900 "
+                             f"({safe['k']} of 64 records")  # fmt: skip
+    assert out[1] == (f"FAIL pass^4 stale_index@0.25 strict {UNIT}: {hat['pass^k']:.3f} < 0.800 "
+                      "(16 tasks with >= 4 epochs, no interval; --min pass^4:stale_index@0.25=0.8)")  # fmt: skip
