@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface lint bench coverage lock clean
+.PHONY: help venv local models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface reference-surface lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ n = split($$2, w, " "); \
@@ -238,6 +238,17 @@ local-surface: $(LOCAL_STAMP) ## A real model's reliability surface: 4 layers x 
 	    --mitigation strict --response-format json_schema --out $(SURFACE_OUT) --no-progress $$resume || exit $$?; \
 	  mkdir -p data/archives/local_model_surface/qwen2.5-coder-1.5b; \
 	  cp $(SURFACE_OUT)/{records.parquet,manifest.json,results.json} data/archives/local_model_surface/qwen2.5-coder-1.5b/
+	$(MAKE) --no-print-directory checksums
+# The reference agents' reliability surface (notebook 15's default archive): the same four layers
+# at five intensities on 40 stratified tasks, the baseline arm (1,680 records; about 20 s).
+reference-surface: $(STAMP) ## The reference agents' reliability surface into data/archives/surface/reference/.
+	rm -rf out/surface_reference out/surface_reference.cache
+	$(BIN)/layerlab run live -m layerlab/extractive -m layerlab/cautious --limit 40 \
+	  --intensity 0,0.1,0.25,0.5,1 --scenario clean --scenario stale_index \
+	  --scenario missing_tool_output --scenario partial_timeout --scenario wrong_session \
+	  --mitigation strict --out out/surface_reference --cache-dir out/surface_reference.cache --no-progress
+	mkdir -p data/archives/surface/reference
+	cp out/surface_reference/records.parquet out/surface_reference/manifest.json data/archives/surface/reference/
 	$(MAKE) --no-print-directory checksums
 local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 epochs (within-task variability; resumable).
 	$(call local_run,local_model_replicates,--temperature 0.7 --epochs 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)

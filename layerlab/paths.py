@@ -62,6 +62,10 @@ LOCAL_MODEL_AGENT = ARCHIVES / "local_model_agent"  # agent mode (layerlab run l
 LOCAL_MODEL_SURFACE = ARCHIVES / "local_model_surface"  # a sampled model over fault intensities (issue 43)
 # a team's own pipeline as a target (the worked example, notebook 13): one folder per target
 USER_PIPELINES = ARCHIVES / "user_pipelines"
+# reliability surfaces (runs swept over a fault's intensity, notebook 15): the reference agents'
+# (`make reference-surface`) and each real model's (`make local-surface`, one folder per model)
+REFERENCE_SURFACE = ARCHIVES / "surface" / "reference"
+LOCAL_MODEL_SURFACE = ARCHIVES / "local_model_surface"
 # archives kept for the record but out of every table (data/archives/retired/README.md says why)
 RETIRED_ARCHIVES = ARCHIVES / "retired"
 PAPER = _CHECKOUT / "paper"
@@ -72,6 +76,13 @@ def live_archives() -> list[Path]:
     agents (tables compute each kind on its own, never pooled)."""
     ref = ARCHIVES / "reference_agents"  # absent when installed from a wheel
     return [*archives_in(LOCAL_MODEL_ARCHIVES), *([ref] if (ref / "records.parquet").exists() else [])]
+
+
+def surface_archives() -> list[Path]:
+    """The committed surfaces notebook 15 draws: the reference agents', then each real model's
+    that has landed (none yet is fine)."""
+    ref = [REFERENCE_SURFACE] if (REFERENCE_SURFACE / "records.parquet").exists() else []
+    return [*ref, *archives_in(LOCAL_MODEL_SURFACE)]
 
 
 def archives_in(folder: Path) -> list[Path]:

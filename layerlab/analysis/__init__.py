@@ -3,7 +3,8 @@ archives as frames (`provenance`), cluster-aware rates (`rates`), the paired boo
 (`bootstrap`), paired effects and the specificity margin (`effects`), cross-checks
 (`crosschecks`) — one name space in `stats` — and per-model results (`results`), the specificity
 matrix (`specificity`), runs side by side (`compare`), CI gates on a run's rates and verdicts
-(`gate`), interval coverage (`coverage`) on synthetic archives with known truth
+(`gate`, their syntax `thresholds`), the reliability surface over a fault's intensity
+(`surface`), interval coverage (`coverage`) on synthetic archives with known truth
 (`synthetic`)."""
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "results",
     "specificity",
     "stats",
+    "surface",
     "synthetic",
+    "thresholds",
     "units",
 ]

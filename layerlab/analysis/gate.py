@@ -10,7 +10,11 @@ scenario, a mitigation arm and a model, and a bound::
 Without ``:SCENARIO`` the rate is over every scenario of the arm (the headline rate of
 ``results.json``); ``:*`` checks each scenario on its own. Without ``@ARM`` every arm is checked
 on its own, without ``/MODEL`` every unit (``provider/model``, or the model's name alone). VALUE is
-a share (``0.6``) or a percentage (``60%``). Every rate is :func:`layerlab.analysis.results.rate`
+a share (``0.6``) or a percentage (``60%``). The syntax is :mod:`layerlab.analysis.thresholds`':
+a scenario may be an intensity variant (``safe:stale_index@0.25=0.9``) and a measure a pass^k
+over the run's epochs (``pass^4:stale_index@0.25=0.8``: the mean over the cell's tasks with at
+least 4 epochs, a point estimate without an interval, so ``strict_ci`` compares it as it is).
+Every rate is :func:`layerlab.analysis.results.rate`
 — the rate and Clopper–Pearson interval clustered by task that ``results.json`` and the report show — over
 the records of one model × scenario × arm cell; ``strict_ci`` compares the interval's bound that
 is worse for the check (the lower bound for a minimum, the upper for a maximum) instead of the
@@ -37,7 +41,6 @@ are :mod:`layerlab.reporting.format.gatetext`'s.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,89 +49,23 @@ from typing import Annotated, Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+# the threshold syntax is thresholds.py's; its names stay importable from here (the gate's API)
+from layerlab.analysis.thresholds import (  # noqa: F401
+    ALIASES,
+    EACH,
+    MEASURES,
+    SYNTAX,
+    Bound,
+    GateError,
+    Threshold,
+    parse_key,
+    parse_threshold,
+    parse_value,
+    pass_hat,
+)
 from layerlab.registry import did_you_mean
 
-# short name (as the tables and results.json name it) -> archive label
-MEASURES = {
-    "S": "success",
-    "SR": "safe_resolution",
-    "GF": "grounded_false_positive",
-    "GF_cited": "grounded_cited_false_positive",
-    "E": "exact_match",
-    "R": "retrieval_ok",
-    "G": "citation_ok",
-    "V": "schema_ok",
-    "malformed": "malformed_reply",
-    "provider_error": "provider_error",
-}
-ALIASES = {"safe": "SR"}  # results.json's name for safe resolution
 _FAILURE_SHARES = ("malformed", "provider_error")  # shares of a diagnostic, not archive labels
-EACH = "*"  # ``S:*``: every scenario on its own
-SYNTAX = "MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE"
-_PATTERN = re.compile(
-    r"(?P<measure>[A-Za-z_]+)(?::(?P<scenario>[^:@/=]+))?(?:@(?P<arm>[^:@/=]+))?(?:/(?P<model>.+))?"
-)
-Bound = Literal["min", "max"]
-
-
-class GateError(ValueError):
-    """A gate that cannot be checked: a bad threshold, an unknown name, a missing archive. The
-    message is one line naming the flag (or file and key) and what was expected."""
-
-
-@dataclass(frozen=True)
-class Threshold:
-    """One bound on a measure over the cells it names (``None``: every value of that dimension;
-    ``scenario`` ``None``: over every scenario, :data:`EACH`: each on its own)."""
-
-    source: str  # how the user wrote it: ``--min S:clean=0.6`` or ``run.yaml: gate.min: S:clean``
-    bound: Bound
-    measure: str
-    scenario: str | None
-    arm: str | None
-    model: str | None
-    value: float
-
-
-def parse_value(text: str | float, where: str) -> float:
-    """A share in [0, 1] from ``0.6``, ``60%`` or a number; :class:`GateError` otherwise."""
-    if isinstance(text, bool):
-        raise GateError(f"{where}: expected a share in [0, 1] or a percentage, got {text!r}")
-    s = str(text).strip()
-    scale = 100.0 if s.endswith("%") else 1.0
-    try:
-        v = float(s[:-1] if scale != 1.0 else s) / scale
-    except ValueError:
-        raise GateError(
-            f"{where}: expected a share in [0, 1] (e.g. 0.6) or a percentage (60%), got {s!r}"
-        ) from None
-    if not 0.0 <= v <= 1.0:
-        raise GateError(f"{where}: expected a share in [0, 1] or a percentage, got {s!r}")
-    return v
-
-
-def parse_key(key: str, where: str) -> tuple[str, str | None, str | None, str | None]:
-    """``(measure, scenario, arm, model)`` of ``MEASURE[:SCENARIO][@ARM][/MODEL]``; the measure
-    is checked here (its short name, :data:`MEASURES`), the names against the run later."""
-    m = _PATTERN.fullmatch(key.strip())
-    if m is None:
-        raise GateError(f"{where}: expected {SYNTAX}, e.g. S:clean@repair=0.6")
-    measure = ALIASES.get(m["measure"], m["measure"])
-    if measure not in MEASURES:
-        raise GateError(
-            f"{where}: unknown measure {m['measure']!r}{did_you_mean(m['measure'], MEASURES)}; "
-            f"known: {', '.join(MEASURES)}"
-        )
-    return measure, m["scenario"], m["arm"], m["model"]
-
-
-def parse_threshold(text: str, bound: Bound) -> Threshold:
-    """A ``--min``/``--max`` flag's ``MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE``."""
-    where = f"--{bound} {text}"
-    key, eq, value = text.rpartition("=")
-    if not eq or not key.strip() or not value.strip():
-        raise GateError(f"{where}: expected {SYNTAX}, e.g. S:clean@repair=0.6")
-    return Threshold(where, bound, *parse_key(key, where), parse_value(value, where))
 
 
 Share = Annotated[float, Field(ge=0, le=1)]
@@ -243,6 +180,7 @@ class RateJudged:
     not_recorded: int = 0
     compared: Literal["rate", "ci_low", "ci_high"] = "rate"
     value: float | None = None  # the number compared with ``threshold.value``
+    pass_k: int = 0  # a pass^k threshold's k (``n`` then counts tasks with >= k epochs), 0: a rate
 
 
 @dataclass(frozen=True)
@@ -348,6 +286,7 @@ def _units(given: str | None, df: pd.DataFrame, where: str) -> list[str]:
 
 def check_threshold(df: pd.DataFrame, t: Threshold, strict_ci: bool = False) -> list[Check]:
     """One check per cell (model × scenario × arm) ``t`` names, in the order the tables use."""
+    from layerlab.analysis import passk
     from layerlab.analysis.results import arm_order, rate
     from layerlab.analysis.units import ARM, scenario_order
 
@@ -360,7 +299,11 @@ def check_threshold(df: pd.DataFrame, t: Threshold, strict_ci: bool = False) -> 
         scens = list(scen_present)
     else:
         scens = list(_pick("scenario", t.scenario, scen_present, t.source))
-    label = MEASURES[t.measure]
+    hat = pass_hat(t.measure)
+    label = MEASURES[t.measure] if hat is None else hat[0]
+    if hat is not None and (have := passk.epochs(df)) < hat[1]:
+        raise GateError(f"{t.source}: {t.measure} needs {hat[1]} epochs of a task; the run has "
+                        f"{have} (run live --epochs {hat[1]})")  # fmt: skip
     out = []
     for u in units:
         for s in scens:
@@ -370,10 +313,21 @@ def check_threshold(df: pd.DataFrame, t: Threshold, strict_ci: bool = False) -> 
                     sub = sub[sub["scenario"] == s]
                 if sub.empty:  # e.g. an arm run for one model only
                     continue
-                out.append(_judge_rate(rate(sub, label), t, (s, a, u), strict_ci))
+                r = rate(sub, label) if hat is None else _pass_rate(sub, label, hat[1])
+                out.append(_judge_rate(r, t, (s, a, u), strict_ci))
     if not out:
         raise GateError(f"{t.source}: matches no cell of the run (no records in those cells)")
     return out
+
+
+def _pass_rate(sub: pd.DataFrame, label: str, k: int) -> dict[str, Any]:
+    """pass^k of ``label`` over the cell's tasks with at least ``k`` epochs, shaped as a rate
+    (``n``: those tasks; no interval: a point estimate, compared as one even with strict_ci)."""
+    from layerlab.analysis import passk
+
+    c = passk.cell(passk.task_counts(sub, label), k)
+    return {"k": 0, "n": c["tasks"], "rate": c["pass^k"], "ci_low": None, "ci_high": None,
+            "pass_k": k}  # fmt: skip
 
 
 def _judge_rate(
@@ -387,11 +341,12 @@ def _judge_rate(
                             int(r.get("not_recorded", 0)))  # fmt: skip
         return Check("threshold", False, "not_recorded", judged)
     compared: Literal["rate", "ci_low", "ci_high"] = (
-        ("ci_low" if t.bound == "min" else "ci_high") if strict_ci else "rate"
+        ("ci_low" if t.bound == "min" else "ci_high") if strict_ci and ci else "rate"
     )
     v = float(r[compared])
     ok = v >= t.value if t.bound == "min" else v <= t.value
-    judged = RateJudged(t, *cell, int(r["k"]), n, float(r["rate"]), ci, 0, compared, v)
+    judged = RateJudged(t, *cell, int(r["k"]), n, float(r["rate"]), ci, 0, compared, v,
+                        int(r.get("pass_k", 0)))  # fmt: skip
     return Check("threshold", ok, "within" if ok else "beyond", judged)
 
 

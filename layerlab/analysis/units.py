@@ -72,10 +72,21 @@ def _dsl_order() -> tuple[str, ...]:
 
 
 def scenario_order(df: pd.DataFrame) -> list[str]:
-    """Scenarios present in ``df``: DSL order first, then any others sorted."""
-    known = _dsl_order()
-    present = list(dict.fromkeys(df["scenario"]))
-    return [s for s in known if s in present] + sorted(s for s in present if s not in known)
+    """Scenarios present in ``df``: DSL order first, then any others sorted; an intensity
+    sweep's variants (``stale_index@0.25``) beside their scenario, λ ascending (its own name,
+    λ = 1, last)."""
+    from layerlab.faults.scenario import split_variant
+
+    rank = {s: i for i, s in enumerate(_dsl_order())}
+
+    def key(name: str) -> tuple[int, str, float]:
+        try:
+            base, dose = split_variant(name)
+        except ValueError:  # not a variant's name: ordered as any other
+            base, dose = name, 1.0
+        return (rank.get(base, len(rank)), "" if base in rank else base, dose)
+
+    return sorted(dict.fromkeys(df["scenario"]), key=key)
 
 
 def arm_order(df: pd.DataFrame, arm: str = ARM, baseline: str | None = None) -> list[str]:

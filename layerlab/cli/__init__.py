@@ -5,9 +5,10 @@ specs, corpus, scenarios, mitigations and audits; ``conversations`` the conversa
 show; ``run`` the harnesses; ``study`` the LangChain study; ``archives`` archive
 check, migrate and merge; ``outputs`` recompute, reproduce, explore, report, view and dictionary;
 ``models`` the local models; ``cache`` the reply cache; ``gate`` CI gates on a run; ``plan``
-the size of a run that decides; ``serve`` the faulted tools over MCP; ``export`` a finished run
-as another tool's log (Inspect AI). Importing this package registers every command; each
-command imports the library lazily, so ``layerlab --help`` stays fast.
+the size of a run that decides; ``serve`` the faulted tools over MCP; ``surface`` a swept
+run's reliability surface; ``export`` a finished run as another tool's log (Inspect AI).
+Importing this package registers every command; each command imports the library lazily, so
+``layerlab --help`` stays fast.
 """
 
 from layerlab.cli import (  # noqa: F401  (registers commands)
@@ -23,6 +24,7 @@ from layerlab.cli import (  # noqa: F401  (registers commands)
     run,
     serve,
     study,
+    surface,
 )
 from layerlab.cli.app import EXIT_ERROR_RATE, EXIT_INCOMPLETE, app, main
 

@@ -21,13 +21,16 @@ verdict is not what CI expects; exit 0 when every check passes, 2 on bad input
 A threshold is MEASURE[:SCENARIO][@ARM][/MODEL]=VALUE:
   MEASURE   S strict success, SR (or safe) safe resolution, GF grounded
             false positive, GF_cited, E exact match, R retrieval,
-            G citation, V schema, malformed, provider_error (shares)
-  :SCENARIO one scenario; :* each on its own; none: over all scenarios
+            G citation, V schema, malformed, provider_error (shares);
+            pass^K (on S) or safe^K (on SR) over the run's epochs
+  :SCENARIO one scenario (at an intensity: stale_index@0.25); :* each on
+            its own; none: over all scenarios
   @ARM      one mitigation arm (strict, repair, ...); none: each arm
   /MODEL    provider/model or the model's name; none: each unit
   VALUE     a share (0.6) or a percentage (60%)
 Examples: --min S:clean=0.6  --min SR:permission_denied@strict=90%
           --max GF:*=0.1  --min S:clean@repair/local/qwen2.5-coder-1.5b=0.5
+          --min safe:stale_index@0.25=0.9  --min pass^4:stale_index@0.25=0.8
 
 Rates are results.json's (per model x scenario x arm; Clopper-Pearson 95% clustered
 by task); the rate is compared, the interval's worse bound with

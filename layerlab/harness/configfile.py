@@ -255,7 +255,14 @@ def _gate_plan(c: RunConfigSpec, scenarios: Sequence[str]) -> list[tuple[tuple[A
     assert c.gate is not None
     arms = list(c.mitigations or contract_arms())  # what execute() runs
     models = [m.model for m in c.models]
-    return c.gate.plan_problems(c.scenarios or scenarios, arms, models, contract_arms()[0])
+    names = list(c.scenarios or scenarios)
+    if c.intensity:  # the variants the sweep will run, as a threshold names them
+        from layerlab.faults.scenario import expand, known_scenarios
+
+        known = known_scenarios()
+        if all(n in known for n in names):  # an unknown name is reported on its own
+            names = expand(names, known, c.intensity)
+    return c.gate.plan_problems(names, arms, models, contract_arms()[0])
 
 
 def load_run_config(

@@ -206,8 +206,9 @@ def test_verdict_gates_read_table_10(capsys) -> None:
         f"FAIL verdict validity_resolution [{block}]: ineffective — target gain's one-sided 95% "
         "upper bound +"
     )
-    assert "pp lies below δ 10 pp (--specific validity_resolution; δ = 10 pp (roles.yaml); " in (
-        out[0]
+    assert (
+        "pp lies below δ 10 pp (--specific validity_resolution; δ = 10 pp (roles.yaml); "
+        in (out[0])
     )
     assert "P(specific) at this size 0.00 if nothing changes off target (200 simulated" in out[0]
     assert out[1] == f"gate FAILED on {MITIGATIONS}: 1 of 2 checks failed (verdicts: 1 of 2 failed)"
@@ -246,8 +247,9 @@ def test_inconclusive_is_not_a_pass_and_a_gate_can_require_power(capsys) -> None
     assert rc == 1 and err == [] and len(out) == 2
     assert out[0].startswith("FAIL verdict repair [") and ": inconclusive — " in out[0]
     assert "not shown within ±10 pp" in out[0]
-    assert "specific needs at least 25 tasks with unchanged off-target outcomes (this run: 16)" in (
-        out[0]
+    assert (
+        "specific needs at least 25 tasks with unchanged off-target outcomes (this run: 16)"
+        in (out[0])
     )
     assert "inconclusive is not a pass (--specific repair; δ = 10 pp" in out[0]
     assert "P(specific) at this size 0.00" in out[0] and "`layerlab plan " in out[0]
@@ -320,7 +322,7 @@ def test_a_bad_gate_section_is_one_line_with_its_file_and_line(capsys, tmp_path)
     rc, out, err = gate(capsys, QWEN, "--config", cfg)
     assert (rc, out) == (2, [])
     assert err == [f"error: --config {cfg}:4: gate.min.Q:clean: unknown measure 'Q'; known: "
-                   "S, SR, GF, GF_cited, E, R, G, V, malformed, provider_error"]  # fmt: skip
+                   "S, SR, GF, GF_cited, E, R, G, V, malformed, provider_error, pass^K, safe^K"]  # fmt: skip
     # run live --config refuses it before any run
     with pytest.raises(SpecError, match="unknown measure 'Q'"):
         load_run_config(cfg, ["clean"], ["strict"], ["t1"])
@@ -331,3 +333,79 @@ def test_a_bad_gate_section_is_one_line_with_its_file_and_line(capsys, tmp_path)
     assert rc == 2 and err == [
         f"error: --config {tmp_path / 'none.yaml'}: expected a YAML file with a gate: section"
     ]
+
+
+SURFACE = paths.ARCHIVES / "surface" / "reference"
+REPLICATES = paths.LOCAL_MODEL_REPLICATES / "qwen2.5-coder-1.5b"
+
+
+def test_a_scenario_at_an_intensity_is_its_variant_whichever_way_it_is_written(capsys) -> None:
+    df = records_frame(SURFACE)
+    cell = df[(df["scenario"] == "stale_index@0.25") & (df["model"] == "extractive")]
+    want = results.rate(cell, "safe_resolution")
+    for key in ("safe:stale_index@0.25", "SR:stale_index@λ=0.25", "safe:stale_index@0.250@strict"):
+        rc, out, err = gate(capsys, SURFACE, "--min", f"{key}=0.9", "--verbose")
+        lines = [x for x in out if "layerlab/extractive" in x]
+        assert rc == 1 and err == [] and len(lines) == 1, (out, err)
+        assert lines[0].startswith(f"FAIL SR stale_index@0.25 strict layerlab/extractive: "
+                                   f"{want['rate']:.3f} < 0.900 ({want['k']} of 40 records")  # fmt: skip
+    # @1 is the scenario itself; an intensity the run did not test matches no cell
+    rc, out, _ = gate(capsys, SURFACE, "--max", "S:stale_index@1/extractive=0")
+    assert rc == 0
+    rc, _, err = gate(capsys, SURFACE, "--min", "safe:stale_index@0.3=0.9")
+    assert rc == 2 and "no scenario 'stale_index@0.3' in the run" in err[0]
+    rc, _, err = gate(capsys, SURFACE, "--min", "safe:stale_index@1.5=0.9")
+    assert rc == 2 and err == ["error: --min safe:stale_index@1.5=0.9: scenario "
+                               "'stale_index@1.5': expected <scenario>@<intensity in [0, 1]>"]  # fmt: skip
+
+
+def test_a_pass_hat_k_threshold_reads_the_run_s_epochs(capsys) -> None:
+    from layerlab.analysis import passk
+
+    df = records_frame(REPLICATES)
+    cell = df[(df["scenario"] == "clean") & (df["mitigation"] == "strict")]
+    want = passk.cell(passk.task_counts(cell, "success"), 2)
+    for key in ("pass^2:clean@strict", "S^2:clean@strict"):
+        rc, out, err = gate(capsys, REPLICATES, "--min", f"{key}=0", "--verbose", "--strict-ci")
+        assert rc == 0 and err == [] and len(out) == 2, (out, err)
+        assert out[0] == (f"PASS pass^2 clean strict {UNIT}: {want['pass^k']:.3f} >= 0.000 "
+                          f"({want['tasks']} tasks with >= 2 epochs, no interval; --min {key}=0)")  # fmt: skip
+    rc, out, _ = gate(capsys, REPLICATES, "--min", "safe^3:clean@strict=1")
+    assert rc == 1 and out[0].startswith(f"FAIL safe^3 clean strict {UNIT}: ")
+    rc, _, err = gate(capsys, REPLICATES, "--min", "pass^4:clean=0.5")
+    assert rc == 2 and err == ["error: --min pass^4:clean=0.5: pass^4 needs 4 epochs of a task; "
+                               "the run has 3 (run live --epochs 4)"]  # fmt: skip
+    rc, _, err = gate(capsys, REPLICATES, "--min", "GF^2:clean=0.5")
+    assert rc == 2 and "unknown measure 'GF^2'; pass^k is pass^K (on S) or safe^K" in err[0]
+
+
+def test_a_sweep_s_configuration_may_gate_a_variant_it_will_run(tmp_path) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("models:\n  - model: local/qwen2.5-coder-1.5b\nscenarios: [clean, stale_index]\nintensity: [0, 0.25, 1]\n"
+                   "gate:\n  min: {safe:stale_index@0.25: 0.9, pass^2:stale_index@0.25: 0.8}\n",
+                   encoding="utf-8")  # fmt: skip
+    spec = load_run_config(cfg, ["clean", "stale_index"], ["strict"], ["t1"])
+    assert spec.gate is not None and set(spec.gate.min) == {
+        "safe:stale_index@0.25",
+        "pass^2:stale_index@0.25",
+    }
+    cfg.write_text(cfg.read_text(encoding="utf-8").replace("0.25, 1", "1"), encoding="utf-8")
+    with pytest.raises(SpecError, match="no scenario 'stale_index@0.25' in the run"):
+        load_run_config(cfg, ["clean", "stale_index"], ["strict"], ["t1"])
+
+
+def test_the_real_model_s_surface_gated_as_the_issue_writes_it(capsys) -> None:
+    from layerlab.analysis import passk
+
+    run = paths.LOCAL_MODEL_SURFACE / "qwen2.5-coder-1.5b"
+    df = records_frame(run)
+    cell = df[df["scenario"] == "stale_index@0.25"]
+    hat = passk.cell(passk.task_counts(cell, "success"), 4)
+    safe = results.rate(cell, "safe_resolution")
+    rc, out, err = gate(capsys, run, "--min", "safe:stale_index@0.25=0.9",
+                        "--min", "pass^4:stale_index@0.25=0.8")  # fmt: skip
+    assert (rc, err) == (1, []) and len(out) == 3
+    assert out[0].startswith(f"FAIL SR stale_index@0.25 strict {UNIT}: {safe['rate']:.3f} < 0.900 "
+                             f"({safe['k']} of 64 records")  # fmt: skip
+    assert out[1] == (f"FAIL pass^4 stale_index@0.25 strict {UNIT}: {hat['pass^k']:.3f} < 0.800 "
+                      "(16 tasks with >= 4 epochs, no interval; --min pass^4:stale_index@0.25=0.8)")  # fmt: skip

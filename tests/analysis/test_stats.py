@@ -511,3 +511,13 @@ def test_committed_coverage_rows_of_a_teams_designs_keep_each_claims_error_rate(
     pw = coverage.powers(table)
     assert pw["1 unit x 240 tasks x 3 epochs, sampled, +40 pp target"] >= 0.8
 
+
+
+def test_an_intensity_sweep_s_variants_sit_beside_their_scenario_by_intensity() -> None:
+    from layerlab.analysis.units import scenario_order
+
+    names = ["stale_index", "clean", "my_own", "stale_index@0.5", "stale_index@0",
+             "wrong_session@0.1", "a_user_one", "wrong_session", "schema_drift"]  # fmt: skip
+    assert scenario_order(pd.DataFrame({"scenario": names})) == [
+        "clean", "stale_index@0", "stale_index@0.5", "stale_index", "schema_drift",
+        "wrong_session@0.1", "wrong_session", "a_user_one", "my_own"]  # fmt: skip

@@ -1,5 +1,5 @@
 """The analysis's results as text cells: what a run's tables, ``layerlab compare`` and the
-mitigation matrix print. The library (:mod:`layerlab.analysis`) returns numbers — ``results.json``
+mitigation matrix and ``layerlab surface`` print. The library (:mod:`layerlab.analysis`) returns numbers — ``results.json``
 entries, a :class:`~layerlab.analysis.compare.Comparison`, a matrix — and this module turns them
 into rows of strings, every rate through :func:`~layerlab.reporting.format.display.rate` and every
 percentage point through :func:`~layerlab.reporting.format.display.points`, at the terminal's
@@ -250,3 +250,51 @@ def matrix(mx: Any, df: pd.DataFrame | None = None) -> pd.DataFrame:
             ],
         }
     )
+
+
+# --- the reliability surface (analysis/surface) --------------------------------------------------
+
+
+def _estimate_cell(e: Any) -> str:
+    return rate(e.rate, (e.ci_low, e.ci_high), missing=NONE)
+
+
+def surface_table(curves: Sequence[Any]) -> pd.DataFrame:
+    """One row per curve point (:func:`layerlab.analysis.surface.surface`): unit, arm, layer
+    (scenario), λ, records, S and safe resolution with their 95% intervals, pass^k of safe
+    resolution for each k > 1 the run's epochs allow (``-`` where a point has none)."""
+    ks = sorted({k for c in curves for p in c.points for k in p.pass_hat["safe"] if k > 1})
+    rows = []
+    for c in curves:
+        for p in c.points:
+            row = {"model": c.unit, "arm": c.arm, "layer": f"{c.layer} ({c.scenario})",
+                   "λ": f"{p.intensity:g}", "records": str(p.records),
+                   "S": _estimate_cell(p.rates["S"]), "safe resolution": _estimate_cell(p.rates["safe"])}  # fmt: skip
+            for k in ks:
+                row[f"pass^{k} safe"] = rate(p.pass_hat["safe"].get(k), missing=NONE)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+_METRIC_WORDS = {"safe": "safe resolution", "S": "strict success S"}
+
+
+def tolerance_line(t: Any) -> str:
+    """One line per :class:`~layerlab.analysis.surface.Tolerance`: how far along λ the metric
+    stays at or above the threshold, whether the data decide it, and the first λ it falls at."""
+    c = t.curve
+    head = f"{c.unit} {c.arm} {c.layer} ({c.scenario}): {_METRIC_WORDS[t.metric]} >= {rate(t.threshold)}"
+    error = f"{t.error:.1%}".replace(".0%", "%")
+    if t.verdict == "below":
+        said = f"below already at λ = {t.falls_at:g}" + (" (decided)" if t.falls_decided else "")
+    elif t.verdict == "tolerates":
+        said = f"tolerates up to λ = {t.holds_to:g} (decided: 95% lower bounds >= it, error <= {error})"
+    else:
+        decided = "at no λ" if t.decided_to is None else f"only up to λ = {t.decided_to:g}"
+        said = (f"holds up to λ = {t.holds_to:g} by the estimates, inconclusive: the 95% lower "
+                f"bounds decide it {decided} (error <= {error})")  # fmt: skip
+    if t.falls_at is not None and t.verdict != "below":
+        said += f"; falls below at λ = {t.falls_at:g}" + (" (decided)" if t.falls_decided else "")
+    elif t.falls_at is None:
+        said += f"; never below up to λ = {max(t.tested):g}, the largest tested"
+    return f"{head}: {said}"

@@ -58,9 +58,13 @@ def threshold_line(check: Check) -> str:
     assert j.value is not None and j.rate is not None
     op = _OP[(t.bound, check.passed)]
     extra = f"rate {_share(j.rate)}, " if j.compared != "rate" else ""
+    counted = (
+        f"{j.n} tasks with >= {j.pass_k} epochs, no interval" if j.pass_k
+        else f"{j.k} of {j.n} records"
+    )  # fmt: skip
     return (
         f"{status(check)} {cell}: {_WORSE[j.compared]}{_share(j.value)} {op} "
-        f"{_share(t.value)} ({extra}{j.k} of {j.n} records; {t.source})"
+        f"{_share(t.value)} ({extra}{counted}; {t.source})"
     )
 
 

@@ -381,3 +381,62 @@ def specificity_heatmap(cells: pd.DataFrame, title: str, units: Sequence[str] = 
         fontsize=9,
     )
     return fig
+
+
+# --- the reliability surface: one panel per layer, a row per unit and arm ------------------------
+
+SURFACE_COLOURS = {"safe": "#4c72b0", "S": "#dd8452"}  # safe resolution, strict success S
+_SURFACE_LABELS = {"safe": "safe resolution", "S": "strict success S"}
+
+
+def reliability_surface(curves: Sequence[Any], title: str) -> Any:
+    """Each layer's safe resolution and strict success S over the fault's intensity λ
+    (:func:`layerlab.analysis.surface.surface`'s curves): one column per faulted layer, one row
+    per unit × arm (never pooled; the unit labelled what it is), a point per tested λ with the
+    run's 95% interval (Clopper-Pearson clustered by task), pass^k of safe resolution for each
+    k > 1 the run's epochs allow as thinner lines, and the fault-free scenario's safe resolution
+    as a dashed line (every layer's λ = 0 floor)."""
+    _setup()
+    faulted = [c for c in curves if c.scenario != "clean"]
+    rows = list(dict.fromkeys((c.unit, c.arm) for c in faulted))
+    cols = list(dict.fromkeys((c.scenario, c.layer) for c in faulted))
+    clean = {(c.unit, c.arm): c.points[0] for c in curves if c.scenario == "clean"}
+    fig, axes = plt.subplots(len(rows), len(cols), figsize=(2.3 * len(cols) + 0.6, 0.6 + 2.1 * len(rows)),
+                             sharex=True, sharey=True, squeeze=False)  # fmt: skip
+    by = {(c.unit, c.arm, c.scenario): c for c in faulted}
+    for i, (unit, arm) in enumerate(rows):
+        for j, (scen, layer) in enumerate(cols):
+            ax = axes[i, j]
+            c = by.get((unit, arm, scen))
+            if c is not None:
+                _surface_panel(ax, c, clean.get((unit, arm)))
+            if i == 0:
+                ax.set_title(f"{layer}\n({scen})", fontsize=8)
+            ax.set_ylim(-0.05, 1.05)
+            ax.set_xlim(-0.05, 1.05)
+        axes[i, 0].set_ylabel(f"{unit}\n{arm}", fontsize=7)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("intensity λ", fontsize=8)
+    axes[0, -1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    kinds = sorted({display.unit_kind(u.split("/", 1)[0]) for u, _ in rows})
+    fig.suptitle(f"{title}\n{'; '.join(kinds)}; 95% Clopper-Pearson intervals clustered by task",
+                 fontsize=9, y=1.0 + 0.16 / len(rows))  # fmt: skip
+    return fig
+
+
+def _surface_panel(ax: Any, curve: Any, clean: Any) -> None:
+    xs = [p.intensity for p in curve.points]
+    for short, marker, ms in (("S", "-s", 4.5), ("safe", "-o", 2.5)):  # safe on top: both seen
+        est = [p.rates[short] for p in curve.points]
+        y = [e.rate for e in est]
+        err = [[e.rate - e.ci_low for e in est], [e.ci_high - e.rate for e in est]]
+        ax.errorbar(xs, y, yerr=err, fmt=marker, ms=ms, lw=1.2, capsize=2,
+                    color=SURFACE_COLOURS[short], label=_SURFACE_LABELS[short])  # fmt: skip
+    ks = sorted(k for k in curve.points[0].pass_hat["safe"] if k > 1)
+    for k, ls in zip(ks, ("--", ":", "-."), strict=False):  # k = 2, 4, 8: one style each
+        y = [p.pass_hat["safe"][k] for p in curve.points]
+        ax.plot(xs, y, lw=0.9, ls=ls, color=SURFACE_COLOURS["safe"], label=f"pass^{k} (safe)")
+    if clean is not None and clean.rates["safe"].rate is not None:
+        ax.axhline(clean.rates["safe"].rate, color="0.55", lw=0.8, ls=(0, (6, 3)), label="clean (safe)")
+    ax.set_xticks(xs, [f"{x:g}" for x in xs], fontsize=6, rotation=90 if len(xs) > 6 else 0)
+    ax.tick_params(axis="y", labelsize=7)

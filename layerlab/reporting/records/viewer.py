@@ -44,12 +44,13 @@ function values(f) {
   const seen = new Set(DATA.map(r => f === 'model' ? unitOf(r) : String(r[f])));
   return Array.from(seen).sort();
 }
+const SCENARIOS = JSON.parse(document.getElementById('scenario-options').textContent);
 function fill() {
   for (const f of FIELDS) {
     const sel = $('f-' + f);
-    const opts = values(f);
+    const opts = f === 'scenario' ? SCENARIOS : values(f).map(v => [v, v]);
     sel.innerHTML = '<option value="">all (' + opts.length + ')</option>' +
-      opts.map(v => '<option>' + esc(v) + '</option>').join('');
+      opts.map(([v, label]) => '<option value="' + esc(v) + '">' + esc(label) + '</option>').join('');
     sel.addEventListener('change', () => go(current(), 1));
   }
 }
@@ -397,6 +398,19 @@ def load(paths_: Sequence[Path], recompute: bool = True) -> tuple[list[dict[str,
     return rows, private
 
 
+def scenario_options(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The scenario filter's options as ``[name, label]``: by scenario, then by intensity
+    ascending (a scenario's own name is λ = 1, last of its sweep). In a swept run every faulted
+    scenario's option says its λ (``stale_index · λ = 0.25``, ``stale_index · λ = 1``)."""
+    from layerlab.faults.scenario import split_variant
+
+    names = {str(r["scenario"]) for r in rows}
+    split = {n: split_variant(n) for n in names}
+    swept = {base for base, dose in split.values() if dose < 1}
+    return [[n, f"{split[n][0]} · λ = {split[n][1]:g}" if split[n][0] in swept else n]
+            for n in sorted(names, key=lambda n: split[n])]  # fmt: skip
+
+
 def build(
     paths_: Sequence[Path], title: str = "LayerRAG-Bench records", evidence: bool = True
 ) -> str:
@@ -458,7 +472,8 @@ def _build(paths_: Sequence[Path], title: str, evidence: bool) -> tuple[str, str
         '<div id="pager-top" class="pager"></div>\n<div id="list"></div>\n'
         '<div id="pager-bottom" class="pager"></div>\n'
         f'<script type="application/json" id="records">{data}</script>\n'
-        f'<script type="application/json" id="evidence">{blob(shared)}</script>'
+        f'<script type="application/json" id="evidence">{blob(shared)}</script>\n'
+        f'<script type="application/json" id="scenario-options">{blob(scenario_options(rows))}</script>'
     )
     return page.document(
         title,

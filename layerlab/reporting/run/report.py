@@ -436,6 +436,36 @@ def _result_sections(
     return sections
 
 
+SURFACE_THRESHOLD = 0.9  # the share the report's tolerance lines ask safe resolution to keep
+
+
+def _surface_section(df: Any) -> list[tuple[str, str, list[str]]]:
+    """A swept run's reliability surface (:mod:`layerlab.analysis.surface`): its figure, a
+    tolerance line per layer at :data:`SURFACE_THRESHOLD` and the table; none without a sweep."""
+    from layerlab.analysis import surface
+
+    if df is None or not surface.swept(df):
+        return []
+    curves = surface.surface(df)
+    lines = [cells.tolerance_line(surface.tolerance(c, SURFACE_THRESHOLD))
+             for c in curves if c.scenario != surface.CLEAN]  # fmt: skip
+    parts = [page.para("Each layer's safe resolution and S over the fault's intensity λ (the share "
+                       "of policies or tasks it strikes); how far along λ safe resolution stays "
+                       f">= {SURFACE_THRESHOLD}, and whether the 95% lower bounds decide it:"),
+             "<ul>" + "".join(f"<li>{page.esc(x)}</li>" for x in lines) + "</ul>"]  # fmt: skip
+    try:
+        from layerlab.reporting.paper import figures
+    except ModuleNotFoundError:  # installed without the figure stack: the table alone
+        figures = None  # type: ignore[assignment]
+    if figures is not None:
+        fig = figures.reliability_surface(curves, "Reliability surface")
+        parts.append(page.figure(fig, "One panel per layer, a row per model and arm; bars are 95% "
+                                 "intervals, the dashed line the clean scenario.",
+                                 "reliability surface"))  # fmt: skip
+    parts.append(page.table(cells.surface_table(curves), nowrap=True))
+    return [("surface", "Reliability surface", parts)]
+
+
 def _study_section(study_paths: Sequence[Path]) -> tuple[str, str, list[str]]:
     """The focused study's section: its cells and Table 7 (overall and by condition)."""
     from layerlab.reporting.paper import tables
@@ -499,6 +529,7 @@ def build(
     agent_parts = _agent_parts(inp.record_paths) if res is not None else []
     if res is not None:
         sections += _result_sections(res, models, agents, agent_parts)
+        sections += _surface_section(df)
     if inp.study_paths:
         sections.append(_study_section(inp.study_paths))
     overview = _overview(inp, df, models, agents)

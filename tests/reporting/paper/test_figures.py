@@ -33,7 +33,11 @@ def with_model(ref: pd.DataFrame) -> pd.DataFrame:
 
 def test_unit_rates_never_pool_units_and_use_the_library_interval(with_model: pd.DataFrame) -> None:
     long = figures.unit_rates(with_model)
-    assert list(dict.fromkeys(long["unit"])) == ["local/fake-model", "layerlab/cautious", "layerlab/extractive"]
+    assert list(dict.fromkeys(long["unit"])) == [
+        "local/fake-model",
+        "layerlab/cautious",
+        "layerlab/extractive",
+    ]
     assert set(long.loc[long["unit"] == "local/fake-model", "kind"]) == {display.REAL_MODEL}
     assert set(long.loc[long["unit"] != "local/fake-model", "kind"]) == {display.REFERENCE_AGENT}
     labels = stats.unit_labels(with_model)
@@ -44,8 +48,12 @@ def test_unit_rates_never_pool_units_and_use_the_library_interval(with_model: pd
         np.testing.assert_allclose(sub["ci_high"].to_numpy(), expected["ci_high"].to_numpy())
         assert set(sub["n"]) == {len(with_model[labels == unit]) // len(sub)}
     # the model and the agent it was derived from differ: nothing was averaged across them
-    a = long[(long["unit"] == "local/fake-model") & (long["scenario"] == "clean")]["rate"].to_numpy()
-    b = long[(long["unit"] == "layerlab/extractive") & (long["scenario"] == "clean")]["rate"].to_numpy()
+    a = long[(long["unit"] == "local/fake-model") & (long["scenario"] == "clean")][
+        "rate"
+    ].to_numpy()
+    b = long[(long["unit"] == "layerlab/extractive") & (long["scenario"] == "clean")][
+        "rate"
+    ].to_numpy()
     assert (a < b).all()
 
 
@@ -53,7 +61,10 @@ def test_rates_by_unit_has_a_labelled_panel_per_unit_with_n(with_model: pd.DataF
     fig = figures.rates_by_unit(with_model, "Success")
     titles = [ax.get_title(loc="left") for ax in fig.axes]
     assert len(titles) == 3
-    assert titles[0].startswith("local/fake-model — real model") and "n = 240 records per point" in titles[0]
+    assert (
+        titles[0].startswith("local/fake-model — real model")
+        and "n = 240 records per point" in titles[0]
+    )
     assert all("reference agent (deterministic baseline)" in t for t in titles[1:])
     assert "3 unit(s), one panel each" in fig._suptitle.get_text()
     assert "95% cluster-aware Clopper-Pearson" in fig._suptitle.get_text()
@@ -147,7 +158,10 @@ def test_specificity_heatmap_prints_intervals_and_no_negative_zero() -> None:
     assert "+90\n[+85, +95]" in texts
     assert not any(re.search(r"-0\b", t) for t in texts)
     title = fig.axes[0].get_title()
-    assert "reference agent (deterministic baseline)" in title and "n = 240 task pairs per cell" in title
+    assert (
+        "reference agent (deterministic baseline)" in title
+        and "n = 240 task pairs per cell" in title
+    )
     plt.close(fig)
     cells["method"] = ["score", "score", "bootstrap", "score"]
     fig = figures.specificity_heatmap(cells, "Effects")
@@ -167,7 +181,10 @@ def test_show_returns_the_saved_png_for_inline_display(tmp_path, ref: pd.DataFra
     assert shown._repr_png_() == (tmp_path / "x.png").read_bytes()
     assert repr(shown) == "<figure: figures/x.png, figures/x.pdf>"
     again = figures.show(figures.rates_by_unit(ref, "Success"), "y", tmp_path)
-    assert again.png == shown.png and (tmp_path / "x.pdf").read_bytes() == (tmp_path / "y.pdf").read_bytes()
+    assert (
+        again.png == shown.png
+        and (tmp_path / "x.pdf").read_bytes() == (tmp_path / "y.pdf").read_bytes()
+    )
 
 
 def test_committed_notebooks_show_every_figure_inline() -> None:
@@ -181,3 +198,32 @@ def test_committed_notebooks_show_every_figure_inline() -> None:
                 assert "image/png" in kinds, f"{nb_path.name}: a figure cell shows no image"
             if c.cell_type == "code":
                 assert "figures.save(" not in c.source, f"{nb_path.name}: figure saved, not shown"
+
+
+def test_the_surface_has_a_panel_per_layer_and_a_row_per_unit_with_the_run_s_intervals() -> None:
+    from layerlab.analysis import surface
+    from layerlab.analysis.records import records_frame
+
+    curves = surface.surface(records_frame(paths.ARCHIVES / "surface" / "reference"))
+    fig = figures.reliability_surface(curves, "surface")
+    axes = np.array(fig.axes).reshape(2, 4)
+    assert [a.get_title() for a in axes[0]] == [
+        "availability\n(missing_tool_output)", "completeness\n(partial_timeout)",
+        "freshness\n(stale_index)", "session_state\n(wrong_session)"]  # fmt: skip
+    assert [a.get_ylabel() for a in axes[:, 0]] == [
+        "layerlab/cautious\nstrict",
+        "layerlab/extractive\nstrict",
+    ]
+    stale = next(
+        c for c in curves if (c.unit, c.scenario) == ("layerlab/extractive", "stale_index")
+    )
+    ax = axes[1, 2]
+    safe = next(line for line in ax.lines if line.get_marker() == "o")  # safe resolution over λ
+    assert list(safe.get_xdata()) == [p.intensity for p in stale.points]
+    assert list(safe.get_ydata()) == [p.rates["safe"].rate for p in stale.points]
+    # the clean scenario's safe resolution is every panel's dashed floor
+    clean = next(c for c in curves if (c.unit, c.scenario) == ("layerlab/extractive", "clean"))
+    assert any(
+        list(line.get_ydata()) == [clean.points[0].rates["safe"].rate] * 2 for line in ax.lines
+    )
+    plt.close(fig)

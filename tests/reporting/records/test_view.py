@@ -295,3 +295,26 @@ def test_the_explorer_lists_filters_and_shows_agent_records(agent_logs) -> None:
     folder = explore.load_rows(agent_logs["badtools"].parent / "badtools")
     html = explore.records_html(explore.select(folder, diagnostic="tool_misuse"))
     assert "2 invalid" in html and "<code>delete_index</code> → " in html
+
+
+def test_a_swept_run_s_scenarios_are_listed_by_scenario_then_intensity() -> None:
+    rows = [{"scenario": s} for s in ("stale_index", "clean", "stale_index@0.5", "stale_index@0",
+                                      "wrong_session", "stale_index@0.25", "clean")]  # fmt: skip
+    assert viewer.scenario_options(rows) == [
+        ["clean", "clean"],
+        ["stale_index@0", "stale_index · λ = 0"],
+        ["stale_index@0.25", "stale_index · λ = 0.25"],
+        ["stale_index@0.5", "stale_index · λ = 0.5"],
+        ["stale_index", "stale_index · λ = 1"],
+        ["wrong_session", "wrong_session"],  # not swept: its own name
+    ]
+    html = viewer.build([paths.ARCHIVES / "surface" / "reference"], evidence=False)
+    held = html.split('<script type="application/json" id="scenario-options">')[1].split(
+        "</script>"
+    )[0]
+    options = json.loads(held)
+    assert options[:6] == [["clean", "clean"]] + [
+        [f"missing_tool_output{v}", f"missing_tool_output · λ = {x}"]
+        for v, x in (("@0", "0"), ("@0.1", "0.1"), ("@0.25", "0.25"), ("@0.5", "0.5"), ("", "1"))
+    ]
+    assert len(options) == 21  # clean and 4 layers x 5 intensities, each once

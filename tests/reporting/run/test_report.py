@@ -12,7 +12,7 @@ import pytest
 from layerlab import archive, paths
 from layerlab.analysis import effects, results, specificity, stats
 from layerlab.analysis.records import INPUT, records_frame
-from layerlab.reporting.format import cells, display
+from layerlab.reporting.format import cells, display, page
 from layerlab.reporting.run import findings, report
 
 REF = paths.ARCHIVES / "reference_agents"
@@ -225,3 +225,20 @@ def test_run_live_prints_agent_mode_and_steps_only_for_agent_runs(agent_runs) ->
     assert "Agent steps by model and scenario (arms pooled)" in out["ref"]
     assert "up to 2 tool-calling turns" in out["endless"] and "100.0% (4)" in out["endless"]
     assert "agent mode" not in out["single"] and "Agent steps" not in out["single"]
+
+
+def test_a_swept_run_has_a_surface_section_with_its_figure_and_tolerance_lines(ref_html) -> None:
+    from layerlab.analysis import surface
+
+    swept = paths.ARCHIVES / "surface" / "reference"
+    html = report.build([swept])
+    assert _sections(html)[:5] == ["findings", "baselines", "scenarios", "diagnostics", "figures"]
+    assert "surface" in _sections(html) and "surface" not in _sections(ref_html)
+    part = _section(html, "surface")
+    curves = surface.surface(records_frame(swept))
+    for c in curves:
+        if c.scenario != "clean":
+            line = cells.tolerance_line(surface.tolerance(c, report.SURFACE_THRESHOLD))
+            assert page.esc(line) in part
+    assert part.count("<img") == 1 and "stale_index@0.25" not in _text(part)  # λ, not names
+    assert "freshness (stale_index)" in _text(part)
