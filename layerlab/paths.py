@@ -43,6 +43,10 @@ CORPUS_SPEC_DIR = SPECS / "enterprise_v2"
 SCENARIO_SPEC = SPECS / "scenarios.yaml"
 # the store variant of wrong_session (a team's store's own tenant filter), apart from the paper's nine
 STORE_SCENARIO_SPEC = SPECS / "scenarios_store.yaml"
+# transport faults (latency, 429, 5xx, reset, stall, truncated body, expired credential), apart
+# from the paper's nine; their mitigations (bounded retry, circuit breaker) in their own spec
+TRANSPORT_SCENARIO_SPEC = SPECS / "scenarios_transport.yaml"
+TRANSPORT_MITIGATION_SPEC = SPECS / "mitigations_transport.yaml"
 MITIGATION_SPEC = SPECS / "mitigations.yaml"
 ROLE_SPEC = SPECS / "roles.yaml"  # which scenarios each analysis compares
 MODEL_SPEC = SPECS / "models.yaml"

@@ -1,4 +1,5 @@
-"""The fault layer: named, seeded fault operators (`operators`), the scenarios composed from them
-in the DSL (`scenario`), and which scenarios each analysis compares (`roles`)."""
+"""The fault layer: named, seeded fault operators (`operators`), the transport faults among them
+(`transport`: a call's typed event on the wire), the scenarios composed from them in the DSL
+(`scenario`), and which scenarios each analysis compares (`roles`)."""
 
-__all__ = ["operators", "roles", "scenario"]
+__all__ = ["operators", "roles", "scenario", "transport"]

@@ -4,7 +4,9 @@
   another tenant's documents mixed in);
 * ``access`` — which access scopes the requesting principal holds (denials);
 * ``tool``   — the search tool's JSON payload in transit (drift, missing output, partial
-  timeout, another session's context).
+  timeout, another session's context);
+* ``transport`` — whether and how the call's reply arrives at all (latency, 429, 5xx, reset,
+  stall, truncated body, expired credential): :mod:`layerlab.faults.transport`.
 
 Operators are registered by name (:func:`register_operator`), so the scenario DSL
 (:mod:`layerlab.faults.scenario`) refers to them by name and users can add their own, in this
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from layerlab.corpus.build import Document, policy_of
 from layerlab.registry import Registry
 
-Stage = Literal["index", "access", "tool"]
+Stage = Literal["index", "access", "tool", "transport"]
 Payload = dict[str, Any] | None
 
 

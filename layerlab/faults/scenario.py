@@ -40,6 +40,7 @@ from layerlab.faults.operators import (
     ToolContext,
     stable_int,
 )
+from layerlab.faults.transport import TransportEvent, TransportOperator, merge
 
 
 class _StrictModel(BaseModel):
@@ -72,7 +73,7 @@ class ScenarioSpec(_StrictModel):
 
 
 STRUCK = {"index": "policies (their documents faulted)", "access": "tasks (their principal)",
-          "tool": "tasks (their tool calls)"}  # fmt: skip
+          "tool": "tasks (their tool calls)", "transport": "tasks (their calls on the wire)"}  # fmt: skip
 """What an intensity λ is the share of, by the stage a fault acts at (the unit it strikes)."""
 
 INTENSITY_MARK = "@"
@@ -228,13 +229,37 @@ class Scenario:
                 scopes = s if scopes is None or s is None else scopes & s
         return scopes
 
-    def transport(self, payload: Payload, ctx: ToolContext) -> Payload:
-        """The tool payload as it arrives after the tool-stage faults."""
+    def _active(self, i: int, ctx: ToolContext) -> bool:
+        """Whether operator ``i`` (tool or transport stage) acts on call ``ctx.attempt``."""
+        lasts = self.lasts[i] if i < len(self.lasts) else None
+        if lasts is not None and ctx.attempt >= lasts:
+            return False  # a transient fault is over by this attempt
+        return self.strikes(i, ctx.task_id)
+
+    def transport_event(self, ctx: ToolContext) -> TransportEvent | None:
+        """Call ``ctx.attempt`` of ``ctx.task_id`` on the wire: its transport fault (the first
+        failure of the transport-stage operators that strike it, with every latency before it),
+        or None. Seeded by the scenario, the operator, the task and the call's number."""
+        events = []
         for i, op in enumerate(self.operators):
-            lasts = self.lasts[i] if i < len(self.lasts) else None
-            if lasts is not None and ctx.attempt >= lasts:
-                continue  # a transient fault is over by this attempt
-            if op.stage == "tool" and self.strikes(i, ctx.task_id):
+            if not isinstance(op, TransportOperator) or not self._active(i, ctx):
+                continue
+            if not op.calls(ctx, self.seed, i):
+                continue
+            ev = op.event(ctx, self._rng(i, "transport", ctx.task_id, ctx.attempt))
+            if ev is not None:
+                events.append(ev)
+        return merge(events)
+
+    def transport(self, payload: Payload, ctx: ToolContext) -> Payload:
+        """The tool payload as it arrives: a failed call (:meth:`transport_event`) is its error
+        and nothing else; else the payload after the tool-stage faults."""
+        ev = self.transport_event(ctx) if any(op.stage == "transport" for op in self.operators) \
+            else None  # fmt: skip
+        if ev is not None and ev.fails:
+            return ev.payload()
+        for i, op in enumerate(self.operators):
+            if op.stage == "tool" and self._active(i, ctx):
                 # a retry draws a fresh stream; the first call keeps the stream of a single call
                 extra = (ctx.task_id,) if ctx.attempt == 0 else (ctx.task_id, ctx.attempt)
                 payload = op.apply_tool(payload, ctx, self._rng(i, *extra))
@@ -259,12 +284,12 @@ def _check(file: ScenarioFile) -> list[tuple[tuple[Any, ...], str]]:
                     )
                 )
                 continue
-            if f.lasts is not None and cls.stage != "tool":
+            if f.lasts is not None and cls.stage not in ("tool", "transport"):
                 problems.append(
                     (
                         (*loc, "lasts"),
-                        f"only tool-stage faults can be transient; {f.op!r} acts at the "
-                        f"{cls.stage} stage",
+                        f"only tool- and transport-stage faults can be transient; {f.op!r} acts "
+                        f"at the {cls.stage} stage",
                     )
                 )
             try:
@@ -330,10 +355,12 @@ def load_scenarios(path: Path | str | None = None) -> Scenarios:
 
 def known_scenarios() -> Scenarios:
     """Every scenario layerlab ships, by name: the paper's nine (``scenarios.yaml``), then the
-    store variant ``wrong_session_store`` (``scenarios_store.yaml``). For reading a finished
-    run's records by scenario name (its layer, whether it is answerable), never for choosing
-    what to run or tabulate: the paper's tables and the default run are the nine."""
-    return Scenarios({**load_scenarios(), **load_scenarios(paths.STORE_SCENARIO_SPEC)})
+    store variant ``wrong_session_store`` (``scenarios_store.yaml``) and the transport faults
+    (``scenarios_transport.yaml``). For reading a finished run's records by scenario name (its
+    layer, whether it is answerable), never for choosing what to run or tabulate: the paper's
+    tables and the default run are the nine."""
+    return Scenarios({**load_scenarios(), **load_scenarios(paths.STORE_SCENARIO_SPEC),
+                      **load_scenarios(paths.TRANSPORT_SCENARIO_SPEC)})  # fmt: skip
 
 
 __all__ = [
