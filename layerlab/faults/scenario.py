@@ -236,17 +236,25 @@ class Scenario:
             return False  # a transient fault is over by this attempt
         return self.strikes(i, ctx.task_id)
 
-    def transport_event(self, ctx: ToolContext) -> TransportEvent | None:
+    @property
+    def has_transport(self) -> bool:
+        """Whether any of this scenario's faults acts on the wire (transport stage)."""
+        return any(isinstance(op, TransportOperator) for op in self.operators)
+
+    def transport_event(self, ctx: ToolContext, channel: str = "tool") -> TransportEvent | None:
         """Call ``ctx.attempt`` of ``ctx.task_id`` on the wire: its transport fault (the first
         failure of the transport-stage operators that strike it, with every latency before it),
-        or None. Seeded by the scenario, the operator, the task and the call's number."""
+        or None. Seeded by the scenario, the operator, the task and the call's number;
+        ``channel``: ``tool`` (the record's tool calls) or ``model`` (its model calls under
+        ``run live -m``, numbered on their own: same struck tasks, draws of their own)."""
         events = []
+        salt = () if channel == "tool" else (channel,)
         for i, op in enumerate(self.operators):
             if not isinstance(op, TransportOperator) or not self._active(i, ctx):
                 continue
-            if not op.calls(ctx, self.seed, i):
+            if not op.calls(ctx, self.seed, i, channel):
                 continue
-            ev = op.event(ctx, self._rng(i, "transport", ctx.task_id, ctx.attempt))
+            ev = op.event(ctx, self._rng(i, "transport", ctx.task_id, ctx.attempt, *salt))
             if ev is not None:
                 events.append(ev)
         return merge(events)
@@ -254,8 +262,7 @@ class Scenario:
     def transport(self, payload: Payload, ctx: ToolContext) -> Payload:
         """The tool payload as it arrives: a failed call (:meth:`transport_event`) is its error
         and nothing else; else the payload after the tool-stage faults."""
-        ev = self.transport_event(ctx) if any(op.stage == "transport" for op in self.operators) \
-            else None  # fmt: skip
+        ev = self.transport_event(ctx) if self.has_transport else None
         if ev is not None and ev.fails:
             return ev.payload()
         for i, op in enumerate(self.operators):

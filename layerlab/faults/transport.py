@@ -126,6 +126,11 @@ class TransportError(Exception):
     def __init__(self, event: TransportEvent, message: str | None = None) -> None:
         super().__init__(message or event.message())
         self.event = event
+        # what a provider's error carries (litellm's name): its Retry-After, read by the live
+        # harness's backoff (layerlab.models.llm.retry_after_of)
+        self.litellm_response_headers = (
+            {"retry-after": f"{event.retry_after:g}"} if event.retry_after is not None else {}
+        )
 
     @property
     def retry_after(self) -> float | None:
@@ -213,6 +218,8 @@ CLOCK = Clock()
 class _TransportParams(_Params):
     # the share of a struck task's calls this fault strikes (a seeded draw per call); 1: every call
     rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    # which calls it strikes: the record's tool calls, its model calls (run live -m), or both
+    channel: Literal["both", "tool", "model"] = "both"
 
 
 class TransportOperator(FaultOperator):
@@ -222,12 +229,16 @@ class TransportOperator(FaultOperator):
     layer = LAYER
     Params: ClassVar[type[_Params]] = _TransportParams
 
-    def calls(self, ctx: ToolContext, seed: int, position: int) -> bool:
-        """Whether this fault strikes call ``ctx.attempt`` of a struck task (``rate``'s draw)."""
+    def calls(self, ctx: ToolContext, seed: int, position: int, channel: str = "tool") -> bool:
+        """Whether this fault strikes call ``ctx.attempt`` of a struck task on ``channel``
+        (``tool`` or ``model``): its ``channel``, then ``rate``'s draw."""
+        if self.params.channel not in ("both", channel):  # type: ignore[attr-defined]
+            return False
+        salt = () if channel == "tool" else (channel,)
         rate = self.params.rate  # type: ignore[attr-defined]
         if rate >= 1:
             return True
-        u = stable_int(seed, position, "transport-rate", ctx.task_id, ctx.attempt) / 2.0**64
+        u = stable_int(seed, position, "transport-rate", ctx.task_id, ctx.attempt, *salt) / 2.0**64
         return u < rate
 
     def event(self, ctx: ToolContext, rng: np.random.Generator) -> TransportEvent | None:

@@ -18,7 +18,8 @@ from layerlab.harness import deterministic as harness
 from layerlab.mitigations import contract_mode
 
 TRANSPORT = ["slow_tool", "rate_limited", "server_error", "connection_reset", "stalled_call",
-             "truncated_body", "auth_expired", "service_outage"]  # fmt: skip
+             "truncated_body", "auth_expired", "service_outage", "model_rate_limited"]  # fmt: skip
+TOOL_FAILING = TRANSPORT[1:8]  # the scenarios whose tool calls fail (the last: model calls only)
 
 
 def _ev(name: str, attempt: int, task: str = "t-1") -> tr.TransportEvent | None:
@@ -48,6 +49,13 @@ def test_each_scenario_gives_its_typed_event_on_the_calls_it_lasts() -> None:
     assert cut.status == 200 and 0.2 <= cut.keep < 0.8
     assert all(_ev("auth_expired", a).status == 401 for a in range(4))  # persistent
     assert all(_ev("service_outage", a).kind == "server_error" for a in range(4))
+    assert _ev("model_rate_limited", 0) is None  # channel: model — the tool calls pass
+    s = load_scenarios(paths.TRANSPORT_SCENARIO_SPEC)["model_rate_limited"]
+    model = [s.transport_event(ToolContext("t-1", "p", "s", a), "model") for a in range(3)]
+    assert [e and e.kind for e in model] == ["rate_limited", "rate_limited", None]
+    # both channels of one fault: the same struck tasks, draws of their own
+    slow = load_scenarios(paths.TRANSPORT_SCENARIO_SPEC)["slow_tool"]
+    assert slow.transport_event(ToolContext("t-1", "p", "s", 0), "model") != _ev("slow_tool", 0)
     slow = [_ev("slow_tool", a) for a in range(6)]
     assert all(not e.fails and 0.2 <= e.delay_s < 0.5 for e in slow)
     assert len({e.delay_s for e in slow}) > 1  # jittered per call
@@ -148,9 +156,10 @@ def test_the_reference_reader_meets_the_faults_and_reruns_are_byte_identical(
     by = {n: [r for r in recs if r.scenario == n] for n in TRANSPORT}
     clean = [r for r in harness.run_deterministic(corpus, key, load_scenarios(), ["strict"])
              if r.scenario == "clean"]  # fmt: skip
-    # a slow call is the clean call: the same records but the scenario's name
+    # a slow call is the clean call, and so is a model-only fault here (no model is called)
     assert [r.success for r in by["slow_tool"]] == [r.success for r in clean]
-    for n in TRANSPORT[1:]:  # every failed first call: no reader, the availability diagnosis
+    assert [r.success for r in by["model_rate_limited"]] == [r.success for r in clean]
+    for n in TOOL_FAILING:  # every failed first call: no reader, the availability diagnosis
         assert not any(r.reached_reader for r in by[n]) and not any(r.success for r in by[n])
         assert {r.diagnostic for r in by[n]} == {"availability"}
     # and no structured non-answer either: the baseline has no mitigation to give one
