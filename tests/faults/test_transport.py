@@ -30,7 +30,7 @@ def _ev(name: str, attempt: int, task: str = "t-1") -> tr.TransportEvent | None:
 def test_the_transport_spec_is_apart_from_the_paper_nine() -> None:
     scen = load_scenarios(paths.TRANSPORT_SCENARIO_SPEC)
     assert list(scen) == TRANSPORT
-    assert {s.spec.layer for s in scen.values()} == {"transport"}
+    assert {s.spec.layer for s in scen.values()} == {"transport", "latency", "model_transport"}
     assert all(op.stage == "transport" for s in scen.values() for op in s.operators)
     assert not set(TRANSPORT) & set(load_scenarios())  # the nine are untouched
     assert set(TRANSPORT) <= set(known_scenarios())
