@@ -86,7 +86,7 @@ def test_the_transport_matrix_by_table10s_code(tmp_path: Path) -> None:
         out, mitigations_path=paths.TRANSPORT_MITIGATION_SPEC,
         scenario_paths=(paths.SCENARIO_SPEC, paths.TRANSPORT_SCENARIO_SPEC),
     )  # fmt: skip
-    (mx, df), = compare.matrix_blocks(out, n_boot=200, chances=False).values()
+    ((mx, df),) = compare.matrix_blocks(out, n_boot=200, chances=False).values()
     rows = mx.summary.set_index("mitigation")
     cells = mx.cells.set_index(["mitigation", "scenario"])
     for arm in ("transport_retry", "circuit_breaker"):

@@ -10,6 +10,7 @@ import http.client
 import json
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,8 @@ def test_an_in_process_target_meets_each_fault_as_its_exception(corpus, prepared
         with pytest.raises(exc) as info:
             req.search(req.question)
         assert info.value.event == prepared[name].scenario.transport_event(
-            prepared[name].tool_context(tools.task, 0))
+            prepared[name].tool_context(tools.task, 0)
+        )
         with pytest.raises(exc):  # the retriever door too (a record's first call)
             TargetRequest(_box(corpus, prepared[name])).retriever(req.question)
     # 429 twice (lasts: 2), with Retry-After; the third call answers
@@ -95,6 +97,7 @@ def _raw_post(url: str, token: str, body: dict[str, Any], timeout: float = 5.0) 
 def test_an_http_caller_meets_each_fault_on_the_wire(corpus, prepared) -> None:
     server = ToolServer(clock=tr.Clock(max_delay_s=0.5))
     try:
+
         def post(name: str, timeout: float = 5.0) -> Any:
             tools = _box(corpus, prepared[name])
             req = TargetRequest(tools)
@@ -179,7 +182,11 @@ class Resilient:
 def naive(req: TargetRequest) -> dict[str, Any]:
     """A system that never expects a failed call: the exception escapes."""
     docs = req.retriever(req.question)
-    return {"status": "answered", "answer": docs[0].page_content[:20], "citations": [docs[0].doc_id]}
+    return {
+        "status": "answered",
+        "answer": docs[0].page_content[:20],
+        "citations": [docs[0].doc_id],
+    }
 
 
 def _run(corpus, key, scen, out: Path, ref: str) -> pd.DataFrame:
@@ -207,3 +214,85 @@ def test_a_target_run_over_transport_faults_is_byte_identical(corpus, key, scen,
     bad = _run(corpus, key, scen, tmp_path / "naive", "naive").set_index("scenario")
     assert (bad.drop(index=["slow_tool", "model_rate_limited"]).diagnostic
             == "provider_error").all()  # fmt: skip
+
+
+class _Service(BaseHTTPRequestHandler):
+    """A team's HTTP service: it searches through the tool server, retries a failed call (a 429
+    after its Retry-After, without really waiting here) at most twice, abstains on a 401."""
+
+    seen: list[tuple[str, str]] = []  # noqa: RUF012 - (question, what its calls met)
+
+    def log_message(self, *a: Any) -> None:
+        pass
+
+    def _search(self, q: dict[str, Any]) -> tuple[str, Any]:
+        host, port = q["tools_url"].removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        body = json.dumps({"session_id": q["session_id"], "query": q["question"], "top_k": 3})
+        try:
+            conn.request("POST", "/search", body, {"Authorization": f"Bearer {q['tools_token']}"})
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status == 429:
+                return f"429 retry-after {resp.getheader('Retry-After')}", None
+            return str(resp.status), json.loads(data)
+        except http.client.IncompleteRead:
+            return "incomplete body", None
+        except (ConnectionError, TimeoutError) as exc:
+            return type(exc).__name__, None
+        finally:
+            conn.close()
+
+    def do_POST(self) -> None:  # noqa: N802
+        from layerlab.corpus.extract import extract
+
+        q = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        reply: dict[str, Any] = {"status": "abstained", "reason": "search service unavailable"}
+        for _ in range(3):
+            met, obs = self._search(q)
+            self.seen.append((q["question"], met))
+            if met == "401":
+                reply = {"status": "abstained", "reason": "credential expired"}
+                break
+            if met == "200":
+                reply = {"status": "abstained", "reason": "nothing found"}
+                for res in obs.get("results") or ():
+                    span = extract(q["question"], q["answer_kind"], res["text"])
+                    if span is not None:
+                        reply = {"status": "answered", "answer": span,
+                                 "citations": [res["doc_id"]]}  # fmt: skip
+                        break
+                break
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_an_http_target_meets_each_fault_through_the_tool_server(corpus, key, scen, tmp_path,
+                                                                 monkeypatch) -> None:  # fmt: skip
+    monkeypatch.setattr(tr.CLOCK, "max_delay_s", 0.05)  # the run's delays, bounded small here
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Service)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _Service.seen.clear()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/answer"
+        spec = parse_target(url, "team-service", "1", {})
+        cfg = live.LiveConfig(models=(), scenarios=tuple(scen), task_ids=TASKS, target=spec)
+        out = tmp_path / "run"
+        r = live.run_live(corpus, key, scen, cfg, out, cache_dir=tmp_path / "cache",
+                          scenario_hash=spec_hash(paths.TRANSPORT_SCENARIO_SPEC))  # fmt: skip
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert r.complete
+    met = {m for _, m in _Service.seen}
+    assert {"429 retry-after 2", "503", "401", "incomplete body", "200"} <= met
+    assert met & {"RemoteDisconnected", "ConnectionResetError"}  # the reset and the stall
+    df = pd.read_parquet(out / "records.parquet").set_index("scenario")
+    for name in ("slow_tool", "rate_limited", "server_error", "connection_reset",
+                 "stalled_call", "truncated_body"):  # fmt: skip
+        assert df.loc[[name], "success"].all(), name  # its retries recovered
+    assert df.loc[["auth_expired", "service_outage"], "safe_resolution"].all()
