@@ -122,7 +122,7 @@ def run_mitigation_archive(
     names = [spec.baseline, *[a for a in (arms or spec.matrix_arms) if a != spec.baseline]]
     c, key = corpus_mod.load(corpus_dir), corpus_mod.load_answer_key(corpus_dir)
     spaths = [Path(p) for p in scenario_paths] or [paths.SCENARIO_SPEC]
-    scen = {}
+    scen: dict[str, Scenario] = {}
     for p in spaths:
         scen.update(load_scenarios(p))
     mpath = Path(mitigations_path or paths.MITIGATION_SPEC)

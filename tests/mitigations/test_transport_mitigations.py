@@ -100,3 +100,14 @@ def test_the_transport_matrix_by_table10s_code(tmp_path: Path) -> None:
     assert rows.loc["availability_retry", "verdict"].startswith("over-broad")
     assert rows.loc["always_abstain", "verdict"].startswith("over-broad")
     assert set(df["scenario"]) >= set(load_scenarios()) | TRANSPORT_FAILING
+
+
+def test_mitigation_run_refuses_a_scenario_given_twice(tmp_path: Path, capsys) -> None:
+    from layerlab.cli import main
+
+    code = main(["mitigation", "run", "--out", str(tmp_path / "m"), "--spec",
+                 str(paths.TRANSPORT_MITIGATION_SPEC), "--scenarios", str(paths.SCENARIO_SPEC),
+                 "--scenarios", str(paths.SCENARIO_SPEC)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and "already in an earlier file" in err and "clean" in err
+    assert not (tmp_path / "m" / "records.parquet").exists()
