@@ -259,10 +259,13 @@ class ToolBox:
         self.calls.append(ToolCall(step, name, True, outcome, docs, g.attempts, after))
         obs = observation(g)
         if self._transport:
-            self.last_event = self._event(first, g.attempts)
-            ev = self.last_event
-            if ev is not None and ev.fails and g.refusal is None and obs["status"] == "error":
-                obs["error"] = ev.error()  # the wire's own error, not the contract's word for it
+            ev = self._event(first, g.attempts)
+            if ev is not None and ev.fails:
+                if obs["status"] == "error":
+                    obs["error"] = ev.error()  # the wire's own error, not the contract's word
+                else:  # the arm answered it (a refusal): the caller meets that, after the wait
+                    ev = TransportEvent("latency", delay_s=ev.delay_s) if ev.delay_s else None
+            self.last_event = ev
         return obs
 
     def _event(self, first: int, attempts: int) -> TransportEvent | None:

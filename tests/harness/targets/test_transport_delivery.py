@@ -81,6 +81,18 @@ def test_an_in_process_target_meets_each_fault_as_its_exception(corpus, prepared
     assert stalled.slept == 0.05  # a 30 s stall, bounded
 
 
+def test_a_refusal_after_failed_calls_is_returned_not_raised(corpus, prepared) -> None:
+    from layerlab.mitigations import load_mitigations
+
+    arm = load_mitigations(paths.TRANSPORT_MITIGATION_SPEC).arm("transport_retry")
+    for name, refused_after in (("service_outage", 4), ("auth_expired", 1)):
+        tools = ToolBox(next(t for t in corpus.tasks if t.task_id == TASK), prepared[name], arm)
+        tools.clock = tr.Clock(sleep=lambda s: None)
+        obs = TargetRequest(tools).search("expense limit")  # the arm's answer: no exception
+        assert obs["status"] == "refused" and obs["error"]["code"] == "refused"
+        assert tools.last_event is None and tools.calls[-1].payloads == refused_after
+
+
 def _raw_post(url: str, token: str, body: dict[str, Any], timeout: float = 5.0) -> Any:
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
