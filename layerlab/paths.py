@@ -47,6 +47,10 @@ STORE_SCENARIO_SPEC = SPECS / "scenarios_store.yaml"
 # from the paper's nine
 CONVERSATION_SPEC = SPECS / "conversations.yaml"
 CONVERSATION_SCENARIO_SPEC = SPECS / "scenarios_conversation.yaml"
+# transport faults (latency, 429, 5xx, reset, stall, truncated body, expired credential), apart
+# from the paper's nine; their mitigations (bounded retry, circuit breaker) in their own spec
+TRANSPORT_SCENARIO_SPEC = SPECS / "scenarios_transport.yaml"
+TRANSPORT_MITIGATION_SPEC = SPECS / "mitigations_transport.yaml"
 MITIGATION_SPEC = SPECS / "mitigations.yaml"
 ROLE_SPEC = SPECS / "roles.yaml"  # which scenarios each analysis compares
 MODEL_SPEC = SPECS / "models.yaml"

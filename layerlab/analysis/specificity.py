@@ -40,7 +40,7 @@ from layerlab.analysis.effects import band as effect_band
 from layerlab.analysis.rates import z_score
 from layerlab.analysis.records import records_frame
 from layerlab.analysis.units import blocks
-from layerlab.faults.scenario import Scenario, load_scenarios
+from layerlab.faults.scenario import Scenario, known_scenarios
 from layerlab.mitigations import MitigationSet, book, load_mitigations, targets
 
 OUTCOME = "safe_resolution"  # = success on answerable scenarios, structured non-answer elsewhere
@@ -163,7 +163,7 @@ def layer_margins(scenarios: Mapping[str, Scenario] | None = None) -> dict[str, 
     roles = load_roles()
     return {
         n: min(roles.margin(part) for part in s.spec.layer.split("+"))
-        for n, s in (scenarios or load_scenarios()).items()
+        for n, s in (scenarios or known_scenarios()).items()
     }
 
 
@@ -260,8 +260,9 @@ def _clusters(eff: Effects) -> int:
 
 
 def scenario_layers(scenarios: Mapping[str, Scenario] | None = None) -> dict[str, str]:
-    """Scenario -> its layer label, from the scenario DSL."""
-    return {n: s.spec.layer for n, s in (scenarios or load_scenarios()).items()}
+    """Scenario -> its layer label, from the scenario DSL (default: every scenario layerlab
+    ships, so a run over the transport scenarios has its target cells)."""
+    return {n: s.spec.layer for n, s in (scenarios or known_scenarios()).items()}
 
 
 def matrix(

@@ -98,6 +98,10 @@ def mitigation_run(
     reader: str = typer.Option("extractive", help="Deterministic reader (registered name)."),
     spec_path: Path = typer.Option(paths.MITIGATION_SPEC, "--spec", help="Mitigations spec file."),
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
+    scenarios_paths: list[Path] = typer.Option(
+        None, "--scenarios", help="Scenario DSL file (repeatable; default the paper's nine), e.g. "
+        "scenarios.yaml and scenarios_transport.yaml for the transport matrix."
+    ),
 ) -> None:
     """The deterministic harness over the baseline and the mitigation arms (Table 10's archive)."""
     from layerlab.harness import deterministic
@@ -116,8 +120,15 @@ def mitigation_run(
     except KeyError as exc:
         raise _fail(f"--mitigation: {exc.args[0]}") from None
     _load_corpus(corpus_dir)  # a missing or edited corpus folder: one line, before any work
+    seen: set[str] = set()
+    for p in scenarios_paths or ():
+        names = set(_load_scenarios(p))  # a bad file: one line per problem, before any work
+        if names & seen:
+            raise _fail(f"--scenarios {p}: scenario(s) {', '.join(sorted(names & seen))} "
+                        "already in an earlier file")  # fmt: skip
+        seen |= names
     man = deterministic.run_mitigation_archive(
-        out, mitigation or None, reader, spec_path, corpus_dir
+        out, mitigation or None, reader, spec_path, corpus_dir, scenarios_paths or ()
     )
     typer.echo(
         f"wrote {out / 'records.parquet'} ({man['records']} records, arms: {', '.join(man['mitigations'])})"

@@ -7,6 +7,8 @@
   timeout, another session's context);
 * ``session`` — a conversation's state across turns (history, memory, cached tool results):
   :mod:`layerlab.faults.session`.
+* ``transport`` — whether and how the call's reply arrives at all (latency, 429, 5xx, reset,
+  stall, truncated body, expired credential): :mod:`layerlab.faults.transport`.
 
 Operators are registered by name (:func:`register_operator`), so the scenario DSL
 (:mod:`layerlab.faults.scenario`) refers to them by name and users can add their own, in this
@@ -28,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from layerlab.corpus.build import Document, policy_of
 from layerlab.registry import Registry
 
-Stage = Literal["index", "access", "tool", "session"]
+Stage = Literal["index", "access", "tool", "transport", "session"]
 Payload = dict[str, Any] | None
 
 

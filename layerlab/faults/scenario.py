@@ -41,6 +41,7 @@ from layerlab.faults.operators import (
     stable_int,
 )
 from layerlab.faults.session import SessionContext, SessionOperator, SessionState
+from layerlab.faults.transport import TransportEvent, TransportOperator, merge
 
 
 class _StrictModel(BaseModel):
@@ -73,7 +74,7 @@ class ScenarioSpec(_StrictModel):
 
 
 STRUCK = {"index": "policies (their documents faulted)", "access": "tasks (their principal)",
-          "tool": "tasks (their tool calls)",
+          "tool": "tasks (their tool calls)", "transport": "tasks (their calls on the wire)",
           "session": "conversations (their session state)"}  # fmt: skip
 """What an intensity λ is the share of, by the stage a fault acts at (the unit it strikes)."""
 
@@ -239,13 +240,44 @@ class Scenario:
                 scopes = s if scopes is None or s is None else scopes & s
         return scopes
 
-    def transport(self, payload: Payload, ctx: ToolContext) -> Payload:
-        """The tool payload as it arrives after the tool-stage faults."""
+    def _active(self, i: int, ctx: ToolContext) -> bool:
+        """Whether operator ``i`` (tool or transport stage) acts on call ``ctx.attempt``."""
+        lasts = self.lasts[i] if i < len(self.lasts) else None
+        if lasts is not None and ctx.attempt >= lasts:
+            return False  # a transient fault is over by this attempt
+        return self.strikes(i, ctx.task_id)
+
+    @property
+    def has_transport(self) -> bool:
+        """Whether any of this scenario's faults acts on the wire (transport stage)."""
+        return any(isinstance(op, TransportOperator) for op in self.operators)
+
+    def transport_event(self, ctx: ToolContext, channel: str = "tool") -> TransportEvent | None:
+        """Call ``ctx.attempt`` of ``ctx.task_id`` on the wire: its transport fault (the first
+        failure of the transport-stage operators that strike it, with every latency before it),
+        or None. Seeded by the scenario, the operator, the task and the call's number;
+        ``channel``: ``tool`` (the record's tool calls) or ``model`` (its model calls under
+        ``run live -m``, numbered on their own: same struck tasks, draws of their own)."""
+        events = []
+        salt = () if channel == "tool" else (channel,)
         for i, op in enumerate(self.operators):
-            lasts = self.lasts[i] if i < len(self.lasts) else None
-            if lasts is not None and ctx.attempt >= lasts:
-                continue  # a transient fault is over by this attempt
-            if op.stage == "tool" and self.strikes(i, ctx.task_id):
+            if not isinstance(op, TransportOperator) or not self._active(i, ctx):
+                continue
+            if not op.calls(ctx, self.seed, i, channel):
+                continue
+            ev = op.event(ctx, self._rng(i, "transport", ctx.task_id, ctx.attempt, *salt))
+            if ev is not None:
+                events.append(ev)
+        return merge(events)
+
+    def transport(self, payload: Payload, ctx: ToolContext) -> Payload:
+        """The tool payload as it arrives: a failed call (:meth:`transport_event`) is its error
+        and nothing else; else the payload after the tool-stage faults."""
+        ev = self.transport_event(ctx) if self.has_transport else None
+        if ev is not None and ev.fails:
+            return ev.payload()
+        for i, op in enumerate(self.operators):
+            if op.stage == "tool" and self._active(i, ctx):
                 # a retry draws a fresh stream; the first call keeps the stream of a single call
                 extra = (ctx.task_id,) if ctx.attempt == 0 else (ctx.task_id, ctx.attempt)
                 payload = op.apply_tool(payload, ctx, self._rng(i, *extra))
@@ -270,12 +302,12 @@ def _check(file: ScenarioFile) -> list[tuple[tuple[Any, ...], str]]:
                     )
                 )
                 continue
-            if f.lasts is not None and cls.stage != "tool":
+            if f.lasts is not None and cls.stage not in ("tool", "transport"):
                 problems.append(
                     (
                         (*loc, "lasts"),
-                        f"only tool-stage faults can be transient; {f.op!r} acts at the "
-                        f"{cls.stage} stage",
+                        f"only tool- and transport-stage faults can be transient; {f.op!r} acts "
+                        f"at the {cls.stage} stage",
                     )
                 )
             try:
@@ -347,10 +379,12 @@ def conversation_scenarios() -> Scenarios:
 
 def known_scenarios() -> Scenarios:
     """Every scenario layerlab ships, by name: the paper's nine (``scenarios.yaml``), then the
-    store variant ``wrong_session_store`` (``scenarios_store.yaml``). For reading a finished
-    run's records by scenario name (its layer, whether it is answerable), never for choosing
-    what to run or tabulate: the paper's tables and the default run are the nine."""
-    return Scenarios({**load_scenarios(), **load_scenarios(paths.STORE_SCENARIO_SPEC)})
+    store variant ``wrong_session_store`` (``scenarios_store.yaml``) and the transport faults
+    (``scenarios_transport.yaml``). For reading a finished run's records by scenario name (its
+    layer, whether it is answerable), never for choosing what to run or tabulate: the paper's
+    tables and the default run are the nine."""
+    return Scenarios({**load_scenarios(), **load_scenarios(paths.STORE_SCENARIO_SPEC),
+                      **load_scenarios(paths.TRANSPORT_SCENARIO_SPEC)})  # fmt: skip
 
 
 __all__ = [

@@ -103,11 +103,14 @@ def run_mitigation_archive(
     reader: str = "extractive",
     mitigations_path: Path | None = None,
     corpus_dir: Path | None = None,
+    scenario_paths: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """Run the deterministic harness over the baseline and every matrix arm (or ``arms``) on
-    the committed corpus (or the corpus folder ``corpus_dir``) and scenarios, and write a run
-    folder (``records.parquet`` + manifest): the archive Table 10 is computed from
-    (:mod:`layerlab.analysis.specificity`), ``layerlab mitigation run``."""
+    the committed corpus (or the corpus folder ``corpus_dir``) and scenarios (or those of
+    ``scenario_paths``' files, in order: the transport matrix runs the nine and
+    ``scenarios_transport.yaml``), and write a run folder (``records.parquet`` + manifest): the
+    archive Table 10 is computed from (:mod:`layerlab.analysis.specificity`), ``layerlab
+    mitigation run``."""
     from layerlab import __version__, archive, paths
     from layerlab.corpus import build as corpus_mod
     from layerlab.corpus.spec import spec_hash
@@ -118,11 +121,16 @@ def run_mitigation_archive(
     spec = load_mitigations(mitigations_path)
     names = [spec.baseline, *[a for a in (arms or spec.matrix_arms) if a != spec.baseline]]
     c, key = corpus_mod.load(corpus_dir), corpus_mod.load_answer_key(corpus_dir)
-    scen = load_scenarios()
+    spaths = [Path(p) for p in scenario_paths] or [paths.SCENARIO_SPEC]
+    scen: dict[str, Scenario] = {}
+    for p in spaths:
+        scen.update(load_scenarios(p))
     mpath = Path(mitigations_path or paths.MITIGATION_SPEC)
     hashes = {
         "corpus": c.spec_hash,
-        "scenarios": spec_hash(paths.SCENARIO_SPEC),
+        "scenarios": spec_hash(spaths[0]),
+        # each further scenario file's hash (a transport matrix's scenarios_transport.yaml)
+        **{f"scenarios:{p.name}": spec_hash(p) for p in spaths[1:]},
         "mitigations": spec_hash(mpath),
         # a plug-in's arms are part of what determines the records: each arms file's hash
         **{f"mitigations:{n}": spec_hash(Path(ARM_FILES[n])) for n in sorted(ARM_FILES)},

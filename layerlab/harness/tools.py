@@ -10,6 +10,11 @@ limit allows, and every call goes through the same layers as the harness's own s
 * the **tool-stage** faults reshape, drop, truncate or swap the payload. A transient fault
   (``lasts: N``) hits the first N tool payloads of the *record*, whatever tool asked: an agent
   that retries can recover, one that does not cannot;
+* the **transport** faults (:mod:`layerlab.faults.transport`) decide whether each call's reply
+  arrives: a failed call is the tool's error (``{code, message}``, its code the fault's kind:
+  ``rate_limited``, ``server_error``, ...); :attr:`ToolBox.last_event` is the call's event, which
+  each delivery turns into what its caller meets (an HTTP status, an MCP tool error, an
+  exception) and whose delay it sleeps on :attr:`ToolBox.clock`;
 * the arm's **contract** (strict or repair) checks the payload, and its access, tool and
   reader-input **mitigations** act on every call (a retry calls again; a refusal ends the
   record with a structured non-answer, as in single-call mode).
@@ -30,6 +35,7 @@ from typing import Any
 from layerlab._io import canonical_json
 from layerlab.corpus.build import Task
 from layerlab.faults.operators import SCOPED_ID
+from layerlab.faults.transport import CLOCK, Clock, TransportEvent, merge
 from layerlab.harness.prepare import PreparedScenario, session_for
 from layerlab.harness.step import (
     Admission,
@@ -200,6 +206,9 @@ class ToolBox:
         self.actions: list[str] = []
         self.waited_s = 0.0
         self.observed: list[str] = []  # each observation returned, as canonical JSON, in order
+        self.last_event: TransportEvent | None = None  # the latest call's transport fault
+        self.clock: Clock = CLOCK  # where a delivery sleeps a call's delay (bounded)
+        self._transport = any(op.stage == "transport" for op in prepared.scenario.operators)
         # a session-scoped id a call delivered (``doc~s-...``, a session fault's) -> the index's
         # document it stands for: open_document opens what a search returned
         self._issued: dict[str, str] = {}
@@ -221,6 +230,7 @@ class ToolBox:
 
     def _call(self, name: str, args: Any, step: int) -> dict[str, Any]:
         after = bool(self.calls) and self.calls[-1].outcome in FAULTS
+        self.last_event = None
         checked, problem = _check_args(name, args)
         if checked is None:
             self.calls.append(ToolCall(step, name, False, "invalid", after_fault=after,
@@ -236,7 +246,8 @@ class ToolBox:
             fetch = self._open(base)
         else:
             fetch = self._search(checked["query"], checked["top_k"])
-        g = admit(self.task, self.prepared, self.arm, fetch, first_call=self.payloads)
+        first = self.payloads
+        g = admit(self.task, self.prepared, self.arm, fetch, first_call=first)
         self.payloads += g.attempts
         self.waited_s += g.waited_s
         self.actions += g.actions
@@ -246,7 +257,28 @@ class ToolBox:
             tuple(e.doc_id for e in g.inp.evidence) if g.inp is not None and not g.refusal else ()
         )
         self.calls.append(ToolCall(step, name, True, outcome, docs, g.attempts, after))
-        return observation(g)
+        obs = observation(g)
+        if self._transport:
+            ev = self._event(first, g.attempts)
+            if ev is not None and ev.fails:
+                if obs["status"] == "error":
+                    obs["error"] = ev.error()  # the wire's own error, not the contract's word
+                else:  # the arm answered it (a refusal): the caller meets that, after the wait
+                    ev = TransportEvent("latency", delay_s=ev.delay_s) if ev.delay_s else None
+            self.last_event = ev
+        return obs
+
+    def _event(self, first: int, attempts: int) -> TransportEvent | None:
+        """The transport event a call delivers: its last payload's (a failure, or a slow call),
+        with the delays of the attempts a mitigation made before it added."""
+        prep = self.prepared
+        events = [prep.scenario.transport_event(prep.tool_context(self.task, n))
+                  for n in range(first, first + attempts)]  # fmt: skip
+        last = events[-1]
+        delay = sum(e.delay_s for e in events[:-1] if e is not None)
+        if last is None:
+            return merge([TransportEvent("latency", delay_s=delay)]) if delay else None
+        return merge([TransportEvent("latency", delay_s=delay), last]) if delay else last
 
     def _search(self, query: str, top_k: int) -> Any:
         task, prep = self.task, self.prepared

@@ -12,6 +12,9 @@ import numpy as np
 from pydantic import Field
 
 from layerlab.faults.operators import stable_int
+from layerlab.faults.transport import KINDS as TRANSPORT_KINDS
+from layerlab.faults.transport import LAYER as TRANSPORT
+from layerlab.faults.transport import RETRYABLE
 from layerlab.mitigations.base import (
     MAX_ATTEMPTS,
     PASS,
@@ -243,6 +246,88 @@ class ValidityResolution(Mitigation):
         return Act(
             "filter", "conflicting versions resolved by validity", inp=replace(inp, evidence=keep)
         )
+
+
+# --- the transport layer (data/specs/mitigations_transport.yaml) --------------------------------
+
+
+def _transport_code(result: ContractResult) -> str | None:
+    """The transport fault a failed tool call met (its error code), or None: any other reply."""
+    if result.outcome == "unavailable" and result.error_code in TRANSPORT_KINDS:
+        return result.error_code
+    return None
+
+
+class _TransportRetryParams(MitigationParams):
+    max_retries: int = Field(default=3, ge=0, le=MAX_ATTEMPTS - 1)
+    backoff_s: float = Field(default=0.5, ge=0.0)
+    max_backoff_s: float = Field(default=30.0, ge=0.0)
+    jitter: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+@register
+class TransportRetry(Mitigation):
+    """A call that failed on the wire (429, 5xx, reset, timeout, truncated body): call again,
+    bounded, after an exponential backoff with seeded "equal jitter" that honours the service's
+    Retry-After as a lower bound; after ``max_retries`` (or at once for an expired credential,
+    which a retry only sends again) refuse. Any other reply passes: a missing tool output or a
+    denial is not the wire's."""
+
+    kind = "transport_retry"
+    layers = (TRANSPORT,)
+    stage = "tool"
+    actions = ("pass", "retry", "refuse")
+    Params = _TransportRetryParams
+
+    def on_tool(self, result: ContractResult, call: Call) -> Act:
+        code = _transport_code(result)
+        if code is None:
+            return PASS
+        if code not in RETRYABLE:
+            return _refuse(f"{code}: a retry cannot recover")
+        p = self.typed(_TransportRetryParams)
+        if call.attempt >= p.max_retries:
+            return _refuse(f"{code} after {call.attempt} bounded retries")
+        b = min(p.backoff_s * 2**call.attempt, p.max_backoff_s)
+        u = float(np.random.default_rng(stable_int(self.name, call.task_id, call.attempt)).random())
+        wait = b * (1 - p.jitter * u)
+        if result.retry_after is not None:
+            wait = max(wait, min(result.retry_after, p.max_backoff_s))
+        return Act("retry", f"{code}: retry after {wait:.2f}s", delay_s=round(wait, 4))
+
+
+class _BreakerParams(MitigationParams):
+    failure_threshold: int = Field(default=2, ge=1, le=MAX_ATTEMPTS - 2)
+    cooldown_s: float = Field(default=30.0, ge=0.0)
+
+
+@register
+class CircuitBreaker(Mitigation):
+    """A circuit breaker on the search service, per record (records are independent, so a rerun
+    meets the same states): closed, a call that failed on the wire is made again at once; after
+    ``failure_threshold`` consecutive failures the circuit opens, and after ``cooldown_s`` one
+    half-open probe is let through; if it fails too, the circuit stays open and the record ends
+    at once with a structured non-answer (fail fast) instead of waiting on a service that is
+    down. Honours no Retry-After and makes at most ``failure_threshold`` + 1 calls."""
+
+    kind = "circuit_breaker"
+    layers = (TRANSPORT,)
+    stage = "tool"
+    actions = ("pass", "retry", "refuse")
+    Params = _BreakerParams
+
+    def on_tool(self, result: ContractResult, call: Call) -> Act:
+        code = _transport_code(result)
+        if code is None:
+            return PASS
+        p = self.typed(_BreakerParams)
+        failures = call.attempt + 1  # every earlier call of this step failed, or it had passed
+        if failures < p.failure_threshold:
+            return Act("retry", f"{code}: circuit closed, call again")
+        if failures == p.failure_threshold:
+            return Act("retry", f"{code}: circuit open; half-open probe after {p.cooldown_s:g}s",
+                       delay_s=p.cooldown_s)  # fmt: skip
+        return _refuse(f"circuit open after {failures} consecutive transport failures ({code})")
 
 
 # --- deliberately over-broad controls (the matrix must flag them) --------------------------------

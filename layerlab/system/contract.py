@@ -299,6 +299,10 @@ class ContractResult:
     payload: SearchPayload | None
     edits: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    # a tool that returned only an error: its code (e.g. a transport fault's ``rate_limited``)
+    # and the seconds its Retry-After asked for, what a retry policy reads
+    error_code: str = ""
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -329,9 +333,14 @@ class ContractMode:
                 )
             payload = fixed
         if set(payload) <= {"error"}:
+            err = payload.get("error")
+            err = err if isinstance(err, dict) else {}
+            after = err.get("retry_after")
             return ContractResult(
-                "unavailable", False, None, edits, ("tool returned only an error",)
-            )
+                "unavailable", False, None, edits, ("tool returned only an error",),
+                str(err.get("code") or ""),
+                float(after) if isinstance(after, (int, float)) and after >= 0 else None,
+            )  # fmt: skip
         try:
             parsed = SearchPayload.model_validate(payload)
         except ValidationError as exc:

@@ -140,7 +140,7 @@ def test_retries_are_bounded_and_transient_faults_recover(
             "      - op: serve_superseded\n", "      - op: serve_superseded\n        lasts: 1\n"
         )
     )
-    with pytest.raises(SpecError, match="only tool-stage faults can be transient"):
+    with pytest.raises(SpecError, match="only tool- and transport-stage faults can be transient"):
         load_scenarios(bad)
     assert MAX_ATTEMPTS >= 3
 

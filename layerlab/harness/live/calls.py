@@ -1,6 +1,10 @@
 """One provider call: retries of 429s, 5xx and timeouts with seeded, jittered exponential backoff
 honouring ``Retry-After``, setup errors (bad key, unknown model, 404) raised as one line, and the
-event loop that runs litellm's request building inline (:class:`_Loop`, :func:`arun`)."""
+event loop that runs litellm's request building inline (:class:`_Loop`, :func:`arun`). Under a
+transport scenario each attempt first meets its transport fault (``fault``): a slow call waits
+its delay (bounded), a failed one raises the provider-like error
+(:func:`layerlab.faults.transport.exception_for`: a 429 carries its ``retry-after`` header)
+before the model is reached, and is retried or fails like a provider's own."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from layerlab.faults.transport import CLOCK, TransportEvent, exception_for
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.settings import LiveRunError, ServerDied
 from layerlab.models.llm import ProviderSettings, retry_after_of
@@ -131,6 +136,7 @@ async def call(
     extra: dict[str, Any] | None = None,
     native_tools: bool = False,
     pin: list[int] | None = None,
+    fault: Callable[[int], TransportEvent | None] | None = None,
 ) -> tuple[str | None, str | None]:
     """(reply text, None) or (None, failure label) or (None, None) when the budget ran out.
 
@@ -140,7 +146,8 @@ async def call(
     ``extra`` adds request keys (an agent step's ``tools`` or ``response_format``); with
     ``native_tools`` the reply is the message's text and tool calls as one JSON string
     (:func:`~layerlab.system.agentprompt.native_reply`); ``pin`` keeps an agent record's
-    calls on one endpoint (:meth:`Route.endpoint`).
+    calls on one endpoint (:meth:`Route.endpoint`). ``fault(n)``: attempt ``n``'s (0-based)
+    transport fault, met before the model is reached (the module docstring).
     """
     rng = rng or random.Random(0)
     request = route.request(msgs, seed)
@@ -154,6 +161,11 @@ async def call(
         counters.count("calls")  # when it is sent: a call the provider may see is counted
         base: str | None = None
         try:
+            event = fault(attempt - 1) if fault is not None else None
+            if event is not None:
+                await asyncio.to_thread(CLOCK.wait, event.delay_s)  # bounded
+                if event.fails:
+                    raise exception_for(event)
             async with route.endpoint(affinity if attempt == 1 else None, pin) as ep:
                 base = ep.api_base
                 kwargs: dict[str, Any] = dict(

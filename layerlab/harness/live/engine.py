@@ -22,6 +22,8 @@ from layerlab import mitigations
 from layerlab._io import canonical_json
 from layerlab.archive import Record, samplelog
 from layerlab.corpus.build import AnswerKey, Corpus, Task
+from layerlab.faults.operators import ToolContext
+from layerlab.faults.transport import TransportEvent
 from layerlab.harness.agent import AgentLoop, conversation_hash
 from layerlab.harness.live import calls
 from layerlab.harness.live.agentlog import (
@@ -34,7 +36,7 @@ from layerlab.harness.live.agentlog import (
 from layerlab.harness.live.budget import Budget, Counters
 from layerlab.harness.live.progress import RecordWriter, progress_line
 from layerlab.harness.live.settings import AgentMode, LiveConfig, LiveRunError
-from layerlab.harness.prepare import PreparedScenario
+from layerlab.harness.prepare import PreparedScenario, session_for
 from layerlab.harness.step import Reading, RecordContext, RecordStep
 from layerlab.harness.targets import (
     TargetError,
@@ -227,7 +229,7 @@ class Engine:
             reply, failure = await calls.call(
                 self.litellm, route, msgs, seed, self.config.settings, self.budget,
                 self.counters, self.rng, affinity=None if pin is not None else phash,
-                extra=extra, native_tools=native_tools, pin=pin,
+                extra=extra, native_tools=native_tools, pin=pin, fault=self.model_fault(cell),
             )  # fmt: skip
             if reply is not None or failure is not None:  # the provider was asked
                 self.counters.count("cache_misses")
@@ -239,6 +241,17 @@ class Engine:
         if reply is None and failure is None:
             self.stopped = True  # budget spent: leave this cell for --resume
         return reply, failure, False
+
+    def model_fault(self, cell: Cell) -> Callable[[int], TransportEvent | None] | None:
+        """The transport fault of each attempt of ``cell``'s model call under a transport
+        scenario (its ``model`` channel: the tasks its tool calls' faults strike), else None."""
+        scenario = self.prepared[cell.scenario].scenario
+        if not scenario.has_transport:
+            return None
+        t = cell.task
+        return lambda n: scenario.transport_event(
+            ToolContext(t.task_id, t.policy_id, session_for(t.task_id), n), "model"
+        )
 
     async def record(self, cell: Cell) -> Made | None:
         """The cell's record, sample entry and agent row, or None when the budget stopped the

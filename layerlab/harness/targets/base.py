@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from layerlab._io import canonical_json
 from layerlab.archive.agenttable import REPLY_FORMATS as REPLY_FORMATS  # the table's vocabulary
 from layerlab.corpus.build import Task
+from layerlab.faults.transport import TransportEvent, exception_for
 from layerlab.harness.prepare import PreparedScenario
 from layerlab.harness.step import Done, Reading, RecordContext
 from layerlab.harness.targets.spec import TargetSpec
@@ -140,7 +141,13 @@ class TargetRequest:
       ``{"status": "ok"|"partial", "results": [{doc_id, text, status, effective_year, version,
       owner, access_scope, tenant, session_id, truncated}, ...]}``, or ``{"status": "error"|
       "refused", "error": {"code", "message"}}`` — ``error`` is always that object, a partial
-      result's included (``{"code": "timeout", ...}``); errors are returned, never raised.
+      result's included (``{"code": "timeout", ...}``); errors are returned, never raised —
+      except a **transport** fault (``scenarios_transport.yaml``), which a call meets as a
+      network client would: a slow call takes its time, a failed one raises
+      :class:`~layerlab.faults.transport.RateLimited` (``retry_after``),
+      ``ServiceUnavailable``, ``ConnectionReset``, ``TimedOut``, ``TruncatedBody`` or
+      ``AuthExpired`` (subclasses of ``ConnectionError``, ``ConnectionResetError``,
+      ``TimeoutError`` and ``PermissionError``; :func:`deliver`).
       ``open_document`` opens a document of the scenario's index by id (returned by a search
       or not) and a session-scoped ``doc~s-...`` id once a search of the record returned it,
       through the same faults and contract as a search; another id is ``not_found``;
@@ -168,9 +175,12 @@ class TargetRequest:
         self.settings = dict(settings or {})
 
     def call(self, name: str, args: Any) -> dict[str, Any]:
-        """One tool call by name (``search`` or ``open_document``) with its JSON arguments."""
+        """One tool call by name (``search`` or ``open_document``) with its JSON arguments; a
+        transport fault is delivered in process (:func:`deliver`)."""
         tools = _toolbox(self)
-        return tools.call(name, args, len(tools.calls) + 1)
+        obs, event = exchange(self, name, args)
+        deliver(event, tools)
+        return obs
 
     def search(self, query: str, top_k: int = retrieval.TOP_K) -> dict[str, Any]:
         return self.call(SEARCH, {"query": query, "top_k": top_k})
@@ -193,6 +203,27 @@ class TargetRequest:
     def mcp_url(self) -> str | None:
         service = _MCP.get(self)
         return None if service is None or self not in _TOOLBOXES else service.address(self)
+
+
+def exchange(
+    request: TargetRequest, name: str, args: Any
+) -> tuple[dict[str, Any], TransportEvent | None]:
+    """One tool call of ``request``'s record: its observation and its transport event (None: no
+    transport fault), undelivered — what the tool server and the MCP endpoint deliver their own
+    way (an HTTP status, an MCP tool error)."""
+    tools = _toolbox(request)
+    obs = tools.call(name, args, len(tools.calls) + 1)
+    return obs, tools.last_event
+
+
+def deliver(event: TransportEvent | None, tools: ToolBox) -> None:
+    """A transport event in process: sleep its delay on the record's clock (bounded), then
+    raise the failure's exception (:func:`layerlab.faults.transport.exception_for`)."""
+    if event is None:
+        return
+    tools.clock.wait(event.delay_s)
+    if event.fails:
+        raise exception_for(event)
 
 
 class Target(Protocol):

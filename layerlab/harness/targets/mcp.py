@@ -8,7 +8,11 @@ structured content the same object, and a failed call (status ``error`` or ``ref
 MCP tool error (``isError: true``) whose observation carries ``{"code", "message"}``. A
 partial result (``{"status": "partial", "error": {"code": "timeout", ...}, "results": [...]}``)
 is a result, not an error. Arguments are not checked by the MCP layer: a call that breaks the
-schema reaches the ToolBox, which answers ``invalid_call`` and counts it against V.
+schema reaches the ToolBox, which answers ``invalid_call`` and counts it against V. A
+**transport** fault (``scenarios_transport.yaml``) is an MCP tool error whose code is the
+fault's kind — ``rate_limited`` (with ``retry_after`` in seconds), ``server_error``,
+``connection_reset``, ``stall``, ``truncated_body``, ``auth_expired`` — and a slow or stalled
+call answers after its delay (slept on the clock, bounded by its ``max_delay_s``).
 
 :func:`tool_server` builds the official SDK's low-level ``Server`` for one lookup of the
 record (in memory: ``mcp.Client(tool_server(...))``); :class:`McpService` serves the records
@@ -32,6 +36,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from layerlab.faults.transport import CLOCK, Clock
 from layerlab.harness.tools import TOOL_DEFINITIONS, TOOLS_VERSION
 
 if TYPE_CHECKING:
@@ -111,6 +116,22 @@ def tool_server(
                   on_list_tools=list_tools, on_call_tool=call_tool, **handlers)  # fmt: skip
 
 
+def record_caller(request: TargetRequest, lock: threading.Lock, clock: Clock = CLOCK) -> Caller:
+    """The call function of one record's MCP address: its calls one at a time (``lock``), a
+    transport fault's delay slept on ``clock`` (its failure is the observation's error, an MCP
+    tool error: :func:`tool_result`)."""
+    from layerlab.harness.targets.base import exchange
+
+    def call(name: str, args: Any) -> dict[str, Any]:
+        with lock:
+            obs, event = exchange(request, name, args)
+        if event is not None:
+            clock.wait(event.delay_s)
+        return obs
+
+    return call
+
+
 def token_of(ctx: Any) -> str:
     """The record token of an HTTP request (the ``/mcp/<token>`` path's); "" in memory."""
     request = getattr(ctx, "request", None)
@@ -122,8 +143,9 @@ def token_of(ctx: Any) -> str:
 class McpService:
     """The MCP addresses of one target run's records (one HTTP server, started on first use)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = CLOCK) -> None:
         self._live: dict[str, tuple[TargetRequest, threading.Lock]] = {}
+        self.clock = clock  # where a transport fault's delay is slept (bounded)
         self._tokens: dict[int, str] = {}  # id(request) -> its token
         self._guard = threading.Lock()
         self._host: Host | None = None
@@ -145,12 +167,7 @@ class McpService:
         if live is None:
             raise LookupError("the address is not that of a record in flight")
         request, lock = live
-
-        def call(name: str, args: Any) -> dict[str, Any]:
-            with lock:  # one record's tools are called one at a time
-                return request.call(name, args)
-
-        return call
+        return record_caller(request, lock, self.clock)
 
     def _allowed(self, token: str) -> bool:
         with self._guard:
@@ -318,7 +335,11 @@ class Interactive:
 
         def call(name: str, args: Any) -> dict[str, Any]:
             with self._guard:  # interactive: one call at a time
-                return tools.call(name, args, len(tools.calls) + 1)
+                obs = tools.call(name, args, len(tools.calls) + 1)
+                event = tools.last_event
+            if event is not None:
+                tools.clock.wait(event.delay_s)
+            return obs
 
         return call
 

@@ -4,7 +4,15 @@
 "doc_id"}``, each with the header ``Authorization: Bearer <tools_token>``, answer with the
 tool's observation (the same JSON a Python target's ``search`` returns: ``{"status":
 "ok"|"partial", "results": [...]}`` or ``{"status": "error"|"refused", "error": {"code",
-"message"}}``), always with HTTP 200 — a tool error is the tool's answer, not the server's.
+"message"}}``), with HTTP 200 — a tool error is the tool's answer, not the server's. A
+**transport** fault (``scenarios_transport.yaml``; :mod:`layerlab.faults.transport`) is the
+server's own, delivered as a service would: a slow call answers after its delay; a rate limit
+is a 429 with ``Retry-After`` (whole seconds, rounded up; the body's ``error.retry_after`` has
+the exact value); a server error its 5xx; an expired credential a 401 with ``WWW-Authenticate:
+Bearer error="invalid_token"`` (each with the observation, ``{"status": "error", "error":
+{"code", "message"}}``, as its body); a reset closes the connection without an answer; a stall
+holds it for its delay (bounded by the clock's ``max_delay_s``), then closes it unanswered; a
+truncated body announces its full ``Content-Length`` and sends only part of it.
 ``GET /openapi.json`` describes both (OpenAPI 3); ``GET /tools`` lists them as OpenAI function
 definitions (``{"tools": [{"type": "function", "function": {"name", "description",
 "parameters"}}, ...]}``, :data:`~layerlab.harness.tools.TOOL_DEFINITIONS`), ready to register
@@ -26,14 +34,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import secrets
+import socket
+import struct
 import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from layerlab.harness.targets.base import TargetRequest
+from layerlab.faults.transport import CLOCK, Clock, TransportEvent
+from layerlab.harness.targets.base import TargetRequest, exchange
 from layerlab.harness.tools import OPEN, SEARCH, TOOL_DEFINITIONS, TOOLS_VERSION
 
 MAX_BODY = 1 << 20
@@ -109,8 +121,9 @@ class _Server(ThreadingHTTPServer):
 class ToolServer:
     """The faulted tools of the records in flight, served over HTTP on 127.0.0.1."""
 
-    def __init__(self, backlog: int = BACKLOG) -> None:
+    def __init__(self, backlog: int = BACKLOG, clock: Clock = CLOCK) -> None:
         self._live: dict[str, tuple[TargetRequest, threading.Lock]] = {}
+        self.clock = clock  # where a transport fault's delay is slept (bounded)
         self._guard = threading.Lock()
         server = self
 
@@ -197,8 +210,42 @@ class ToolServer:
                     self._send(403, {"error": "session_id is not that of the token's record"})
                     return
                 with lock:  # one record's tools are called one at a time
-                    obs = request.call(name, body)
-                self._send(200, obs)
+                    obs, event = exchange(request, name, body)
+                if event is None:
+                    self._send(200, obs)
+                else:
+                    self._deliver(obs, event)
+
+            def _deliver(self, obs: dict[str, Any], ev: TransportEvent) -> None:
+                """A transport fault as a service delivers it (the module docstring)."""
+                server.clock.wait(ev.delay_s)
+                if ev.kind == "latency":
+                    self._send(200, obs)
+                elif ev.kind in ("connection_reset", "stall"):
+                    self._drop()
+                elif ev.kind == "truncated_body":
+                    data = json.dumps(obs).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.wfile.write(data[: int(len(data) * ev.keep)])
+                    self.close_connection = True
+                else:  # rate_limited, server_error, auth_expired
+                    headers = {}
+                    if ev.retry_after is not None:
+                        headers["Retry_After"] = str(math.ceil(ev.retry_after))
+                    if ev.kind == "auth_expired":
+                        headers["WWW_Authenticate"] = 'Bearer error="invalid_token"'
+                    self._send(ev.status or 503, obs, **headers)
+
+            def _drop(self) -> None:
+                """Close the connection without an answer (an RST where the OS allows)."""
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))  # fmt: skip
 
         self._httpd = _Server(Handler, backlog)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
