@@ -45,6 +45,7 @@ from layerlab.harness.targets import (
 )
 from layerlab.harness.targets.execute import Runner, TargetExit, open_target
 from layerlab.harness.targets.spans import RecordSpans, record_ident, within
+from layerlab.models import llamaserver
 from layerlab.models.cache import ResponseCache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
@@ -130,6 +131,9 @@ def reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any]) 
     }
     if config.response_format != "none":  # a new reply schema asks again
         params["reply_schema"] = prompt.REPLY_SCHEMA_VERSION
+    if model.startswith("local/") and (which := llamaserver.selected()) != llamaserver.DEFAULT:
+        params["runtime"] = which  # another runtime's replies are its own (the default's keys
+        # are unchanged: the committed archives' replies were cached under them)
     return ResponseCache.key(model, params, phash, _shared_by(config, ident))
 
 
