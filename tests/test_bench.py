@@ -154,9 +154,11 @@ def test_the_runtime_bench_sends_the_committed_prompts_to_every_slot_and_counts_
         assert wall > 0 and len(got) == 3 and len(seen) == 3 and set(seen) <= set(bases)
         assert all(g["usage"]["prompt_tokens"] == 600 for g in got)
         again = runtimes.drive(bases, bodies)[1]
-        assert runtimes.same(got, again) == {"identical": 3, "same_prompt_tokens": 3}
+        assert runtimes.same(got, again) == {"identical": 3, "same_json": 3, "same_prompt_tokens": 3}
         other = [{**g, "content": "x"} for g in again[:1]] + again[1:]
         assert runtimes.same(got, other)["identical"] == 2
+        spaced = [{**g, "content": json.dumps(json.loads(g["content"]), indent=2)} for g in again]
+        assert runtimes.same(got, spaced) == {"identical": 0, "same_json": 3, "same_prompt_tokens": 3}
     finally:
         for p in procs:
             p.kill()

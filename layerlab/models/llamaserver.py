@@ -88,7 +88,7 @@ def selected(environ: Mapping[str, str] | None = None) -> str:
     return value
 
 
-SLOTS = 2
+SLOTS = 4
 """The slots of a run's llama-server (measured: see :func:`layout`)."""
 
 
@@ -204,6 +204,16 @@ def command(
     if speculative:
         cmd += ["--spec-type", speculative]
     return cmd
+
+
+def grammar_for(response_format: Mapping[str, Any]) -> str:
+    """llama-cpp-python's grammar for a local ``response_format``'s schema, which a run sends
+    llama-server (``grammar``) in its place: llama-server's own grammar for the schema lets the
+    reply be laid out over lines, so no greedy reply matched llama-cpp-python's (with this one,
+    9 of 12 did; docs/local-models.md)."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    return str(json_schema_to_gbnf(json.dumps(response_format["schema"])))
 
 
 def describe(record: Mapping[str, Any]) -> str:

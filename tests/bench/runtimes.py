@@ -7,13 +7,15 @@ exactly as the harness builds them (:func:`committed_prompts`: the reader prompt
 as the local ``response_format``, the record's seed, the archive's token cap, temperature 0).
 Each layout (:data:`LAYOUTS`: servers x threads x slots, speculative decoding) is started as a
 run starts it (:func:`layerlab.models.local.serve`), warmed with one token per server, and sent
-every prompt ``repeat`` times, at once as many as it has slots (a worker per slot, each taking
-the next prompt: the harness's endpoints); calls per second is the median pass's. Its replies are
-compared with the first layout's (llama-cpp-python, as runs use it today): identical text, and
+``repeat`` passes of ``prompts`` prompts each, every pass its own prompts (a prompt asked again
+would be read from llama-server's prompt cache in RAM, which a run, asking each prompt once, does
+not get), at once as many as it has slots (a worker per slot, each taking the next prompt: the
+harness's endpoints); calls per second is the median pass's. Its replies are compared with the
+first layout's (llama-cpp-python, as runs use it today): identical text, and
 identical prompt token counts (the same chat template). Needs ``make local`` and
 ``make local-server``::
 
-    PYTHONPATH=. python -m tests.bench.runtimes --prompts 8 --repeat 3 --out /tmp/runtimes.json
+    PYTHONPATH=. python -m tests.bench.runtimes --prompts 4 --repeat 3 --out /tmp/runtimes.json
 """
 
 from __future__ import annotations
@@ -39,14 +41,19 @@ LAYOUTS: tuple[dict[str, Any], ...] = (
     {"runtime": "llama-server", "servers": 1, "threads": 2, "slots": 2},
     {"runtime": "llama-server", "servers": 1, "threads": 2, "slots": 4},
     {"runtime": "llama-server", "servers": 1, "threads": 2, "slots": 2, "speculative": "ngram-simple"},
+    {"runtime": "llama-server", "servers": 1, "threads": 2, "slots": 1, "grammar": "llama-cpp-python"},
+    {"runtime": "llama-server", "servers": 1, "threads": 2, "slots": 4, "grammar": "llama-cpp-python"},
 )  # fmt: skip
 """The layouts measured, the first the baseline: llama-cpp-python as runs use it today (a
-single-slot server per core)."""
+single-slot server per core). ``grammar: llama-cpp-python`` sends llama-cpp-python's own grammar
+for the reply schema (``grammar``, :func:`with_their_grammar`) instead of the schema, which
+llama-server turns into a grammar of its own that lets the reply be laid out over lines."""
 
 
 def label(layout: dict[str, Any]) -> str:
     """``llama-server 1x2 thr, 2 slots, ngram-simple``."""
     spec = f", {layout['speculative']}" if layout.get("speculative") else ""
+    spec += f", {layout['grammar']}'s grammar" if layout.get("grammar") else ""
     return (
         f"{layout['runtime']} {layout['servers']}x{layout['threads']} thr, "
         f"{layout['slots']} slot{'s' if layout['slots'] > 1 else ''}{spec}"
@@ -89,6 +96,15 @@ def committed_prompts(model: str, n: int) -> list[dict[str, Any]]:
         if len(bodies) == n:
             break
     return bodies
+
+
+def with_their_grammar(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with llama-cpp-python's grammar for its ``response_format`` schema instead (as a
+    llama-server run sends it: :func:`layerlab.models.llamaserver.grammar_for`)."""
+    from layerlab.models import llamaserver
+
+    out = dict(body)
+    return {**out, "grammar": llamaserver.grammar_for(out.pop("response_format"))}
 
 
 def post(api_base: str, body: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
@@ -139,10 +155,21 @@ def drive(
     return wall, [o for o in out if o is not None]
 
 
+def _parsed(text: str | None) -> Any:
+    try:
+        return json.loads(text or "")
+    except ValueError:
+        return text
+
+
 def same(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """How many replies of two layouts are identical, and how many prompts had as many tokens."""
+    """How many replies of two layouts are identical, the same JSON value (laid out otherwise),
+    and how many prompts had as many tokens."""
     return {
         "identical": sum(x["content"] == y["content"] for x, y in zip(a, b, strict=True)),
+        "same_json": sum(
+            _parsed(x["content"]) == _parsed(y["content"]) for x, y in zip(a, b, strict=True)
+        ),
         "same_prompt_tokens": sum(
             x["usage"].get("prompt_tokens") == y["usage"].get("prompt_tokens")
             for x, y in zip(a, b, strict=True)
@@ -152,27 +179,29 @@ def same(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> dict[str, 
 
 def measure(model: str, layout: dict[str, Any], bodies: Sequence[dict[str, Any]],
             repeat: int) -> dict[str, Any]:  # fmt: skip
-    """One layout: started as a run starts it, warmed, then ``repeat`` passes."""
+    """One layout: started as a run starts it, warmed, then ``repeat`` passes, each of its own
+    share of ``bodies``."""
     from layerlab.models import local as models
 
     spec = models.lookup(model)
     kw = {"n_threads": layout["threads"], "runtime_name": layout["runtime"],
           "slots": layout["slots"], "speculative": layout.get("speculative")}  # fmt: skip
+    if layout.get("grammar"):
+        bodies = [with_their_grammar(b) for b in bodies]
     with models.serve(spec, n_servers=layout["servers"], **kw) as servers:
         endpoints = [s.api_base for s in servers for _ in range(s.settings.slots)]
         for s in servers:  # model pages in, the system prompt's prefix evaluated
             post(s.api_base, {**bodies[0], "max_tokens": 1})
-        passes, replies = [], None
-        for _ in range(repeat):
-            wall, got = drive(endpoints, bodies)
-            passes.append(len(bodies) / wall)
-            replies = replies or got
-            stable = same(replies, got)["identical"]
+        passes, replies, n = [], [], len(bodies) // repeat
+        for k in range(repeat):
+            wall, got = drive(endpoints, bodies[k * n : (k + 1) * n])
+            passes.append(n / wall)
+            replies += got
         cpu = models.cpu_seconds(servers)
     return {
         "layout": label(layout), **layout, "calls": len(bodies), "repeat": repeat,
         "calls_per_second": round(statistics.median(passes), 4),
-        "passes": [round(p, 4) for p in passes], "stable_replies": stable,
+        "passes": [round(p, 4) for p in passes],
         "server_cpu_seconds": cpu, "replies": replies,
     }  # fmt: skip
 
@@ -180,16 +209,16 @@ def measure(model: str, layout: dict[str, Any], bodies: Sequence[dict[str, Any]]
 def compare(model: str = "qwen2.5-coder-1.5b", prompts: int = 8, repeat: int = 3,
             layouts: Sequence[dict[str, Any]] = LAYOUTS,
             say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:  # fmt: skip
-    """Every layout on the same prompts: calls/s (median), ratio to the first, identical
-    replies out of the prompts."""
+    """Every layout on the same ``prompts`` x ``repeat`` prompts: calls/s (median pass), ratio
+    to the first, identical replies out of all of them."""
     from layerlab.models import local as models
 
     os.environ.setdefault("OPENAI_API_KEY", models.PLACEHOLDER_KEY)
     models.fetch(models.lookup(model))
-    bodies = committed_prompts(model, prompts)
+    bodies = committed_prompts(model, prompts * repeat)
     loads, rows = [load_1m()], []
     for lay in layouts:
-        say(f"{label(lay)}: {len(bodies)} prompts x {repeat}")
+        say(f"{label(lay)}: {repeat} passes of {len(bodies) // repeat} prompts")
         rows.append(measure(model, lay, bodies, repeat))
         loads.append(load_1m())
         say(f"  {rows[-1]['calls_per_second']} calls/s (passes {rows[-1]['passes']})")
@@ -205,13 +234,13 @@ def markdown(result: dict[str, Any]) -> str:
     """The comparison as a Markdown table."""
     n = result["prompts"]
     lines = [
-        "| layout | calls/s (median) | ratio | identical greedy replies | same prompt tokens |",
-        "|---|---|---|---|---|",
+        "| layout | calls/s (median) | ratio | identical greedy replies | same JSON | same prompt tokens |",
+        "|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {r['layout']} | {r['calls_per_second']:.3f} | {r['ratio']:.2f}x | "
-            f"{r['identical']}/{n} | {r['same_prompt_tokens']}/{n} |"
+            f"{r['identical']}/{n} | {r['same_json']}/{n} | {r['same_prompt_tokens']}/{n} |"
         )
     return "\n".join(lines)
 
@@ -221,9 +250,9 @@ GOAL = 1.0
 
 
 def bench_runtimes(repeat: int) -> dict[str, Any]:
-    """``make bench``'s row: calls/s of both runtimes on the committed prompts (8 prompts, at
-    most 3 passes a layout: about 20 min on 2 cores)."""
-    res = compare(repeat=min(repeat, 3))
+    """``make bench``'s row: calls/s of both runtimes on the committed prompts (3 passes of 4
+    prompts a layout: about 25 min on 2 shared cores)."""
+    res = compare(prompts=4, repeat=min(max(repeat, 1), 3))
     base, others = res["rows"][0], res["rows"][1:]
     same_ones = [r for r in others if r["identical"] == res["prompts"]] or others
     best = max(same_ones, key=lambda r: r["calls_per_second"])
@@ -241,7 +270,7 @@ def bench_runtimes(repeat: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=4, help="prompts per pass")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--layout", type=int, action="append", help="indexes into LAYOUTS (0 first)")
     ap.add_argument("--out", default=None, help="write the results (replies included) as JSON")

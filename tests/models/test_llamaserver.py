@@ -168,3 +168,23 @@ def test_models_serve_starts_the_binary_with_its_slots(fake_server: Path) -> Non
         assert models.answers(server.api_base)
     finally:
         server.stop()
+
+
+def test_a_llama_server_run_sends_llama_cpp_pythons_grammar_for_the_reply_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from layerlab.harness.live import routes_for
+
+    cfg = LiveConfig(models=("local/smollm2-135m",), scenarios=("clean",),
+                     response_format="json_schema")  # fmt: skip
+    msgs = [{"role": "user", "content": "q"}]
+    local = {"local/smollm2-135m": ["http://127.0.0.1:1/v1"]}
+    monkeypatch.delenv(llamaserver.ENV, raising=False)
+    default = routes_for(cfg, 1, local)["local/smollm2-135m"].request(msgs, 7)
+    assert default["response_format"]["type"] == "json_object" and "extra_body" not in default
+    monkeypatch.setenv(llamaserver.ENV, "llama-server")
+    got = routes_for(cfg, 1, local)["local/smollm2-135m"].request(msgs, 7)
+    assert "response_format" not in got and got["seed"] == 7
+    grammar = got["extra_body"]["grammar"]
+    assert grammar == llamaserver.grammar_for(default["response_format"])
+    assert grammar.startswith("answer ::=") and 'root ::= "{"' in grammar

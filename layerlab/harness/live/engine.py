@@ -69,12 +69,17 @@ def routes_for(
             continue  # the user's system answers: no provider route
         if m in local:
             spec = models_mod.lookup(m)
+            fmt = response_format_for(config.response_format, local=True)
+            extra: dict[str, Any] = {"api_key": models_mod.PLACEHOLDER_KEY}
+            if fmt is not None and llamaserver.selected() != llamaserver.DEFAULT:
+                extra["extra_body"] = {"grammar": llamaserver.grammar_for(fmt)}  # the default's
+                fmt = None
             routes[m] = Route(
                 model=f"openai/{spec.name}",
                 endpoints=[Endpoint(b, asyncio.Semaphore(1)) for b in local[m]],
-                extra={"api_key": models_mod.PLACEHOLDER_KEY},
+                extra=extra,
                 merge_system=spec.system_prompt == "merge",
-                response_format=response_format_for(config.response_format, local=True),
+                response_format=fmt,
                 seed_base=config.seed if config.seed is not None else 0,
                 name=m,
             )
