@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface reference-surface lint bench coverage lock clean
+.PHONY: help venv local local-server models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface reference-surface lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ n = split($$2, w, " "); \
@@ -71,6 +71,23 @@ $(LOCAL_STAMP): $(STAMP) requirements-local.lock requirements-llama.lock
 	touch $@
 
 local: $(LOCAL_STAMP) ## Install the local model runtime (llama.cpp server; built once for this CPU, cached; ends with one real completion).
+
+# llama.cpp's own server, opt-in (docs/local-models.md "Runtimes"): compiled from the llama.cpp
+# source the same llama-cpp-python sdist vendors (sha256 from requirements-llama.lock), with the
+# wheel's LLAMA_CMAKE_ARGS plus a static, offline server build, once, into a cache folder keyed
+# like the wheel's; its build.json is checked against the CPU and it ends with one real completion.
+# Runs use it with LAYERLAB_LOCAL_RUNTIME=llama-server. Never part of `make local` or `make test`.
+LLAMA_SERVER_DIR := $(CACHE)/llama-server/$(LLAMA_VERSION)-$(shell uname -m)-$(LLAMA_KEY)
+local-server: $(LOCAL_STAMP) ## Build llama.cpp's llama-server from the same vendored source (opt-in; cached; ends with one real completion).
+	@if ! [ -e $(LLAMA_SERVER_DIR)/build.json ] || ! [ -x $(LLAMA_SERVER_DIR)/llama-server ]; then \
+	  echo "building llama-server from llama-cpp-python $(LLAMA_VERSION)'s llama.cpp once (about 10 min on 2 cores; cached in $(LLAMA_SERVER_DIR))"; \
+	  sdist=$$(mktemp -d); trap 'rm -rf "$$sdist"' EXIT; \
+	  $(BIN)/pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+	    --require-hashes -r requirements-llama.lock -d $$sdist || exit $$?; \
+	  $(BIN)/python layerlab/models/llamaserver.py build $$sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz \
+	    $(LLAMA_SERVER_DIR) "$(LLAMA_CMAKE_ARGS)" || exit $$?; fi
+	$(BIN)/python layerlab/models/llamaserver.py verify $(LLAMA_SERVER_DIR)/build.json
+	LAYERLAB_LOCAL_RUNTIME=llama-server $(BIN)/layerlab models check smollm2-135m
 
 models: $(LOCAL_STAMP) ## Install the runtime and fetch the registered local models into the user cache.
 	$(BIN)/layerlab models fetch
@@ -257,7 +274,7 @@ lint: $(STAMP) ## ruff and mypy over the package.
 	$(BIN)/ruff check layerlab tests
 	$(BIN)/mypy
 
-bench: $(LOCAL_STAMP) ## Benchmarks: every speed and memory goal measured, with pass/fail and the load average.
+bench: $(LOCAL_STAMP) local-server ## Benchmarks: every speed and memory goal measured, with pass/fail and the load average.
 	$(BIN)/python -m tests.bench
 
 coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/coverage.csv (minutes).

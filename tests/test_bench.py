@@ -115,3 +115,57 @@ def test_native_tool_call_verdicts_on_canned_replies() -> None:
             {"kind": "first", "choice": "auto", "error": "HTTP 500", "seconds": 0.0, **wide}]  # fmt: skip
     summary = nt.summarise(rows)["first/auto"]
     assert summary["n"] == 2 and summary["errors"] == 1 and summary["args"] == "1/2"
+
+
+def test_the_runtime_bench_sends_the_committed_prompts_to_every_slot_and_counts_same_replies(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import time
+    import urllib.request
+
+    from bench import runtimes
+
+    bodies = runtimes.committed_prompts("qwen2.5-coder-1.5b", 3)
+    assert len(bodies) == 3 and len({json.dumps(b["messages"]) for b in bodies}) == 3
+    assert all(b["temperature"] == 0.0 and b["max_tokens"] == 600 for b in bodies)
+    assert all(b["response_format"]["type"] == "json_object" and "seed" in b for b in bodies)
+    assert not any("api_key" in b for b in bodies)
+    fake = Path(__file__).parent / "fake_llama_server.py"
+    ports = [runtimes_port() for _ in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(fake), "--port", str(p), "--die-after", "-1"],
+                              stdout=subprocess.DEVNULL) for p in ports]  # fmt: skip
+    try:
+        bases = [f"http://127.0.0.1:{p}/v1" for p in ports]
+        for b in bases:
+            for _ in range(200):
+                try:
+                    urllib.request.urlopen(b + "/models", timeout=1).read()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        seen: list[str] = []
+
+        def send(base: str, body: dict) -> dict:
+            seen.append(base)
+            return runtimes.post(base, body)
+
+        wall, got = runtimes.drive([bases[0], bases[0], bases[1]], bodies, send)
+        assert wall > 0 and len(got) == 3 and len(seen) == 3 and set(seen) <= set(bases)
+        assert all(g["usage"]["prompt_tokens"] == 600 for g in got)
+        again = runtimes.drive(bases, bodies)[1]
+        assert runtimes.same(got, again) == {"identical": 3, "same_json": 3, "same_prompt_tokens": 3}
+        other = [{**g, "content": "x"} for g in again[:1]] + again[1:]
+        assert runtimes.same(got, other)["identical"] == 2
+        spaced = [{**g, "content": json.dumps(json.loads(g["content"]), indent=2)} for g in again]
+        assert runtimes.same(got, spaced) == {"identical": 0, "same_json": 3, "same_prompt_tokens": 3}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def runtimes_port() -> int:
+    from layerlab.models.local import free_port
+
+    return free_port()

@@ -87,13 +87,21 @@ def models_fetch(
 @models_app.command("check")
 def models_check(
     name: str = typer.Argument("smollm2-135m", help="A fetched model to complete with."),
+    runtime_name: str = typer.Option(
+        None, "--runtime", help="llama-cpp-python or llama-server (default: $LAYERLAB_LOCAL_RUNTIME, "
+        "else llama-cpp-python).",
+    ),
 ) -> None:
     """Prove the installed runtime on this CPU: its build flags and needed CPU features, then one
-    real completion (a benchmark reader prompt, one token). `make local` ends with it."""
+    real completion (a benchmark reader prompt, one token). `make local` ends with it (and
+    `make local-server` with `--runtime llama-server`)."""
+    from layerlab.models import llamaserver, runtime
     from layerlab.models import local as models
-    from layerlab.models import runtime
 
     spec = _model_spec(name)
+    which = _runtime(runtime_name)
+    if which != llamaserver.DEFAULT:
+        return _check_server(spec, which)
     try:
         version = models.runtime_version()
         models.check_build()
@@ -126,6 +134,56 @@ def models_check(
     )
 
 
+def _runtime(name: str | None) -> str:
+    """The runtime asked for (``--runtime``, else the environment's), checked."""
+    from layerlab.models import llamaserver
+
+    try:
+        return llamaserver.selected(None if name is None else {llamaserver.ENV: name})
+    except llamaserver.ServerRuntimeError as exc:
+        raise _fail(str(exc).replace(f"environment variable {llamaserver.ENV}", "--runtime")
+                    if name is not None else str(exc)) from None  # fmt: skip
+
+
+def _check_server(spec: Any, which: str) -> None:
+    """``models check`` of llama-server: its build record, then one real completion (a reader
+    prompt, one token) through a server started as a run starts it."""
+    import json
+    import urllib.request
+
+    from layerlab.models import llamaserver
+    from layerlab.models import local as models
+
+    if not models.is_fetched(spec):
+        raise _fail(f"{spec.name} is not fetched; run `layerlab models fetch {spec.name}`")
+    try:
+        exe, build = llamaserver.binary()
+        server = models.start(spec, runtime_name=which)
+    except (llamaserver.ServerRuntimeError, models.ModelError) as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(
+        f'runtime: {llamaserver.describe(build)}, LLAMA_CMAKE_ARGS="{build["cmake_args"]}"; needs '
+        f"{len(build['needs'])} CPU feature(s) ({exe.parent}/build.json), all on this CPU "
+        f"({llamaserver.runtime.cpu_model()})"
+    )
+    body = {"model": spec.name, "messages": _reader_prompt(), "max_tokens": 1, "temperature": 0}
+    req = urllib.request.Request(
+        server.api_base + "/chat/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=600) as resp:
+            usage = json.loads(resp.read()).get("usage") or {}
+    except OSError as exc:
+        raise _fail(server.death() or f"local/{spec.name}: one real completion failed: {exc}") from None
+    finally:
+        server.stop()
+    typer.echo(
+        f"runtime ok: local/{spec.name} completed a real reader prompt through {which} "
+        f"({usage.get('prompt_tokens', '?')} prompt tokens, 1 generated)"
+    )
+
+
 def _reader_prompt() -> list[dict[str, str]]:
     """The benchmark's first reader prompt (clean scenario, strict arm, first task)."""
     from layerlab.corpus import build as corpus_mod
@@ -150,6 +208,11 @@ def models_serve(
     threads: int = typer.Option(
         1, help="CPU threads (1: llama.cpp's threads spin-wait when the cores are shared)."
     ),
+    runtime_name: str = typer.Option(
+        None, "--runtime", help="llama-cpp-python or llama-server (default: $LAYERLAB_LOCAL_RUNTIME, "
+        "else llama-cpp-python).",
+    ),
+    slots: int = typer.Option(1, min=1, help="Requests answered at once (llama-server only)."),
 ) -> None:
     """Serve a fetched model on 127.0.0.1 (OpenAI-compatible) until interrupted (Ctrl-C)."""
     import signal
@@ -159,7 +222,9 @@ def models_serve(
 
     spec = _model_spec(name)
     try:
-        server = models.start(spec, port=port, n_threads=threads)
+        server = models.start(
+            spec, port=port, n_threads=threads, runtime_name=_runtime(runtime_name), slots=slots
+        )
     except models.ModelError as exc:
         raise _fail(str(exc)) from None
     typer.echo(

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from layerlab import paths
 from layerlab._io import sha256_file
 from layerlab.corpus.spec import SpecError, SpecProblem, load_yaml_as
-from layerlab.models import runtime
+from layerlab.models import llamaserver, runtime
 from layerlab.registry import did_you_mean
 
 PREFIX = "local/"
@@ -266,10 +266,7 @@ def runtime_version() -> str:
         v = version("llama_cpp_python")
         import importlib.util
 
-        if (
-            importlib.util.find_spec("uvicorn") is None
-            or importlib.util.find_spec("fastapi") is None
-        ):
+        if not all(importlib.util.find_spec(m) for m in ("uvicorn", "fastapi")):
             raise PackageNotFoundError("llama-cpp-python[server] extras")
         return v
     except PackageNotFoundError:
@@ -293,15 +290,27 @@ class ServerSettings:
     n_threads: int
     chat_format: str | None
     seed: int = 0
+    runtime: str = llamaserver.DEFAULT
+    slots: int = 1  # requests a server answers at once (llama-cpp-python's: 1)
+    speculative: str | None = None  # llama-server's speculative decoding, if any
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "n_ctx": self.n_ctx,
             "n_threads": self.n_threads,
             "chat_format": self.chat_format,
             "seed": self.seed,
-            "slots": 1,
+            "slots": self.slots,
         }
+        if self.runtime != llamaserver.DEFAULT:
+            out.update(runtime=self.runtime, speculative=self.speculative)
+        return out
+
+    def build(self) -> dict[str, Any] | None:
+        """The build record of the runtime these settings serve with (None: not recorded)."""
+        if self.runtime == llamaserver.DEFAULT:
+            return runtime.installed()
+        return llamaserver.binary()[1]
 
 
 @dataclass
@@ -328,7 +337,7 @@ class LocalServer:
         return (
             f"local/{self.spec.name}: its llama.cpp server (port {self.port}) "
             f"{runtime.describe_exit(code)}; last log lines: {_log_tail(self.log) or '(none)'}; "
-            f"log: {self.log}; {runtime.advice(code, runtime.installed())}"
+            f"log: {self.log}; {runtime.advice(code, self.settings.build())}"
         )
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -386,7 +395,15 @@ def _die_with_parent() -> None:
 
 
 def server_command(spec: ModelSpec, port: int, settings: ServerSettings) -> list[str]:
-    """The command that serves ``spec`` on 127.0.0.1:``port`` (llama-cpp-python's server)."""
+    """The command that serves ``spec`` on 127.0.0.1:``port``: llama-cpp-python's server, or
+    llama-server (:func:`llamaserver.command`) as ``settings.runtime`` says."""
+    if settings.runtime != llamaserver.DEFAULT:
+        return llamaserver.command(
+            llamaserver.binary()[0], model_path(spec), spec.name, port, n_ctx=settings.n_ctx,
+            threads=settings.n_threads, slots=settings.slots, seed=settings.seed,
+            sampler=sampler_defaults(), speculative=settings.speculative,
+            chat_format=spec.chat_format,
+        )  # fmt: skip
     cmd = [
         sys.executable, "-m", "llama_cpp.server", "--model", str(model_path(spec)),
         "--model_alias", spec.name, "--host", "127.0.0.1", "--port", str(port),
@@ -416,8 +433,12 @@ def start(
     n_threads: int | None = None,
     n_ctx: int | None = None,
     wait_s: float = 120.0,
+    runtime_name: str | None = None,
+    slots: int = 1,
+    speculative: str | None = None,
 ) -> LocalServer:
-    """Start llama.cpp's server for a fetched model and wait until it answers.
+    """Start llama.cpp's server for a fetched model and wait until it answers: the runtime
+    ``runtime_name`` (default :func:`llamaserver.selected`) with ``slots`` slots.
 
     Raises :class:`ModelError` (with the server's last log lines) if it exits or does not
     answer within ``wait_s`` seconds; the process is stopped in that case.
@@ -429,13 +450,20 @@ def start(
         n_ctx=n_ctx or spec.context,
         n_threads=n_threads or 1,
         chat_format=spec.chat_format,
+        runtime=runtime_name or llamaserver.DEFAULT,
+        slots=slots,
+        speculative=speculative,
     )
-    check_build()
     port = port or free_port()
+    try:
+        if settings.runtime == llamaserver.DEFAULT:
+            check_build()
+        cmd = server_command(spec, port, settings)
+    except llamaserver.ServerRuntimeError as exc:
+        raise ModelError(f"local/{spec.name}: {exc}") from None
     logdir = paths.user_cache() / "servers"
     logdir.mkdir(parents=True, exist_ok=True)
     log = logdir / f"{spec.name}-{port}.log"
-    cmd = server_command(spec, port, settings)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             cmd,
@@ -459,7 +487,8 @@ def start(
 
 @contextlib.contextmanager
 def serve(spec: ModelSpec, n_servers: int = 1, **kwargs: Any) -> Iterator[list[LocalServer]]:
-    """Run ``n_servers`` servers of one model for the duration of a ``with`` block.
+    """Run ``n_servers`` servers of one model for the duration of a ``with`` block (with
+    llama-server and no ``slots`` given: :func:`llamaserver.layout` of them).
 
     Each server answers one request at a time with one thread by default: on a shared machine
     llama.cpp's threads spin-wait on each other, and two threads per server measured 4-8x
@@ -468,10 +497,17 @@ def serve(spec: ModelSpec, n_servers: int = 1, **kwargs: Any) -> Iterator[list[L
     if n_servers < 1:
         raise ModelError("n_servers must be >= 1")
     threads = kwargs.pop("n_threads", None) or 1
+    try:
+        which = kwargs.pop("runtime_name", None) or llamaserver.selected()
+    except llamaserver.ServerRuntimeError as exc:
+        raise ModelError(str(exc)) from None
+    if which != llamaserver.DEFAULT and kwargs.get("slots") is None:
+        n_servers, threads, kwargs["slots"] = llamaserver.layout(n_servers, threads)
+    kwargs["slots"] = kwargs.get("slots") or 1
     servers: list[LocalServer] = []
     try:
         for _ in range(n_servers):
-            servers.append(start(spec, n_threads=threads, **kwargs))
+            servers.append(start(spec, n_threads=threads, runtime_name=which, **kwargs))
         yield servers
     finally:
         for s in servers:
@@ -516,7 +552,14 @@ def cpu_seconds(servers: Sequence[LocalServer]) -> float | None:
 
 
 def provenance(spec: ModelSpec, servers: Sequence[LocalServer]) -> dict[str, Any]:
-    """What a manifest records about a local model run (no host, no path, no key)."""
+    """What a manifest records about a local model run (no host, no path, no key): which
+    runtime answered (its version or build) among the rest."""
+    settings = servers[0].settings if servers else None
+    if settings is not None and settings.runtime != llamaserver.DEFAULT:
+        record = llamaserver.binary()[1]
+        name, build = llamaserver.describe(record), llamaserver.provenance(record)
+    else:
+        name, build = f"llama-cpp-python {runtime_version()}", runtime.provenance()
     return {
         "name": spec.name,
         "kind": spec.kind,
@@ -524,9 +567,9 @@ def provenance(spec: ModelSpec, servers: Sequence[LocalServer]) -> dict[str, Any
         "file": spec.file.name,
         "file_sha256": spec.file.sha256,
         "packages": [f"{p.name}=={p.version}" for p in spec.packages],
-        "runtime": f"llama-cpp-python {runtime_version()}",
-        "runtime_build": runtime.provenance(),
-        "server": servers[0].settings.as_dict() if servers else None,
+        "runtime": name,
+        "runtime_build": build,
+        "server": settings.as_dict() if settings else None,
         "server_sampler_defaults": sampler_defaults(),
         "servers": len(servers),
         "system_prompt": spec.system_prompt,

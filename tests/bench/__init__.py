@@ -11,6 +11,7 @@ machine's: read them with the load). ``--json`` prints one JSON object per bench
 Modules: ``report`` (the result shape, :func:`~.report.verdict`, and the printed table), ``suite``
 (the harness, CLI, bootstrap and coverage benchmarks), ``target`` (a user's system that answers
 in 1 s, at concurrency 16), ``local_model`` (the harness against a
-llama.cpp server driven directly), ``cpu_profile`` (``--profile``) and ``run`` (the registry of
+llama.cpp server driven directly), ``runtimes`` (llama-cpp-python's server against
+llama-server: calls/s and identical greedy replies per server layout), ``cpu_profile`` (``--profile``) and ``run`` (the registry of
 benchmarks and :func:`~.run.main`).
 """

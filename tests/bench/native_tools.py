@@ -306,7 +306,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  server pid {server.process.pid} on port {server.port}")
             results.append(measure(server.api_base, spec.name, fmt, reqs))
         print(json.dumps(results[-1]["summary"], indent=1))
-    report = {"model": spec.name, "runtime": models.runtime_version(), "results": results}
+    from layerlab.models import llamaserver
+
+    which = llamaserver.selected()  # LAYERLAB_LOCAL_RUNTIME=llama-server: llama-server --jinja
+    report = {"model": spec.name, "runtime": which if which != llamaserver.DEFAULT
+              else models.runtime_version(), "results": results}  # fmt: skip
     if ns.out:
         with open(ns.out, "w") as fh:
             json.dump(report, fh, indent=1)

@@ -13,6 +13,7 @@ from . import __doc__ as PACKAGE_DOC
 from .cpu_profile import print_profile, profile_live
 from .local_model import bench_local_model, bench_local_model_qwen
 from .report import print_table
+from .runtimes import bench_runtimes
 from .suite import (
     bench_bootstrap,
     bench_cli_start,
@@ -38,10 +39,11 @@ BENCHMARKS: dict[str, Callable[[int], dict[str, Any]]] = {
     "target": bench_target,
     "local_model": bench_local_model,
     "local_model_qwen": bench_local_model_qwen,
+    "runtimes": bench_runtimes,
 }
 # the order of the printed table: issue 15's rows first
 ORDER = ("latency_200ms", "latency", "live", "target", "deterministic", "mitigation_matrix",
-         "cli_start", "test_suite", "local_model", "local_model_qwen", "bootstrap",
+         "cli_start", "test_suite", "local_model", "local_model_qwen", "runtimes", "bootstrap",
          "coverage")  # fmt: skip
 OPT_IN = frozenset({"coverage"})  # tens of minutes: `--only coverage` (or `make coverage`)
 

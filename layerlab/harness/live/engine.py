@@ -47,6 +47,7 @@ from layerlab.harness.targets import (
 )
 from layerlab.harness.targets.execute import Runner, TargetExit, open_target
 from layerlab.harness.targets.spans import RecordSpans, record_ident, within
+from layerlab.models import llamaserver
 from layerlab.models.cache import ResponseCache
 from layerlab.models.llm import import_litellm
 from layerlab.models.routing import Endpoint, Route, record_seed, response_format_for, split_model
@@ -70,12 +71,17 @@ def routes_for(
             continue  # the user's system answers: no provider route
         if m in local:
             spec = models_mod.lookup(m)
+            fmt = response_format_for(config.response_format, local=True)
+            extra: dict[str, Any] = {"api_key": models_mod.PLACEHOLDER_KEY}
+            if fmt is not None and llamaserver.selected() != llamaserver.DEFAULT:
+                extra["extra_body"] = {"grammar": llamaserver.grammar_for(fmt)}  # the default's
+                fmt = None
             routes[m] = Route(
                 model=f"openai/{spec.name}",
                 endpoints=[Endpoint(b, asyncio.Semaphore(1)) for b in local[m]],
-                extra={"api_key": models_mod.PLACEHOLDER_KEY},
+                extra=extra,
                 merge_system=spec.system_prompt == "merge",
-                response_format=response_format_for(config.response_format, local=True),
+                response_format=fmt,
                 seed_base=config.seed if config.seed is not None else 0,
                 name=m,
             )
@@ -132,6 +138,9 @@ def reply_key(config: LiveConfig, model: str, phash: str, ident: Sequence[Any]) 
     }
     if config.response_format != "none":  # a new reply schema asks again
         params["reply_schema"] = prompt.REPLY_SCHEMA_VERSION
+    if model.startswith("local/") and (which := llamaserver.selected()) != llamaserver.DEFAULT:
+        params["runtime"] = which  # another runtime's replies are its own (the default's keys
+        # are unchanged: the committed archives' replies were cached under them)
     return ResponseCache.key(model, params, phash, _shared_by(config, ident))
 
 

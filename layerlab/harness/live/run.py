@@ -129,7 +129,9 @@ def run_live(
     config = _checked(corpus, scenarios, config, out, run, say)
     st = _begin(corpus, key, scenarios, config, out, run, scenario_hash, say)
     with _local_servers(config, run.local_servers, say) as local:
-        bases = {m: [s.api_base for s in servers] for m, servers in local.items()}
+        # a server of k slots is k endpoints of one slot each (llama-server: --parallel k)
+        bases = {m: [s.api_base for s in servers for _ in range(s.settings.slots)]
+                 for m, servers in local.items()}  # fmt: skip
         _preflight_step(st, bases, set(local))
         target = _open_target(config)  # set up (its setup()) before anything is written
         _open_folder(st, began)  # from here on the run folder is written
