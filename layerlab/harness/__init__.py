@@ -2,4 +2,5 @@
 runs built from it — deterministic (`deterministic`, no model), live (`live`, a model through
 litellm), the focused LangChain study (`study`) — and run configurations (`runconfig`)."""
 
-__all__ = ["deterministic", "live", "prepare", "runconfig", "step", "study"]
+__all__ = ["conversation", "convtools", "deterministic", "live", "prepare", "runconfig", "step",
+           "study"]
