@@ -4,10 +4,11 @@ archives as frames (`provenance`), cluster-aware rates (`rates`), the paired boo
 (`crosschecks`) — one name space in `stats` — and per-model results (`results`), the specificity
 matrix (`specificity`), runs side by side (`compare`), CI gates on a run's rates and verdicts
 (`gate`), interval coverage (`coverage`) on synthetic archives with known truth
-(`synthetic`)."""
+(`synthetic`), and a conversational run's statistics by turn and conversation (`conversations`)."""
 
 __all__ = [
     "bootstrap",
+    "conversations",
     "coverage",
     "crosschecks",
     "effects",

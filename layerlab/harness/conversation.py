@@ -230,5 +230,62 @@ def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Seq
     return out
 
 
-__all__ = ["Reply", "Setting", "System", "play", "python_target", "read_turn_reply",
-           "reference", "run"]  # fmt: skip
+
+
+# --- the run's folder ------------------------------------------------------------------------
+
+RUN_FILES = ("turns.jsonl", "summary.json")
+
+
+def folder_problem(out: Any) -> str | None:
+    """Why ``out`` may not be written: it must be missing, empty, or a conversational run folder
+    (its manifest says so) holding only that run's files, which it replaces."""
+    from pathlib import Path
+
+    from layerlab._io import folder_names
+
+    out = Path(out)
+    bad, names = folder_names(out)
+    if bad is not None or not names:
+        return bad
+    try:
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("run") != "conversations":
+        return (f"not empty and not a conversational run folder (holds {names[0]!r}); expected "
+                "a new or empty folder, or a conversational run's folder (which is replaced)")  # fmt: skip
+    extra = [n for n in names if n not in (*RUN_FILES, "manifest.json")]
+    return f"a conversational run folder that also holds {extra[0]!r}" if extra else None
+
+
+def write_run(out: Any, records: Sequence[TurnRecord], manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the run's folder whole: ``turns.jsonl`` (the turn records), ``summary.json``
+    (:func:`~layerlab.analysis.conversations.summarise`) and ``manifest.json`` (``manifest``,
+    the counts and the files' checksums; no timestamp: same run, same bytes). Returns the
+    summary; :class:`~layerlab._io.FolderRefused` when :func:`folder_problem` objects."""
+    from pathlib import Path
+
+    from layerlab import __version__
+    from layerlab._io import atomic_write_text, replace_folder, sha256_file
+    from layerlab.analysis.conversations import summarise
+    from layerlab.archive import turnrecords
+
+    summary = summarise(records)  # in the run's order: systems, then scenarios
+
+    def fill(tmp: Path) -> None:
+        turnrecords.write(list(records), tmp)
+        atomic_write_text(tmp / "summary.json", canonical_json(summary) + "\n")
+        full = {"run": "conversations", "turn_schema_version": TURN_SCHEMA_VERSION,
+                "layerlab_version": __version__, **dict(manifest),
+                "counts": {"turns": len(records),
+                           "conversations": len({r.conversation_id for r in records})},
+                "files": {n: sha256_file(tmp / n) for n in RUN_FILES}}  # fmt: skip
+        atomic_write_text(tmp / "manifest.json", canonical_json(full) + "\n")
+
+    replace_folder(Path(out), fill, folder_problem)
+    return summary
+
+
+__all__ = ["RUN_FILES", "Reply", "Setting", "System", "folder_problem", "play", "python_target",
+           "read_turn_reply", "reference", "run", "write_run"]  # fmt: skip
