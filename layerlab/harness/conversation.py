@@ -67,13 +67,15 @@ def python_target(spec_text: str, settings: Mapping[str, str] | None = None) -> 
     """A team's Python target (``module:function`` or ``python:module:function``): a function
     of one :class:`ConversationRequest`, or a class whose ``answer`` method is."""
     from layerlab.harness.targets.python import PythonTarget
-    from layerlab.harness.targets.spec import parse_target
+    from layerlab.harness.targets.spec import KINDS, parse_target
     from layerlab.models.agents import TARGET_PROVIDER
 
-    text = spec_text if spec_text.startswith("python:") else f"python:{spec_text}"
+    kind = spec_text.partition(":")[0]
+    if kind in KINDS and kind != "python" or spec_text.startswith(("http://", "https://")):
+        raise ValueError(f"--target {spec_text}: conversations run Python targets only so far "
+                         "(MODULE:FN or python:MODULE:FN)")  # fmt: skip
+    text = spec_text if kind == "python" else f"python:{spec_text}"
     spec = parse_target(text, settings=dict(settings or {}))
-    if spec.kind != "python":
-        raise ValueError(f"--target {spec_text}: conversations run Python targets only")
     t = PythonTarget(spec)
     answer = cast(Callable[[ConversationRequest], Any], t.answer)  # it calls with any request
     return System(TARGET_PROVIDER, spec.model, answer, spec.options(), spec.redact)

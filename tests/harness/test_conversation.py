@@ -187,3 +187,18 @@ def test_read_turn_reply_knows_a_clarification() -> None:
     r = hc.read_turn_reply({"status": "answered", "answer": "$5", "citations": ["a"]}, ["a"])
     assert (r.category, r.answer, r.citations) == ("answered", "$5", ("a",))
     assert hc.read_turn_reply(42, []).failure == "malformed_reply"
+
+
+def test_intensity_strikes_a_nested_share_of_the_conversations(built, setting, scenarios) -> None:
+    convs, _ = built
+    sc = scenarios["foreign_memory"]
+    naive = hc.python_target("conversation_targets:naive_memory")
+    struck = {}
+    for dose in (0.0, 0.25, 0.5, 1.0):
+        recs = hc.run([naive], convs, [sc.at(dose)], setting)
+        assert {r.scenario for r in recs} == {sc.at(dose).name}
+        struck[dose] = {r.conversation_id for r in recs if r.struck}
+        assert {r.conversation_id for r in recs if r.leak} <= struck[dose]
+    assert struck[0.0] == set() and len(struck[1.0]) == len(convs)
+    assert struck[0.25] <= struck[0.5] <= struck[1.0]
+    assert 0 < len(struck[0.25]) < len(struck[0.5]) < len(convs)
