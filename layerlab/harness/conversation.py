@@ -21,6 +21,8 @@ same records, byte for byte.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +49,6 @@ class System:
     model: str
     answer: Callable[[ConversationRequest], Any]
     settings: Mapping[str, Any] = field(default_factory=dict)
-    redact: Callable[[str], str] = str
 
 
 def reference(name: str) -> System:
@@ -65,7 +66,8 @@ def reference(name: str) -> System:
 
 def python_target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
     """A team's Python target (``module:function`` or ``python:module:function``): a function
-    of one :class:`ConversationRequest`, or a class whose ``answer`` method is."""
+    of one :class:`ConversationRequest`, or a class whose ``answer`` method is (either may be a
+    coroutine function: its coroutine is run to its end)."""
     from layerlab.harness.targets.python import PythonTarget
     from layerlab.harness.targets.spec import KINDS, parse_target
     from layerlab.models.agents import TARGET_PROVIDER
@@ -78,7 +80,7 @@ def python_target(spec_text: str, settings: Mapping[str, str] | None = None) -> 
     spec = parse_target(text, settings=dict(settings or {}))
     t = PythonTarget(spec)
     answer = cast(Callable[[ConversationRequest], Any], t.answer)  # it calls with any request
-    return System(TARGET_PROVIDER, spec.model, answer, spec.options(), spec.redact)
+    return System(TARGET_PROVIDER, spec.model, answer, spec.options())
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,8 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
         raw, failure = None, None
         try:
             raw = system.answer(request)
+            if inspect.isawaitable(raw):  # an async target: its coroutine run to its end
+                raw = asyncio.run(_awaited(raw))
         except Exception:  # the system under test failed: the turn's failure, not ours
             failure = "provider_error"
         finally:
@@ -207,6 +211,10 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
                 state = state.remember(src.policy_id, reply.answer or "", src.doc_id)
         category = reply.category or "abstained"
     return records
+
+
+async def _awaited(raw: Any) -> Any:
+    return await raw
 
 
 def _labels(labels: Any) -> list[Any]:

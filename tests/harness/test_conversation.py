@@ -202,3 +202,13 @@ def test_intensity_strikes_a_nested_share_of_the_conversations(built, setting, s
     assert struck[0.0] == set() and len(struck[1.0]) == len(convs)
     assert struck[0.25] <= struck[0.5] <= struck[1.0]
     assert 0 < len(struck[0.25]) < len(struck[0.5]) < len(convs)
+
+
+def test_an_async_target_is_awaited(built, setting, scenarios) -> None:
+    convs, _ = built
+    sc = [scenarios["foreign_memory"]]
+    a = hc.run([hc.python_target("conversation_targets:async_scoped")], convs[:10], sc, setting)
+    b = hc.run([hc.python_target("conversation_targets:scoped_memory")], convs[:10], sc, setting)
+    strip = [(r.turn, r.category, r.success, r.leak) for r in a]
+    assert strip == [(r.turn, r.category, r.success, r.leak) for r in b]
+    assert not any(r.diagnostic in ("malformed_reply", "provider_error") for r in a)
