@@ -116,7 +116,8 @@ def run_conversations(
     target: list[str] = typer.Option(
         [], "--target", metavar="MODULE:FN",
         help="Your conversational system (repeatable): a Python function of a "
-        "ConversationRequest, or a class with answer(request) (python:MODULE:FN too).",
+        "ConversationRequest, or a class with answer(request) (python:MODULE:FN too), or "
+        "langchain:MODULE:FACTORY (a chat chain with message history).",
     ),
     target_setting: list[str] = typer.Option(
         [], "--target-setting", metavar="KEY=VALUE", help="A setting the targets get (repeatable)."
@@ -168,7 +169,7 @@ def run_conversations(
     try:
         settings = parse_settings(target_setting)
         systems = [hc.reference(m) for m in model]
-        systems += [hc.python_target(t, settings) for t in target]
+        systems += [hc.target(t, settings) for t in target]
     except (ValueError, TargetError) as exc:
         raise _usage(str(exc)) from None
     try:

@@ -64,20 +64,27 @@ def reference(name: str) -> System:
     return System(PROVIDER, f"{PROVIDER}/{short}", READERS[short]().answer)
 
 
-def python_target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
-    """A team's Python target (``module:function`` or ``python:module:function``): a function
-    of one :class:`ConversationRequest`, or a class whose ``answer`` method is (either may be a
-    coroutine function: its coroutine is run to its end)."""
+def target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
+    """A team's conversational system: a Python target (``module:function`` or
+    ``python:module:function``: a function of one :class:`ConversationRequest`, or a class whose
+    ``answer`` method is; either may be a coroutine function, whose coroutine is run to its end)
+    or a LangChain chat chain (``langchain:module:factory``, :mod:`~layerlab.harness.convlangchain`)."""
     from layerlab.harness.targets.python import PythonTarget
     from layerlab.harness.targets.spec import KINDS, parse_target
     from layerlab.models.agents import TARGET_PROVIDER
 
     kind = spec_text.partition(":")[0]
-    if kind in KINDS and kind != "python" or spec_text.startswith(("http://", "https://")):
-        raise ValueError(f"--target {spec_text}: conversations run Python targets only so far "
-                         "(MODULE:FN or python:MODULE:FN)")  # fmt: skip
-    text = spec_text if kind == "python" else f"python:{spec_text}"
+    if kind in KINDS and kind not in ("python", "langchain") or spec_text.startswith(
+            ("http://", "https://")):  # fmt: skip
+        raise ValueError(f"--target {spec_text}: conversations run Python and LangChain targets "
+                         "only so far (MODULE:FN, python:MODULE:FN, langchain:MODULE:FACTORY)")  # fmt: skip
+    text = spec_text if kind in ("python", "langchain") else f"python:{spec_text}"
     spec = parse_target(text, settings=dict(settings or {}))
+    if spec.kind == "langchain":
+        from layerlab.harness.convlangchain import ConversationalChain
+
+        chain = ConversationalChain(spec)
+        return System(TARGET_PROVIDER, spec.model, chain.answer, spec.options())
     t = PythonTarget(spec)
     answer = cast(Callable[[ConversationRequest], Any], t.answer)  # it calls with any request
     return System(TARGET_PROVIDER, spec.model, answer, spec.options())
@@ -297,5 +304,5 @@ def write_run(out: Any, records: Sequence[TurnRecord], manifest: Mapping[str, An
     return summary
 
 
-__all__ = ["RUN_FILES", "Reply", "Setting", "System", "folder_problem", "play", "python_target",
+__all__ = ["RUN_FILES", "Reply", "Setting", "System", "folder_problem", "play", "target",
            "read_turn_reply", "reference", "run", "write_run"]  # fmt: skip

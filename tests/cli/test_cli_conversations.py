@@ -103,7 +103,7 @@ def test_run_conversations_prints_s_by_turn_and_the_leak_and_writes_the_same_byt
     (["-m", "layerlab/extractive", "--scenario", "stale_index"], 2, "not a conversational scenario"),
     (["-m", "layerlab/nope"], 2, "layerlab/extractive"),
     (["--target", "no_such_module_here:fn"], 2, "no_such_module_here"),
-    (["--target", "langchain:my_chain:factory"], 2, "Python targets only"),
+    (["--target", "llamaindex:my_engine:factory"], 2, "Python and LangChain targets only"),
     (["-m", "layerlab/extractive", "--intensity", "2"], 2, "--intensity"),
 ])  # fmt: skip
 def test_run_conversations_bad_inputs_are_one_line(
@@ -122,3 +122,14 @@ def test_run_conversations_refuses_a_foreign_folder(tmp_path: Path, capsys: pyte
                  "conversation_clean", "--out", str(tmp_path / "mine")]) == 1  # fmt: skip
     assert "not a conversational run folder" in capsys.readouterr().err
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_run_conversations_runs_a_langchain_chat_chain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("langchain_core")
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    assert main(["run", "conversations", "--target", "langchain:conversation_targets:chat_factory",
+                 "--scenario", "truncated_history", "--out", str(tmp_path / "lc")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "target/chat_factory: S by turn index" in out and "truncated_history" in out

@@ -96,7 +96,7 @@ def test_the_answer_key_never_reaches_a_request(built, setting, scenarios) -> No
 def test_the_records_are_byte_identical_on_rerun(built, setting, scenarios, tmp_path) -> None:
     convs, _ = built
     chosen = [scenarios[n] for n in ("conversation_clean", "swapped_session", "stale_tool_cache")]
-    systems = [hc.reference("layerlab/extractive"), hc.python_target("conversation_targets:naive_memory")]
+    systems = [hc.reference("layerlab/extractive"), hc.target("conversation_targets:naive_memory")]
     a = hc.run(systems, convs[:30], chosen, setting, epochs=2)
     b = hc.run(systems, convs[:30], chosen, setting, epochs=2)
     turn_archive.write(a, tmp_path / "a")
@@ -108,12 +108,12 @@ def test_the_records_are_byte_identical_on_rerun(built, setting, scenarios, tmp_
 def test_naive_memory_leaks_under_foreign_memory_and_scoped_memory_does_not(built, setting, scenarios) -> None:
     convs, _ = built
     sc = scenarios["foreign_memory"]
-    naive = hc.run([hc.python_target("conversation_targets:naive_memory")], convs, [sc], setting)
-    scoped = hc.run([hc.python_target("conversation_targets:scoped_memory")], convs, [sc], setting)
+    naive = hc.run([hc.target("conversation_targets:naive_memory")], convs, [sc], setting)
+    scoped = hc.run([hc.target("conversation_targets:scoped_memory")], convs, [sc], setting)
     assert sum(r.leak for r in naive) >= len(convs) // 2  # turn 1 of most conversations
     assert all(r.diagnostic == "session_state" for r in naive if r.leak)
     assert not any(r.leak for r in scoped)
-    clean = hc.run([hc.python_target("conversation_targets:naive_memory")], convs,
+    clean = hc.run([hc.target("conversation_targets:naive_memory")], convs,
                    [scenarios["conversation_clean"]], setting)  # fmt: skip
     assert not any(r.leak for r in clean)
 
@@ -122,7 +122,7 @@ def _recorded(convs, setting, scenario):
     from conversation_targets import Recorder
 
     Recorder.seen = []
-    hc.run([hc.python_target("conversation_targets:Recorder")], convs, [scenario], setting)
+    hc.run([hc.target("conversation_targets:Recorder")], convs, [scenario], setting)
     return {(s["conversation_id"], s["turn"]): s for s in Recorder.seen}
 
 
@@ -167,7 +167,7 @@ def test_each_session_fault_reaches_the_target_at_its_layer(built, setting, scen
 
 def test_a_failing_target_is_the_turns_failure_and_the_user_moves_on(built, setting, scenarios) -> None:
     convs, _ = built
-    recs = hc.run([hc.python_target("conversation_targets:fails")], convs[:5],
+    recs = hc.run([hc.target("conversation_targets:fails")], convs[:5],
                   [scenarios["conversation_clean"]], setting)  # fmt: skip
     assert len(recs) == sum(len(c.turns) for c in convs[:5])
     assert all(r.diagnostic == "provider_error" and not r.success for r in recs)
@@ -192,7 +192,7 @@ def test_read_turn_reply_knows_a_clarification() -> None:
 def test_intensity_strikes_a_nested_share_of_the_conversations(built, setting, scenarios) -> None:
     convs, _ = built
     sc = scenarios["foreign_memory"]
-    naive = hc.python_target("conversation_targets:naive_memory")
+    naive = hc.target("conversation_targets:naive_memory")
     struck = {}
     for dose in (0.0, 0.25, 0.5, 1.0):
         recs = hc.run([naive], convs, [sc.at(dose)], setting)
@@ -207,8 +207,8 @@ def test_intensity_strikes_a_nested_share_of_the_conversations(built, setting, s
 def test_an_async_target_is_awaited(built, setting, scenarios) -> None:
     convs, _ = built
     sc = [scenarios["foreign_memory"]]
-    a = hc.run([hc.python_target("conversation_targets:async_scoped")], convs[:10], sc, setting)
-    b = hc.run([hc.python_target("conversation_targets:scoped_memory")], convs[:10], sc, setting)
+    a = hc.run([hc.target("conversation_targets:async_scoped")], convs[:10], sc, setting)
+    b = hc.run([hc.target("conversation_targets:scoped_memory")], convs[:10], sc, setting)
     strip = [(r.turn, r.category, r.success, r.leak) for r in a]
     assert strip == [(r.turn, r.category, r.success, r.leak) for r in b]
     assert not any(r.diagnostic in ("malformed_reply", "provider_error") for r in a)
