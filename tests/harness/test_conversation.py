@@ -212,3 +212,29 @@ def test_an_async_target_is_awaited(built, setting, scenarios) -> None:
     strip = [(r.turn, r.category, r.success, r.leak) for r in a]
     assert strip == [(r.turn, r.category, r.success, r.leak) for r in b]
     assert not any(r.diagnostic in ("malformed_reply", "provider_error") for r in a)
+
+
+def test_the_memory_store_holds_only_what_the_system_said_or_a_document(built, setting, scenarios) -> None:
+    """Every turn, under every scenario: a memory entry served is an answer the system gave
+    earlier in the conversation, or a document's text (an entry a fault injected): the key
+    never writes to the store."""
+    convs, _ = built
+    docs = {d.text for d in setting.corpus.documents} | {d.text for d in setting.foreign.values()}
+    docs |= {d.text for c in convs for t in c.turns for d in t.publishes}
+    said: dict[str, set[str]] = {}
+    reader = hc.reference("layerlab/extractive")
+
+    def spy(req: ConversationRequest):
+        mine = said.setdefault(req.conversation_id, set())
+        for m in req.memory:
+            assert m.text in mine or m.text in docs, (req.conversation_id, req.turn, m.text)
+        reply = reader.answer(req)
+        if reply.get("answer"):
+            mine.add(reply["answer"])
+        return reply
+
+    system = hc.System("target", "spy", spy)
+    for name in scenarios:
+        said.clear()
+        recs = hc.run([system], convs, [scenarios[name]], setting)
+        assert sum(r.memory_entries for r in recs) > 0
