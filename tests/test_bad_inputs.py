@@ -227,6 +227,45 @@ def test_bad_retriever_and_corpus(capsys, tmp_path) -> None:
     )
 
 
+def test_dense_retriever_without_its_extra_names_the_install_line(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    """Issue 46: ``--retriever dense`` without wordllama read as a bug; it names the extra."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.split(".")[0] == "wordllama" else real(name, *a))  # fmt: skip
+    monkeypatch.setitem(sys.modules, "wordllama", None)
+    out = tmp_path / "run"
+    for args in (["run", "live", "-m", "layerlab/extractive", *ONE],
+                 ["run", "deterministic"]):  # fmt: skip
+        line = _fails(capsys, [*args, "--retriever", "dense", "--out", str(out)],
+                      "needs wordllama (pip install 'layerlab[dense]')", untouched=(out,), code=2)  # fmt: skip
+        assert "a bug" not in line
+
+
+def test_a_retriever_modules_import_error_is_one_redacted_line(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    """Issue 46: a retriever module's import error reached stderr unredacted (a URL's password,
+    an ``sk-`` key), though the same text from ``--target`` was hidden."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # nothing written, not even a .pyc
+    monkeypatch.chdir(tmp_path)
+    pw, key = "hunter2-" + "x7" * 6, "sk-proj-" + "Q7v9XkT2mN4pL8rS1wY6zA3b"
+    (tmp_path / "leaky_store_mod.py").write_text(
+        f"raise RuntimeError('cannot reach postgres://admin:{pw}@db:5432/vec with {key}')\n"
+    )
+    out = tmp_path / "run"
+    for args in (["run", "live", "-m", "layerlab/extractive", *ONE], ["run", "deterministic"]):
+        line = _fails(capsys, [*args, "--retriever", "python:leaky_store_mod:Store", "--out",
+                               str(out)], "importing 'leaky_store_mod' failed (RuntimeError: "
+                      "cannot reach postgres://(secret: not stored)@db:5432/vec with (secret: not "
+                      "stored))", untouched=(out, tmp_path / "__pycache__"), code=2)  # fmt: skip
+        assert pw not in line and key not in line
+    sys.modules.pop("leaky_store_mod", None)
+
+
 def test_spec_files(capsys, tmp_path, good_spec_text) -> None:
     dup = tmp_path / "returns.yaml"
     dup.write_text(good_spec_text.replace("title:", "owner: Twice\ntitle:", 1))

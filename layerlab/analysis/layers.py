@@ -30,6 +30,7 @@ from layerlab.analysis.units import ARM, unit_labels
 from layerlab.faults.roles import Roles, load_roles
 from layerlab.faults.scenario import Scenario, known_scenarios, load_scenarios
 from layerlab.mitigations import MitigationSet, load_mitigations
+from layerlab.mitigations.book import ArmBook, definition_of, shipped
 from layerlab.scoring.score import table_diagnostic
 
 N_BOOT = 2_000  # bootstrap resamples of a guard's measured effect (seeded)
@@ -48,6 +49,42 @@ def _contract_layers(spec: MitigationSet) -> set[str]:
     return {layer for a in spec.contract_arms for layer in spec.arms[a].layers}
 
 
+def guard_of(layer: str, named: str, present: set[str], book: ArmBook) -> str:
+    """The run's own guard of ``layer`` (a scenario's layer, ``a+b`` for several): the roles'
+    guard ``named`` when the run holds it; else an arm the run holds that the shipped spec does
+    not define (a plug-in's or a team's arms file), no stack, targeting the layer (the fewest
+    other layers first, then in the run's order); else ``named``, which the run lacks."""
+    if named in present:
+        return named
+    parts, ours = set(layer.split("+")), shipped().arms
+    own = [
+        (len(set(d.layers) - parts), i, n)
+        for i, (n, d) in enumerate(book.arms.items())
+        if n in present and n not in ours and not d.is_stack and parts & set(d.layers)
+    ]
+    return min(own)[2] if own else named
+
+
+def installed(spec: MitigationSet) -> ArmBook:
+    """The installed spec's arms as a book (where no run's own definitions are given)."""
+    defined = {n: definition_of(a) for n, a in spec.arms.items()}
+    return ArmBook(spec.baseline, defined, "the installed mitigation spec")
+
+
+def _description(guard: str, spec: MitigationSet, book: ArmBook) -> str:
+    """The guard's description: the installed spec's; for an arm it no longer defines (a
+    plug-in not importable now), what the run's manifest says of it."""
+    if guard in spec.arms:
+        return str(spec.arms[guard].description)
+    d = book.arm(guard)
+    by = ", ".join(f"{dist} {v}" for dist, v in d.plugins)
+    return (
+        f"a plug-in arm of kind {', '.join(d.kinds)} on {', '.join(d.layers)}"
+        + (f" (from {by})" if by else "")
+        + "."
+    )
+
+
 def _guard(
     guard: str,
     scenario: str,
@@ -55,13 +92,14 @@ def _guard(
     spec: MitigationSet,
     mx: Any,
     alpha: float = 0.05,
+    book: ArmBook | None = None,
 ) -> dict[str, Any]:
     """What the layer's guard would change: its arm and description and, when the run holds the
     arm, its safe resolutions on the scenario, the paired effect and the matrix's verdict (its
     band at level ``alpha``). ``state``: ``absent`` (not in the run), ``unpaired`` (no record
     paired with the baseline on the scenario) or ``measured``."""
-    arm = spec.arms[guard]
-    out: dict[str, Any] = {"arm": guard, "description": arm.description, "measured": False}
+    what = _description(guard, spec, book or installed(spec))
+    out: dict[str, Any] = {"arm": guard, "description": what, "measured": False}
     rows = mx.summary.set_index("mitigation") if mx is not None else None
     if rows is None or guard not in rows.index:
         return {**out, "state": "absent"}
@@ -160,11 +198,14 @@ def unit_findings(
     n_boot: int = N_BOOT,
     seed: int = SEED,
     alpha: float = 0.05,
+    arms: ArmBook | None = None,
 ) -> dict[str, Any]:
     """The per-layer findings of one unit's records ``df`` (every arm it holds): ``layers`` (the
     system's, failing layers first, each with its ``line`` and its guard), ``harness`` (the
     contract arms' scenario) and ``control`` (the fault-free scenario); JSON-ready, seeded. The
-    guards' verdicts at level ``alpha`` (an until-decided run's: its look's)."""
+    guards' verdicts at level ``alpha`` (an until-decided run's: its look's). ``arms``: the
+    run's own definitions of its arms (:func:`~layerlab.archive.manifest.book_for`), from which
+    a layer's guard is the run's own (:func:`guard_of`: a plug-in's guard of the layer)."""
     from layerlab.analysis import specificity
 
     spec = spec or load_mitigations()
@@ -178,10 +219,12 @@ def unit_findings(
     if present - set(spec.contract_arms) - {base}:
         try:
             nine = scenarios or load_scenarios()  # the guards' matrix: the paper's nine
-            mx = specificity.matrix(df, spec, nine, n_boot=n_boot, seed=seed, alpha=alpha)
+            mx = specificity.matrix(df, arms or spec, nine, n_boot=n_boot, seed=seed,
+                                    alpha=alpha)  # fmt: skip
         except ValueError as exc:  # e.g. an unfinished run with no pair of some arm
             note = f"guards not measured: {exc}"
     contract = _contract_layers(spec)
+    book = arms or installed(spec)
     b = df[df[ARM] == base]
     layers, harness, control = [], [], None
     for i, (name, sc) in enumerate(scen.items()):
@@ -211,7 +254,8 @@ def unit_findings(
         if not entry["failed"] or not texts:
             entry["guard"] = None
         else:
-            entry["guard"] = _guard(texts[0].guard, name, df, spec, mx, alpha)
+            guard = guard_of(layer, texts[0].guard, present, book)
+            entry["guard"] = _guard(guard, name, df, spec, mx, alpha, book)
         entry["order"] = (not (n - ok), ok / n, i)
         layers.append(entry)
     layers.sort(key=lambda e: e.pop("order"))

@@ -248,8 +248,12 @@ def for_run(
 
         # what the system did per layer, first (the contract arms shown as the harness's); an
         # until-decided run's guards at its look's level, as its verdicts were judged
+        # (each layer's guard the run's own, a plug-in's too: its arms as the manifest defines)
+        from layerlab.mitigations.book import book_of_manifests
+
         mine = frame[frame["provider"].map(is_target).astype(bool)]
-        out["findings"] = layers.findings(mine, alpha=sequential.judged_level(m)[0])
+        arms = book_of_manifests([(str(folder), m)], mine["mitigation"])
+        out["findings"] = layers.findings(mine, alpha=sequential.judged_level(m)[0], arms=arms)
     return out
 
 

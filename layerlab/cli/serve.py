@@ -33,7 +33,8 @@ def serve_mcp(
     task: str | None = typer.Option(
         None, "--task", help="A task id: every MCP session is a record of it (the server's "
         "instructions give its question); default: the client picks one per address "
-        "(?task=<task_id>)."
+        "(?task=<task_id>), its question the resource layerlab://question and the prompt "
+        "'question'."
     ),  # fmt: skip
     stdio: bool = typer.Option(
         False, "--stdio", help="Serve over stdin/stdout (what desktop clients launch); needs --task."

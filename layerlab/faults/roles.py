@@ -46,6 +46,9 @@ class LayerFinding(_Strict):
     did: str = Field(min_length=1)
     lacks: str = Field(min_length=1)
     guard: str = Field(min_length=1)
+    # the diagnostics (layers) of the answered failures ``did`` describes; empty: every answered
+    # failure (a wrong answer diagnosed otherwise is then "answered wrongly otherwise")
+    diagnosed: list[str] = Field(default_factory=list)
 
 
 class Roles(_Strict):
@@ -112,6 +115,11 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
                 problems.append(
                     (("findings", layer), f"unknown layer {layer!r}; expected one of {layers} (from {sp})")
                 )
+            problems += [
+                (("findings", layer, "diagnosed", i), f"unknown layer {d!r}; expected one of {layers} (from {sp})")
+                for i, d in enumerate(f.diagnosed)
+                if d not in layers
+            ]  # fmt: skip
             if f.guard not in arms:
                 problems.append(
                     (

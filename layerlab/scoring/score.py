@@ -194,7 +194,19 @@ def v_reason(
     """V's one-line reason, saying what decided it: the contract's verdict on the payload and an
     agent's or target's tool calls whose arguments broke the tool's schema (V needs both,
     :func:`score`); ``invalid_calls`` None where the count is not known."""
-    text = f"{v}: contract {outcome}" + (f"; {edits} repair edit(s)" if edits else "")
+    return f"{v}: " + v_why(v, contract_valid, outcome, edits, problem, invalid_calls)
+
+
+def v_why(
+    v: bool,
+    contract_valid: bool,
+    outcome: str,
+    edits: int = 0,
+    problem: str | None = None,
+    invalid_calls: int | None = None,
+) -> str:
+    """:func:`v_reason` without its leading verdict (the viewer shows the verdict as a mark)."""
+    text = f"contract {outcome}" + (f"; {edits} repair edit(s)" if edits else "")
     text += f"; {problem}" if problem else ""
     if invalid_calls or (not v and contract_valid):  # then the calls decided V
         n = f"{invalid_calls} tool call(s)" if invalid_calls else "tool call(s)"

@@ -18,13 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from layerlab import paths
+from layerlab.analysis import layers
 from layerlab.corpus.spec import spec_hash
 from layerlab.faults.scenario import load_scenarios
 from layerlab.harness import deterministic, live
 from layerlab.harness.prepare import prepare, session_for
+from layerlab.reporting.run import findings
 from layerlab.system import retrieval
 from layerlab.system.retrieval import external
 
@@ -133,6 +136,12 @@ def test_a_filtering_store_resolves_the_store_variant(corpus, key, scen, team) -
         )  # fmt: skip
         assert r.diagnostic != "session_state"
     assert sum(r.safe_resolution for r in store.values()) > len(store) // 2
+    # its findings line counts no wrong answer as "answered from another session's documents"
+    found = layers.unit_findings(pd.DataFrame([r.__dict__ for r in recs]), scenarios=use, n_boot=50)
+    e = next(x for x in found["layers"] if x["scenario"] == "wrong_session_store")
+    line = findings.layer_line(e)
+    assert e["kinds"]["answered"] and "another session" not in line, line
+    assert f"How they failed: answered wrongly in {e['kinds']['answered']}, abstained in " in line
     # each search carried the request's tenant and session
     asked = {q: kw for q, _, kw in team.LOG["search"]}
     t = corpus.tasks[0]
@@ -147,6 +156,14 @@ def test_a_store_that_does_not_filter_leaks_and_the_scorer_says_so(corpus, key, 
     leaked = [r for r in store.values() if r.diagnostic == "session_state"]
     assert len(leaked) > len(store) // 2
     assert all(not r.safe_resolution and r.grounded_false_positive for r in leaked)
+    found = layers.unit_findings(pd.DataFrame([r.__dict__ for r in recs]), scenarios=use, n_boot=50)
+    e = next(x for x in found["layers"] if x["scenario"] == "wrong_session_store")
+    other = e["kinds"]["answered"] - len(leaked)  # wrong answers the scorer diagnosed otherwise
+    assert other > 0 and e["kinds"]["abstained"] > 0  # what the line must not count as leaks
+    assert (
+        f"How they failed: answered from another session's documents in {len(leaked)}, answered "
+        f"wrongly otherwise in {other}, abstained in {e['kinds']['abstained']} "
+    ) in findings.layer_line(e)
     assert sum(r.safe_resolution for r in store.values()) < sum(r.success for r in clean.values())
     p = prepare(corpus, scen["wrong_session_store"], spec)
     foreign = {d.doc_id for d in corpus.foreign}

@@ -254,6 +254,9 @@ def _preflight_step(st: _Live, bases: Mapping[str, list[str]], started: set[str]
         if sum(k[:2] == config.record_model(m) for k in st.done) < per_model[m]
     ]  # fmt: skip
     if st.run.preflight and pending and config.target is None:  # a target is checked, not asked
+        if st.old is not None:  # a resume's folder holds its manifest: a kill during the
+            # preflight call leaves it counted (the next resume folds the journal in)
+            runmanifest.open_invocation(st.out, st.counters, st.old, st.stands)
         wanted = None if st.work.task_ids is None else set(st.work.task_ids)
         tasks = [t for t in st.corpus.tasks if wanted is None or t.task_id in wanted]
         first = _first_cell(st.corpus, st.scenarios, config, tasks, st.prepared)

@@ -280,9 +280,12 @@ def open_invocation(
     """Start :data:`INVOCATION` (replacing a killed invocation's, which ``before`` folds in, as
     :func:`before_resume` gave it) and journal ``counters`` into it from now on, what they
     counted so far first; ``stands`` is the manifest on disk, which the file extends (the next
-    invocation checks it is still so)."""
+    invocation checks it is still so). Once started (a resume's, before its preflight call) it
+    is kept: the same journal goes on."""
     from layerlab._io import atomic_write_text
 
+    if counters.journal is not None:
+        return counters.journal
     head = {"base": _base(stands), "calls": (before or {}).get("calls")}
     atomic_write_text(out / INVOCATION, canonical_json(head) + "\n", durable=False)
     journal = Journal(out / INVOCATION)

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from layerlab.harness.tools import ToolBox
 
 NAME = "layerlab-tools"
+QUESTION, QUESTION_URI = "question", "layerlab://question"
+"""``serve mcp``'s prompt and resource holding the session's task's question."""
 FAILED = ("error", "refused")
 """Observation statuses returned as MCP tool errors (``isError``)."""
 
@@ -74,13 +76,18 @@ def tool_result(obs: dict[str, Any]) -> Any:
 
 
 def tool_server(
-    caller_for: Callable[[Any], Caller], *, instructions: str | None = None, name: str = NAME
+    caller_for: Callable[[Any], Caller],
+    *,
+    instructions: str | None = None,
+    name: str = NAME,
+    **handlers: Any,
 ) -> Any:
     """The SDK's low-level MCP ``Server`` over the faulted tools. ``caller_for(ctx)`` gives the
     call function of the record a request belongs to (``ctx``: the SDK's request context, whose
     ``request`` is the HTTP request, None in memory); it raises ``LookupError`` with a one-line
     reason when there is none (the client gets an MCP error, no record is touched). Calls run in
-    a worker thread (a search is CPU work; the event loop keeps serving)."""
+    a worker thread (a search is CPU work; the event loop keeps serving). ``handlers``: more of
+    the SDK's ``on_*`` handlers (``serve mcp``'s question resource and prompt)."""
     import anyio.to_thread
     import mcp_types as types
     from mcp.server import Server
@@ -101,7 +108,7 @@ def tool_server(
         return tool_result(obs)
 
     return Server(name, version=TOOLS_VERSION, instructions=instructions,
-                  on_list_tools=list_tools, on_call_tool=call_tool)  # fmt: skip
+                  on_list_tools=list_tools, on_call_tool=call_tool, **handlers)  # fmt: skip
 
 
 def token_of(ctx: Any) -> str:
@@ -210,9 +217,11 @@ class Interactive:
     Each MCP session is a record of its own (a fresh :class:`~layerlab.harness.tools.ToolBox`:
     transient faults start over): of ``task`` when one is given, else of the task the client
     picks with ``?task=<task_id>`` on the address (tool-only mode). A client without sessions
-    (the 2026-07-28 protocol, stdio) has one record per task for the server's lifetime. Only the
-    public task (its question, never its answer or required documents) is ever read: the answer
-    key is not loaded."""
+    (the 2026-07-28 protocol, stdio) has one record per task for the server's lifetime. The
+    session's task's question is also the resource :data:`QUESTION_URI` and the prompt
+    :data:`QUESTION` (:meth:`handlers`: without ``task`` the server's one instructions string
+    cannot hold it). Only the public task (its question, never its answer or required
+    documents) is ever read: the answer key is not loaded."""
 
     def __init__(self, tasks: Any, prepared: Any, arm: Any, task: Any = None) -> None:
         self.tasks = {t.task_id: t for t in tasks}
@@ -222,10 +231,62 @@ class Interactive:
         self.token = secrets.token_urlsafe(24)
 
     def instructions(self) -> str:
+        """The server's instructions (one string per server, the SDK's): with ``--task`` its
+        question; without, where each session's question is (:meth:`question`)."""
         what = "Policy-document tools with injected operational faults (layerlab)."
         if self.task is None:
-            return what
+            return (f"{what} The question to answer is the task's picked with ?task=<task_id> "
+                    f"on the address: read the resource {QUESTION_URI} or get the prompt "
+                    f"'{QUESTION}'.")  # fmt: skip
         return f"{what} The question to answer: {self.task.question}"
+
+    def question(self, ctx: Any) -> tuple[str, str]:
+        """(task id, question) of the session's task (``?task=``, or ``--task``): the public
+        task's question only; ``LookupError`` as a tool call's when no task is picked."""
+        task = self._task_of(ctx)
+        return task.task_id, task.question
+
+    def handlers(self) -> dict[str, Any]:
+        """The question as an MCP resource (:data:`QUESTION_URI`) and prompt (:data:`QUESTION`),
+        for the session's task: reachable without ``--task``, where the instructions (one per
+        server) cannot hold it."""
+        import mcp_types as types
+        from mcp.shared.exceptions import MCPError
+
+        what = "The question to answer, of the task this address serves (?task= or --task)"
+
+        def asked(ctx: Any) -> tuple[str, str]:
+            try:
+                return self.question(ctx)
+            except LookupError as exc:
+                raise MCPError(code=types.INVALID_REQUEST, message=str(exc.args[0])) from None
+
+        async def list_resources(ctx: Any, params: Any) -> Any:
+            return types.ListResourcesResult(resources=[types.Resource(
+                name=QUESTION, uri=QUESTION_URI, description=what, mime_type="text/plain")])  # fmt: skip
+
+        async def read_resource(ctx: Any, params: Any) -> Any:
+            if str(params.uri) != QUESTION_URI:
+                raise MCPError(code=types.INVALID_PARAMS,
+                               message=f"no resource {params.uri}: expected {QUESTION_URI}")  # fmt: skip
+            _, text = asked(ctx)
+            return types.ReadResourceResult(contents=[types.TextResourceContents(
+                uri=QUESTION_URI, mime_type="text/plain", text=text)])  # fmt: skip
+
+        async def list_prompts(ctx: Any, params: Any) -> Any:
+            return types.ListPromptsResult(prompts=[types.Prompt(name=QUESTION, description=what)])
+
+        async def get_prompt(ctx: Any, params: Any) -> Any:
+            if params.name != QUESTION:
+                raise MCPError(code=types.INVALID_PARAMS,
+                               message=f"no prompt {params.name!r}: expected {QUESTION!r}")  # fmt: skip
+            task_id, text = asked(ctx)
+            said = types.TextContent(type="text", text=text)
+            return types.GetPromptResult(description=f"task {task_id}",
+                                         messages=[types.PromptMessage(role="user", content=said)])  # fmt: skip
+
+        return {"on_list_resources": list_resources, "on_read_resource": read_resource,
+                "on_list_prompts": list_prompts, "on_get_prompt": get_prompt}  # fmt: skip
 
     def _task_of(self, ctx: Any) -> Any:
         request = getattr(ctx, "request", None)
@@ -262,7 +323,7 @@ class Interactive:
         return call
 
     def server(self) -> Any:
-        return tool_server(self.caller_for, instructions=self.instructions())
+        return tool_server(self.caller_for, instructions=self.instructions(), **self.handlers())
 
     def summary(self) -> str:
         """One line: the records served and their calls' outcomes."""

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from layerlab.scoring.score import v_why
+
 LABEL = "recomputed from the corpus"
 NOTE = (
     "Recomputed from the public corpus, scenario, arm and task (deterministic: the same inputs "
@@ -52,6 +54,7 @@ def _contract(c: Any) -> dict[str, Any]:
     first :data:`EDITS` edits (and how many more) and the first :data:`PROBLEMS` problems."""
     return {
         "outcome": c.outcome,
+        "valid": c.valid,
         "edits": list(c.edits[:EDITS]),
         "more_edits": max(0, len(c.edits) - EDITS),
         "problems": list(c.problems[:PROBLEMS]),
@@ -107,9 +110,15 @@ def reasons(rec: Mapping[str, Any], path: Mapping[str, Any] | None) -> dict[str,
         f"{delivered or '(none)'}",
         "G": f"{mark('citation_ok')} the reply cites at least one document, all of them "
         "delivered (the citations are not kept)",
-        "V": f"{mark('schema_ok')} contract {contract.get('outcome', '?')}"
-        + (f"; {len(contract['edits'])} repair edit(s)" if contract.get("edits") else "")
-        + (f"; {contract['problems'][0]}" if contract.get("problems") else ""),
+        "V": f"{mark('schema_ok')} "
+        + v_why(
+            bool(rec.get("schema_ok")),
+            bool(contract.get("valid")),
+            contract.get("outcome", "?"),
+            len(contract.get("edits") or ()) + int(contract.get("more_edits") or 0),
+            contract["problems"][0] if contract.get("problems") else None,
+            sum(not c.get("valid", True) for c in (path or {}).get("calls") or ()),
+        ),
         "S": f"{mark('success')} E and R and G and V",
     }
     if rec.get("grounded") is not None:

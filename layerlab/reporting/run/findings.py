@@ -172,7 +172,7 @@ def findings(
         arms = results.arm_order(m["arms"])
         base = stats.BASELINE if stats.BASELINE in arms else arms[0]
         if is_target(m["provider"]) and base == stats.BASELINE:
-            found = layers.unit_findings(sub, n_boot=N_BOOT, seed=SEED)
+            found = layers.unit_findings(sub, n_boot=N_BOOT, seed=SEED, arms=defined)
             runs = {str(r) for r in sub["run_id"].unique()}
             private = dominant.for_run([found], sample_log, runs).get(found["unit"])
             system = tuple(layer_lines(found, harness=False, private=private))
@@ -251,12 +251,33 @@ def _first_sentence(text: str) -> str:
     return text.split(". ", 1)[0].rstrip(".")
 
 
-def _how(e: Mapping[str, Any], did: str) -> str:
-    """How the failing records of entry ``e`` failed: ``did in K, abstained in K, ...``."""
+def _how(e: Mapping[str, Any], did: str, n: int | None = None) -> str:
+    """How the failing records of entry ``e`` failed: ``did in K, abstained in K, ...``; ``n``:
+    how many of its wrong answers ``did`` describes (:func:`described`; default all), the rest
+    answered wrongly otherwise."""
     k = e["kinds"]
-    parts = [f"{did} in {k['answered']}"] if k["answered"] else []
+    n = k["answered"] if n is None else n
+    parts = [f"{did} in {n}"] if n else []
+    rest = "answered wrongly otherwise" if n else "answered wrongly"
+    parts += [f"{rest} in {k['answered'] - n}"] if k["answered"] - n else []
     parts += [f"{KIND_WORDS[x]} in {k[x]}" for x in KIND_WORDS if k[x]]
     return ", ".join(parts)
+
+
+def described(e: Mapping[str, Any]) -> int:
+    """How many of a system layer's wrong answers its roles' ``did`` describes: on an answerable
+    scenario those whose diagnostic is one the roles' finding names (``diagnosed``), or every
+    one where it names none; on an unanswerable scenario every answer (the fault made it so). A
+    store whose own tenant filter held (wrong_session_store, answerable) answers wrongly as it
+    does without faults: none of those answered from another session's documents."""
+    from layerlab.faults.roles import load_roles
+
+    found = load_roles().findings
+    named = {d for p in e["layer"].split("+") if p in found for d in found[p].diagnosed}
+    answered = int(e["kinds"]["answered"])
+    if not named or not e["answerable"]:
+        return answered
+    return min(answered, sum(int(v) for d, v in e["diagnostics"].items() if d in named))
 
 
 HOW = "How they failed: "  # where a finding's detail starts (after its actionable head)
@@ -291,13 +312,14 @@ def layer_parts(e: Mapping[str, Any]) -> tuple[str, str]:
     did = "; ".join(e.get("did") or []) or (
         "answered wrongly" if e["answerable"] else "answered where it should not"
     )
-    acts = [_action(x) for x in e["lacks"]] if e.get("lacks") and e["kinds"]["answered"] else []
+    fits = described(e) if e.get("did") else int(e["kinds"]["answered"])
+    acts = [_action(x) for x in e["lacks"]] if e.get("lacks") and fits else []
     todo = "; ".join(a for a, _ in acts) if acts else f"expected: {e['expected']}"
     checks = [c for _, c in acts if c]
     lacks = "; " + "; ".join(checks) if checks else ""
     return (
         f"{head}: not resolved in {e['failed']} of {n} questions — {todo}.",
-        f"{HOW}{_how(e, did)} (diagnostics: {_labelled(e['diagnostics'])}){lacks}.",
+        f"{HOW}{_how(e, did, fits)} (diagnostics: {_labelled(e['diagnostics'])}){lacks}.",
     )
 
 

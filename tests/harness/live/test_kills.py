@@ -253,6 +253,44 @@ def test_a_killed_invocations_calls_are_kept_on_resume(workers, tmp_path, monkey
     assert not (out / INVOCATION).exists()  # counted in the manifest now
 
 
+def test_a_call_killed_in_a_resumes_preflight_is_counted(tmp_path, monkeypatch) -> None:
+    """Issue 46: a resume's preflight call was counted in memory only (the invocation's journal
+    opened after it), so a kill while the provider held it lost that call from ``calls.made``."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[2]))
+    from fake_openai import FakeOpenAI
+
+    from layerlab.harness.live.runmanifest import INVOCATION
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-local-placeholder")
+    out, cache = tmp_path / "k", tmp_path / "c"
+    with FakeOpenAI() as srv:  # "slow": each prompt's first call waits SLOW_S seconds
+        args = ["run", "live", "-m", "openai/slow", "--api-base", srv.base, "--tasks",
+                "hr-01-q1,hr-02-q1", "--scenario", "clean", "--mitigation", "strict",
+                "--no-progress", "--concurrency", "1", "--out", str(out), "--cache-dir",
+                str(cache)]  # fmt: skip
+        first = runner.invoke(app, [*args, "--budget", "0"])  # a run folder, no call made
+        assert first.exit_code == 3 and "budget spent after 0 calls" in first.output, first.output
+        p = multiprocessing.get_context("fork").Process(
+            target=_child, args=([*args, "--resume"], "/dev/null")
+        )
+        p.start()
+        deadline = time.time() + 60
+        while not (srv.requests >= 1 and srv.held >= 1):  # the preflight's call, held
+            assert p.is_alive() and time.time() < deadline, "the resume never reached its preflight"
+            time.sleep(0.01)
+        _kill(p)
+        assert srv.requests == 1 and (out / INVOCATION).exists()
+        res = runner.invoke(app, [*args, "--resume"])
+        assert res.exit_code == 0, res.output
+        seen = srv.requests
+    calls = archive.read_manifest(out)["calls"]
+    killed, last = calls["invocations"][-2:]
+    assert killed["killed"] is True and killed["calls"] == 1 and killed["answered_calls"] == 0
+    assert calls["made"] == seen == killed["calls"] + last["calls"]  # the killed call counted
+
+
 # --- issue 34, item 9: leftovers of a killed `corpus import` and `cache repair` are swept ------
 
 USER_CORPUS = Path(__file__).parents[2] / "fixtures" / "user_corpus.jsonl"

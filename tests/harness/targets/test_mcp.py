@@ -378,6 +378,51 @@ def test_serve_mcp_tool_only_mode_and_no_answer_key(corpus, key, prepared, monke
     assert task.question in said and key[TASK].expected_answer not in said
 
 
+def test_serve_mcp_without_task_gives_each_sessions_question(corpus, key, prepared) -> None:
+    """Issue 46: without --task the instructions (one string per server) held no question; each
+    session's question is the resource ``layerlab://question`` and the prompt ``question`` of
+    the task its address picks (never its answer); no task picked is an MCP error."""
+    from layerlab.harness.targets.mcp import QUESTION, QUESTION_URI, Interactive
+    from layerlab.harness.targets.mcphost import Host
+
+    a, b = corpus.tasks[0], corpus.tasks[5]
+    tools = Interactive(corpus.tasks, prepared["clean"], "strict")
+    host = Host(tools.server(), lambda t: t == tools.token, stateless=False)
+    url = f"{host.url}/mcp/{tools.token}"
+
+    async def use(address: str) -> Any:
+        async with Client(address, mode="legacy") as client:
+            try:
+                res = await client.read_resource(QUESTION_URI)
+                got = await client.get_prompt(QUESTION)
+            except MCPError as exc:
+                return exc
+            listed = (await client.list_resources()).resources
+            assert [(r.name, str(r.uri)) for r in listed] == [(QUESTION, QUESTION_URI)]
+            return client.instructions, res.contents[0].text, got.messages[0].content.text
+
+    try:
+        said = {t.task_id: asyncio.run(use(f"{url}?task={t.task_id}")) for t in (a, b)}
+        missing = asyncio.run(use(url))
+    finally:
+        host.close()
+    for t in (a, b):
+        instructions, text, prompt = said[t.task_id]
+        assert text == prompt == t.question
+        assert QUESTION_URI in instructions and t.question not in instructions
+        blob = "".join(said[t.task_id])
+        assert key[t.task_id].expected_answer not in blob
+        assert not any(d in blob for d in key[t.task_id].required_doc_ids)
+    assert isinstance(missing, MCPError) and "?task=<task_id>" in str(missing)
+    assert not tools.records  # reading the question is no tool call of a record
+
+    async def pinned() -> str:  # --task, in memory: the same resource gives its question
+        async with Client(Interactive(corpus.tasks, prepared["clean"], "strict", a).server()) as c:
+            return (await c.read_resource(QUESTION_URI)).contents[0].text
+
+    assert asyncio.run(pinned()) == a.question
+
+
 def test_serve_mcp_with_task_refuses_another_tasks_address(corpus, prepared) -> None:
     """Issue 46: with --task, ``?task=<another>`` was ignored (the client got --task's record
     while it asked for another task); it is refused with one line, no record touched."""

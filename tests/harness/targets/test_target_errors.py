@@ -274,6 +274,12 @@ class _Service(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         try:
+            if self.mode == "slowbody":  # the headers at once, the body past the timeout
+                import time
+
+                self.wfile.write(body[:5])
+                self.wfile.flush()
+                time.sleep(1.5)
             self.wfile.write(body)
         except OSError:
             pass
@@ -285,6 +291,7 @@ class _Service(BaseHTTPRequestHandler):
 @pytest.mark.parametrize(
     ("mode", "said"),
     [("slow", "timeout: no reply within 0.5 s"),
+     ("slowbody", "timeout: no reply within 0.5 s"),  # not "TimeoutError: timed out"
      ("500", "the service answered HTTP 500: upstream failed, api_key=(secret: not stored)"),
      ("broken", "the service said application/json but sent no valid JSON (Expecting value")],
 )  # fmt: skip

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from layerlab import archive, paths
+from layerlab.archive import samplelog
 from layerlab.reporting.records import viewer
 
 QWEN = paths.ARCHIVES / "local_models" / "qwen2.5-coder-1.5b"
@@ -246,6 +247,13 @@ def test_the_viewer_shows_an_archived_agent_runs_steps(agent_logs) -> None:
         calls = [c for t in r["steps"] for c in t["calls"]]
         assert [c["valid"] for c in calls][:2] == [False, False]
         assert all("docs" not in c and "args" not in c for c in calls)  # the archive keeps neither
+    # V's reason is scoring's (v_reason): the invalid calls named, as in the sample log
+    logged = {tuple(e[k] for k in archive.KEYS): e["reasons"]["V"]
+              for e in samplelog.read(agent_logs["badtools"])}  # fmt: skip
+    for r in rows:
+        said = r["recomputed"]["reasons"]["V"]
+        assert said == "✗ " + logged[tuple(r[k] for k in archive.KEYS)].removeprefix("False: ")
+        assert "2 tool call(s) with arguments that broke the tool's schema" in said
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node here")

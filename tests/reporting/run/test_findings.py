@@ -201,18 +201,60 @@ def test_a_guard_not_in_the_run_says_how_to_measure_it(chain: pd.DataFrame) -> N
     assert "`session_isolation`" in line and "add `--mitigation session_isolation` (or " in line
 
 
+def test_a_layers_guard_is_the_runs_own_plugin_guard(chain: pd.DataFrame, tmp_path: Path) -> None:
+    """A plug-in's guard of a layer (``tenant_pin``, on session_state) is named as the layer's
+    guard when the run holds it and not the roles' guard, whether the plug-in is importable (its
+    arms file registered) or not (the run's own definitions, as the manifest keeps them)."""
+    from layerlab import mitigations
+    from layerlab.mitigations.book import ArmBook, ArmDefinition, shipped
+
+    pinned = chain[chain["mitigation"] != "session_isolation"]
+    pin = chain[chain["mitigation"] == "session_isolation"].assign(mitigation="tenant_pin")
+    df = pd.concat([pinned, pin], ignore_index=True)
+    d = ArmDefinition("tenant_pin", ("session_isolation",), ("session_state",), ("tool_output",),
+                      False, True, (("tenant-pin", "0.1"),))  # fmt: skip
+    book = ArmBook("strict", {**shipped().arms, "tenant_pin": d}, "the run's manifest")
+    gone = _layer(layers.unit_findings(df, n_boot=200, arms=book), "wrong_session")
+    arms = tmp_path / "arms.yaml"
+    arms.write_text("mitigations:\n  - name: tenant_pin\n    kind: session_isolation\n"
+                    "    description: Keep only the request's tenant's documents.\n")  # fmt: skip
+    mitigations.ARM_FILES.register(arms, "zz_tenant_pin")
+    try:
+        here = _layer(layers.unit_findings(df, n_boot=200), "wrong_session")
+    finally:
+        mitigations.ARM_FILES._items.pop("zz_tenant_pin")
+    want = _layer(layers.unit_findings(chain, n_boot=200), "wrong_session")["guard"]
+    assert want["arm"] == "session_isolation" and want["measured"]
+    for e, said in ((gone, "a plug-in arm of kind session_isolation on session_state (from "
+                     "tenant-pin 0.1)"), (here, "Keep only the request's tenant's documents")):  # fmt: skip
+        g = e["guard"]
+        assert g["arm"] == "tenant_pin" and g["measured"], g
+        assert (g["resolved"], g["n"], g["effect"]) == (want["resolved"], want["n"], want["effect"])
+        line = findings.guard_line(g, e)
+        assert line.startswith(f"Its guard `tenant_pin` ({said}") and "not in this run" not in line
+    # a layer whose roles' guard the run holds keeps it; an over-broad built-in arm is never named
+    assert _layer(layers.unit_findings(df, n_boot=200, arms=book), "stale_index")["guard"][
+        "arm"
+    ] == "freshness_guard"
+    only = df[df["mitigation"].isin(["strict", "repair", "always_abstain"])]
+    e = _layer(layers.unit_findings(only, n_boot=200, arms=book), "wrong_session")
+    assert e["guard"]["arm"] == "session_isolation" and e["guard"]["state"] == "absent"
+
+
 def test_roles_findings_are_checked(tmp_path: Path) -> None:
     from layerlab.corpus.spec import SpecError
 
     roles = yaml.safe_load(paths.ROLE_SPEC.read_text(encoding="utf-8"))
     roles["findings"]["freshnes"] = roles["findings"].pop("freshness")
     roles["findings"]["metadata"]["guard"] = "metadata_guard"
+    roles["findings"]["session_state"]["diagnosed"] = ["sesion_state"]
     rp = tmp_path / "roles.yaml"
     rp.write_text(yaml.safe_dump(roles), encoding="utf-8")
     with pytest.raises(SpecError) as exc:
         load_roles(rp)
     text = str(exc.value)
     assert "unknown layer 'freshnes'" in text and "unknown mitigation 'metadata_guard'" in text
+    assert "findings.session_state.diagnosed[0]: unknown layer 'sesion_state'" in text
 
 
 # --- a target run: results.json and the terminal ------------------------------------------------

@@ -70,6 +70,21 @@ def _ints(pairs: str) -> dict[str, int]:
     return {k: int(v) for k, v in (p.rsplit(" ", 1) for p in pairs.split(", "))}
 
 
+def _described(e: dict, bad: pd.DataFrame) -> int:
+    """The wrong answers a layer's roles' ``did`` describes: on an answerable scenario those
+    diagnosed at a layer its ``diagnosed`` names (all of them where it names none; every answer
+    on an unanswerable one)."""
+    from layerlab.faults.roles import load_roles
+
+    found = load_roles().findings
+    parts = e.get("layer", "").split("+")
+    named = {d for p in parts if p in found for d in found[p].diagnosed}
+    a = bad[bad["answered"]]
+    if not named or not e["answerable"]:
+        return len(a)
+    return int(a["diagnostic"].isin(named).sum())
+
+
 def check(found: dict, df: pd.DataFrame) -> int:
     """Every number of every finding against the records' diagnostics table; returns how many
     numbers were checked."""
@@ -110,10 +125,20 @@ def check(found: dict, df: pd.DataFrame) -> int:
         how = line.split(findings.HOW, 1)[1].split(" (diagnostics:")[0]
         said = [(w, int(k)) for w, k in re.findall(r"([^,]+?) in (\d+)(?:,|$)", how)]
         assert sum(k for _, k in said) == n - resolved, line
+        answers = 0  # the wrong answers, in up to two parts: the roles' `did`, the others
         for words, k in said:
             which = next((x for x in kinds if words.strip().startswith(x)), "answered")
-            assert k == kinds[which] and k > 0, (words, k, kinds, line)
+            assert k > 0, (words, k, kinds, line)
+            if which != "answered":
+                assert k == kinds[which], (words, k, kinds, line)
+            elif "; ".join(e.get("did") or ["-"]).endswith(words.strip()):  # the roles' words
+                # (the regex splits a text holding a comma: its last part is compared)
+                assert k == _described(e, bad), (words, k, line)
+            else:  # the other wrong answers (or all: a layer without the roles' words)
+                assert k == kinds["answered"] - (_described(e, bad) if e.get("did") else 0)
+            answers += k if which == "answered" else 0
             checked += 1
+        assert answers == kinds["answered"], line
         wrong = re.search(r"in (\d+) of (\d+) wrong answers", line)
         if wrong:
             a = bad[bad["answered"]]
