@@ -5,10 +5,11 @@ archives as frames (`provenance`), cluster-aware rates (`rates`), the paired boo
 matrix (`specificity`), runs side by side (`compare`), CI gates on a run's rates and verdicts
 (`gate`, their syntax `thresholds`), the reliability surface over a fault's intensity
 (`surface`), interval coverage (`coverage`) on synthetic archives with known truth
-(`synthetic`)."""
+(`synthetic`), and a conversational run's statistics by turn and conversation (`conversations`)."""
 
 __all__ = [
     "bootstrap",
+    "conversations",
     "coverage",
     "crosschecks",
     "effects",

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from layerlab import paths
-from layerlab.cli.app import _check_out, _fail, _spec_fail, _usage, conversations_app
+from layerlab.cli.app import _check_out, _fail, _spec_fail, _usage, conversations_app, run_app
 from layerlab.corpus.spec import SpecError
 
 
@@ -101,3 +101,91 @@ def conversations_show(
                 typer.echo(f"turn {t.index} [after {cat}]: {text}")
         else:
             typer.echo(f"turn {t.index}: {t.text}")
+
+
+@run_app.command("conversations")
+def run_conversations(
+    out: Path = typer.Option(
+        ..., help="Output folder (new, empty, or a conversational run's: replaced)."
+    ),
+    model: list[str] = typer.Option(
+        [], "-m", "--model",
+        help="A conversational reference reader (repeatable): layerlab/extractive or "
+        "layerlab/cautious (deterministic baselines, not models).",
+    ),
+    target: list[str] = typer.Option(
+        [], "--target", metavar="MODULE:FN",
+        help="Your conversational system (repeatable): a Python function of a "
+        "ConversationRequest, or a class with answer(request) (python:MODULE:FN too), or "
+        "langchain:MODULE:FACTORY (a chat chain with message history).",
+    ),
+    target_setting: list[str] = typer.Option(
+        [], "--target-setting", metavar="KEY=VALUE", help="A setting the targets get (repeatable)."
+    ),
+    scenario: list[str] = typer.Option(
+        [], "--scenario",
+        help="A conversational scenario (repeatable; default: all of scenarios_conversation.yaml).",
+    ),
+    intensity: str = typer.Option(
+        None, "--intensity", metavar="L,L,...",
+        help="Fault intensities, e.g. 0.25,1: each faulted scenario at each (the share of "
+        "conversations it strikes); default 1.",
+    ),
+    epochs: int = typer.Option(1, min=1, max=20, help="Times each conversation is played."),
+    folder: Path | None = typer.Option(
+        None, "--from", help="A conversations folder (default: built from the specs)."
+    ),
+) -> None:
+    """Play the conversations turn by turn against each system under each scenario; write
+    turns.jsonl (a row per scored turn), summary.json and a manifest; print S by turn index,
+    the cross-session leak with exact intervals, and where each system breaks."""
+    from layerlab._io import FolderRefused
+    from layerlab.corpus import conversations as cv
+    from layerlab.corpus.build import load
+    from layerlab.faults.scenario import conversation_scenarios, parse_intensities
+    from layerlab.harness import conversation as hc
+    from layerlab.harness.targets.spec import TargetError, parse_settings
+    from layerlab.reporting.format.convtext import lines
+
+    if not model and not target:
+        raise _usage("name a system: -m layerlab/extractive, or --target MODULE:FN")
+    if out.is_dir() or out.is_symlink():
+        problem = hc.folder_problem(out)
+        if problem:
+            raise _fail(f"{out}: {problem}; nothing changed")
+    _check_out(out)
+    known = conversation_scenarios()
+    names = list(dict.fromkeys(scenario)) or list(known)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise _usage(f"--scenario {bad[0]!r}: not a conversational scenario (expected one of "
+                     f"{', '.join(known)})")  # fmt: skip
+    try:
+        doses = parse_intensities(intensity) if intensity else (1.0,)
+    except ValueError as exc:
+        raise _usage(f"--intensity: {exc}") from None
+    chosen = list({sc.name: sc for n in names for sc in (
+        [known[n]] if not known[n].operators else [known[n].at(d) for d in doses])}.values())  # fmt: skip
+    try:
+        settings = parse_settings(target_setting)
+        systems = [hc.reference(m) for m in model]
+        systems += [hc.target(t, settings) for t in target]
+    except (ValueError, TargetError) as exc:
+        raise _usage(str(exc)) from None
+    try:
+        convs = cv.load(folder) if folder else cv.build_from_specs()[0]
+        key = cv.load_key(folder) if folder else cv.build_from_specs()[1]
+        corpus = load()
+    except (OSError, ValueError, SpecError) as exc:
+        raise _fail(str(exc)) from None
+    records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs)
+    manifest = {"systems": [s.model for s in systems], "scenarios": [s.name for s in chosen],
+                "epochs": epochs, **cv.spec_hashes()}  # fmt: skip
+    try:
+        summary = hc.write_run(out, records, manifest)
+    except FolderRefused as exc:
+        raise _fail(str(exc.strerror)) from None
+    for line in lines(summary):
+        typer.echo(line)
+    typer.echo(f"wrote {out}: {len(records)} turns of {len(convs)} conversations "
+               f"({len(systems)} system(s) x {len(chosen)} scenario(s) x {epochs} epoch(s))")  # fmt: skip

@@ -70,3 +70,66 @@ def test_bad_inputs_are_one_line_and_write_nothing(
     assert not (tmp_path / "o").exists()
     assert main(["conversations", "show", "x", "--from", str(tmp_path / "none")]) == 1
     assert "manifest.json" in capsys.readouterr().err
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_run_conversations_prints_s_by_turn_and_the_leak_and_writes_the_same_bytes_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    args = ["run", "conversations", "-m", "layerlab/extractive", "--target",
+            "conversation_targets:naive_memory", "--scenario", "conversation_clean",
+            "--scenario", "foreign_memory", "--intensity", "0.5,1"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "layerlab/extractive: S by turn index" in out and "foreign_memory@0.5" in out
+    assert "target/naive_memory foreign_memory: cross-session leak 0.773" in out
+    assert "target/naive_memory under foreign_memory: breaks at turn 1" in out
+    assert "wrote " in out and "2 system(s) x 3 scenario(s)" in out
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0
+    assert _bytes(tmp_path / "a") == _bytes(tmp_path / "b")
+    assert sorted(_bytes(tmp_path / "a")) == ["manifest.json", "summary.json", "turns.jsonl"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0  # its own folder: replaced
+    _, key = cv.build_from_specs()
+    text = (tmp_path / "a" / "turns.jsonl").read_text()
+    assert '"answer"' not in text and not any(f'"{a}"' in text for k in key.values()
+                                              for a in k.expected_answers)  # fmt: skip
+
+
+@pytest.mark.parametrize("args, code, says", [
+    (["--scenario", "conversation_clean"], 2, "name a system"),
+    (["-m", "layerlab/extractive", "--scenario", "stale_index"], 2, "not a conversational scenario"),
+    (["-m", "layerlab/nope"], 2, "layerlab/extractive"),
+    (["--target", "no_such_module_here:fn"], 2, "no_such_module_here"),
+    (["--target", "llamaindex:my_engine:factory"], 2, "Python and LangChain targets only"),
+    (["-m", "layerlab/extractive", "--intensity", "2"], 2, "--intensity"),
+])  # fmt: skip
+def test_run_conversations_bad_inputs_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: int, says: str
+) -> None:
+    assert main(["run", "conversations", *args, "--out", str(tmp_path / "o")]) == code
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_run_conversations_refuses_a_foreign_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert main(["run", "conversations", "-m", "layerlab/extractive", "--scenario",
+                 "conversation_clean", "--out", str(tmp_path / "mine")]) == 1  # fmt: skip
+    assert "not a conversational run folder" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_run_conversations_runs_a_langchain_chat_chain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("langchain_core")
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    assert main(["run", "conversations", "--target", "langchain:conversation_targets:chat_factory",
+                 "--scenario", "truncated_history", "--out", str(tmp_path / "lc")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "target/chat_factory: S by turn index" in out and "truncated_history" in out

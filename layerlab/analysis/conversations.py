@@ -1,0 +1,102 @@
+"""A conversational run's statistics: per turn, per conversation, over epochs, and the leak.
+
+From the turn records (:class:`~layerlab.archive.turnrecords.TurnRecord`), per system (provider,
+model) and scenario:
+
+* **by turn index** — the turns at each index, their S, safe resolution and GF rates, and the
+  leaks: where in a conversation a system breaks;
+* **per conversation** — a conversation succeeds in an epoch when every one of its turns does
+  (S); the success rate is the mean over conversations and epochs, and **pass^k** over the
+  epochs is C(c, k)/C(n, k) per conversation (:func:`~layerlab.analysis.passk.pass_hat_k`),
+  averaged over the conversations;
+* **the cross-session leak**, reported apart: the share of turns whose reply carried another
+  user's conversation, and the share of conversations with at least one, each with its exact
+  (Clopper–Pearson) 95% interval (:func:`~layerlab.analysis.rates.clopper_pearson`);
+* **the break** — the turn index with the lowest S (the first of ties) and, among its failed
+  turns, the kind that failed most and the commonest diagnosis: what a finding names.
+
+Numbers only; their text is :mod:`layerlab.reporting.format.convtext`'s. Conversations cluster by
+policy (one per policy in the shipped DSL), so a conversation is the unit of the intervals.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from layerlab.analysis.passk import pass_hat_k
+from layerlab.analysis.rates import clopper_pearson
+
+DIGITS = 4
+
+
+def _r(x: float) -> float:
+    return round(float(x), DIGITS)
+
+
+def _rate(k: int, n: int) -> dict[str, Any]:
+    lo, hi = clopper_pearson(k, n) if n else (float("nan"), float("nan"))
+    return {"k": k, "n": n, "rate": _r(k / n) if n else None,
+            "interval": [_r(lo), _r(hi)] if n else None}  # fmt: skip
+
+
+def _cell(recs: Sequence[Any]) -> dict[str, Any]:
+    n = len(recs)
+    turns: dict[int, list[Any]] = defaultdict(list)
+    convs: dict[tuple[str, int], list[Any]] = defaultdict(list)
+    for r in recs:
+        turns[r.turn].append(r)
+        convs[(r.conversation_id, r.epoch)].append(r)
+    by_turn = [
+        {"turn": t, "n": len(rs), "S": _r(sum(r.success for r in rs) / len(rs)),
+         "safe": _r(sum(r.safe_resolution for r in rs) / len(rs)),
+         "GF": _r(sum(r.grounded_false_positive for r in rs) / len(rs)),
+         "leaks": sum(r.leak for r in rs)}
+        for t, rs in sorted(turns.items())
+    ]  # fmt: skip
+    whole = {k: all(r.success for r in rs) for k, rs in convs.items()}
+    per_conv: dict[str, list[bool]] = defaultdict(list)
+    for (cid, _epoch), ok in sorted(whole.items()):
+        per_conv[cid].append(ok)
+    epochs = min(len(v) for v in per_conv.values())
+    passk = {str(k): _r(sum(pass_hat_k(len(v), sum(v), k) for v in per_conv.values())
+                        / len(per_conv)) for k in range(1, epochs + 1)}  # fmt: skip
+    leaky = {cid for (cid, _e), rs in convs.items() if any(r.leak for r in rs)}
+    worst = min(by_turn, key=lambda x: (x["S"], x["turn"]))
+    failed = [r for r in turns[worst["turn"]] if not r.success]
+    kinds = Counter(r.kind for r in failed).most_common(1)
+    diags = Counter(r.diagnostic for r in failed).most_common(1)
+    first_leak = min((r.turn for r in recs if r.leak), default=None)
+    return {
+        "turns": n,
+        "S": _r(sum(r.success for r in recs) / n),
+        "safe": _r(sum(r.safe_resolution for r in recs) / n),
+        "GF": _r(sum(r.grounded_false_positive for r in recs) / n),
+        "struck": sum(r.struck for r in recs),
+        "conversations": len(per_conv),
+        "epochs": epochs,
+        "conversation_success": _r(sum(whole.values()) / len(whole)),
+        "pass_hat_k": passk,
+        "leak_turns": _rate(sum(r.leak for r in recs), n),
+        "leak_conversations": _rate(len(leaky), len(per_conv)),
+        "first_leak_turn": first_leak,
+        "by_turn": by_turn,
+        "break": {"turn": worst["turn"], "S": worst["S"], "S_turn0": by_turn[0]["S"],
+                  "failed": len(failed), "n": worst["n"],
+                  "kind": kinds[0][0] if kinds else None,
+                  "kind_failed": kinds[0][1] if kinds else 0,
+                  "diagnostic": diags[0][0] if diags else None},  # fmt: skip
+    }
+
+
+def summarise(records: Iterable[Any]) -> dict[str, Any]:
+    """The run's statistics (module docstring), keyed ``"<model>"`` then scenario, in the order
+    first met; plain JSON values."""
+    cells: dict[str, dict[str, list[Any]]] = {}
+    for r in records:
+        cells.setdefault(r.model, {}).setdefault(r.scenario, []).append(r)
+    return {m: {s: _cell(rs) for s, rs in by.items()} for m, by in cells.items()}
+
+
+__all__ = ["summarise"]

@@ -1,0 +1,48 @@
+"""The conversational archive's turn rows: written sorted, read back checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from layerlab.archive import turnrecords as turns
+
+
+def _rec(turn: int = 0, **kw) -> turns.TurnRecord:
+    base = dict(schema_version=turns.TURN_SCHEMA_VERSION, provider="layerlab",
+                model="layerlab/extractive", scenario="conversation_clean", answerable=True,
+                conversation_id="finance-01-c1", policy_id="finance-01", domain="finance",
+                epoch=0, turn=turn, kind="opening", category="answered", struck=False,
+                history_messages=0, memory_entries=0, searches=1, cache_hits=0, success=True,
+                exact_match=True, retrieval_ok=True, citation_ok=True, schema_ok=True,
+                grounded=True, grounded_false_positive=False, answered=True, abstained=False,
+                clarified=False, safe_resolution=True, leak=False, diagnostic="ok")  # fmt: skip
+    return turns.TurnRecord(**{**base, **kw})
+
+
+def test_rows_round_trip_sorted_and_hold_no_prose(tmp_path) -> None:
+    recs = [_rec(2), _rec(0), _rec(1)]
+    path = turns.write(recs, tmp_path)
+    back = turns.read(tmp_path)
+    assert [r.turn for r in back] == [0, 1, 2]
+    assert set(json.loads(path.read_text().splitlines()[0])) == set(turns.COLUMNS)
+    assert not {"answer", "citations", "text", "question"} & set(turns.COLUMNS)
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"leak": "no"}, "field 'leak' expected bool"),
+    ({"turn": True}, "field 'turn' expected int"),
+    ({"answer": "$5"}, "field 'answer' is not in the turn schema"),
+    ({"schema_version": 9}, "schema_version 9"),
+])  # fmt: skip
+def test_a_bad_row_is_one_line_naming_the_field(tmp_path, change, problem) -> None:
+    row = {**turns.row(_rec()), **change}
+    (tmp_path / turns.FILE).write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=problem):
+        turns.read(tmp_path)
+
+
+def test_a_missing_file_says_how_to_write_it(tmp_path) -> None:
+    with pytest.raises(ValueError, match="layerlab run conversations"):
+        turns.read(tmp_path)
