@@ -63,7 +63,6 @@ LOCAL_MODEL_ARCHIVES = ARCHIVES / "local_models"
 LOCAL_MODEL_MITIGATIONS = ARCHIVES / "local_model_mitigations"
 LOCAL_MODEL_REPLICATES = ARCHIVES / "local_model_replicates"
 LOCAL_MODEL_AGENT = ARCHIVES / "local_model_agent"  # agent mode (layerlab run live --agent)
-LOCAL_MODEL_SURFACE = ARCHIVES / "local_model_surface"  # a sampled model over fault intensities (issue 43)
 # a team's own pipeline as a target (the worked example, notebook 13): one folder per target
 USER_PIPELINES = ARCHIVES / "user_pipelines"
 # reliability surfaces (runs swept over a fault's intensity, notebook 15): the reference agents'

@@ -50,7 +50,7 @@ _STYLE = """<style>
 def default_sources() -> list[Path]:
     """Every committed record archive: the real model's (single call, the mitigation matrix,
     sampled replicates, agent mode, the intensity surface), the user pipelines, the reference agents, the mitigation
-    matrix, then the retired ones (out of every table, kept for the record). The focused study's
+    matrix, the reference agents' surface, then the retired ones (out of every table, kept for the record). The focused study's
     archive is no record archive (it has its own table, notebook 08)."""
     from layerlab import paths
 
@@ -63,6 +63,7 @@ def default_sources() -> list[Path]:
         *paths.archives_in(paths.USER_PIPELINES),
         paths.ARCHIVES / "reference_agents",
         paths.ARCHIVES / "mitigations",
+        paths.REFERENCE_SURFACE,
         *paths.archives_in(paths.RETIRED_ARCHIVES),
     ]
 

@@ -107,12 +107,12 @@ def test_the_notebook_explorer_shows_the_same_path_when_a_record_is_shown() -> N
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node here")
 def test_the_page_script_renders_the_recomputed_path(qwen_page: str, tmp_path: Path) -> None:
     js = qwen_page.split("<script>\n", 1)[1].split("\n</script>", 1)[0]
-    records, shared = (
+    records, shared, options = (
         json.dumps(qwen_page.split(f'id="{e}">')[1].split("</script>")[0].replace("<\\/", "</"))
-        for e in ("records", "evidence")
+        for e in ("records", "evidence", "scenario-options")
     )
     stub = (
-        f"const TEXTS = {{records: {records}, evidence: {shared}}};\n"
+        f"const TEXTS = {{records: {records}, evidence: {shared}, 'scenario-options': {options}}};\n"
         "function el(id) { return {textContent: TEXTS[id] || '', innerHTML: '', value: '', "
         "options: [], addEventListener() {}, insertAdjacentHTML() {}, "
         "querySelector() { return null; }}; }\n"
