@@ -1,9 +1,13 @@
 """``layerlab conversations``: build the conversations from their specs into a chosen folder;
-show one as the scripted user plays it (its public side only: the key is never printed)."""
+show one as the scripted user plays it (its public side only: the key is never printed).
+``layerlab run conversations``: play them against reference readers, local models
+(:mod:`~layerlab.harness.convmodel`) and a team's conversational targets."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -110,8 +114,9 @@ def run_conversations(
     ),
     model: list[str] = typer.Option(
         [], "-m", "--model",
-        help="A conversational reference reader (repeatable): layerlab/extractive or "
-        "layerlab/cautious (deterministic baselines, not models).",
+        help="A conversational reader (repeatable): layerlab/extractive or layerlab/cautious "
+        "(deterministic baselines, not models), or a local model local/NAME of "
+        "data/specs/models.yaml (a chat chain over it; greedy; replies cached).",
     ),
     target: list[str] = typer.Option(
         [], "--target", metavar="MODULE:FN",
@@ -134,6 +139,16 @@ def run_conversations(
     epochs: int = typer.Option(1, min=1, max=20, help="Times each conversation is played."),
     folder: Path | None = typer.Option(
         None, "--from", help="A conversations folder (default: built from the specs)."
+    ),
+    per_domain: int = typer.Option(
+        None, "--per-domain", min=1,
+        help="Only the first K conversations of each domain (in the folder's order).",
+    ),
+    cache_dir: Path | None = typer.Option(
+        None, "--cache-dir", help="A local model's reply cache (default: the user cache's)."
+    ),
+    timeout: float = typer.Option(
+        180.0, "--timeout", min=1.0, help="Seconds a local model's call may take."
     ),
 ) -> None:
     """Play the conversations turn by turn against each system under each scenario; write
@@ -166,9 +181,13 @@ def run_conversations(
         raise _usage(f"--intensity: {exc}") from None
     chosen = list({sc.name: sc for n in names for sc in (
         [known[n]] if not known[n].operators else [known[n].at(d) for d in doses])}.values())  # fmt: skip
+    from layerlab.harness.live.settings import LiveRunError
+    from layerlab.models.local import is_local
+
+    local = [m for m in dict.fromkeys(model) if is_local(m)]
     try:
         settings = parse_settings(target_setting)
-        systems = [hc.reference(m) for m in model]
+        systems = [hc.reference(m) for m in model if m not in local]
         systems += [hc.target(t, settings) for t in target]
     except (ValueError, TargetError) as exc:
         raise _usage(str(exc)) from None
@@ -178,9 +197,23 @@ def run_conversations(
         corpus = load()
     except (OSError, ValueError, SpecError) as exc:
         raise _fail(str(exc)) from None
-    records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs)
+    if per_domain:
+        convs = _per_domain(convs, per_domain)
+    models: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        readers = _model_readers(stack, local, cache_dir, timeout)
+        systems = [*(hc.System("local", m, r.answer) for m, (r, _) in readers.items()), *systems]
+        try:
+            records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs,
+                             progress=lambda line: typer.echo(line, err=True))  # fmt: skip
+        except LiveRunError as exc:
+            raise _fail(f"{exc}; nothing written (rerun: cached replies are not asked again)") from None
+        models = {m: {**prov, "calls": r.facts(), "temperature": 0.0, "prompt": r.params["prompt"]}
+                  for m, (r, prov) in readers.items()}  # fmt: skip
     manifest = {"systems": [s.model for s in systems], "scenarios": [s.name for s in chosen],
-                "epochs": epochs, **cv.spec_hashes()}  # fmt: skip
+                "epochs": epochs, "conversations": len(convs), "per_domain": per_domain,
+                **cv.spec_hashes(),
+                **({"local_models": models} if models else {})}  # fmt: skip
     try:
         summary = hc.write_run(out, records, manifest)
     except FolderRefused as exc:
@@ -189,3 +222,30 @@ def run_conversations(
         typer.echo(line)
     typer.echo(f"wrote {out}: {len(records)} turns of {len(convs)} conversations "
                f"({len(systems)} system(s) x {len(chosen)} scenario(s) x {epochs} epoch(s))")  # fmt: skip
+
+
+def _model_readers(stack: contextlib.ExitStack, local: list[str], cache_dir: Path | None,
+                   timeout: float) -> dict[str, Any]:  # fmt: skip
+    """The chat chain of each ``local/NAME`` model, its server started in ``stack``."""
+    from layerlab.harness import convmodel
+    from layerlab.harness.live.settings import LiveRunError
+
+    readers: dict[str, Any] = {}
+    for m in local:
+        try:
+            readers[m] = stack.enter_context(convmodel.served(
+                m, cache_dir, timeout, say=lambda line: typer.echo(line, err=True)))  # fmt: skip
+        except LiveRunError as exc:
+            raise _fail(str(exc)) from None
+    return readers
+
+
+def _per_domain(convs: list[Any], k: int) -> list[Any]:
+    """The first ``k`` conversations of each domain, in their order."""
+    seen: dict[str, int] = {}
+    out = []
+    for c in convs:
+        seen[c.domain] = seen.get(c.domain, 0) + 1
+        if seen[c.domain] <= k:
+            out.append(c)
+    return out

@@ -36,6 +36,7 @@ from layerlab.corpus.script import ScriptedUser, category_of
 from layerlab.faults.scenario import Scenario
 from layerlab.faults.session import SessionContext, SessionState
 from layerlab.harness.convtools import ConversationRequest, ConversationTool, Index, end_turn
+from layerlab.harness.live.settings import LiveRunError
 from layerlab.harness.targets.base import TargetReply, read_reply, reply_problem
 from layerlab.scoring.turns import score_turn
 
@@ -188,6 +189,8 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
             raw = system.answer(request)
             if inspect.isawaitable(raw):  # an async target: its coroutine run to its end
                 raw = asyncio.run(_awaited(raw))
+        except LiveRunError:  # a model's server died or cannot be reached: no data, stop
+            raise
         except Exception:  # the system under test failed: the turn's failure, not ours
             failure = "provider_error"
         finally:
@@ -231,8 +234,10 @@ def _labels(labels: Any) -> list[Any]:
 
 
 def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Sequence[Scenario],
-        setting: Setting, epochs: int = 1) -> list[TurnRecord]:  # fmt: skip
-    """Every system × scenario × conversation × epoch, in that order: the turn records."""
+        setting: Setting, epochs: int = 1,
+        progress: Callable[[str], None] | None = None) -> list[TurnRecord]:  # fmt: skip
+    """Every system × scenario × conversation × epoch, in that order: the turn records.
+    ``progress`` (if given) is told of each system × scenario when it is done."""
     if epochs < 1:
         raise ValueError(f"epochs: expected at least 1, got {epochs}")
     out: list[TurnRecord] = []
@@ -244,6 +249,8 @@ def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Seq
             for conv in convs:
                 for epoch in range(epochs):
                     out += play(system, conv, scenario, setting, epoch)
+            if progress is not None:
+                progress(f"{system.model} x {scenario.name}: {len(convs)} conversation(s) done")
     return out
 
 

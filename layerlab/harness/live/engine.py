@@ -62,29 +62,14 @@ def routes_for(
     config: LiveConfig, concurrency: int, local: Mapping[str, Sequence[str]] | None = None
 ) -> dict[str, Route]:
     """A :class:`Route` per model. ``local`` maps a ``local/NAME`` model to its servers' URLs."""
-    from layerlab.models import local as models_mod
-
     local = local or {}
     routes: dict[str, Route] = {}
     for m in config.models:
         if config.target is not None:
             continue  # the user's system answers: no provider route
         if m in local:
-            spec = models_mod.lookup(m)
-            fmt = response_format_for(config.response_format, local=True)
-            extra: dict[str, Any] = {"api_key": models_mod.PLACEHOLDER_KEY}
-            if fmt is not None and llamaserver.selected() != llamaserver.DEFAULT:
-                extra["extra_body"] = {"grammar": llamaserver.grammar_for(fmt)}  # the default's
-                fmt = None
-            routes[m] = Route(
-                model=f"openai/{spec.name}",
-                endpoints=[Endpoint(b, asyncio.Semaphore(1)) for b in local[m]],
-                extra=extra,
-                merge_system=spec.system_prompt == "merge",
-                response_format=fmt,
-                seed_base=config.seed if config.seed is not None else 0,
-                name=m,
-            )
+            routes[m] = local_route(m, local[m], config.response_format,
+                                    config.seed if config.seed is not None else 0)  # fmt: skip
         else:
             bases: Sequence[str | None] = config.settings.api_bases or (None,)
             routes[m] = Route(
@@ -94,6 +79,30 @@ def routes_for(
                 seed_base=config.seed,
             )
     return routes
+
+
+def local_route(model: str, bases: Sequence[str], response_format: str, seed_base: int,
+                schema: dict[str, Any] | None = None) -> Route:  # fmt: skip
+    """The :class:`Route` of a ``local/NAME`` model served at ``bases`` (one request at a time
+    each), asking for ``response_format`` of the reply contract (``schema``: another contract's
+    schema); under llama-server the default runtime's grammar of the schema is sent instead."""
+    from layerlab.models import local as models_mod
+
+    spec = models_mod.lookup(model)
+    fmt = response_format_for(response_format, local=True, schema=schema)
+    extra: dict[str, Any] = {"api_key": models_mod.PLACEHOLDER_KEY}
+    if fmt is not None and llamaserver.selected() != llamaserver.DEFAULT:
+        extra["extra_body"] = {"grammar": llamaserver.grammar_for(fmt)}  # the default's
+        fmt = None
+    return Route(
+        model=f"openai/{spec.name}",
+        endpoints=[Endpoint(b, asyncio.Semaphore(1)) for b in bases],
+        extra=extra,
+        merge_system=spec.system_prompt == "merge",
+        response_format=fmt,
+        seed_base=seed_base,
+        name=model,
+    )
 
 
 @dataclass(frozen=True)
