@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local local-server models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface reference-surface lint bench coverage lock clean
+.PHONY: help venv local local-server models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface local-conversations reference-surface lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ n = split($$2, w, " "); \
@@ -255,6 +255,17 @@ local-surface: $(LOCAL_STAMP) ## A real model's reliability surface: 4 layers x 
 	    --mitigation strict --response-format json_schema --out $(SURFACE_OUT) --no-progress $$resume || exit $$?; \
 	  mkdir -p data/archives/local_model_surface/qwen2.5-coder-1.5b; \
 	  cp $(SURFACE_OUT)/{records.parquet,manifest.json,results.json} data/archives/local_model_surface/qwen2.5-coder-1.5b/
+	$(MAKE) --no-print-directory checksums
+# A real model's conversations (issue 44): Qwen2.5-Coder-1.5B as a chat chain
+# (layerlab.harness.convmodel), greedy, over the first 2 conversations of each domain (16) under
+# every conversational scenario. Replies are cached (identical prompts share one): a rerun asks
+# the model only for the turns it had not reached.
+CONV_OUT ?= out/local_model_conversations/qwen2.5-coder-1.5b
+local-conversations: $(LOCAL_STAMP) ## A real model's conversations: 16 conversations x 6 scenarios (replies cached).
+	$(BIN)/layerlab run conversations -m local/qwen2.5-coder-1.5b --per-domain 2 --out $(CONV_OUT)
+	mkdir -p data/archives/local_model_conversations/qwen2.5-coder-1.5b
+	cp $(CONV_OUT)/turns.jsonl $(CONV_OUT)/summary.json $(CONV_OUT)/manifest.json \
+	  data/archives/local_model_conversations/qwen2.5-coder-1.5b/
 	$(MAKE) --no-print-directory checksums
 # The reference agents' reliability surface (notebook 15's default archive): the same four layers
 # at five intensities on 40 stratified tasks, the baseline arm (1,680 records; about 20 s).
