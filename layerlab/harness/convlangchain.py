@@ -32,10 +32,9 @@ from typing import Any, cast
 from layerlab.harness.convtools import ConversationRequest
 from layerlab.harness.targets.langchain import (
     _CURRENT,
-    ANSWER_KEYS,
-    SOURCE_KEYS,
     LangChainTarget,
     components,
+    reply_keys,
 )
 from layerlab.harness.targets.python import _takes, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
@@ -95,8 +94,7 @@ class ConversationalChain(LangChainTarget):
         self.spec = spec
         factory = load_attr(spec)
         opts = spec.options()
-        self.answer_keys = (str(opts["answer_key"]),) if "answer_key" in opts else ANSWER_KEYS
-        self.source_keys = (str(opts["sources_key"]),) if "sources_key" in opts else SOURCE_KEYS
+        self.answer_keys, self.source_keys = reply_keys(opts)
         retriever, search, _open = components()
         kw: dict[str, Any] = {}
         if _takes(factory, "get_session_history"):
