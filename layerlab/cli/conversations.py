@@ -117,7 +117,8 @@ def run_conversations(
         [], "--target", metavar="MODULE:FN",
         help="Your conversational system (repeatable): a Python function of a "
         "ConversationRequest, or a class with answer(request) (python:MODULE:FN too), or "
-        "langchain:MODULE:FACTORY (a chat chain with message history).",
+        "langchain:MODULE:FACTORY (a chat chain with message history), "
+        "llamaindex:MODULE:FACTORY (a chat engine).",
     ),
     target_setting: list[str] = typer.Option(
         [], "--target-setting", metavar="KEY=VALUE", help="A setting the targets get (repeatable)."

@@ -64,29 +64,41 @@ def reference(name: str) -> System:
     return System(PROVIDER, f"{PROVIDER}/{short}", READERS[short]().answer)
 
 
+CONVERSATIONAL_KINDS = ("python", "langchain", "llamaindex")
+"""The target kinds a conversation runs (:func:`target`)."""
+
+
 def target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
     """A team's conversational system: a Python target (``module:function`` or
     ``python:module:function``: a function of one :class:`ConversationRequest`, or a class whose
-    ``answer`` method is; either may be a coroutine function, whose coroutine is run to its end)
-    or a LangChain chat chain (``langchain:module:factory``, :mod:`~layerlab.harness.convlangchain`)."""
+    ``answer`` method is; either may be a coroutine function, whose coroutine is run to its end),
+    a LangChain chat chain (``langchain:module:factory``, :mod:`~layerlab.harness.convlangchain`)
+    or a LlamaIndex chat engine (``llamaindex:module:factory``,
+    :mod:`~layerlab.harness.convllamaindex`)."""
     from layerlab.harness.targets.python import PythonTarget
     from layerlab.harness.targets.spec import KINDS, parse_target
     from layerlab.models.agents import TARGET_PROVIDER
 
     kind = spec_text.partition(":")[0]
-    if kind in KINDS and kind not in ("python", "langchain") or spec_text.startswith(
+    if kind in KINDS and kind not in CONVERSATIONAL_KINDS or spec_text.startswith(
             ("http://", "https://")):  # fmt: skip
-        raise ValueError(f"--target {spec_text}: conversations run Python and LangChain targets "
-                         "only so far (MODULE:FN, python:MODULE:FN, langchain:MODULE:FACTORY)")  # fmt: skip
-    text = spec_text if kind in ("python", "langchain") else f"python:{spec_text}"
+        raise ValueError(f"--target {spec_text}: conversations run Python, LangChain and "
+                         "LlamaIndex targets only so far (MODULE:FN, python:MODULE:FN, "
+                         "langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY)")  # fmt: skip
+    text = spec_text if kind in CONVERSATIONAL_KINDS else f"python:{spec_text}"
     spec = parse_target(text, settings=dict(settings or {}))
+    answer: Callable[[ConversationRequest], Any]
     if spec.kind == "langchain":
         from layerlab.harness.convlangchain import ConversationalChain
 
-        chain = ConversationalChain(spec)
-        return System(TARGET_PROVIDER, spec.model, chain.answer, spec.options())
-    t = PythonTarget(spec)
-    answer = cast(Callable[[ConversationRequest], Any], t.answer)  # it calls with any request
+        answer = ConversationalChain(spec).answer
+    elif spec.kind == "llamaindex":
+        from layerlab.harness.convllamaindex import ConversationalEngine
+
+        answer = ConversationalEngine(spec).answer
+    else:
+        t = PythonTarget(spec)
+        answer = cast(Callable[[ConversationRequest], Any], t.answer)  # it calls with any request
     return System(TARGET_PROVIDER, spec.model, answer, spec.options())
 
 
@@ -304,5 +316,5 @@ def write_run(out: Any, records: Sequence[TurnRecord], manifest: Mapping[str, An
     return summary
 
 
-__all__ = ["RUN_FILES", "Reply", "Setting", "System", "folder_problem", "play", "target",
-           "read_turn_reply", "reference", "run", "write_run"]  # fmt: skip
+__all__ = ["CONVERSATIONAL_KINDS", "RUN_FILES", "Reply", "Setting", "System", "folder_problem",
+           "play", "target", "read_turn_reply", "reference", "run", "write_run"]  # fmt: skip

@@ -25,18 +25,17 @@ LangChain target's (``answer``/``output``/``result`` and ``source_documents``/``
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import asdict
 from typing import Any, cast
 
-from layerlab.harness.convtools import ConversationRequest
+from layerlab.harness.convtools import ConversationRequest, spoken
 from layerlab.harness.targets.langchain import (
     _CURRENT,
     LangChainTarget,
     components,
     reply_keys,
 )
-from layerlab.harness.targets.python import _takes, load_attr
+from layerlab.harness.targets.python import _takes, build, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 
 
@@ -75,15 +74,7 @@ def session_history(session_id: str) -> Any:
     req = _current()
     messages: list[Any] = []
     for m in req.history if session_id == req.session_id else ():
-        if m.role == "user":
-            messages.append(HumanMessage(m.text))
-            continue
-        try:
-            said = json.loads(m.text)
-        except ValueError:
-            said = {}
-        answer = said.get("answer") if isinstance(said, dict) else None
-        messages.append(AIMessage(str(answer) if answer else str(said.get("status", ""))))
+        messages.append((HumanMessage if m.role == "user" else AIMessage)(spoken(m)))
     return _served_history()(messages)
 
 
@@ -101,11 +92,7 @@ class ConversationalChain(LangChainTarget):
             kw["get_session_history"] = session_history
         if _takes(factory, "settings"):
             kw["settings"] = opts
-        try:
-            self.chain = factory(retriever, search, **kw)
-        except (Exception, SystemExit) as exc:
-            raise TargetError(spec.redact(f"--target {spec.spec}: the factory failed "
-                                          f"({type(exc).__name__}: {exc})")) from None  # fmt: skip
+        self.chain = build(spec, factory, retriever, search, **kw)
         if not hasattr(self.chain, "invoke"):
             raise TargetError(f"--target {spec.spec}: the factory returned a "
                               f"{type(self.chain).__name__}, not a Runnable (expected invoke())")  # fmt: skip

@@ -141,6 +141,23 @@ def _delivered(obs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(r["doc_id"]), str(r.get("text", ""))) for r in obs.get("results") or ())
 
 
+def spoken(message: Message) -> str:
+    """What a history message says, as a chat framework's message holds it: a user's text; a
+    reply's answer (its status when it has none: ``abstained``, ``clarification``)."""
+    if message.role == "user":
+        return message.text
+    import json
+
+    try:
+        said = json.loads(message.text)
+    except ValueError:
+        return message.text
+    if not isinstance(said, dict):
+        return message.text
+    answer = said.get("answer")
+    return str(answer) if answer else str(said.get("status", ""))
+
+
 # The turn's tool, out of the request's reach (see TargetRequest).
 _TOOLS: weakref.WeakKeyDictionary[ConversationRequest, ConversationTool] = (
     weakref.WeakKeyDictionary()
@@ -202,4 +219,5 @@ def end_turn(request: ConversationRequest) -> None:
     _TOOLS.pop(request, None)
 
 
-__all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "normal_query"]
+__all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "normal_query",
+           "spoken"]  # fmt: skip

@@ -93,6 +93,55 @@ def test_the_answer_key_never_reaches_a_request(built, setting, scenarios) -> No
     assert turns == sum(len(c.turns) for c in convs[:20]) * len(scenarios) + len(key)
 
 
+def _reached_llamaindex(run_system):
+    """What reached a LlamaIndex chat engine's LLM at each turn: the messages of its chat."""
+    pytest.importorskip("llama_index.core")
+    import conversation_targets
+
+    system = hc.target("llamaindex:conversation_targets:li_chat_factory")
+    llm = conversation_targets.LI_LLMS[-1]
+    got: list = []
+
+    def spy(req):
+        out = system.answer(req)
+        got.append(list(llm.last_chat_messages))
+        return out
+
+    run_system(hc.System(system.provider, system.model, spy))
+    return got
+
+
+REACHED = {"llamaindex": _reached_llamaindex}
+
+
+@pytest.mark.parametrize("kind", sorted(REACHED))
+def test_the_answer_key_never_reaches_a_framework_or_service_target(kind, built, setting,
+                                                                    scenarios) -> None:  # fmt: skip
+    """Every turn of some conversations, under every scenario, through each target kind past
+    the request (a chat engine's prompt, a service's JSON): no key, no scenario, no store, and
+    no key field, reaches the system."""
+    convs, key = built
+    forbidden = (cv.TurnKey, cv.ConversationKey, Scenario, SessionState, hc.Setting)
+
+    def run_system(system):
+        for name in scenarios:
+            hc.run([system], convs[:6], [scenarios[name]], setting)
+
+    reached = REACHED[kind](run_system)
+    assert len(reached) == sum(len(c.turns) for c in convs[:6]) * len(scenarios)
+    for got in reached:
+        seen, todo = set(), [got]
+        while todo:
+            obj = todo.pop()
+            if id(obj) in seen or isinstance(obj, type):
+                continue
+            seen.add(id(obj))
+            assert not isinstance(obj, forbidden), type(obj)
+            if isinstance(obj, str):
+                assert not any(f in obj for f in ("expected_answers", "required_doc_ids"))
+            todo += [o for o in gc.get_referents(obj) if not isinstance(o, type)]
+
+
 def test_the_records_are_byte_identical_on_rerun(built, setting, scenarios, tmp_path) -> None:
     convs, _ = built
     chosen = [scenarios[n] for n in ("conversation_clean", "swapped_session", "stale_tool_cache")]

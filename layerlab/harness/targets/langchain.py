@@ -55,7 +55,7 @@ from layerlab.harness.targets.base import (
     raise_for_error,
 )
 from layerlab.harness.targets.options import bool_setting
-from layerlab.harness.targets.python import _takes, load_attr
+from layerlab.harness.targets.python import _takes, build, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 from layerlab.harness.tools import OPEN, SEARCH
 
@@ -157,14 +157,7 @@ class LangChainTarget:
             kw["tools"] = [search, open_document]
         if _takes(factory, "settings"):
             kw["settings"] = opts
-        try:
-            self.chain = factory(retriever, search, **kw)
-        except (Exception, SystemExit) as exc:
-            raise TargetError(
-                spec.redact(
-                    f"--target {spec.spec}: the factory failed ({type(exc).__name__}: {exc})"
-                )
-            ) from None
+        self.chain = build(spec, factory, retriever, search, **kw)
         if not hasattr(self.chain, "invoke"):
             raise TargetError(
                 f"--target {spec.spec}: the factory returned a {type(self.chain).__name__}, "
