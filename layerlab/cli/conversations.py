@@ -114,11 +114,12 @@ def run_conversations(
         "layerlab/cautious (deterministic baselines, not models).",
     ),
     target: list[str] = typer.Option(
-        [], "--target", metavar="MODULE:FN",
+        [], "--target", metavar="MODULE:FN|URL",
         help="Your conversational system (repeatable): a Python function of a "
         "ConversationRequest, or a class with answer(request) (python:MODULE:FN too), or "
         "langchain:MODULE:FACTORY (a chat chain with message history), "
-        "llamaindex:MODULE:FACTORY (a chat engine).",
+        "llamaindex:MODULE:FACTORY (a chat engine), or an http(s):// URL (a service "
+        "POSTed each turn).",
     ),
     target_setting: list[str] = typer.Option(
         [], "--target-setting", metavar="KEY=VALUE", help="A setting the targets get (repeatable)."
@@ -168,18 +169,24 @@ def run_conversations(
     chosen = list({sc.name: sc for n in names for sc in (
         [known[n]] if not known[n].operators else [known[n].at(d) for d in doses])}.values())  # fmt: skip
     try:
-        settings = parse_settings(target_setting)
-        systems = [hc.reference(m) for m in model]
-        systems += [hc.target(t, settings) for t in target]
-    except (ValueError, TargetError) as exc:
-        raise _usage(str(exc)) from None
-    try:
         convs = cv.load(folder) if folder else cv.build_from_specs()[0]
         key = cv.load_key(folder) if folder else cv.build_from_specs()[1]
         corpus = load()
     except (OSError, ValueError, SpecError) as exc:
         raise _fail(str(exc)) from None
-    records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs)
+    systems: list[hc.System] = []
+    try:
+        settings = parse_settings(target_setting)
+        systems += [hc.reference(m) for m in model]
+        for t in target:
+            systems.append(hc.target(t, settings))
+    except (ValueError, TargetError) as exc:
+        hc.close_all(systems)
+        raise _usage(str(exc)) from None
+    try:
+        records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs)
+    finally:
+        hc.close_all(systems)
     manifest = {"systems": [s.model for s in systems], "scenarios": [s.name for s in chosen],
                 "epochs": epochs, **cv.spec_hashes()}  # fmt: skip
     try:

@@ -37,18 +37,22 @@ from layerlab.faults.scenario import Scenario
 from layerlab.faults.session import SessionContext, SessionState
 from layerlab.harness.convtools import ConversationRequest, ConversationTool, Index, end_turn
 from layerlab.harness.targets.base import TargetReply, read_reply, reply_problem
+from layerlab.harness.targets.failures import ReplyTimeout
 from layerlab.scoring.turns import score_turn
 
 
 @dataclass(frozen=True)
 class System:
     """A conversational system under test: who it is in the records (``provider``, ``model``)
-    and how it answers one :class:`ConversationRequest` (its raw reply)."""
+    and how it answers one :class:`ConversationRequest` (its raw reply); :func:`close_all` ends
+    what it holds."""
 
     provider: str
     model: str
     answer: Callable[[ConversationRequest], Any]
     settings: Mapping[str, Any] = field(default_factory=dict)
+    close: Callable[[], None] | None = None
+    """What ends the system's resources (an HTTP service's tool server), if any."""
 
 
 def reference(name: str) -> System:
@@ -64,7 +68,7 @@ def reference(name: str) -> System:
     return System(PROVIDER, f"{PROVIDER}/{short}", READERS[short]().answer)
 
 
-CONVERSATIONAL_KINDS = ("python", "langchain", "llamaindex")
+CONVERSATIONAL_KINDS = ("python", "langchain", "llamaindex", "http")
 """The target kinds a conversation runs (:func:`target`)."""
 
 
@@ -72,22 +76,24 @@ def target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
     """A team's conversational system: a Python target (``module:function`` or
     ``python:module:function``: a function of one :class:`ConversationRequest`, or a class whose
     ``answer`` method is; either may be a coroutine function, whose coroutine is run to its end),
-    a LangChain chat chain (``langchain:module:factory``, :mod:`~layerlab.harness.convlangchain`)
-    or a LlamaIndex chat engine (``llamaindex:module:factory``,
-    :mod:`~layerlab.harness.convllamaindex`)."""
+    a LangChain chat chain (``langchain:module:factory``, :mod:`~layerlab.harness.convlangchain`),
+    a LlamaIndex chat engine (``llamaindex:module:factory``,
+    :mod:`~layerlab.harness.convllamaindex`) or an HTTP service (``http(s)://...``,
+    :mod:`~layerlab.harness.convhttp`; refused in one line when nothing answers there)."""
     from layerlab.harness.targets.python import PythonTarget
     from layerlab.harness.targets.spec import KINDS, parse_target
     from layerlab.models.agents import TARGET_PROVIDER
 
     kind = spec_text.partition(":")[0]
-    if kind in KINDS and kind not in CONVERSATIONAL_KINDS or spec_text.startswith(
-            ("http://", "https://")):  # fmt: skip
-        raise ValueError(f"--target {spec_text}: conversations run Python, LangChain and "
-                         "LlamaIndex targets only so far (MODULE:FN, python:MODULE:FN, "
-                         "langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY)")  # fmt: skip
-    text = spec_text if kind in CONVERSATIONAL_KINDS else f"python:{spec_text}"
+    if kind in KINDS and kind not in CONVERSATIONAL_KINDS:
+        raise ValueError(f"--target {spec_text}: conversations run Python, LangChain, LlamaIndex "
+                         "and HTTP targets only so far (MODULE:FN, python:MODULE:FN, "
+                         "langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY, http(s)://...)")  # fmt: skip
+    url = spec_text.startswith(("http://", "https://"))
+    text = spec_text if url or kind in CONVERSATIONAL_KINDS else f"python:{spec_text}"
     spec = parse_target(text, settings=dict(settings or {}))
     answer: Callable[[ConversationRequest], Any]
+    close: Callable[[], None] | None = None
     if spec.kind == "langchain":
         from layerlab.harness.convlangchain import ConversationalChain
 
@@ -96,10 +102,17 @@ def target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
         from layerlab.harness.convllamaindex import ConversationalEngine
 
         answer = ConversationalEngine(spec).answer
+    elif spec.kind == "http":
+        from layerlab.harness.convhttp import ConversationalService
+        from layerlab.harness.targets.http import reachable
+
+        reachable(spec)
+        service = ConversationalService(spec)
+        answer, close = service.answer, service.close
     else:
         t = PythonTarget(spec)
         answer = cast(Callable[[ConversationRequest], Any], t.answer)  # it calls with any request
-    return System(TARGET_PROVIDER, spec.model, answer, spec.options())
+    return System(TARGET_PROVIDER, spec.model, answer, spec.options(), close)
 
 
 @dataclass(frozen=True)
@@ -200,6 +213,8 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
             raw = system.answer(request)
             if inspect.isawaitable(raw):  # an async target: its coroutine run to its end
                 raw = asyncio.run(_awaited(raw))
+        except ReplyTimeout:  # a service that did not answer in time
+            failure = "timeout"
         except Exception:  # the system under test failed: the turn's failure, not ours
             failure = "provider_error"
         finally:
@@ -230,6 +245,13 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
                 state = state.remember(src.policy_id, reply.answer or "", src.doc_id)
         category = reply.category or "abstained"
     return records
+
+
+def close_all(systems: Sequence[System]) -> None:
+    """End what the systems hold (each one's ``close``, if any)."""
+    for system in systems:
+        if system.close is not None:
+            system.close()
 
 
 async def _awaited(raw: Any) -> Any:
@@ -317,4 +339,4 @@ def write_run(out: Any, records: Sequence[TurnRecord], manifest: Mapping[str, An
 
 
 __all__ = ["CONVERSATIONAL_KINDS", "RUN_FILES", "Reply", "Setting", "System", "folder_problem",
-           "play", "target", "read_turn_reply", "reference", "run", "write_run"]  # fmt: skip
+           "play", "target", "read_turn_reply", "close_all", "reference", "run", "write_run"]  # fmt: skip

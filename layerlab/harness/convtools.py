@@ -28,6 +28,7 @@ from layerlab._io import canonical_json
 from layerlab.corpus.build import Document
 from layerlab.faults.session import CachedResult, MemoryEntry, Message, SessionState
 from layerlab.harness.targets.base import ToolError, documents, raise_for_error
+from layerlab.harness.tools import SEARCH
 from layerlab.system import retrieval
 
 _SHOWN = ("doc_id", "title", "text", "domain", "status", "effective_year", "version", "owner",
@@ -214,10 +215,27 @@ class ConversationRequest:
         return self
 
 
+def exchange(request: ConversationRequest, name: str, args: Any) -> tuple[dict[str, Any], None]:
+    """One tool call of a turn by name with its JSON arguments, as a service makes it through the
+    tool server (:meth:`~layerlab.harness.targets.toolserver.ToolServer.serving`): ``search``
+    (``query``, ``top_k``) is the turn's search tool; any other name is an invalid call (a
+    conversation's tool opens nothing), counted as one. No transport event: a conversation's
+    faults are the session's."""
+    tool = _TOOLS.get(request)
+    if tool is None:
+        raise RuntimeError("this ConversationRequest has no tools (its turn has ended)")
+    if name != SEARCH or not isinstance(args, Mapping):
+        tool.calls.append(Call(str(args.get("query", "")) if isinstance(args, Mapping) else "",
+                               False, valid=False))  # fmt: skip
+        return {"status": "error", "error": {"code": "invalid_call", "message":
+                f"a conversation's tool is {SEARCH}({{query, top_k}}) only"}}, None  # fmt: skip
+    return tool.search(args.get("query"), args.get("top_k", retrieval.TOP_K)), None
+
+
 def end_turn(request: ConversationRequest) -> None:
     """The turn has ended: its request calls no more tools."""
     _TOOLS.pop(request, None)
 
 
-__all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "normal_query",
-           "spoken"]  # fmt: skip
+__all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "exchange",
+           "normal_query", "spoken"]  # fmt: skip

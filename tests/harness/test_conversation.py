@@ -111,7 +111,24 @@ def _reached_llamaindex(run_system):
     return got
 
 
-REACHED = {"llamaindex": _reached_llamaindex}
+def _reached_http(run_system):
+    """What reached an HTTP service at each turn: the JSON it was POSTed."""
+    import conversation_targets
+
+    service = conversation_targets.Service()
+    system = hc.target(service.url)
+    try:
+        run_system(system)
+    finally:
+        hc.close_all([system])
+        service.close()
+    assert all(set(b) == {"conversation_id", "turn", "session_id", "question", "answer_kind",
+                          "history", "memory", "tools_url", "tools_token"}
+               for b in service.bodies)  # fmt: skip
+    return service.bodies
+
+
+REACHED = {"llamaindex": _reached_llamaindex, "http": _reached_http}
 
 
 @pytest.mark.parametrize("kind", sorted(REACHED))
