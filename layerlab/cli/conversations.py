@@ -134,6 +134,11 @@ def run_conversations(
         "conversations it strikes); default 1.",
     ),
     epochs: int = typer.Option(1, min=1, max=20, help="Times each conversation is played."),
+    turn_timeout: float = typer.Option(
+        60.0, "--turn-timeout", metavar="SECONDS",
+        help="Seconds a system has for one turn; a turn not answered by then fails as "
+        "'timeout' and the conversation goes on.",
+    ),
     folder: Path | None = typer.Option(
         None, "--from", help="A conversations folder (default: built from the specs)."
     ),
@@ -151,6 +156,8 @@ def run_conversations(
 
     if not model and not target:
         raise _usage("name a system: -m layerlab/extractive, or --target MODULE:FN")
+    if not 0 < turn_timeout < float("inf"):
+        raise _usage(f"--turn-timeout {turn_timeout:g}: expected seconds, a number greater than 0")
     if out.is_dir() or out.is_symlink():
         problem = hc.folder_problem(out)
         if problem:
@@ -184,11 +191,11 @@ def run_conversations(
         hc.close_all(systems)
         raise _usage(str(exc)) from None
     try:
-        records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs)
+        records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs, turn_timeout)
     finally:
         hc.close_all(systems)
     manifest = {"systems": [s.model for s in systems], "scenarios": [s.name for s in chosen],
-                "epochs": epochs, **cv.spec_hashes()}  # fmt: skip
+                "epochs": epochs, "turn_timeout_s": turn_timeout, **cv.spec_hashes()}  # fmt: skip
     try:
         summary = hc.write_run(out, records, manifest)
     except FolderRefused as exc:

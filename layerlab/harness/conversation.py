@@ -11,7 +11,9 @@ turn's text, the served history and memory, and the search tool in front of the 
 After the reply the store keeps the clean record of the turn: the reply in the history, the
 searches' results in the cache and, for an answer with a citation, a memory entry (the answer,
 under the cited document's policy, in this session). The reply's category (answered, abstained,
-or a clarification request) chooses the scripted user's next turn.
+or a clarification request) chooses the scripted user's next turn. A system that raises fails
+its turn (``provider_error``), one that has not answered within the run's turn timeout fails it
+as ``timeout`` (:func:`answered`); either way the user moves on.
 
 Each turn is scored against its own key (:func:`~layerlab.scoring.turns.score_turn`) into a
 :class:`~layerlab.archive.turnrecords.TurnRecord`. The key is read here, after the reply, and never
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -172,9 +175,43 @@ def _view(state: SessionState, turn: int) -> tuple[Any, ...]:
             state.served_cache(), state.session_id)  # fmt: skip
 
 
+def _answer(system: System, request: ConversationRequest) -> tuple[Any, str | None]:
+    """The system's raw reply to one turn, or its failure (``timeout``: a service's own
+    timeout; ``provider_error``: anything else it raised)."""
+    try:
+        raw = system.answer(request)
+        if inspect.isawaitable(raw):  # an async target: its coroutine run to its end
+            raw = asyncio.run(_awaited(raw))
+    except ReplyTimeout:  # a service that did not answer in time
+        return None, "timeout"
+    except Exception:  # the system under test failed: the turn's failure, not ours
+        return None, "provider_error"
+    return raw, None
+
+
+def answered(system: System, request: ConversationRequest,
+             timeout: float | None = None) -> tuple[Any, str | None]:  # fmt: skip
+    """(the raw reply, None) or (None, the turn's failure). With ``timeout`` (seconds) the
+    system answers in a daemon thread of its own, and one that has not answered by then is the
+    turn's ``timeout``: its thread is left behind (a thread cannot be stopped), its turn's tools
+    are closed (:func:`~layerlab.harness.convtools.end_turn`) and the conversation goes on.
+    Without, it answers in this thread."""
+    if timeout is None:
+        return _answer(system, request)
+    box: list[tuple[Any, str | None]] = []
+    worker = threading.Thread(target=lambda: box.append(_answer(system, request)), daemon=True,
+                              name=f"turn {request.conversation_id}/{request.turn}")  # fmt: skip
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return None, "timeout"
+    return box[0] if box else (None, "provider_error")  # box empty: it raised SystemExit
+
+
 def play(system: System, conv: Conversation, scenario: Scenario, setting: Setting,
-         epoch: int = 0) -> list[TurnRecord]:  # fmt: skip
-    """One conversation played against ``system`` under ``scenario``: a record per turn."""
+         epoch: int = 0, turn_timeout: float | None = None) -> list[TurnRecord]:  # fmt: skip
+    """One conversation played against ``system`` under ``scenario``: a record per turn (a
+    turn not answered within ``turn_timeout`` seconds is its ``timeout``: :func:`answered`)."""
     cid = conv.conversation_id
     published = {d.doc_id: d for t in conv.turns for d in t.publishes}
     docs = {**setting.docs, **published}
@@ -208,15 +245,8 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
                 foreign[m.doc_id or f"memory:{m.session_id}:{m.turn}"] = m.text
         tool = ConversationTool(setting.index, changes, served)
         request = ConversationRequest(tool, text, kind, history, memory, system.settings)
-        raw, failure = None, None
         try:
-            raw = system.answer(request)
-            if inspect.isawaitable(raw):  # an async target: its coroutine run to its end
-                raw = asyncio.run(_awaited(raw))
-        except ReplyTimeout:  # a service that did not answer in time
-            failure = "timeout"
-        except Exception:  # the system under test failed: the turn's failure, not ours
-            failure = "provider_error"
+            raw, failure = answered(system, request, turn_timeout)
         finally:
             end_turn(request)
         shown |= tool.delivered()
@@ -265,10 +295,13 @@ def _labels(labels: Any) -> list[Any]:
 
 
 def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Sequence[Scenario],
-        setting: Setting, epochs: int = 1) -> list[TurnRecord]:  # fmt: skip
-    """Every system × scenario × conversation × epoch, in that order: the turn records."""
+        setting: Setting, epochs: int = 1, turn_timeout: float | None = None) -> list[TurnRecord]:  # fmt: skip
+    """Every system × scenario × conversation × epoch, in that order: the turn records; each
+    turn has ``turn_timeout`` seconds (None: no limit)."""
     if epochs < 1:
         raise ValueError(f"epochs: expected at least 1, got {epochs}")
+    if turn_timeout is not None and not turn_timeout > 0:
+        raise ValueError(f"turn timeout: expected seconds greater than 0, got {turn_timeout}")
     out: list[TurnRecord] = []
     for system in systems:
         for scenario in scenarios:
@@ -277,7 +310,7 @@ def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Seq
                                  "(its faults must be session faults)")  # fmt: skip
             for conv in convs:
                 for epoch in range(epochs):
-                    out += play(system, conv, scenario, setting, epoch)
+                    out += play(system, conv, scenario, setting, epoch, turn_timeout)
     return out
 
 
@@ -338,5 +371,6 @@ def write_run(out: Any, records: Sequence[TurnRecord], manifest: Mapping[str, An
     return summary
 
 
-__all__ = ["CONVERSATIONAL_KINDS", "RUN_FILES", "Reply", "Setting", "System", "folder_problem",
-           "play", "target", "read_turn_reply", "close_all", "reference", "run", "write_run"]  # fmt: skip
+__all__ = ["CONVERSATIONAL_KINDS", "RUN_FILES", "Reply", "Setting", "System", "answered",
+           "close_all", "folder_problem", "play", "read_turn_reply", "reference", "run", "target",
+           "write_run"]  # fmt: skip

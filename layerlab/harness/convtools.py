@@ -19,6 +19,7 @@ or the state's store: the tool lives apart (as for :class:`~layerlab.harness.tar
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -88,6 +89,8 @@ class ConversationTool:
         self.index, self.changes, self.served = index, changes, served
         self.calls: list[Call] = []
         self.writes: list[tuple[str, tuple[str, ...], str]] = []
+        self._lock = threading.Lock()  # a call in progress ends before the turn does
+        self.closed = False
 
     def _hit(self, q: str, top_k: int) -> CachedResult | None:
         hits = [c for c in self.served.served_cache()
@@ -95,6 +98,30 @@ class ConversationTool:
         return max(hits, key=lambda c: c.turn) if hits else None
 
     def search(self, query: Any, top_k: Any = retrieval.TOP_K) -> dict[str, Any]:
+        with self._lock:
+            if self.closed:  # a system still running after its turn's timeout
+                raise RuntimeError("this ConversationRequest has no tools (its turn has ended)")
+            return self._search(query, top_k)
+
+    def call(self, name: str, args: Any) -> dict[str, Any]:
+        """One call by name with its JSON arguments: ``search`` (``query``, ``top_k``); any
+        other name is an invalid call, counted as one (a conversation's tool opens nothing)."""
+        if name == SEARCH and isinstance(args, Mapping):
+            return self.search(args.get("query"), args.get("top_k", retrieval.TOP_K))
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("this ConversationRequest has no tools (its turn has ended)")
+            query = args.get("query", "") if isinstance(args, Mapping) else ""
+            self.calls.append(Call(str(query), False, valid=False))
+        return {"status": "error", "error": {"code": "invalid_call", "message":
+                f"a conversation's tool is {SEARCH}({{query, top_k}}) only"}}  # fmt: skip
+
+    def close(self) -> None:
+        """The turn has ended: no call more (one in progress finishes first)."""
+        with self._lock:
+            self.closed = True
+
+    def _search(self, query: Any, top_k: Any) -> dict[str, Any]:
         if not isinstance(query, str) or not query.strip():
             self.calls.append(Call(str(query), False, valid=False))
             return {"status": "error", "error": {"code": "invalid_call",
@@ -224,17 +251,15 @@ def exchange(request: ConversationRequest, name: str, args: Any) -> tuple[dict[s
     tool = _TOOLS.get(request)
     if tool is None:
         raise RuntimeError("this ConversationRequest has no tools (its turn has ended)")
-    if name != SEARCH or not isinstance(args, Mapping):
-        tool.calls.append(Call(str(args.get("query", "")) if isinstance(args, Mapping) else "",
-                               False, valid=False))  # fmt: skip
-        return {"status": "error", "error": {"code": "invalid_call", "message":
-                f"a conversation's tool is {SEARCH}({{query, top_k}}) only"}}, None  # fmt: skip
-    return tool.search(args.get("query"), args.get("top_k", retrieval.TOP_K)), None
+    return tool.call(name, args), None
 
 
 def end_turn(request: ConversationRequest) -> None:
-    """The turn has ended: its request calls no more tools."""
-    _TOOLS.pop(request, None)
+    """The turn has ended: its request calls no more tools (a call in progress finishes first;
+    then the turn's log is fixed, whatever a system left running still tries)."""
+    tool = _TOOLS.pop(request, None)
+    if tool is not None:
+        tool.close()
 
 
 __all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "exchange",

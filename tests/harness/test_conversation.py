@@ -239,6 +239,36 @@ def test_a_failing_target_is_the_turns_failure_and_the_user_moves_on(built, sett
     assert all(r.diagnostic == "provider_error" and not r.success for r in recs)
 
 
+@pytest.mark.parametrize("fn", ["slow_at_turn_one", "async_slow_at_turn_one"])
+def test_a_turn_past_its_timeout_fails_as_timeout_and_the_user_moves_on(fn, built, setting,
+                                                                       scenarios) -> None:  # fmt: skip
+    import time
+    from dataclasses import replace
+
+    import conversation_targets
+
+    convs, _ = built
+    sc = [scenarios["conversation_clean"]]
+    conversation_targets.LATE.clear()
+    slow = hc.run([hc.target(f"conversation_targets:{fn}")], convs[:3], sc, setting,
+                  turn_timeout=0.25)  # fmt: skip
+    scoped = hc.run([hc.target("conversation_targets:scoped_memory")], convs[:3], sc, setting,
+                    turn_timeout=5)  # fmt: skip
+    assert len(slow) == len(scoped) == sum(len(c.turns) for c in convs[:3])
+    assert all((r.diagnostic == "timeout") == (r.turn == 1) for r in slow)
+    assert all(r.searches == 0 and not r.success for r in slow if r.turn == 1)
+    same = [replace(r, model="-") for r in slow if r.turn == 0]
+    assert same == [replace(r, model="-") for r in scoped if r.turn == 0]
+    assert any(r.success for r in slow if r.turn > 1)  # the conversation went on
+    if fn == "slow_at_turn_one":  # the threads left behind wake up: their turn's tools are closed
+        deadline = time.monotonic() + 5 * conversation_targets.SLEEP_S
+        while len(conversation_targets.LATE) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert conversation_targets.LATE == ["refused"] * 3
+    with pytest.raises(ValueError, match="turn timeout"):
+        hc.run([hc.reference("layerlab/extractive")], convs[:1], sc, setting, turn_timeout=0)
+
+
 def test_bad_systems_and_scenarios_are_one_line(setting, scenarios) -> None:
     with pytest.raises(ValueError, match="layerlab/extractive"):
         hc.reference("layerlab/nope")
