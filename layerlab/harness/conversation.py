@@ -38,7 +38,14 @@ from layerlab.corpus.conversations import Conversation, ConversationKey
 from layerlab.corpus.script import ScriptedUser, category_of
 from layerlab.faults.scenario import Scenario
 from layerlab.faults.session import SessionContext, SessionState
-from layerlab.harness.convtools import ConversationRequest, ConversationTool, Index, end_turn
+from layerlab.harness.convtools import (
+    ConversationRequest,
+    ConversationTool,
+    Index,
+    end_turn,
+    mcp_service,
+    serve_mcp,
+)
 from layerlab.harness.targets.base import TargetReply, read_reply, reply_problem
 from layerlab.harness.targets.failures import ReplyTimeout
 from layerlab.scoring.turns import score_turn
@@ -209,9 +216,10 @@ def answered(system: System, request: ConversationRequest,
 
 
 def play(system: System, conv: Conversation, scenario: Scenario, setting: Setting,
-         epoch: int = 0, turn_timeout: float | None = None) -> list[TurnRecord]:  # fmt: skip
+         epoch: int = 0, turn_timeout: float | None = None, mcp: Any = None) -> list[TurnRecord]:  # fmt: skip
     """One conversation played against ``system`` under ``scenario``: a record per turn (a
-    turn not answered within ``turn_timeout`` seconds is its ``timeout``: :func:`answered`)."""
+    turn not answered within ``turn_timeout`` seconds is its ``timeout``: :func:`answered`;
+    ``mcp``: the run's MCP service, :func:`~layerlab.harness.convtools.mcp_service`)."""
     cid = conv.conversation_id
     published = {d.doc_id: d for t in conv.turns for d in t.publishes}
     docs = {**setting.docs, **published}
@@ -245,6 +253,7 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
                 foreign[m.doc_id or f"memory:{m.session_id}:{m.turn}"] = m.text
         tool = ConversationTool(setting.index, changes, served)
         request = ConversationRequest(tool, text, kind, history, memory, system.settings)
+        serve_mcp(request, mcp)
         try:
             raw, failure = answered(system, request, turn_timeout)
         finally:
@@ -302,15 +311,21 @@ def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Seq
         raise ValueError(f"epochs: expected at least 1, got {epochs}")
     if turn_timeout is not None and not turn_timeout > 0:
         raise ValueError(f"turn timeout: expected seconds greater than 0, got {turn_timeout}")
+    for scenario in scenarios:
+        if scenario.spec.faults and any(op.stage != "session" for op in scenario.operators):
+            raise ValueError(f"--scenario {scenario.name}: not a conversational scenario "
+                             "(its faults must be session faults)")  # fmt: skip
     out: list[TurnRecord] = []
-    for system in systems:
-        for scenario in scenarios:
-            if scenario.spec.faults and any(op.stage != "session" for op in scenario.operators):
-                raise ValueError(f"--scenario {scenario.name}: not a conversational scenario "
-                                 "(its faults must be session faults)")  # fmt: skip
-            for conv in convs:
-                for epoch in range(epochs):
-                    out += play(system, conv, scenario, setting, epoch, turn_timeout)
+    mcp = mcp_service()  # the turns' MCP addresses: started only if a system asks for one
+    try:
+        for system in systems:
+            for scenario in scenarios:
+                for conv in convs:
+                    for epoch in range(epochs):
+                        out += play(system, conv, scenario, setting, epoch, turn_timeout, mcp)
+    finally:
+        if mcp is not None:
+            mcp.close()
     return out
 
 

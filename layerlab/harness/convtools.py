@@ -190,6 +190,8 @@ def spoken(message: Message) -> str:
 _TOOLS: weakref.WeakKeyDictionary[ConversationRequest, ConversationTool] = (
     weakref.WeakKeyDictionary()
 )
+# The run's MCP service of a turn (McpService over exchange): its address on first use.
+_MCP: weakref.WeakKeyDictionary[ConversationRequest, Any] = weakref.WeakKeyDictionary()
 
 
 class ConversationRequest:
@@ -204,7 +206,8 @@ class ConversationRequest:
     belongs to), ``settings``; ``search(query, top_k=3)`` returns the tool's observation
     (``{"status": "ok", "results": [...]}`` or an error), ``retriever(query)`` a list of
     :class:`~layerlab.harness.targets.base.Document` (raising
-    :class:`~layerlab.harness.targets.base.ToolError` on an error).
+    :class:`~layerlab.harness.targets.base.ToolError` on an error); ``mcp_url`` the same search
+    over MCP, at the turn's own address.
     """
 
     __slots__ = ("__weakref__", "answer_kind", "conversation_id", "history", "memory",
@@ -235,6 +238,14 @@ class ConversationRequest:
         raise_for_error(obs, ToolError)
         return documents(obs)
 
+    @property
+    def mcp_url(self) -> str | None:
+        """The turn's search tool as an MCP server (streamable HTTP on 127.0.0.1) at an address
+        of this turn's own, valid while the turn is answered; None without the ``mcp`` extra or
+        outside a run."""
+        service = _MCP.get(self)
+        return None if service is None or self not in _TOOLS else service.address(self)
+
     def __copy__(self) -> ConversationRequest:
         return self
 
@@ -260,7 +271,25 @@ def end_turn(request: ConversationRequest) -> None:
     tool = _TOOLS.pop(request, None)
     if tool is not None:
         tool.close()
+    service = _MCP.pop(request, None)
+    if service is not None:
+        service.release(request)
+
+
+def mcp_service() -> Any:
+    """A run's MCP service of the turns' tools (:class:`~layerlab.harness.targets.mcp.McpService`
+    over :func:`exchange`, the search tool only; started when a turn first asks for its
+    address), or None without the ``mcp`` extra. The caller closes it."""
+    from layerlab.harness.targets.mcp import McpService, available
+
+    return McpService(exchange=exchange, names=(SEARCH,)) if available() else None
+
+
+def serve_mcp(request: ConversationRequest, service: Any) -> None:
+    """Give ``request`` its address at ``service`` (None: no MCP address)."""
+    if service is not None:
+        _MCP[request] = service
 
 
 __all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "exchange",
-           "normal_query", "spoken"]  # fmt: skip
+           "mcp_service", "normal_query", "serve_mcp", "spoken"]  # fmt: skip

@@ -123,12 +123,30 @@ def _reached_http(run_system):
         hc.close_all([system])
         service.close()
     assert all(set(b) == {"conversation_id", "turn", "session_id", "question", "answer_kind",
-                          "history", "memory", "tools_url", "tools_token"}
+                          "history", "memory", "tools_url", "tools_token", "mcp_url"}
                for b in service.bodies)  # fmt: skip
     return service.bodies
 
 
-REACHED = {"llamaindex": _reached_llamaindex, "http": _reached_http}
+def _reached_mcp(run_system):
+    """What reached a system over MCP at each turn: the tools listed and a search's result."""
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    got: list = []
+
+    async def over_mcp(req):
+        async with Client(req.mcp_url) as tools:
+            listed = await tools.list_tools()
+            found = await tools.call_tool("search", {"query": req.question})
+        got.append([t.model_dump() for t in listed.tools] + [found.model_dump()])
+        return hc.reference("layerlab/extractive").answer(req)
+
+    run_system(hc.System("target", "mcp", over_mcp))
+    return got
+
+
+REACHED = {"llamaindex": _reached_llamaindex, "http": _reached_http, "mcp": _reached_mcp}
 
 
 @pytest.mark.parametrize("kind", sorted(REACHED))

@@ -18,7 +18,7 @@ from layerlab.harness.targets.spec import TargetError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIELDS = {"conversation_id", "turn", "session_id", "question", "answer_kind", "history", "memory",
-          "tools_url", "tools_token"}  # fmt: skip
+          "tools_url", "tools_token", "mcp_url"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
