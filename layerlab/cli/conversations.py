@@ -119,10 +119,12 @@ def run_conversations(
         "data/specs/models.yaml (a chat chain over it; greedy; replies cached).",
     ),
     target: list[str] = typer.Option(
-        [], "--target", metavar="MODULE:FN",
+        [], "--target", metavar="MODULE:FN|URL",
         help="Your conversational system (repeatable): a Python function of a "
         "ConversationRequest, or a class with answer(request) (python:MODULE:FN too), or "
-        "langchain:MODULE:FACTORY (a chat chain with message history).",
+        "langchain:MODULE:FACTORY (a chat chain with message history), "
+        "llamaindex:MODULE:FACTORY (a chat engine), or an http(s):// URL (a service "
+        "POSTed each turn).",
     ),
     target_setting: list[str] = typer.Option(
         [], "--target-setting", metavar="KEY=VALUE", help="A setting the targets get (repeatable)."
@@ -137,6 +139,11 @@ def run_conversations(
         "conversations it strikes); default 1.",
     ),
     epochs: int = typer.Option(1, min=1, max=20, help="Times each conversation is played."),
+    turn_timeout: float = typer.Option(
+        60.0, "--turn-timeout", metavar="SECONDS",
+        help="Seconds a system has for one turn; a turn not answered by then fails as "
+        "'timeout' and the conversation goes on.",
+    ),
     folder: Path | None = typer.Option(
         None, "--from", help="A conversations folder (default: built from the specs)."
     ),
@@ -164,6 +171,8 @@ def run_conversations(
 
     if not model and not target:
         raise _usage("name a system: -m layerlab/extractive, or --target MODULE:FN")
+    if not 0 < turn_timeout < float("inf"):
+        raise _usage(f"--turn-timeout {turn_timeout:g}: expected seconds, a number greater than 0")
     if out.is_dir() or out.is_symlink():
         problem = hc.folder_problem(out)
         if problem:
@@ -186,12 +195,6 @@ def run_conversations(
 
     local = [m for m in dict.fromkeys(model) if is_local(m)]
     try:
-        settings = parse_settings(target_setting)
-        systems = [hc.reference(m) for m in model if m not in local]
-        systems += [hc.target(t, settings) for t in target]
-    except (ValueError, TargetError) as exc:
-        raise _usage(str(exc)) from None
-    try:
         convs = cv.load(folder) if folder else cv.build_from_specs()[0]
         key = cv.load_key(folder) if folder else cv.build_from_specs()[1]
         corpus = load()
@@ -199,20 +202,33 @@ def run_conversations(
         raise _fail(str(exc)) from None
     if per_domain:
         convs = _per_domain(convs, per_domain)
+    systems: list[hc.System] = []
+    try:
+        settings = parse_settings(target_setting)
+        systems += [hc.reference(m) for m in model if m not in local]
+        for t in target:
+            systems.append(hc.target(t, settings))
+    except (ValueError, TargetError) as exc:
+        hc.close_all(systems)
+        raise _usage(str(exc)) from None
     models: dict[str, Any] = {}
-    with contextlib.ExitStack() as stack:
-        readers = _model_readers(stack, local, cache_dir, timeout)
-        systems = [*(hc.System("local", m, r.answer) for m, (r, _) in readers.items()), *systems]
-        try:
-            records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs,
-                             progress=lambda line: typer.echo(line, err=True))  # fmt: skip
-        except LiveRunError as exc:
-            raise _fail(f"{exc}; nothing written (rerun: cached replies are not asked again)") from None
-        models = {m: {**prov, "calls": r.facts(), "temperature": 0.0, "prompt": r.params["prompt"]}
-                  for m, (r, prov) in readers.items()}  # fmt: skip
+    try:
+        with contextlib.ExitStack() as stack:
+            readers = _model_readers(stack, local, cache_dir, timeout)
+            systems = [*(hc.System("local", m, r.answer, timed=False)
+                         for m, (r, _) in readers.items()), *systems]  # fmt: skip
+            try:
+                records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs,
+                                 turn_timeout, progress=lambda ln: typer.echo(ln, err=True))  # fmt: skip
+            except LiveRunError as exc:
+                raise _fail(f"{exc}; nothing written (a rerun asks only what is not cached)") from None
+            models = {m: {**prov, "calls": r.facts(), "temperature": 0.0,
+                          "prompt": r.params["prompt"]} for m, (r, prov) in readers.items()}  # fmt: skip
+    finally:
+        hc.close_all(systems)
     manifest = {"systems": [s.model for s in systems], "scenarios": [s.name for s in chosen],
-                "epochs": epochs, "conversations": len(convs), "per_domain": per_domain,
-                **cv.spec_hashes(),
+                "epochs": epochs, "turn_timeout_s": turn_timeout, "conversations": len(convs),
+                "per_domain": per_domain, **cv.spec_hashes(),
                 **({"local_models": models} if models else {})}  # fmt: skip
     try:
         summary = hc.write_run(out, records, manifest)

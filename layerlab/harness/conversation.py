@@ -11,7 +11,9 @@ turn's text, the served history and memory, and the search tool in front of the 
 After the reply the store keeps the clean record of the turn: the reply in the history, the
 searches' results in the cache and, for an answer with a citation, a memory entry (the answer,
 under the cited document's policy, in this session). The reply's category (answered, abstained,
-or a clarification request) chooses the scripted user's next turn.
+or a clarification request) chooses the scripted user's next turn. A system that raises fails
+its turn (``provider_error``), one that has not answered within the run's turn timeout fails it
+as ``timeout`` (:func:`answered`); either way the user moves on.
 
 Each turn is scored against its own key (:func:`~layerlab.scoring.turns.score_turn`) into a
 :class:`~layerlab.archive.turnrecords.TurnRecord`. The key is read here, after the reply, and never
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -35,21 +38,35 @@ from layerlab.corpus.conversations import Conversation, ConversationKey
 from layerlab.corpus.script import ScriptedUser, category_of
 from layerlab.faults.scenario import Scenario
 from layerlab.faults.session import SessionContext, SessionState
-from layerlab.harness.convtools import ConversationRequest, ConversationTool, Index, end_turn
+from layerlab.harness.convtools import (
+    ConversationRequest,
+    ConversationTool,
+    Index,
+    end_turn,
+    mcp_service,
+    serve_mcp,
+)
 from layerlab.harness.live.settings import LiveRunError
 from layerlab.harness.targets.base import TargetReply, read_reply, reply_problem
+from layerlab.harness.targets.failures import ReplyTimeout
 from layerlab.scoring.turns import score_turn
 
 
 @dataclass(frozen=True)
 class System:
     """A conversational system under test: who it is in the records (``provider``, ``model``)
-    and how it answers one :class:`ConversationRequest` (its raw reply)."""
+    and how it answers one :class:`ConversationRequest` (its raw reply); :func:`close_all` ends
+    what it holds."""
 
     provider: str
     model: str
     answer: Callable[[ConversationRequest], Any]
     settings: Mapping[str, Any] = field(default_factory=dict)
+    close: Callable[[], None] | None = None
+    """What ends the system's resources (an HTTP service's tool server), if any."""
+    timed: bool = True
+    """Whether the run's turn timeout applies (a model's calls have a timeout of their own, and
+    its server answers one turn at a time)."""
 
 
 def reference(name: str) -> System:
@@ -65,30 +82,51 @@ def reference(name: str) -> System:
     return System(PROVIDER, f"{PROVIDER}/{short}", READERS[short]().answer)
 
 
+CONVERSATIONAL_KINDS = ("python", "langchain", "llamaindex", "http")
+"""The target kinds a conversation runs (:func:`target`)."""
+
+
 def target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
     """A team's conversational system: a Python target (``module:function`` or
     ``python:module:function``: a function of one :class:`ConversationRequest`, or a class whose
-    ``answer`` method is; either may be a coroutine function, whose coroutine is run to its end)
-    or a LangChain chat chain (``langchain:module:factory``, :mod:`~layerlab.harness.convlangchain`)."""
+    ``answer`` method is; either may be a coroutine function, whose coroutine is run to its end),
+    a LangChain chat chain (``langchain:module:factory``, :mod:`~layerlab.harness.convlangchain`),
+    a LlamaIndex chat engine (``llamaindex:module:factory``,
+    :mod:`~layerlab.harness.convllamaindex`) or an HTTP service (``http(s)://...``,
+    :mod:`~layerlab.harness.convhttp`; refused in one line when nothing answers there)."""
     from layerlab.harness.targets.python import PythonTarget
     from layerlab.harness.targets.spec import KINDS, parse_target
     from layerlab.models.agents import TARGET_PROVIDER
 
     kind = spec_text.partition(":")[0]
-    if kind in KINDS and kind not in ("python", "langchain") or spec_text.startswith(
-            ("http://", "https://")):  # fmt: skip
-        raise ValueError(f"--target {spec_text}: conversations run Python and LangChain targets "
-                         "only so far (MODULE:FN, python:MODULE:FN, langchain:MODULE:FACTORY)")  # fmt: skip
-    text = spec_text if kind in ("python", "langchain") else f"python:{spec_text}"
+    if kind in KINDS and kind not in CONVERSATIONAL_KINDS:
+        raise ValueError(f"--target {spec_text}: conversations run Python, LangChain, LlamaIndex "
+                         "and HTTP targets only so far (MODULE:FN, python:MODULE:FN, "
+                         "langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY, http(s)://...)")  # fmt: skip
+    url = spec_text.startswith(("http://", "https://"))
+    text = spec_text if url or kind in CONVERSATIONAL_KINDS else f"python:{spec_text}"
     spec = parse_target(text, settings=dict(settings or {}))
+    answer: Callable[[ConversationRequest], Any]
+    close: Callable[[], None] | None = None
     if spec.kind == "langchain":
         from layerlab.harness.convlangchain import ConversationalChain
 
-        chain = ConversationalChain(spec)
-        return System(TARGET_PROVIDER, spec.model, chain.answer, spec.options())
-    t = PythonTarget(spec)
-    answer = cast(Callable[[ConversationRequest], Any], t.answer)  # it calls with any request
-    return System(TARGET_PROVIDER, spec.model, answer, spec.options())
+        answer = ConversationalChain(spec).answer
+    elif spec.kind == "llamaindex":
+        from layerlab.harness.convllamaindex import ConversationalEngine
+
+        answer = ConversationalEngine(spec).answer
+    elif spec.kind == "http":
+        from layerlab.harness.convhttp import ConversationalService
+        from layerlab.harness.targets.http import reachable
+
+        reachable(spec)
+        service = ConversationalService(spec)
+        answer, close = service.answer, service.close
+    else:
+        t = PythonTarget(spec)
+        answer = cast(Callable[[ConversationRequest], Any], t.answer)  # it calls with any request
+    return System(TARGET_PROVIDER, spec.model, answer, spec.options(), close)
 
 
 @dataclass(frozen=True)
@@ -148,9 +186,46 @@ def _view(state: SessionState, turn: int) -> tuple[Any, ...]:
             state.served_cache(), state.session_id)  # fmt: skip
 
 
+def _answer(system: System, request: ConversationRequest) -> tuple[Any, str | None]:
+    """The system's raw reply to one turn, or its failure (``timeout``: a service's own
+    timeout; ``provider_error``: anything else it raised)."""
+    try:
+        raw = system.answer(request)
+        if inspect.isawaitable(raw):  # an async target: its coroutine run to its end
+            raw = asyncio.run(_awaited(raw))
+    except ReplyTimeout:  # a service that did not answer in time
+        return None, "timeout"
+    except LiveRunError:  # a model's server died or cannot be reached: no data, stop
+        raise
+    except Exception:  # the system under test failed: the turn's failure, not ours
+        return None, "provider_error"
+    return raw, None
+
+
+def answered(system: System, request: ConversationRequest,
+             timeout: float | None = None) -> tuple[Any, str | None]:  # fmt: skip
+    """(the raw reply, None) or (None, the turn's failure). With ``timeout`` (seconds) the
+    system answers in a daemon thread of its own, and one that has not answered by then is the
+    turn's ``timeout``: its thread is left behind (a thread cannot be stopped), its turn's tools
+    are closed (:func:`~layerlab.harness.convtools.end_turn`) and the conversation goes on.
+    Without, it answers in this thread."""
+    if timeout is None:
+        return _answer(system, request)
+    box: list[tuple[Any, str | None]] = []
+    worker = threading.Thread(target=lambda: box.append(_answer(system, request)), daemon=True,
+                              name=f"turn {request.conversation_id}/{request.turn}")  # fmt: skip
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return None, "timeout"
+    return box[0] if box else (None, "provider_error")  # box empty: it raised SystemExit
+
+
 def play(system: System, conv: Conversation, scenario: Scenario, setting: Setting,
-         epoch: int = 0) -> list[TurnRecord]:  # fmt: skip
-    """One conversation played against ``system`` under ``scenario``: a record per turn."""
+         epoch: int = 0, turn_timeout: float | None = None, mcp: Any = None) -> list[TurnRecord]:  # fmt: skip
+    """One conversation played against ``system`` under ``scenario``: a record per turn (a
+    turn not answered within ``turn_timeout`` seconds is its ``timeout``: :func:`answered`;
+    ``mcp``: the run's MCP service, :func:`~layerlab.harness.convtools.mcp_service`)."""
     cid = conv.conversation_id
     published = {d.doc_id: d for t in conv.turns for d in t.publishes}
     docs = {**setting.docs, **published}
@@ -184,15 +259,9 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
                 foreign[m.doc_id or f"memory:{m.session_id}:{m.turn}"] = m.text
         tool = ConversationTool(setting.index, changes, served)
         request = ConversationRequest(tool, text, kind, history, memory, system.settings)
-        raw, failure = None, None
+        serve_mcp(request, mcp)
         try:
-            raw = system.answer(request)
-            if inspect.isawaitable(raw):  # an async target: its coroutine run to its end
-                raw = asyncio.run(_awaited(raw))
-        except LiveRunError:  # a model's server died or cannot be reached: no data, stop
-            raise
-        except Exception:  # the system under test failed: the turn's failure, not ours
-            failure = "provider_error"
+            raw, failure = answered(system, request, turn_timeout if system.timed else None)
         finally:
             end_turn(request)
         shown |= tool.delivered()
@@ -223,6 +292,13 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
     return records
 
 
+def close_all(systems: Sequence[System]) -> None:
+    """End what the systems hold (each one's ``close``, if any)."""
+    for system in systems:
+        if system.close is not None:
+            system.close()
+
+
 async def _awaited(raw: Any) -> Any:
     return await raw
 
@@ -234,23 +310,32 @@ def _labels(labels: Any) -> list[Any]:
 
 
 def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Sequence[Scenario],
-        setting: Setting, epochs: int = 1,
+        setting: Setting, epochs: int = 1, turn_timeout: float | None = None,
         progress: Callable[[str], None] | None = None) -> list[TurnRecord]:  # fmt: skip
-    """Every system × scenario × conversation × epoch, in that order: the turn records.
+    """Every system × scenario × conversation × epoch, in that order: the turn records; each
+    turn has ``turn_timeout`` seconds (None: no limit; a system not ``timed`` has none).
     ``progress`` (if given) is told of each system × scenario when it is done."""
     if epochs < 1:
         raise ValueError(f"epochs: expected at least 1, got {epochs}")
+    if turn_timeout is not None and not turn_timeout > 0:
+        raise ValueError(f"turn timeout: expected seconds greater than 0, got {turn_timeout}")
+    for scenario in scenarios:
+        if scenario.spec.faults and any(op.stage != "session" for op in scenario.operators):
+            raise ValueError(f"--scenario {scenario.name}: not a conversational scenario "
+                             "(its faults must be session faults)")  # fmt: skip
     out: list[TurnRecord] = []
-    for system in systems:
-        for scenario in scenarios:
-            if scenario.spec.faults and any(op.stage != "session" for op in scenario.operators):
-                raise ValueError(f"--scenario {scenario.name}: not a conversational scenario "
-                                 "(its faults must be session faults)")  # fmt: skip
-            for conv in convs:
-                for epoch in range(epochs):
-                    out += play(system, conv, scenario, setting, epoch)
-            if progress is not None:
-                progress(f"{system.model} x {scenario.name}: {len(convs)} conversation(s) done")
+    mcp = mcp_service()  # the turns' MCP addresses: started only if a system asks for one
+    try:
+        for system in systems:
+            for scenario in scenarios:
+                for conv in convs:
+                    for epoch in range(epochs):
+                        out += play(system, conv, scenario, setting, epoch, turn_timeout, mcp)
+                if progress is not None:
+                    progress(f"{system.model} x {scenario.name}: {len(convs)} conversation(s) done")
+    finally:
+        if mcp is not None:
+            mcp.close()
     return out
 
 
@@ -311,5 +396,6 @@ def write_run(out: Any, records: Sequence[TurnRecord], manifest: Mapping[str, An
     return summary
 
 
-__all__ = ["RUN_FILES", "Reply", "Setting", "System", "folder_problem", "play", "target",
-           "read_turn_reply", "reference", "run", "write_run"]  # fmt: skip
+__all__ = ["CONVERSATIONAL_KINDS", "RUN_FILES", "Reply", "Setting", "System", "answered",
+           "close_all", "folder_problem", "play", "read_turn_reply", "reference", "run", "target",
+           "write_run"]  # fmt: skip

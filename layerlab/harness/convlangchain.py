@@ -25,19 +25,17 @@ LangChain target's (``answer``/``output``/``result`` and ``source_documents``/``
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import asdict
 from typing import Any, cast
 
-from layerlab.harness.convtools import ConversationRequest
+from layerlab.harness.convtools import ConversationRequest, spoken
 from layerlab.harness.targets.langchain import (
     _CURRENT,
-    ANSWER_KEYS,
-    SOURCE_KEYS,
     LangChainTarget,
     components,
+    reply_keys,
 )
-from layerlab.harness.targets.python import _takes, load_attr
+from layerlab.harness.targets.python import _takes, build, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 
 
@@ -76,15 +74,7 @@ def session_history(session_id: str) -> Any:
     req = _current()
     messages: list[Any] = []
     for m in req.history if session_id == req.session_id else ():
-        if m.role == "user":
-            messages.append(HumanMessage(m.text))
-            continue
-        try:
-            said = json.loads(m.text)
-        except ValueError:
-            said = {}
-        answer = said.get("answer") if isinstance(said, dict) else None
-        messages.append(AIMessage(str(answer) if answer else str(said.get("status", ""))))
+        messages.append((HumanMessage if m.role == "user" else AIMessage)(spoken(m)))
     return _served_history()(messages)
 
 
@@ -95,19 +85,14 @@ class ConversationalChain(LangChainTarget):
         self.spec = spec
         factory = load_attr(spec)
         opts = spec.options()
-        self.answer_keys = (str(opts["answer_key"]),) if "answer_key" in opts else ANSWER_KEYS
-        self.source_keys = (str(opts["sources_key"]),) if "sources_key" in opts else SOURCE_KEYS
+        self.answer_keys, self.source_keys = reply_keys(opts)
         retriever, search, _open = components()
         kw: dict[str, Any] = {}
         if _takes(factory, "get_session_history"):
             kw["get_session_history"] = session_history
         if _takes(factory, "settings"):
             kw["settings"] = opts
-        try:
-            self.chain = factory(retriever, search, **kw)
-        except (Exception, SystemExit) as exc:
-            raise TargetError(spec.redact(f"--target {spec.spec}: the factory failed "
-                                          f"({type(exc).__name__}: {exc})")) from None  # fmt: skip
+        self.chain = build(spec, factory, retriever, search, **kw)
         if not hasattr(self.chain, "invoke"):
             raise TargetError(f"--target {spec.spec}: the factory returned a "
                               f"{type(self.chain).__name__}, not a Runnable (expected invoke())")  # fmt: skip

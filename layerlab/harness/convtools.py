@@ -19,6 +19,7 @@ or the state's store: the tool lives apart (as for :class:`~layerlab.harness.tar
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +29,7 @@ from layerlab._io import canonical_json
 from layerlab.corpus.build import Document
 from layerlab.faults.session import CachedResult, MemoryEntry, Message, SessionState
 from layerlab.harness.targets.base import ToolError, documents, raise_for_error
+from layerlab.harness.tools import SEARCH
 from layerlab.system import retrieval
 
 _SHOWN = ("doc_id", "title", "text", "domain", "status", "effective_year", "version", "owner",
@@ -87,6 +89,8 @@ class ConversationTool:
         self.index, self.changes, self.served = index, changes, served
         self.calls: list[Call] = []
         self.writes: list[tuple[str, tuple[str, ...], str]] = []
+        self._lock = threading.Lock()  # a call in progress ends before the turn does
+        self.closed = False
 
     def _hit(self, q: str, top_k: int) -> CachedResult | None:
         hits = [c for c in self.served.served_cache()
@@ -94,6 +98,30 @@ class ConversationTool:
         return max(hits, key=lambda c: c.turn) if hits else None
 
     def search(self, query: Any, top_k: Any = retrieval.TOP_K) -> dict[str, Any]:
+        with self._lock:
+            if self.closed:  # a system still running after its turn's timeout
+                raise RuntimeError("this ConversationRequest has no tools (its turn has ended)")
+            return self._search(query, top_k)
+
+    def call(self, name: str, args: Any) -> dict[str, Any]:
+        """One call by name with its JSON arguments: ``search`` (``query``, ``top_k``); any
+        other name is an invalid call, counted as one (a conversation's tool opens nothing)."""
+        if name == SEARCH and isinstance(args, Mapping):
+            return self.search(args.get("query"), args.get("top_k", retrieval.TOP_K))
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("this ConversationRequest has no tools (its turn has ended)")
+            query = args.get("query", "") if isinstance(args, Mapping) else ""
+            self.calls.append(Call(str(query), False, valid=False))
+        return {"status": "error", "error": {"code": "invalid_call", "message":
+                f"a conversation's tool is {SEARCH}({{query, top_k}}) only"}}  # fmt: skip
+
+    def close(self) -> None:
+        """The turn has ended: no call more (one in progress finishes first)."""
+        with self._lock:
+            self.closed = True
+
+    def _search(self, query: Any, top_k: Any) -> dict[str, Any]:
         if not isinstance(query, str) or not query.strip():
             self.calls.append(Call(str(query), False, valid=False))
             return {"status": "error", "error": {"code": "invalid_call",
@@ -141,10 +169,29 @@ def _delivered(obs: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(r["doc_id"]), str(r.get("text", ""))) for r in obs.get("results") or ())
 
 
+def spoken(message: Message) -> str:
+    """What a history message says, as a chat framework's message holds it: a user's text; a
+    reply's answer (its status when it has none: ``abstained``, ``clarification``)."""
+    if message.role == "user":
+        return message.text
+    import json
+
+    try:
+        said = json.loads(message.text)
+    except ValueError:
+        return message.text
+    if not isinstance(said, dict):
+        return message.text
+    answer = said.get("answer")
+    return str(answer) if answer else str(said.get("status", ""))
+
+
 # The turn's tool, out of the request's reach (see TargetRequest).
 _TOOLS: weakref.WeakKeyDictionary[ConversationRequest, ConversationTool] = (
     weakref.WeakKeyDictionary()
 )
+# The run's MCP service of a turn (McpService over exchange): its address on first use.
+_MCP: weakref.WeakKeyDictionary[ConversationRequest, Any] = weakref.WeakKeyDictionary()
 
 
 class ConversationRequest:
@@ -159,7 +206,8 @@ class ConversationRequest:
     belongs to), ``settings``; ``search(query, top_k=3)`` returns the tool's observation
     (``{"status": "ok", "results": [...]}`` or an error), ``retriever(query)`` a list of
     :class:`~layerlab.harness.targets.base.Document` (raising
-    :class:`~layerlab.harness.targets.base.ToolError` on an error).
+    :class:`~layerlab.harness.targets.base.ToolError` on an error); ``mcp_url`` the same search
+    over MCP, at the turn's own address.
     """
 
     __slots__ = ("__weakref__", "answer_kind", "conversation_id", "history", "memory",
@@ -190,6 +238,14 @@ class ConversationRequest:
         raise_for_error(obs, ToolError)
         return documents(obs)
 
+    @property
+    def mcp_url(self) -> str | None:
+        """The turn's search tool as an MCP server (streamable HTTP on 127.0.0.1) at an address
+        of this turn's own, valid while the turn is answered; None without the ``mcp`` extra or
+        outside a run."""
+        service = _MCP.get(self)
+        return None if service is None or self not in _TOOLS else service.address(self)
+
     def __copy__(self) -> ConversationRequest:
         return self
 
@@ -197,9 +253,43 @@ class ConversationRequest:
         return self
 
 
+def exchange(request: ConversationRequest, name: str, args: Any) -> tuple[dict[str, Any], None]:
+    """One tool call of a turn by name with its JSON arguments, as a service makes it through the
+    tool server (:meth:`~layerlab.harness.targets.toolserver.ToolServer.serving`): ``search``
+    (``query``, ``top_k``) is the turn's search tool; any other name is an invalid call (a
+    conversation's tool opens nothing), counted as one. No transport event: a conversation's
+    faults are the session's."""
+    tool = _TOOLS.get(request)
+    if tool is None:
+        raise RuntimeError("this ConversationRequest has no tools (its turn has ended)")
+    return tool.call(name, args), None
+
+
 def end_turn(request: ConversationRequest) -> None:
-    """The turn has ended: its request calls no more tools."""
-    _TOOLS.pop(request, None)
+    """The turn has ended: its request calls no more tools (a call in progress finishes first;
+    then the turn's log is fixed, whatever a system left running still tries)."""
+    tool = _TOOLS.pop(request, None)
+    if tool is not None:
+        tool.close()
+    service = _MCP.pop(request, None)
+    if service is not None:
+        service.release(request)
 
 
-__all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "normal_query"]
+def mcp_service() -> Any:
+    """A run's MCP service of the turns' tools (:class:`~layerlab.harness.targets.mcp.McpService`
+    over :func:`exchange`, the search tool only; started when a turn first asks for its
+    address), or None without the ``mcp`` extra. The caller closes it."""
+    from layerlab.harness.targets.mcp import McpService, available
+
+    return McpService(exchange=exchange, names=(SEARCH,)) if available() else None
+
+
+def serve_mcp(request: ConversationRequest, service: Any) -> None:
+    """Give ``request`` its address at ``service`` (None: no MCP address)."""
+    if service is not None:
+        _MCP[request] = service
+
+
+__all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "exchange",
+           "mcp_service", "normal_query", "serve_mcp", "spoken"]  # fmt: skip

@@ -103,7 +103,9 @@ def test_run_conversations_prints_s_by_turn_and_the_leak_and_writes_the_same_byt
     (["-m", "layerlab/extractive", "--scenario", "stale_index"], 2, "not a conversational scenario"),
     (["-m", "layerlab/nope"], 2, "layerlab/extractive"),
     (["--target", "no_such_module_here:fn"], 2, "no_such_module_here"),
-    (["--target", "llamaindex:my_engine:factory"], 2, "Python and LangChain targets only"),
+    (["--target", "llamaindex:no_such_engine_here:factory"], 2, "no_such_engine_here"),
+    (["--target", "http://127.0.0.1:9/turn"], 2, "nothing answers there"),
+    (["-m", "layerlab/extractive", "--turn-timeout", "0"], 2, "--turn-timeout"),
     (["-m", "layerlab/extractive", "--intensity", "2"], 2, "--intensity"),
 ])  # fmt: skip
 def test_run_conversations_bad_inputs_are_one_line(

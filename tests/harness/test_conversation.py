@@ -93,6 +93,90 @@ def test_the_answer_key_never_reaches_a_request(built, setting, scenarios) -> No
     assert turns == sum(len(c.turns) for c in convs[:20]) * len(scenarios) + len(key)
 
 
+def _reached_llamaindex(run_system):
+    """What reached a LlamaIndex chat engine's LLM at each turn: the messages of its chat."""
+    pytest.importorskip("llama_index.core")
+    import conversation_targets
+
+    system = hc.target("llamaindex:conversation_targets:li_chat_factory")
+    llm = conversation_targets.LI_LLMS[-1]
+    got: list = []
+
+    def spy(req):
+        out = system.answer(req)
+        got.append(list(llm.last_chat_messages))
+        return out
+
+    run_system(hc.System(system.provider, system.model, spy))
+    return got
+
+
+def _reached_http(run_system):
+    """What reached an HTTP service at each turn: the JSON it was POSTed."""
+    import conversation_targets
+
+    service = conversation_targets.Service()
+    system = hc.target(service.url)
+    try:
+        run_system(system)
+    finally:
+        hc.close_all([system])
+        service.close()
+    assert all(set(b) == {"conversation_id", "turn", "session_id", "question", "answer_kind",
+                          "history", "memory", "tools_url", "tools_token", "mcp_url"}
+               for b in service.bodies)  # fmt: skip
+    return service.bodies
+
+
+def _reached_mcp(run_system):
+    """What reached a system over MCP at each turn: the tools listed and a search's result."""
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    got: list = []
+
+    async def over_mcp(req):
+        async with Client(req.mcp_url) as tools:
+            listed = await tools.list_tools()
+            found = await tools.call_tool("search", {"query": req.question})
+        got.append([t.model_dump() for t in listed.tools] + [found.model_dump()])
+        return hc.reference("layerlab/extractive").answer(req)
+
+    run_system(hc.System("target", "mcp", over_mcp))
+    return got
+
+
+REACHED = {"llamaindex": _reached_llamaindex, "http": _reached_http, "mcp": _reached_mcp}
+
+
+@pytest.mark.parametrize("kind", sorted(REACHED))
+def test_the_answer_key_never_reaches_a_framework_or_service_target(kind, built, setting,
+                                                                    scenarios) -> None:  # fmt: skip
+    """Every turn of some conversations, under every scenario, through each target kind past
+    the request (a chat engine's prompt, a service's JSON): no key, no scenario, no store, and
+    no key field, reaches the system."""
+    convs, key = built
+    forbidden = (cv.TurnKey, cv.ConversationKey, Scenario, SessionState, hc.Setting)
+
+    def run_system(system):
+        for name in scenarios:
+            hc.run([system], convs[:6], [scenarios[name]], setting)
+
+    reached = REACHED[kind](run_system)
+    assert len(reached) == sum(len(c.turns) for c in convs[:6]) * len(scenarios)
+    for got in reached:
+        seen, todo = set(), [got]
+        while todo:
+            obj = todo.pop()
+            if id(obj) in seen or isinstance(obj, type):
+                continue
+            seen.add(id(obj))
+            assert not isinstance(obj, forbidden), type(obj)
+            if isinstance(obj, str):
+                assert not any(f in obj for f in ("expected_answers", "required_doc_ids"))
+            todo += [o for o in gc.get_referents(obj) if not isinstance(o, type)]
+
+
 def test_the_records_are_byte_identical_on_rerun(built, setting, scenarios, tmp_path) -> None:
     convs, _ = built
     chosen = [scenarios[n] for n in ("conversation_clean", "swapped_session", "stale_tool_cache")]
@@ -171,6 +255,36 @@ def test_a_failing_target_is_the_turns_failure_and_the_user_moves_on(built, sett
                   [scenarios["conversation_clean"]], setting)  # fmt: skip
     assert len(recs) == sum(len(c.turns) for c in convs[:5])
     assert all(r.diagnostic == "provider_error" and not r.success for r in recs)
+
+
+@pytest.mark.parametrize("fn", ["slow_at_turn_one", "async_slow_at_turn_one"])
+def test_a_turn_past_its_timeout_fails_as_timeout_and_the_user_moves_on(fn, built, setting,
+                                                                       scenarios) -> None:  # fmt: skip
+    import time
+    from dataclasses import replace
+
+    import conversation_targets
+
+    convs, _ = built
+    sc = [scenarios["conversation_clean"]]
+    conversation_targets.LATE.clear()
+    slow = hc.run([hc.target(f"conversation_targets:{fn}")], convs[:3], sc, setting,
+                  turn_timeout=0.25)  # fmt: skip
+    scoped = hc.run([hc.target("conversation_targets:scoped_memory")], convs[:3], sc, setting,
+                    turn_timeout=5)  # fmt: skip
+    assert len(slow) == len(scoped) == sum(len(c.turns) for c in convs[:3])
+    assert all((r.diagnostic == "timeout") == (r.turn == 1) for r in slow)
+    assert all(r.searches == 0 and not r.success for r in slow if r.turn == 1)
+    same = [replace(r, model="-") for r in slow if r.turn == 0]
+    assert same == [replace(r, model="-") for r in scoped if r.turn == 0]
+    assert any(r.success for r in slow if r.turn > 1)  # the conversation went on
+    if fn == "slow_at_turn_one":  # the threads left behind wake up: their turn's tools are closed
+        deadline = time.monotonic() + 5 * conversation_targets.SLEEP_S
+        while len(conversation_targets.LATE) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert conversation_targets.LATE == ["refused"] * 3
+    with pytest.raises(ValueError, match="turn timeout"):
+        hc.run([hc.reference("layerlab/extractive")], convs[:1], sc, setting, turn_timeout=0)
 
 
 def test_bad_systems_and_scenarios_are_one_line(setting, scenarios) -> None:

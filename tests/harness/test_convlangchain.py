@@ -63,3 +63,10 @@ def test_truncated_history_reaches_the_chain(targets, run_under) -> None:
 def test_the_history_is_read_only_inside_a_turn() -> None:
     with pytest.raises(RuntimeError, match="outside a turn"):
         session_history("s-1")
+
+
+def test_the_reply_keys_are_read_one_way_for_both_kinds() -> None:
+    from layerlab.harness.targets.langchain import ANSWER_KEYS, SOURCE_KEYS, reply_keys
+
+    assert reply_keys({}) == (ANSWER_KEYS, SOURCE_KEYS)
+    assert reply_keys({"answer_key": "text", "sources_key": "docs"}) == (("text",), ("docs",))

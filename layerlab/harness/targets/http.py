@@ -99,31 +99,36 @@ class HttpTarget:
             trace, traced = spans.current(), {}  # the record's trace: the service's spans
             if trace is not None and trace.otlp_url is not None:
                 body["otlp_traces_url"], traced = trace.otlp_url, {"traceparent": trace.traceparent}
-            payload = json.dumps(body)
-            req = urllib.request.Request(
-                self.spec.ref, data=payload.encode(), method="POST",
-                headers={"Content-Type": "application/json", "Accept": "application/json",
-                         **self.headers, **traced},
-            )  # fmt: skip
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
-                    body = resp.read(MAX_REPLY_BYTES + 1)
-                    kind = resp.headers.get_content_type()
-            except urllib.error.HTTPError as exc:
-                raise ServiceError(exc.code, _excerpt(exc)) from None
-            except (TimeoutError, urllib.error.URLError) as exc:
-                if isinstance(exc, TimeoutError) or isinstance(exc.reason, TimeoutError):
-                    raise ReplyTimeout() from None  # said as the documented timeout line
-                raise
-        if len(body) > MAX_REPLY_BYTES:
-            return body  # too large: the record says so (base.reply_problem), nothing read
-        data = body.decode("utf-8", "replace")
+            return self.post(body, traced)
+
+    def post(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+        """POST ``body`` to the service as JSON: its reply (JSON read, text as text, a reply
+        over the limit as its bytes); :class:`ServiceError` on an HTTP error,
+        :class:`ReplyTimeout` on a timeout."""
+        req = urllib.request.Request(
+            self.spec.ref, data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json", "Accept": "application/json",
+                     **self.headers, **(headers or {})},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
+                raw = resp.read(MAX_REPLY_BYTES + 1)
+                kind = resp.headers.get_content_type()
+        except urllib.error.HTTPError as exc:
+            raise ServiceError(exc.code, _excerpt(exc)) from None
+        except (TimeoutError, urllib.error.URLError) as exc:
+            if isinstance(exc, TimeoutError) or isinstance(exc.reason, TimeoutError):
+                raise ReplyTimeout() from None  # said as the documented timeout line
+            raise
+        if len(raw) > MAX_REPLY_BYTES:
+            return raw  # too large: the record says so (base.reply_problem), nothing read
+        data = raw.decode("utf-8", "replace")
         if kind == "application/json":
             try:
                 return json.loads(data)
             except json.JSONDecodeError as exc:  # said JSON, is not
                 return Unreadable(f"the service said application/json but sent no valid JSON "
-                                  f"({exc.msg}; {len(body)} bytes)")  # fmt: skip
+                                  f"({exc.msg}; {len(raw)} bytes)")  # fmt: skip
         return data
 
     def close(self) -> None:

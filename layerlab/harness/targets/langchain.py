@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from layerlab.harness.targets.base import (
@@ -54,7 +55,7 @@ from layerlab.harness.targets.base import (
     raise_for_error,
 )
 from layerlab.harness.targets.options import bool_setting
-from layerlab.harness.targets.python import _takes, load_attr
+from layerlab.harness.targets.python import _takes, build, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 from layerlab.harness.tools import OPEN, SEARCH
 
@@ -134,6 +135,14 @@ def _pick(out: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
     return False, None
 
 
+def reply_keys(opts: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The output keys a chain's answer and sources are read from: the settings
+    ``answer_key`` / ``sources_key`` when given, else :data:`ANSWER_KEYS` / :data:`SOURCE_KEYS`."""
+    answer = (str(opts["answer_key"]),) if "answer_key" in opts else ANSWER_KEYS
+    sources = (str(opts["sources_key"]),) if "sources_key" in opts else SOURCE_KEYS
+    return answer, sources
+
+
 class LangChainTarget:
     """A Runnable from the user's factory, invoked once per record."""
 
@@ -141,22 +150,14 @@ class LangChainTarget:
         self.spec = spec
         factory = load_attr(spec)
         opts = spec.options()
-        self.answer_keys = (str(opts["answer_key"]),) if "answer_key" in opts else ANSWER_KEYS
-        self.source_keys = (str(opts["sources_key"]),) if "sources_key" in opts else SOURCE_KEYS
+        self.answer_keys, self.source_keys = reply_keys(opts)
         retriever, search, open_document = components()
         kw: dict[str, Any] = {}
         if _takes(factory, "tools"):
             kw["tools"] = [search, open_document]
         if _takes(factory, "settings"):
             kw["settings"] = opts
-        try:
-            self.chain = factory(retriever, search, **kw)
-        except (Exception, SystemExit) as exc:
-            raise TargetError(
-                spec.redact(
-                    f"--target {spec.spec}: the factory failed ({type(exc).__name__}: {exc})"
-                )
-            ) from None
+        self.chain = build(spec, factory, retriever, search, **kw)
         if not hasattr(self.chain, "invoke"):
             raise TargetError(
                 f"--target {spec.spec}: the factory returned a {type(self.chain).__name__}, "

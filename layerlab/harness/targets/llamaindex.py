@@ -62,7 +62,7 @@ from layerlab.harness.targets.base import (
     raise_for_error,
 )
 from layerlab.harness.targets.options import bool_setting
-from layerlab.harness.targets.python import _takes, load_attr
+from layerlab.harness.targets.python import _takes, build, load_attr
 from layerlab.harness.targets.spec import TargetError, TargetSpec
 from layerlab.harness.tools import OPEN, SEARCH, TOOL_DEFINITIONS
 from layerlab.system import retrieval
@@ -167,6 +167,16 @@ def components(tool_errors: str = "raise") -> tuple[Any, list[Any]]:
     return retriever_cls(tool_errors=tool_errors), tools()
 
 
+def tool_errors_setting(spec: TargetSpec) -> str:
+    """``--target-setting tool_errors``: ``raise`` (the default) or ``empty``."""
+    raw = spec.options().get("tool_errors", "raise")
+    value = str(raw).strip().lower()
+    if value not in TOOL_ERRORS:
+        raise TargetError(f"--target-setting tool_errors={raw!r}: expected "
+                          f"{' or '.join(TOOL_ERRORS)}")  # fmt: skip
+    return value
+
+
 def _engine(made: Any, retriever: Any, spec: TargetSpec) -> Any:
     """What the factory returned, as something with ``query``/``aquery``."""
     if hasattr(made, "query") or hasattr(made, "aquery"):
@@ -200,26 +210,13 @@ class LlamaIndexTarget:
         self.spec = spec
         factory = load_attr(spec)
         opts = spec.options()
-        tool_errors = str(opts.get("tool_errors", "raise")).strip().lower()
-        if tool_errors not in TOOL_ERRORS:
-            raise TargetError(
-                f"--target-setting tool_errors={opts.get('tool_errors')!r}: expected "
-                f"{' or '.join(TOOL_ERRORS)}"
-            )
-        retriever, tools = components(tool_errors)
+        retriever, tools = components(tool_errors_setting(spec))
         kw: dict[str, Any] = {}
         if _takes(factory, "tools"):
             kw["tools"] = tools
         if _takes(factory, "settings"):
             kw["settings"] = opts
-        try:
-            made = factory(retriever, **kw)
-        except (Exception, SystemExit) as exc:
-            raise TargetError(
-                spec.redact(
-                    f"--target {spec.spec}: the factory failed ({type(exc).__name__}: {exc})"
-                )
-            ) from None
+        made = build(spec, factory, retriever, **kw)
         self.engine = _engine(made, retriever, spec)
         self.concurrent = bool(getattr(factory, "concurrent", True)) and bool(
             getattr(self.engine, "concurrent", True)

@@ -37,10 +37,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from layerlab.faults.transport import CLOCK, Clock
+from layerlab.harness.targets.toolserver import Exchange
 from layerlab.harness.tools import TOOL_DEFINITIONS, TOOLS_VERSION
 
 if TYPE_CHECKING:
-    from layerlab.harness.targets.base import TargetRequest
     from layerlab.harness.targets.mcphost import Host
     from layerlab.harness.tools import ToolBox
 
@@ -54,19 +54,21 @@ Caller = Callable[[str, Any], dict[str, Any]]
 """One record's tool call: ``(tool name, arguments) -> observation``."""
 
 
+
 def available() -> bool:
     """Whether the official MCP SDK (the ``mcp`` extra) is installed."""
     return importlib.util.find_spec("mcp") is not None
 
 
-def tools() -> list[Any]:
-    """The two tools as MCP ``Tool`` definitions (names, descriptions and input schemas of
-    :data:`~layerlab.harness.tools.TOOL_DEFINITIONS`)."""
+def tools(names: tuple[str, ...] | None = None) -> list[Any]:
+    """The tools (all, or those ``names`` names) as MCP ``Tool`` definitions (names,
+    descriptions and input schemas of :data:`~layerlab.harness.tools.TOOL_DEFINITIONS`)."""
     import mcp_types as types
 
     return [types.Tool(name=t["function"]["name"], description=t["function"]["description"],
                        input_schema=t["function"]["parameters"])
-            for t in TOOL_DEFINITIONS]  # fmt: skip
+            for t in TOOL_DEFINITIONS
+            if names is None or t["function"]["name"] in names]  # fmt: skip
 
 
 def tool_result(obs: dict[str, Any]) -> Any:
@@ -85,6 +87,7 @@ def tool_server(
     *,
     instructions: str | None = None,
     name: str = NAME,
+    names: tuple[str, ...] | None = None,
     **handlers: Any,
 ) -> Any:
     """The SDK's low-level MCP ``Server`` over the faulted tools. ``caller_for(ctx)`` gives the
@@ -92,13 +95,14 @@ def tool_server(
     ``request`` is the HTTP request, None in memory); it raises ``LookupError`` with a one-line
     reason when there is none (the client gets an MCP error, no record is touched). Calls run in
     a worker thread (a search is CPU work; the event loop keeps serving). ``handlers``: more of
-    the SDK's ``on_*`` handlers (``serve mcp``'s question resource and prompt)."""
+    the SDK's ``on_*`` handlers (``serve mcp``'s question resource and prompt); ``names``: the
+    tools listed (default: all)."""
     import anyio.to_thread
     import mcp_types as types
     from mcp.server import Server
     from mcp.shared.exceptions import MCPError
 
-    listing = tools()
+    listing = tools(names)
 
     async def list_tools(ctx: Any, params: Any) -> Any:
         return types.ListToolsResult(tools=listing)
@@ -116,15 +120,19 @@ def tool_server(
                   on_list_tools=list_tools, on_call_tool=call_tool, **handlers)  # fmt: skip
 
 
-def record_caller(request: TargetRequest, lock: threading.Lock, clock: Clock = CLOCK) -> Caller:
+def record_caller(request: Any, lock: threading.Lock, clock: Clock = CLOCK,
+                  exchange: Exchange | None = None) -> Caller:  # fmt: skip
     """The call function of one record's MCP address: its calls one at a time (``lock``), a
     transport fault's delay slept on ``clock`` (its failure is the observation's error, an MCP
-    tool error: :func:`tool_result`)."""
-    from layerlab.harness.targets.base import exchange
+    tool error: :func:`tool_result`); ``exchange`` makes the call (a record's
+    :func:`~layerlab.harness.targets.base.exchange` by default)."""
+    from layerlab.harness.targets.base import exchange as record_exchange
+
+    make: Exchange = exchange or record_exchange
 
     def call(name: str, args: Any) -> dict[str, Any]:
         with lock:
-            obs, event = exchange(request, name, args)
+            obs, event = make(request, name, args)
         if event is not None:
             clock.wait(event.delay_s)
         return obs
@@ -141,11 +149,16 @@ def token_of(ctx: Any) -> str:
 
 
 class McpService:
-    """The MCP addresses of one target run's records (one HTTP server, started on first use)."""
+    """The MCP addresses of one target run's records (one HTTP server, started on first use).
+    ``exchange`` makes a request's tool call and ``names`` are the tools listed: a record's
+    (the default) or, for a conversation's turns, :func:`~layerlab.harness.convtools.exchange`
+    and its search only."""
 
-    def __init__(self, clock: Clock = CLOCK) -> None:
-        self._live: dict[str, tuple[TargetRequest, threading.Lock]] = {}
+    def __init__(self, clock: Clock = CLOCK, exchange: Exchange | None = None,
+                 names: tuple[str, ...] | None = None) -> None:  # fmt: skip
+        self._live: dict[str, tuple[Any, threading.Lock]] = {}
         self.clock = clock  # where a transport fault's delay is slept (bounded)
+        self._exchange, self._names = exchange, names
         self._tokens: dict[int, str] = {}  # id(request) -> its token
         self._guard = threading.Lock()
         self._host: Host | None = None
@@ -167,7 +180,7 @@ class McpService:
         if live is None:
             raise LookupError("the address is not that of a record in flight")
         request, lock = live
-        return record_caller(request, lock, self.clock)
+        return record_caller(request, lock, self.clock, self._exchange)
 
     def _allowed(self, token: str) -> bool:
         with self._guard:
@@ -177,7 +190,7 @@ class McpService:
         if self._host is None:  # under the guard
             from layerlab.harness.targets.mcphost import Host
 
-            self._host = Host(tool_server(self._caller), self._allowed)
+            self._host = Host(tool_server(self._caller, names=self._names), self._allowed)
         return self._host
 
     def start(self) -> None:
@@ -188,7 +201,7 @@ class McpService:
                 if not self._closed:
                     self._start()
 
-    def address(self, request: TargetRequest) -> str | None:
+    def address(self, request: Any) -> str | None:
         """``request``'s MCP address (starting the server on first use), None without the
         ``mcp`` extra or once the run's service is closed."""
         if not self.enabled:
@@ -204,7 +217,7 @@ class McpService:
                 self._live[token] = (request, threading.Lock())
             return f"{host.url}/mcp/{token}"
 
-    def release(self, request: TargetRequest) -> None:
+    def release(self, request: Any) -> None:
         """The record has ended: its address refuses every request from now on."""
         with self._guard:
             token = self._tokens.pop(id(request), None)

@@ -42,6 +42,17 @@ def _takes(fn: Callable[..., Any], name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+def build(spec: TargetSpec, factory: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """What a framework target's factory returns, called once per run; its failure is one line
+    (:class:`TargetError`, redacted)."""
+    try:
+        return factory(*args, **kw)
+    except (Exception, SystemExit) as exc:
+        raise TargetError(
+            spec.redact(f"--target {spec.spec}: the factory failed ({type(exc).__name__}: {exc})")
+        ) from None
+
+
 def instantiate(obj: Any, spec: TargetSpec) -> Any:  # obj: the user's function or class
     """A class is instantiated (with ``settings=`` when it takes it); a function is itself."""
     if not inspect.isclass(obj):

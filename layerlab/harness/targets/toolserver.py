@@ -40,12 +40,12 @@ import socket
 import struct
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from layerlab.faults.transport import CLOCK, Clock, TransportEvent
-from layerlab.harness.targets.base import TargetRequest, exchange
+from layerlab.harness.targets.base import exchange
 from layerlab.harness.tools import OPEN, SEARCH, TOOL_DEFINITIONS, TOOLS_VERSION
 
 MAX_BODY = 1 << 20
@@ -56,6 +56,8 @@ reset callers at concurrency 64)."""
 DRAIN = 8 * MAX_BODY  # an oversized body up to this is read and dropped before the 413
 READ_TIMEOUT_S = 30.0  # a caller that stops sending mid-request frees its thread after this
 DISCONNECTS = (ConnectionError, TimeoutError)  # BrokenPipe/ConnectionReset/Aborted and timeouts
+Exchange = Callable[[Any, str, Any], tuple[dict[str, Any], TransportEvent | None]]
+"""One tool call of a request in flight: ``(request, name, args) -> (observation, event)``."""
 
 
 def openapi() -> dict[str, Any]:
@@ -122,7 +124,7 @@ class ToolServer:
     """The faulted tools of the records in flight, served over HTTP on 127.0.0.1."""
 
     def __init__(self, backlog: int = BACKLOG, clock: Clock = CLOCK) -> None:
-        self._live: dict[str, tuple[TargetRequest, threading.Lock]] = {}
+        self._live: dict[str, tuple[Any, threading.Lock, Exchange]] = {}
         self.clock = clock  # where a transport fault's delay is slept (bounded)
         self._guard = threading.Lock()
         server = self
@@ -156,7 +158,7 @@ class ToolServer:
                     self._send(404, {"error": f"no such path {self.path!r} (GET /openapi.json, "
                                               "/tools)"})  # fmt: skip
 
-            def _record(self) -> tuple[TargetRequest, threading.Lock] | None:
+            def _record(self) -> tuple[Any, threading.Lock, Exchange] | None:
                 """The record the caller's token names; None (answered) when it names none."""
                 scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
                 if scheme.lower() != "bearer" or not token.strip():
@@ -204,13 +206,13 @@ class ToolServer:
                 body = self._body()
                 if body is None:
                     return
-                request, lock = live
+                request, lock, call = live
                 sid = body.pop("session_id", request.session_id)
                 if sid != request.session_id:
                     self._send(403, {"error": "session_id is not that of the token's record"})
                     return
                 with lock:  # one record's tools are called one at a time
-                    obs, event = exchange(request, name, body)
+                    obs, event = call(request, name, body)
                 if event is None:
                     self._send(200, obs)
                 else:
@@ -262,12 +264,15 @@ class ToolServer:
         return self._httpd.disconnects
 
     @contextlib.contextmanager
-    def serving(self, request: TargetRequest) -> Iterator[tuple[str, str]]:
+    def serving(self, request: Any, call: Exchange = exchange) -> Iterator[tuple[str, str]]:
         """Serve ``request``'s tools while the block runs: yields ``(tools_url, tools_token)``,
-        the token a fresh unguessable one that names this record only."""
+        the token a fresh unguessable one that names this record only. ``call`` makes one tool
+        call of the request (``(request, name, args) -> (observation, transport event)``): a
+        record's :func:`~layerlab.harness.targets.base.exchange` by default, a conversation
+        turn's :func:`~layerlab.harness.convtools.exchange` for a conversational service."""
         token = secrets.token_urlsafe(24)
         with self._guard:
-            self._live[token] = (request, threading.Lock())
+            self._live[token] = (request, threading.Lock(), call)
         try:
             yield self.url, token
         finally:
