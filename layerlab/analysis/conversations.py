@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from layerlab import paths
-
 from layerlab.analysis.passk import pass_hat_k
 from layerlab.analysis.rates import clopper_pearson
 

@@ -5,8 +5,9 @@ Families: the benchmark's design and model-free runs (:mod:`.benchmark`: Tables 
 archive records (:mod:`.rates`: Tables 4, 8, 9), paired effects (:mod:`.effects`: Table 5 and its
 companions), representative cases (:mod:`.cases`: Table 6), the LangChain study (:mod:`.study`:
 Table 7), the specificity matrix (:mod:`.specificity`: Table 10), interval trust
-(:mod:`.variability`), the conversations (:mod:`.conversations`) and the paper's figures beside ours (:mod:`.comparison`); captions and the
-caption sentences built from the data live in :mod:`.captions`.
+(:mod:`.variability`), the conversations (:mod:`.conversations`) and the paper's figures beside
+ours (:mod:`.comparison`); captions and the caption sentences built from the data live in
+:mod:`.captions`.
 
 A notebook writes a table by naming its registry entry: ``tables.publish("table4", df)``.
 
