@@ -174,3 +174,32 @@ def test_the_reference_conversational_archive_is_packed_whole_and_current() -> N
     ids = {c.conversation_id for c in first.values()}
     kept = sorted((r for r in recs if r.conversation_id in ids), key=turnrecords.sort_key)
     assert sorted(again, key=turnrecords.sort_key) == kept, "stale: run `make reference-conversations`"
+
+
+def test_every_committed_model_conversation_archive_is_a_whole_run_of_a_registered_model() -> None:
+    """A real model's chat chain over the conversations (data/archives/local_model_conversations/
+    <model>/, a run folder or packed): its rows are the run's (manifest checksum), one registered
+    local model with its file's hash and runtime recorded, its manifest listed in SHA256SUMS."""
+    import json
+
+    from layerlab._io import sha256_file
+    from layerlab.archive import turnrecords
+    from layerlab.models import local as models
+
+    registry = models.load_registry()
+    listed = (paths.ARCHIVES / "SHA256SUMS").read_text()
+    for folder in paths.conversation_archives()[1:]:
+        assert folder.parent == paths.LOCAL_MODEL_CONVERSATIONS, folder
+        m = json.loads((folder / "manifest.json").read_text())
+        if (folder / turnrecords.PARQUET).is_file():
+            recs = turnrecords.check_packed(folder)
+        else:
+            recs = turnrecords.read(folder)
+            assert sha256_file(folder / turnrecords.FILE) == m["files"][turnrecords.FILE], folder
+        (model,) = m["systems"]
+        spec = registry[model.removeprefix(models.PREFIX)]
+        prov = m["local_models"][model]
+        assert prov["file_sha256"] == spec.file.sha256 and prov["runtime"].startswith("llama-cpp")
+        assert {(r.provider, r.model) for r in recs} == {("local", model)}
+        assert len(recs) == m["counts"]["turns"] and m["scenarios"], folder
+        assert f"{folder.relative_to(paths.ARCHIVES)}/manifest.json" in listed

@@ -43,11 +43,10 @@ def _sizes(runs: dict[str, list[Any]]) -> dict[str, str]:
     }
 
 
-def _leak(text: str) -> tuple[str, str, str]:
-    """``0.122 [0.090, 0.161] (43/353)`` -> the rate with its interval, k, n."""
-    rate, _, counts = text.rpartition(" (")
-    k, _, n = counts.rstrip(")").partition("/")
-    return rate, k, n
+def _leak(r: Any) -> tuple[str, str, str]:
+    """A table row's leak over turns: the rate with its interval, k, n."""
+    k, _, n = r["leaked turns"].partition("/")
+    return r["leak [95% CI]"], k, n
 
 
 def _system(model: str) -> str:
@@ -68,7 +67,7 @@ def _reference(table: Any, summaries: dict[str, Any]) -> dict[str, str]:
             if r[col] != "-":
                 out[f"{name}STurn{word(int(col[3:])).title()}"] = r[col]
         out[f"{name}Whole"] = r["conv. S"]
-        rate, k, n = _leak(r["leak [95% CI] (k/n)"])
+        rate, k, n = _leak(r)
         out[f"{name}Leak"], out[f"{name}LeakK"], out[f"{name}LeakN"] = rate, k, n
         out[f"{name}Break"] = r["breaks at"].removeprefix("t")
         cell = summaries["reference"][r["system"]][r["scenario"]]
@@ -97,7 +96,7 @@ def _model_sentence(table: Any, summaries: dict[str, Any]) -> str:
         clauses = []
         for _, r in mine.iterrows():
             b = cells[model][r["scenario"]]["break"]
-            rate, k, n = _leak(r["leak [95% CI] (k/n)"])
+            rate, k, n = _leak(r)
             clauses.append(f"under {r['scenario']} S {r['S t0']} at the opening turn and "
                            f"{r['conv. S']} of the conversations whole, lowest at turn "
                            f"{r['breaks at'].removeprefix('t')} ({b['kind'] or 'none'} turns, most "

@@ -255,5 +255,6 @@ def test_the_conversations_table_blocks_systems_and_states_the_leak_with_its_int
     row = t[(t["system"] == "layerlab/extractive") & (t["scenario"] == "swapped_session")].iloc[0]
     s = conversations.summarise(runs["reference"])["layerlab/extractive"]["swapped_session"]
     k, n = s["leak_turns"]["k"], s["leak_turns"]["n"]
-    assert row["leak [95% CI] (k/n)"].endswith(f"({k}/{n})") and k > 0
+    assert row["leaked turns"] == f"{k}/{n}" and k > 0
+    assert row["leak [95% CI]"].startswith(f"{s['leak_turns']['rate']:.3f} [")
     assert row["S t0"] == f"{s['by_turn'][0]['S']:.3f}" and row["breaks at"] == f"t{s['break']['turn']}"

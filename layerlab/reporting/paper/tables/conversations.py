@@ -23,7 +23,7 @@ def _block(model: str) -> str:
 def conversations_table(runs: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
     """Per system and scenario (the reference readers first, then each real model's run): S at
     each turn index (``-``: no turn there), the share of conversations every turn of which
-    succeeded, the leak over turns as ``rate [95% CI] (k/n)`` and the turn with the lowest S."""
+    succeeded, the leak over turns as ``rate [95% CI]`` and ``k/n`` and the turn with the lowest S."""
     cells = [(model, scen, c) for recs in runs.values() for model, by in summarise(recs).items()
              for scen, c in by.items()]  # fmt: skip
     cells.sort(key=lambda x: BLOCKS.index(_block(x[0])))  # stable: each run's order within
@@ -36,8 +36,8 @@ def conversations_table(runs: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
         rows.append({"block": _block(model), "system": model, "scenario": scen,
                      **{f"S t{t}": f"{at[t]:.3f}" if t in at else "-" for t in turns},
                      "conv. S": f"{c['conversation_success']:.3f}",
-                     "leak [95% CI] (k/n)": f"{leak['rate']:.3f} [{lo:.3f}, {hi:.3f}] "
-                                             f"({leak['k']}/{leak['n']})",
+                     "leak [95% CI]": f"{leak['rate']:.3f} [{lo:.3f}, {hi:.3f}]",
+                     "leaked turns": f"{leak['k']}/{leak['n']}",
                      "breaks at": f"t{c['break']['turn']}"})  # fmt: skip
     out = pd.DataFrame(rows)
     n_conv = sorted({c["conversations"] for _, _, c in cells})
