@@ -59,3 +59,16 @@ def test_mixed_kinds_and_a_moved_archive_are_one_line(tmp_path) -> None:
     (moved / "summary.json").write_text("{}\n")
     with pytest.raises(ValueError, match="summary.json: not the run's"):
         report.build([moved], "x")
+
+
+def test_the_command_writes_the_page_and_refuses_mixed_kinds_in_one_line(tmp_path, capsys) -> None:
+    from layerlab.cli.app import main
+
+    out = tmp_path / "conv.html"
+    assert main(["report", str(REF), "--out", str(out)]) == 0
+    assert "S by turn index" in out.read_text() and "wrote" in capsys.readouterr().out
+    assert main(["report", str(REF), str(paths.ARCHIVES / "reference_agents"),
+                 "--out", str(tmp_path / "x.html")]) == 1  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "report each kind on its own page" in err[0]
+    assert not (tmp_path / "x.html").exists()
