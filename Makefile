@@ -13,7 +13,7 @@ export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv local local-server models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface local-conversations reference-surface lint bench coverage lock clean
+.PHONY: help venv local local-server models reproduce quick test test-wheel test-slow lab paper archives checksums local-archives local-mitigations local-agent user-pipeline user-pipeline-sized user-dense local-replicates local-surface local-conversations reference-surface reference-conversations lint bench coverage lock clean
 
 help: ## Show this help.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ n = split($$2, w, " "); \
@@ -263,9 +263,7 @@ local-surface: $(LOCAL_STAMP) ## A real model's reliability surface: 4 layers x 
 CONV_OUT ?= out/local_model_conversations/qwen2.5-coder-1.5b
 local-conversations: $(LOCAL_STAMP) ## A real model's conversations: 16 conversations x 6 scenarios (replies cached).
 	$(BIN)/layerlab run conversations -m local/qwen2.5-coder-1.5b --per-domain 2 --out $(CONV_OUT)
-	mkdir -p data/archives/local_model_conversations/qwen2.5-coder-1.5b
-	cp $(CONV_OUT)/turns.jsonl $(CONV_OUT)/summary.json $(CONV_OUT)/manifest.json \
-	  data/archives/local_model_conversations/qwen2.5-coder-1.5b/
+	$(BIN)/python -c 'from layerlab.archive import turnrecords as t; t.pack("$(CONV_OUT)", "data/archives/local_model_conversations/qwen2.5-coder-1.5b")'
 	$(MAKE) --no-print-directory checksums
 # The reference agents' reliability surface (notebook 15's default archive): the same four layers
 # at five intensities on 40 stratified tasks, the baseline arm (1,680 records; about 20 s).
@@ -277,6 +275,15 @@ reference-surface: $(STAMP) ## The reference agents' reliability surface into da
 	  --mitigation strict --out out/surface_reference --cache-dir out/surface_reference.cache --no-progress
 	mkdir -p data/archives/surface/reference
 	cp out/surface_reference/records.parquet out/surface_reference/manifest.json data/archives/surface/reference/
+	$(MAKE) --no-print-directory checksums
+# The conversational reference readers (notebook 16's default archive): every conversation (80,
+# 353 turns) under every conversational scenario, one epoch (4,236 scored turns; about 15 s). The
+# committed archive keeps the rows as turns.parquet (turns.jsonl is 2.5 MB) with the run's
+# summary.json and manifest.json, whose checksum of turns.jsonl the rows still match.
+reference-conversations: $(STAMP) ## The reference readers over the conversations into data/archives/conversations/reference/.
+	rm -rf out/conversations_reference
+	$(BIN)/layerlab run conversations -m layerlab/extractive -m layerlab/cautious --out out/conversations_reference
+	$(BIN)/python -c 'from layerlab.archive import turnrecords as t; t.pack("out/conversations_reference", "data/archives/conversations/reference")'
 	$(MAKE) --no-print-directory checksums
 local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 epochs (within-task variability; resumable).
 	$(call local_run,local_model_replicates,--temperature 0.7 --epochs 3 --scenario clean --scenario stale_index --scenario schema_drift --scenario wrong_session)

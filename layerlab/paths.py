@@ -69,6 +69,10 @@ USER_PIPELINES = ARCHIVES / "user_pipelines"
 # (`make reference-surface`) and each real model's (`make local-surface`, one folder per model)
 REFERENCE_SURFACE = ARCHIVES / "surface" / "reference"
 LOCAL_MODEL_SURFACE = ARCHIVES / "local_model_surface"
+# conversational runs (notebook 16): the reference readers' (`make reference-conversations`, the
+# rows as turns.parquet) and each real model's chat chain (one run folder per model)
+REFERENCE_CONVERSATIONS = ARCHIVES / "conversations" / "reference"
+LOCAL_MODEL_CONVERSATIONS = ARCHIVES / "local_model_conversations"
 # archives kept for the record but out of every table (data/archives/retired/README.md says why)
 RETIRED_ARCHIVES = ARCHIVES / "retired"
 PAPER = _CHECKOUT / "paper"
@@ -86,6 +90,17 @@ def surface_archives() -> list[Path]:
     that has landed (none yet is fine)."""
     ref = [REFERENCE_SURFACE] if (REFERENCE_SURFACE / "records.parquet").exists() else []
     return [*ref, *archives_in(LOCAL_MODEL_SURFACE)]
+
+
+def conversation_archives() -> list[Path]:
+    """The committed conversational archives notebook 16 draws: the reference readers', then
+    each real model's that has landed (a folder holding turns.parquet or a run's turns.jsonl)."""
+
+    def held(p: Path) -> bool:
+        return (p / "turns.parquet").is_file() or (p / "turns.jsonl").is_file()
+
+    models = sorted(p for p in LOCAL_MODEL_CONVERSATIONS.glob("*") if held(p))
+    return [*([REFERENCE_CONVERSATIONS] if held(REFERENCE_CONVERSATIONS) else []), *models]
 
 
 def archives_in(folder: Path) -> list[Path]:

@@ -15,6 +15,9 @@ model) and scenario:
 * **the break** — the turn index with the lowest S (the first of ties) and, among its failed
   turns, the kind that failed most and the commonest diagnosis: what a finding names.
 
+:func:`turn_rates` gives S by turn index with exact intervals (what the figures draw), and
+:func:`load` reads the committed conversational archives (or the run folders given).
+
 Numbers only; their text is :mod:`layerlab.reporting.format.convtext`'s. Conversations cluster by
 policy (one per policy in the shipped DSL), so a conversation is the unit of the intervals.
 """
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
+from layerlab import paths
 from layerlab.analysis.passk import pass_hat_k
 from layerlab.analysis.rates import clopper_pearson
 
@@ -99,4 +104,35 @@ def summarise(records: Iterable[Any]) -> dict[str, Any]:
     return {m: {s: _cell(rs) for s, rs in by.items()} for m, by in cells.items()}
 
 
-__all__ = ["summarise"]
+def turn_rates(records: Iterable[Any]) -> list[dict[str, Any]]:
+    """S by turn index per system and scenario, in the order first met: ``model``, ``scenario``,
+    ``turn``, ``k`` successes of ``n`` turns, ``S`` and its exact (Clopper–Pearson) 95%
+    ``interval``. A conversation has one turn at an index per epoch, so over one epoch the turns
+    at an index are independent conversations; over several a conversation's epochs are
+    correlated and the interval is ``None`` (no interval the data do not support)."""
+    cells: dict[tuple[str, str], dict[int, list[Any]]] = {}
+    epochs: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for r in records:
+        cells.setdefault((r.model, r.scenario), {}).setdefault(r.turn, []).append(r)
+        epochs[(r.model, r.scenario)].add(r.epoch)
+    out = []
+    for (model, scen), turns in cells.items():
+        one = len(epochs[(model, scen)]) == 1
+        for t, rs in sorted(turns.items()):
+            k, n = sum(r.success for r in rs), len(rs)
+            out.append({"model": model, "scenario": scen, "turn": t, "k": k, "n": n,
+                        "S": _r(k / n), "interval": _rate(k, n)["interval"] if one else None})  # fmt: skip
+    return out
+
+
+def load(archives: Iterable[Path | str] | None = None) -> dict[str, list[Any]]:
+    """Each conversational archive's turn records, by its folder's name (default: the committed
+    ones, :func:`layerlab.paths.conversation_archives`: the reference readers', then each real
+    model's); a run folder (``turns.jsonl``) or a packed archive (``turns.parquet``)."""
+    from layerlab.archive import turnrecords
+
+    runs = [Path(a) for a in archives] if archives else paths.conversation_archives()
+    return {run.name: turnrecords.read(run) for run in runs}
+
+
+__all__ = ["load", "summarise", "turn_rates"]

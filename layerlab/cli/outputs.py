@@ -381,7 +381,8 @@ def explore_cmd(
 @app.command("report")
 def report_cmd(
     inputs: list[Path] = typer.Argument(
-        ..., metavar="RUN_OR_ARCHIVE...", help="Run folders or archive files (records or study)."
+        ..., metavar="RUN_OR_ARCHIVE...",
+        help="Run folders or archive files (records or study), or conversational run folders.",
     ),
     out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
     title: str = typer.Option("LayerRAG-Bench report", help="Page title."),
@@ -391,7 +392,8 @@ def report_cmd(
     ),  # fmt: skip
 ) -> None:
     """One self-contained HTML page: per-model results with intervals, reference agents as a
-    separate baseline, a model x scenario breakdown, diagnostics, figures and provenance."""
+    separate baseline, a model x scenario breakdown, diagnostics, figures and provenance; for
+    conversational runs, S by turn index, the cross-session leak and where each system breaks."""
     from layerlab.reporting.run import report
 
     _check_out_file(out)

@@ -60,3 +60,29 @@ def test_an_empty_run_has_no_cells() -> None:
     assert summarise([]) == {}
     with pytest.raises(TypeError):
         summarise(None)  # type: ignore[arg-type]
+
+
+def test_turn_rates_give_exact_intervals_over_one_epoch_and_none_over_several() -> None:
+    from layerlab.analysis.conversations import turn_rates
+
+    one = [_rec("a-01-c1", 0), _rec("a-01-c1", 1, ok=False), _rec("a-02-c1", 0),
+           _rec("a-02-c1", 1)]  # fmt: skip
+    rates = turn_rates(one)
+    assert [(r["turn"], r["k"], r["n"], r["S"]) for r in rates] == [(0, 2, 2, 1.0), (1, 1, 2, 0.5)]
+    lo, hi = clopper_pearson(1, 2)
+    assert rates[1]["interval"] == [round(lo, 4), round(hi, 4)]
+    two = [*one, *(replace(r, epoch=1) for r in one)]
+    assert all(r["interval"] is None for r in turn_rates(two))  # a conversation's epochs correlate
+
+
+def test_load_reads_the_committed_archives_reference_first_or_the_runs_given(tmp_path) -> None:
+    from layerlab import paths
+    from layerlab.analysis.conversations import load
+    from layerlab.harness.conversation import write_run
+
+    committed = load()
+    assert list(committed)[0] == "reference"
+    assert list(committed)[1:] == [p.name for p in paths.conversation_archives()[1:]]
+    recs = [_rec("a-01-c1", 0), _rec("a-01-c1", 1)]
+    write_run(tmp_path / "mine", recs, {"systems": ["layerlab/extractive"]})
+    assert load([tmp_path / "mine"]) == {"mine": sorted(recs, key=turnrecords.sort_key)}

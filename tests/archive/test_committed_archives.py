@@ -82,6 +82,10 @@ def test_committed_archives_hold_nulls_not_placeholders_and_the_shared_vocabular
         if f.name in ("agent.parquet", "target.parquet"):  # a run's step table, not records
             assert {"scenario", "mitigation", "task_id", "calls"} <= set(t.column_names), f
             continue
+        if f.name == "turns.parquet":  # a conversational archive's turns: no arm, not records
+            assert {"scenario", "conversation_id", "domain", "answerable"} <= set(t.column_names), f
+            assert not {"condition", "arm", "contract_mode"} & set(t.column_names), f
+            continue
         assert {"scenario", "mitigation", "domain", "answerable"} <= set(t.column_names), f
         assert not {"condition", "arm", "contract_mode"} & set(t.column_names), f
         for name in t.column_names:
@@ -135,3 +139,67 @@ def test_every_outcome_label_holds_where_applied_over_every_committed_archive() 
             assert DEFINITIONS[got](r), f"{f} {archive.sort_key(rec)}: {got} does not hold"
             seen.add(got)
     assert {"grounded_wrong", "unsupported", "wrong", "success"} <= seen
+
+
+def test_the_reference_conversational_archive_is_packed_whole_and_current() -> None:
+    """The reference readers' conversational archive: every conversation under every
+    conversational scenario, its rows the run's (manifest checksum), its summary what the rows
+    give, and the code still giving every row (replayed on the first conversation per domain)."""
+    import json
+
+    from layerlab.analysis.conversations import summarise
+    from layerlab.archive import turnrecords
+    from layerlab.corpus import conversations as cv
+    from layerlab.corpus.build import load
+    from layerlab.faults.scenario import conversation_scenarios
+    from layerlab.harness import conversation as hc
+
+    folder = paths.REFERENCE_CONVERSATIONS
+    assert paths.conversation_archives()[0] == folder
+    recs = turnrecords.check_packed(folder)
+    m = json.loads((folder / "manifest.json").read_text())
+    convs, key = cv.build_from_specs()
+    scen = conversation_scenarios()
+    assert m["systems"] == ["layerlab/extractive", "layerlab/cautious"] and m["epochs"] == 1
+    assert m["scenarios"] == list(scen) and m["per_domain"] is None
+    assert len(recs) == 2 * len(scen) * len(key) == m["counts"]["turns"]
+    assert json.loads((folder / "summary.json").read_text()) == json.loads(json.dumps(summarise(recs)))
+    listed = (paths.ARCHIVES / "SHA256SUMS").read_text()
+    assert "conversations/reference/turns.parquet" in listed
+    first: dict[str, cv.Conversation] = {}
+    for c in convs:
+        first.setdefault(c.domain, c)
+    systems = [hc.reference(s) for s in m["systems"]]
+    again = hc.run(systems, list(first.values()), list(scen.values()), hc.Setting(load(), key))
+    ids = {c.conversation_id for c in first.values()}
+    kept = sorted((r for r in recs if r.conversation_id in ids), key=turnrecords.sort_key)
+    assert sorted(again, key=turnrecords.sort_key) == kept, "stale: run `make reference-conversations`"
+
+
+def test_every_committed_model_conversation_archive_is_a_whole_run_of_a_registered_model() -> None:
+    """A real model's chat chain over the conversations (data/archives/local_model_conversations/
+    <model>/, a run folder or packed): its rows are the run's (manifest checksum), one registered
+    local model with its file's hash and runtime recorded, its manifest listed in SHA256SUMS."""
+    import json
+
+    from layerlab._io import sha256_file
+    from layerlab.archive import turnrecords
+    from layerlab.models import local as models
+
+    registry = models.load_registry()
+    listed = (paths.ARCHIVES / "SHA256SUMS").read_text()
+    for folder in paths.conversation_archives()[1:]:
+        assert folder.parent == paths.LOCAL_MODEL_CONVERSATIONS, folder
+        m = json.loads((folder / "manifest.json").read_text())
+        if (folder / turnrecords.PARQUET).is_file():
+            recs = turnrecords.check_packed(folder)
+        else:
+            recs = turnrecords.read(folder)
+            assert sha256_file(folder / turnrecords.FILE) == m["files"][turnrecords.FILE], folder
+        (model,) = m["systems"]
+        spec = registry[model.removeprefix(models.PREFIX)]
+        prov = m["local_models"][model]
+        assert prov["file_sha256"] == spec.file.sha256 and prov["runtime"].startswith("llama-cpp")
+        assert {(r.provider, r.model) for r in recs} == {("local", model)}
+        assert len(recs) == m["counts"]["turns"] and m["scenarios"], folder
+        assert f"{folder.relative_to(paths.ARCHIVES)}/manifest.json" in listed

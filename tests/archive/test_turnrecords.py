@@ -46,3 +46,37 @@ def test_a_bad_row_is_one_line_naming_the_field(tmp_path, change, problem) -> No
 def test_a_missing_file_says_how_to_write_it(tmp_path) -> None:
     with pytest.raises(ValueError, match="layerlab run conversations"):
         turns.read(tmp_path)
+
+
+def _run_folder(tmp_path, recs):
+    """A conversational run folder as ``run conversations`` writes it (its manifest's checksums)."""
+    from layerlab.harness.conversation import write_run
+
+    write_run(tmp_path / "run", recs, {"systems": ["layerlab/extractive"]})
+    return tmp_path / "run"
+
+
+def test_pack_keeps_the_runs_rows_as_parquet_with_deterministic_bytes(tmp_path) -> None:
+    recs = [_rec(1, success=False, safe_resolution=False, diagnostic="freshness"), _rec(0)]
+    run = _run_folder(tmp_path, recs)
+    a = turns.pack(run, tmp_path / "a")
+    b = turns.pack(run, tmp_path / "b")
+    assert sorted(p.name for p in a.iterdir()) == sorted(turns.PACKED_FILES)
+    assert (a / turns.PARQUET).read_bytes() == (b / turns.PARQUET).read_bytes()
+    assert turns.read(a) == turns.read(run) == turns.check_packed(a)
+    assert turns.jsonl_sha256(turns.read(a)) == json.loads((a / "manifest.json").read_text())[
+        "files"][turns.FILE]  # fmt: skip
+
+
+def test_a_packed_archive_whose_rows_or_summary_moved_is_refused(tmp_path) -> None:
+    run = _run_folder(tmp_path, [_rec(0), _rec(1)])
+    packed = turns.pack(run, tmp_path / "a")
+    other = _run_folder(tmp_path / "x", [_rec(0)])
+    (packed / turns.PARQUET).write_bytes(turns.pack(other, tmp_path / "b").joinpath(
+        turns.PARQUET).read_bytes())  # fmt: skip
+    with pytest.raises(ValueError, match="not the run's turns.jsonl"):
+        turns.check_packed(packed)
+    packed = turns.pack(run, tmp_path / "c")
+    (packed / "summary.json").write_text("{}\n")
+    with pytest.raises(ValueError, match="summary.json: not the run's"):
+        turns.check_packed(packed)

@@ -1,11 +1,14 @@
 """A conversational run's statistics as lines of text: S by turn index, the cross-session leak
 with its exact interval, and a finding naming the turn where a system breaks
-(:func:`layerlab.analysis.conversations.summarise` gives the numbers)."""
+(:func:`layerlab.analysis.conversations.summarise` gives the numbers); and the same as tables
+of text for a page (:func:`by_turn_table`, :func:`cells_table`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import pandas as pd
 
 from layerlab.reporting.format.display import rate
 
@@ -61,4 +64,39 @@ def lines(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return out
 
 
-__all__ = ["by_turn_lines", "finding", "leak_line", "lines"]
+def by_turn_table(cells: Mapping[str, Any]) -> pd.DataFrame:
+    """One system's S by turn index: a row per scenario, a column per turn index (the turns
+    counted in the header; ``-``: no turn there), then its conversation success and pass^k."""
+    turns = sorted({t["turn"] for c in cells.values() for t in c["by_turn"]})
+    ns = {t["turn"]: t["n"] for c in cells.values() for t in c["by_turn"]}
+    k = str(min(c["epochs"] for c in cells.values()))
+    rows = []
+    for scen, c in cells.items():
+        at = {t["turn"]: t["S"] for t in c["by_turn"]}
+        rows.append({"scenario": scen,
+                     **{f"t{t} (n={ns[t]})": rate(at.get(t), missing="-") for t in turns},
+                     "conversation S": rate(c["conversation_success"]),
+                     f"pass^{k}": rate(c["pass_hat_k"][k])})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def cells_table(summary: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Every system and scenario: its turns, S, safe resolution and GF over the turns, the turns
+    a fault struck, and the cross-session leak over turns and conversations with exact 95%
+    intervals and counts, and the first turn that leaked."""
+    rows = []
+    for model, cells in summary.items():
+        for scen, c in cells.items():
+            t, v = c["leak_turns"], c["leak_conversations"]
+            rows.append({"system": model, "scenario": scen, "turns": c["turns"],
+                         "S": rate(c["S"]), "safe resolution": rate(c["safe"]), "GF": rate(c["GF"]),
+                         "struck": c["struck"],
+                         "leak: turns [95% CI]": f"{rate(t['rate'], t['interval'])} ({t['k']}/{t['n']})",
+                         "leak: conversations [95% CI]":
+                             f"{rate(v['rate'], v['interval'])} ({v['k']}/{v['n']})",
+                         "first leak": "-" if c["first_leak_turn"] is None
+                         else f"t{c['first_leak_turn']}"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+__all__ = ["by_turn_lines", "by_turn_table", "cells_table", "finding", "leak_line", "lines"]

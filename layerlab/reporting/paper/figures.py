@@ -440,3 +440,46 @@ def _surface_panel(ax: Any, curve: Any, clean: Any) -> None:
         ax.axhline(clean.rates["safe"].rate, color="0.55", lw=0.8, ls=(0, (6, 3)), label="clean (safe)")
     ax.set_xticks(xs, [f"{x:g}" for x in xs], fontsize=6, rotation=90 if len(xs) > 6 else 0)
     ax.tick_params(axis="y", labelsize=7)
+
+
+# --- conversations: S by turn index, one panel per system ----------------------------------------
+
+
+def conversations_by_turn(rates: Sequence[dict[str, Any]], title: str) -> Any:
+    """Strict success S at each turn index of the conversations
+    (:func:`layerlab.analysis.conversations.turn_rates`): one panel per system (never pooled; the
+    unit labelled what it is), a line per scenario, each point with its exact 95% interval
+    (Clopper-Pearson over the conversations with a turn there; none drawn over several epochs),
+    the turns counted at each index under the axis."""
+    _setup()
+    models = list(dict.fromkeys(r["model"] for r in rates))
+    scens = list(dict.fromkeys(r["scenario"] for r in rates))
+    colours = dict(zip(scens, sns.color_palette("colorblind", len(scens)), strict=True))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models) + 1.6, 3.4),
+                             sharey=True, squeeze=False)  # fmt: skip
+    step = 0.5 / max(len(scens), 1)
+    for ax, model in zip(axes[0], models, strict=True):
+        mine = [r for r in rates if r["model"] == model]
+        turns = sorted({r["turn"] for r in mine})
+        for i, scen in enumerate(scens):
+            pts = [r for r in mine if r["scenario"] == scen]
+            if not pts:
+                continue
+            xs = [r["turn"] + (i - (len(scens) - 1) / 2) * step for r in pts]
+            ys = [r["S"] for r in pts]
+            err = None
+            if all(r["interval"] for r in pts):
+                err = [[r["S"] - r["interval"][0] for r in pts], [r["interval"][1] - r["S"] for r in pts]]
+            ax.errorbar(xs, ys, yerr=err, fmt="-o", ms=3, lw=1.1, capsize=1.5,
+                        color=colours[scen], label=scen)  # fmt: skip
+        ns = {t: max(r["n"] for r in mine if r["turn"] == t) for t in turns}
+        ax.set_xticks(turns, [f"t{t}\nn={ns[t]}" for t in turns], fontsize=7)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_title(f"{model}\n({display.unit_kind(model.split('/', 1)[0])})", fontsize=8)
+        ax.set_xlabel("turn index (turns counted)", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+    axes[0, 0].set_ylabel("strict success S", fontsize=8)
+    axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title="scenario",
+                       title_fontsize=7)  # fmt: skip
+    fig.suptitle(f"{title}\nexact 95% Clopper-Pearson intervals over conversations", fontsize=9, y=1.1)
+    return fig

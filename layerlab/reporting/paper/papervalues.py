@@ -24,17 +24,18 @@ from typing import Any
 import pandas as pd
 
 from layerlab import paths
+from layerlab.reporting.paper.valuetext import (  # noqa: F401 (ValuesError, word: this module's face too)
+    NUMBER_WORDS,
+    ValuesError,
+    _camel,
+    _csv,
+    _rate,
+    _tex,
+    word,
+)
 
 VALUES_FILE = Path("generated") / "values.tex"
 """Where the macros go, relative to the paper folder (``\\input`` by ``main.tex``)."""
-
-NUMBER_WORDS = (
-    "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen twenty thirty forty fifty hundred thousand dozen"
-).split()
-"""Number words the prose may not spell out by hand ("one" is also a pronoun, so it may)."""
-
-_WORDS = ("zero", "one", *NUMBER_WORDS[:19])
 
 BLOCKS = {"Ref": "reference agents", "Model": "real models", "User": "targets"}
 """Macro prefix of each block of Table 10 / user_table10 (matched on the block label's start)."""
@@ -48,37 +49,6 @@ def verdict_prefix(table: str, block: str) -> str | None:
     """The macro prefix of a verdict row of ``table`` in ``block`` (None: a block with none)."""
     prefix = next((p for p, b in BLOCKS.items() if block.startswith(b)), None)
     return None if prefix is None else prefix + VERDICT_TABLES[table]
-
-
-class ValuesError(RuntimeError):
-    """A value the prose needs is missing from the tables or archives (one line)."""
-
-
-def word(n: int) -> str:
-    """``n`` as an English word (0-20), else its digits."""
-    return _WORDS[n] if 0 <= n < len(_WORDS) else str(n)
-
-
-def _camel(ident: str) -> str:
-    return "".join(p[:1].upper() + p[1:] for p in re.split(r"[^A-Za-z0-9]+", ident) if p)
-
-
-def _tex(text: str) -> str:
-    """Plain text as LaTeX: the table's minus and percent signs, underscores."""
-    text = text.replace("\\", "\\textbackslash{}")
-    text = re.sub(r"(?<![\w.])[−-](?=\d)", "\\\\ensuremath{-}", text)  # a minus, not a hyphen
-    return text.replace("%", "\\%").replace("_", "\\_").replace("&", "\\&")
-
-
-def _rate(x: float) -> str:
-    return f"{x:.3f}"
-
-
-def _csv(tables: Path, name: str) -> pd.DataFrame:
-    path = tables / f"{name}.csv"
-    if not path.exists():
-        raise ValuesError(f"{path}: missing (the prose quotes it; run `layerlab reproduce`)")
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def _row(tables: Path, name: str, **match: str) -> pd.Series:
@@ -412,6 +382,8 @@ def _findings(tables: Path) -> dict[str, str]:
 def values(tables: Path | None = None) -> dict[str, str]:
     """Every macro the prose uses (name without ``\\v`` → LaTeX text), from the generated tables
     in ``tables`` (default ``paper/tables``), the committed archives and the specs."""
+    from layerlab.reporting.paper import convvalues  # the conversations section's
+
     tables = Path(tables or paths.TABLES)
     out: dict[str, str] = {}
     for part in (
@@ -427,6 +399,7 @@ def values(tables: Path | None = None) -> dict[str, str]:
         _figure_methods(),
         _agent(tables),
         _findings(tables),
+        convvalues.values(tables),
     ):
         clash = set(out) & set(part)
         if clash:

@@ -29,6 +29,7 @@ from layerlab.analysis import results, stats
 from layerlab.analysis.records import records_frame
 from layerlab.reporting.format import cells, page
 from layerlab.reporting.records import dictionary
+from layerlab.reporting.run import convreport  # conversational runs: a page of their own
 
 SECTIONS = (  # in page order; a section with nothing to show is left out
     ("findings", "Findings"),
@@ -511,7 +512,9 @@ def build(
 ) -> str:
     """The report as one HTML string (see the module docstring); ``sample_log``: the runs'
     private log (``run live --sample-log``), whose dominant failure of a failing fault-free
-    layer joins its finding (counts only)."""
+    layer joins its finding (counts only). Conversational runs: :mod:`.convreport`'s page."""
+    if paths_ and convreport.conversational(paths_):
+        return convreport.build(paths_, title)
     inp = classify(paths_)
     if not inp.record_paths and not inp.study_paths:
         raise ReportError("no archives given")

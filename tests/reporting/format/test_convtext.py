@@ -28,3 +28,19 @@ def test_the_table_the_leak_and_the_finding() -> None:
     calm = {**CELL, "first_leak_turn": None, "break": {**CELL["break"], "failed": 0}}
     assert "no turn index below" in finding("m", "s", calm)
     assert len(lines({"m": {"s": CELL}})) == 3 + 2
+
+
+def test_the_page_tables_count_the_turns_and_state_the_leak_with_its_counts() -> None:
+    from layerlab.reporting.format.convtext import by_turn_table, cells_table
+
+    cell = {**CELL, "by_turn": [{"turn": 0, "S": 1.0, "n": 5}, {"turn": 1, "S": 0.4, "n": 5},
+                                {"turn": 2, "S": 0.5, "n": 2}],
+            "turns": 12, "S": 0.6, "safe": 0.7, "GF": 0.1, "struck": 4}  # fmt: skip
+    other = {**cell, "by_turn": cell["by_turn"][:2], "first_leak_turn": None}
+    t = by_turn_table({"stale_memory": cell, "clean": other})
+    assert list(t.columns) == ["scenario", "t0 (n=5)", "t1 (n=5)", "t2 (n=2)", "conversation S",
+                               "pass^2"]  # fmt: skip
+    assert t.iloc[1].tolist() == ["clean", "1.000", "0.400", "-", "0.500", "0.250"]
+    c = cells_table({"m": {"stale_memory": cell, "clean": other}})
+    assert c.iloc[0]["leak: turns [95% CI]"] == "0.300 [0.067, 0.652] (3/10)"
+    assert c["first leak"].tolist() == ["t1", "-"] and c.iloc[0]["S"] == "0.600"

@@ -227,3 +227,34 @@ def test_the_surface_has_a_panel_per_layer_and_a_row_per_unit_with_the_run_s_int
         list(line.get_ydata()) == [clean.points[0].rates["safe"].rate] * 2 for line in ax.lines
     )
     plt.close(fig)
+
+
+def test_conversations_have_a_panel_per_system_a_line_per_scenario_and_the_turns_counted() -> None:
+    from layerlab.analysis import conversations
+
+    recs = conversations.load([paths.REFERENCE_CONVERSATIONS])["reference"]
+    rates = conversations.turn_rates(recs)
+    fig = figures.conversations_by_turn(rates, "Conversations")
+    axes = fig.axes
+    assert [a.get_title().split("\n")[0] for a in axes] == ["layerlab/cautious", "layerlab/extractive"]
+    assert all(display.unit_kind("layerlab") in a.get_title() for a in axes)
+    scens = sorted({r["scenario"] for r in rates})
+    assert sorted(t.get_text() for t in axes[-1].get_legend().get_texts()) == scens
+    assert axes[0].get_xticklabels()[0].get_text() == "t0\nn=80"  # every conversation has a turn 0
+    assert "exact 95% Clopper-Pearson" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def test_the_conversations_table_blocks_systems_and_states_the_leak_with_its_interval() -> None:
+    from layerlab.analysis import conversations
+    from layerlab.reporting.paper import tables
+
+    runs = conversations.load([paths.REFERENCE_CONVERSATIONS])
+    t = tables.conversations_table(runs)
+    assert set(t["block"]) == {"reference agents (deterministic baselines)"}
+    row = t[(t["system"] == "layerlab/extractive") & (t["scenario"] == "swapped_session")].iloc[0]
+    s = conversations.summarise(runs["reference"])["layerlab/extractive"]["swapped_session"]
+    k, n = s["leak_turns"]["k"], s["leak_turns"]["n"]
+    assert row["leaked turns"] == f"{k}/{n}" and k > 0
+    assert row["leak [95% CI]"].startswith(f"{s['leak_turns']['rate']:.3f} [")
+    assert row["S t0"] == f"{s['by_turn'][0]['S']:.3f}" and row["breaks at"] == f"t{s['break']['turn']}"

@@ -5,8 +5,9 @@ Families: the benchmark's design and model-free runs (:mod:`.benchmark`: Tables 
 archive records (:mod:`.rates`: Tables 4, 8, 9), paired effects (:mod:`.effects`: Table 5 and its
 companions), representative cases (:mod:`.cases`: Table 6), the LangChain study (:mod:`.study`:
 Table 7), the specificity matrix (:mod:`.specificity`: Table 10), interval trust
-(:mod:`.variability`) and the paper's figures beside ours (:mod:`.comparison`); captions and the
-caption sentences built from the data live in :mod:`.captions`.
+(:mod:`.variability`), the conversations (:mod:`.conversations`) and the paper's figures beside
+ours (:mod:`.comparison`); captions and the caption sentences built from the data live in
+:mod:`.captions`.
 
 A notebook writes a table by naming its registry entry: ``tables.publish("table4", df)``.
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     )
     from layerlab.reporting.paper.tables.cases import table6, table6_archive
     from layerlab.reporting.paper.tables.comparison import paper_comparison
+    from layerlab.reporting.paper.tables.conversations import conversations_table
     from layerlab.reporting.paper.tables.effects import (
         crosscheck_table,
         design_comparison,
@@ -75,6 +77,7 @@ _OWNER = {
     "TABLES": "registry",
     "Table": "registry",
     "agent_vs_single": "agentmode",
+    "conversations_table": "conversations",
     "audit_notes": "benchmark",
     "coverage_table": "variability",
     "crosscheck_table": "effects",
@@ -117,6 +120,7 @@ __all__ = [
     "Table",
     "agent_vs_single",
     "audit_notes",
+    "conversations_table",
     "coverage_table",
     "crosscheck_table",
     "design_comparison",

@@ -78,6 +78,12 @@ CAPTIONS = {
     "rows of a second, larger run of the same chain (more tasks, fewer arms: the baseline and "
     "validity resolution, the guard whose change on clean questions the worked example's 16 tasks "
     "could not show; make user-pipeline-sized).",
+    "conversations": "Conversations (multi-turn sessions over the corpus's policies, a scripted "
+    "user; docs/conversations.md): strict success S of each turn against its own key, by turn "
+    "index; conv. S: the share of conversations every turn of which succeeded; the cross-session "
+    "leak (a reply carrying another user's conversation) over turns, with its exact "
+    "Clopper-Pearson 95% interval; breaks at: the turn index with the lowest S. The reference "
+    "readers are deterministic baselines keyed on the conversations' wording, not models.",
     "answer_quality": "Supplementary: answer quality of the answered records by scenario and arm, "
     "beside strict exact match E (which S uses, unchanged): containment (the normalised expected "
     "answer appears in the normalised answer as whole tokens, RGB-style), right value with extra "

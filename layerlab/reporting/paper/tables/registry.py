@@ -27,6 +27,7 @@ from layerlab.reporting.paper.tables import (
     benchmark,
     cases,
     comparison,
+    conversations,
     effects,
     rates,
     specificity,
@@ -66,6 +67,9 @@ INPUTS = {
     "user_sized_matrix": "the specificity matrix of the larger user-pipeline archive (data/archives/"
     "user_pipelines/my-rag-chain-48: the baseline and validity resolution on 48 tasks)",
     "user_sized_matrix_records": "that archive's records, as the matrix reads them",
+    "conversation_runs": "the turn records of the conversational archives: the reference readers' "
+    "(data/archives/conversations/reference) and each real model's chat chain (data/archives/"
+    "local_model_conversations), by archive (analysis.conversations.load)",
 }
 
 
@@ -150,6 +154,7 @@ TABLES = (
         userpipeline.user_table10_sized,
         ("user_sized_matrix", "user_sized_matrix_records"),
     ),
+    Table("conversations", conversations.conversations_table, ("conversation_runs",)),
     Table("specificity_margin", effects.margin_table, ("analysis",), appendix=True, recompute=True),
     Table(
         "table5_crosscheck", effects.crosscheck_table, ("analysis",), appendix=True, recompute=True

@@ -1,0 +1,124 @@
+"""The conversations section's numbers, as macros of ``paper/generated/values.tex``
+(:func:`layerlab.reporting.paper.papervalues.values` adds them).
+
+From the generated conversations table (``paper/tables/conversations.csv``: S by turn index,
+conversation success, the leak over turns with its interval, the turn where S is lowest) and the
+committed conversational archives (the conversations' size; the kind of turn that failed most at
+the break and its commonest diagnosis). Names are ``Conv`` + the system (``Extractive``,
+``Cautious``) + the scenario in camel case + the quantity: ``STurnZero`` … (S at a turn index),
+``Whole`` (conversation success), ``Leak`` (the leak over turns with its exact interval),
+``LeakK``/``LeakN`` (its counts), ``LeakConv`` (over conversations), ``Break`` (the turn index),
+``BreakKind`` and ``BreakDiagnostic``. A real model's chat chain is one generated sentence,
+``ConvModel``: its numbers once its archive is committed under
+``data/archives/local_model_conversations/``, else a sentence saying none is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from layerlab.reporting.paper.valuetext import ValuesError, _camel, _csv, _rate, _tex, word
+
+REFERENCE = "reference agents"  # the table's block of the reference readers (its label's start)
+MODEL = "real models"
+
+
+def _sizes(runs: dict[str, list[Any]]) -> dict[str, str]:
+    from layerlab.corpus import conversations as cv
+    from layerlab.faults.scenario import conversation_scenarios
+
+    convs, key = cv.build_from_specs()
+    lengths = sorted({len(c.turns) for c in convs})
+    scen = conversation_scenarios()
+    ref = runs.get("reference") or []
+    return {
+        "ConvCount": str(len(convs)),
+        "ConvTurns": str(len(key)),
+        "ConvDomains": word(len({c.domain for c in convs})),
+        "ConvMinTurns": word(lengths[0]),
+        "ConvMaxTurns": word(lengths[-1]),
+        "ConvFaults": word(sum(1 for s in scen.values() if s.operators)),
+        "ConvRefScored": f"{len(ref):,}".replace(",", "{,}"),
+    }
+
+
+def _leak(r: Any) -> tuple[str, str, str]:
+    """A table row's leak over turns: the rate with its interval, k, n."""
+    k, _, n = r["leaked turns"].partition("/")
+    return r["leak [95% CI]"], k, n
+
+
+def _system(model: str) -> str:
+    return _camel(model.split("/", 1)[-1])
+
+
+def _reference(table: Any, summaries: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    rows = table[table["block"].str.startswith(REFERENCE)]
+    if rows.empty:
+        raise ValuesError(
+            "conversations.csv: no reference readers' rows (run `layerlab reproduce`)"
+        )
+    turns = [c for c in table.columns if c.startswith("S t")]
+    for _, r in rows.iterrows():
+        name = f"Conv{_system(r['system'])}{_camel(r['scenario'])}"
+        for col in turns:
+            if r[col] != "-":
+                out[f"{name}STurn{word(int(col[3:])).title()}"] = r[col]
+        out[f"{name}Whole"] = r["conv. S"]
+        rate, k, n = _leak(r)
+        out[f"{name}Leak"], out[f"{name}LeakK"], out[f"{name}LeakN"] = rate, k, n
+        out[f"{name}Break"] = r["breaks at"].removeprefix("t")
+        cell = summaries["reference"][r["system"]][r["scenario"]]
+        lc = cell["leak_conversations"]
+        out[f"{name}LeakConv"] = (
+            f"{_rate(lc['rate'])} [{_rate(lc['interval'][0])}, {_rate(lc['interval'][1])}]"
+        )
+        out[f"{name}BreakKind"] = _tex((cell["break"]["kind"] or "none").replace("_", " "))
+        out[f"{name}BreakDiagnostic"] = _tex(
+            (cell["break"]["diagnostic"] or "none").replace("_", " ")
+        )
+    return out
+
+
+def _model_sentence(table: Any, summaries: dict[str, Any]) -> str:
+    """The real models' chat chains in one sentence each (none committed: a sentence saying so)."""
+    rows = table[table["block"].str.startswith(MODEL)]
+    if rows.empty:
+        return ("A real model's chat chain over the conversations is not committed yet; its "
+                "rows join the table when it is.")  # fmt: skip
+    cells = {m: c for s in summaries.values() for m, c in s.items()}
+    parts = []
+    for model in dict.fromkeys(rows["system"]):
+        mine = rows[rows["system"] == model]
+        one = next(iter(cells[model].values()))
+        clauses = []
+        for _, r in mine.iterrows():
+            b = cells[model][r["scenario"]]["break"]
+            rate, k, n = _leak(r)
+            clauses.append(f"under {r['scenario']} S {r['S t0']} at the opening turn and "
+                           f"{r['conv. S']} of the conversations whole, lowest at turn "
+                           f"{r['breaks at'].removeprefix('t')} ({b['kind'] or 'none'} turns, most "
+                           f"often {b['diagnostic'] or 'none'}), a cross-session leak of {rate} "
+                           f"of its turns ({k} of {n})")  # fmt: skip
+        parts.append(f"The real model's chat chain ({model}) over {one['conversations']} "
+                     f"conversations: " + "; ".join(clauses) + ".")  # fmt: skip
+    return _tex(" ".join(parts))
+
+
+def values(tables: Path) -> dict[str, str]:
+    """The conversations section's macros (module docstring), from ``tables`` and the archives."""
+    from layerlab.analysis.conversations import load, summarise
+
+    table = _csv(tables, "conversations")
+    runs = load()
+    if "reference" not in runs:
+        raise ValuesError("data/archives/conversations/reference: missing (run `make "
+                          "reference-conversations`)")  # fmt: skip
+    summaries = {name: summarise(recs) for name, recs in runs.items()}
+    return {**_sizes(runs), **_reference(table, summaries),
+            "ConvModel": _model_sentence(table, summaries)}  # fmt: skip
+
+
+__all__ = ["values"]
