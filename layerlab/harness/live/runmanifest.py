@@ -29,7 +29,7 @@ from layerlab.harness.live.settings import (
     sampling,
 )
 from layerlab.harness.targets.spec import TargetSpec
-from layerlab.mitigations import book, load_mitigations
+from layerlab.mitigations import book, load_run_mitigations
 from layerlab.models.routing import endpoint_label, split_model
 from layerlab.system import prompt
 
@@ -86,6 +86,9 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     else:  # the target's identity: its settings only as their hash, its code's fingerprint
         cfg["target"] = target_of(config).run_identity()
         ident["tools"] = agent_versions()["tools"]
+    later = load_run_mitigations().later_specs(config.mitigations)
+    if later:  # an arm of mitigations_transport.yaml: its spec, so an edited arm is another run
+        ident["mitigation_specs"] = later
     ident = {
         **ident,
         "prompt": prompt.PROMPT_VERSION,
@@ -138,11 +141,12 @@ def manifest(
         kind="live",
         layerlab_version=__version__,
         corpus=corpus.name,
-        provenance=archive.provenance_for(corpus, scenario_hash, task_ids),
+        provenance={**archive.provenance_for(corpus, scenario_hash, task_ids),
+                    **later_provenance(config)},  # fmt: skip
         models=list(config.models),
         scenarios=list(config.scenarios),
         mitigations=list(config.mitigations),
-        mitigation_arms=book.manifest_entry(load_mitigations(), config.mitigations),
+        mitigation_arms=book.manifest_entry(load_run_mitigations(), config.mitigations),
         n_tasks=n_tasks,
         retriever=config.retriever,
         retriever_code=dict(config.retriever_code) if config.retriever_code else archive.UNSET,
@@ -180,6 +184,17 @@ def manifest(
     if outcome.local_models:
         done["local_models"] = dict(outcome.local_models)
     return replace(plan, **done)
+
+
+def later_provenance(config: LiveConfig) -> dict[str, str]:
+    """``mitigations:<file>``: the hash of each further spec an arm of the run came from (the
+    transport arms'; the committed spec's hash is ``mitigations``), as the mitigation matrix's
+    archive names it."""
+    from layerlab.corpus.spec import spec_hash
+
+    book = load_run_mitigations()
+    files = dict.fromkeys(book.later[n] for n in config.mitigations if n in book.later)
+    return {f"mitigations:{Path(f).name}": spec_hash(Path(f)) for f in files}
 
 
 def until_decided(config: LiveConfig) -> dict[str, Any]:
