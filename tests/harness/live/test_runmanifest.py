@@ -1,7 +1,8 @@
 """A live run's arms and identity (layerlab/harness/live/runmanifest.py): an arm a live run names
 is resolved from the committed mitigations.yaml first, then from mitigations_transport.yaml
 (layerlab.mitigations.load_run_mitigations), and the arm's spec is part of the run's id and
-manifest, so a resume after the arm was edited is refused."""
+manifest, so a resume after the arm was edited is refused; and a resume of a local model's run
+under another runtime than the one its manifest records is refused."""
 
 from __future__ import annotations
 
@@ -125,3 +126,39 @@ def test_the_arms_spec_is_in_the_run_id_and_an_edited_arm_refuses_the_resume(
     assert after[1] == before[1]  # a run of the committed arms keeps its id
     res = _live(out, "--mitigation", "strict", "--mitigation", "transport_retry", "--resume")
     assert res.exit_code != 0 and "other settings" in res.output
+
+
+# --- a local model's runtime on resume --------------------------------------------------------
+
+QWEN = "local/qwen2.5-coder-1.5b"
+SURFACE = paths.LOCAL_MODEL_SURFACE / "qwen2.5-coder-1.5b"
+
+
+def test_a_resume_under_another_local_runtime_is_refused_in_one_line(monkeypatch) -> None:
+    from layerlab.harness.live import LiveRunError
+    from layerlab.models import llamaserver
+
+    old = json.loads((SURFACE / "manifest.json").read_text())  # served by llama-cpp-python
+    assert runmanifest.recorded_runtime(old["local_models"][QWEN]) == llamaserver.DEFAULT
+    assert runmanifest.runtime_refusal(SURFACE, old, [QWEN], llamaserver.DEFAULT) is None
+    line = runmanifest.runtime_refusal(SURFACE, old, [QWEN], "llama-server")
+    assert line is not None and "\n" not in line
+    assert QWEN in line and "llama-cpp-python" in line and "llama-server" in line
+    assert f"{llamaserver.ENV}=llama-cpp-python" in line  # how to resume it
+    # a run served by llama-server, resumed under the default runtime
+    server = {**old["local_models"][QWEN], "runtime": "llama-server b1 (llama.cpp vendored ...)",
+              "server": {**old["local_models"][QWEN]["server"], "runtime": "llama-server"}}
+    other = {**old, "local_models": {QWEN: server}}
+    assert runmanifest.recorded_runtime(server) == "llama-server"
+    assert "served by llama-server" in runmanifest.runtime_refusal(
+        SURFACE, other, [QWEN], llamaserver.DEFAULT)  # fmt: skip
+    # a manifest that records no runtime (a first invocation killed before it ended): no refusal
+    assert runmanifest.runtime_refusal(SURFACE, {"run_id": "x"}, [QWEN], "llama-server") is None
+    # the check a resume runs before any server starts: the runtime the environment selects
+    monkeypatch.setenv(llamaserver.ENV, "llama-server")
+    with pytest.raises(LiveRunError, match="mix two runtimes"):
+        runmanifest.check_runtime(SURFACE, old, [QWEN])
+    runmanifest.check_runtime(SURFACE, None, [QWEN])  # a new run: nothing to keep
+    runmanifest.check_runtime(SURFACE, old, [])  # no local model
+    monkeypatch.setenv(llamaserver.ENV, "llama-cpp-python")
+    runmanifest.check_runtime(SURFACE, old, [QWEN])
