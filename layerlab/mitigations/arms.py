@@ -320,15 +320,23 @@ def load_run_mitigations(specs: Sequence[Path | str] | None = None) -> Mitigatio
     those of each further spec that the ones before do not name (the set's ``later``). The
     baseline and ``--mitigation all`` are the first spec's; an unknown name is one line naming
     every file."""
-    specs = specs or RUN_SPECS
-    first = load_mitigations(specs[0])
-    arms, later = dict(first.arms), {}
-    for p in specs[1:]:
-        for n, a in load_mitigations(p).arms.items():
+    specs = tuple(specs or RUN_SPECS)
+    loaded = [load_mitigations(p) for p in specs]  # each checked and cached by its mtimes
+    hit = _RUN_CACHE.get(specs)
+    if hit is not None and all(a is b for a, b in zip(hit[0], loaded, strict=True)):
+        return hit[1]
+    arms, later = dict(loaded[0].arms), {}
+    for p, spec in zip(specs[1:], loaded[1:], strict=True):
+        for n, a in spec.arms.items():
             if n not in arms:
                 arms[n], later[n] = a, str(p)
     source = ", then ".join(str(p) for p in specs)
-    return MitigationSet(first.baseline, arms, source, later)
+    out = MitigationSet(loaded[0].baseline, arms, source, later)
+    _RUN_CACHE[specs] = (tuple(loaded), out)
+    return out
+
+
+_RUN_CACHE: dict[tuple[Path | str, ...], tuple[tuple[MitigationSet, ...], MitigationSet]] = {}
 
 
 def arm_identity(a: Arm) -> dict[str, Any]:
