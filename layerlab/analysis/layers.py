@@ -6,7 +6,8 @@ structured non-answer on an unsafe one: the scorer's ``safe_resolution``; a corr
 is a resolution, never a failure), how the others failed and their diagnostics, and what the
 specs say of the layer — what a system failing it did and does not check
 (``data/specs/roles.yaml``, ``findings``) and what the layer's guard would change (its entry in
-``data/specs/mitigations.yaml``: its description, and, when the run holds that arm, its measured
+``data/specs/mitigations.yaml``, the transport layer's in ``mitigations_transport.yaml``: its
+description, and, when the run holds that arm, its measured
 effect and verdict from :func:`layerlab.analysis.specificity.matrix`). Nothing is written per run.
 
 Numbers only: every count is taken from the records the diagnostics table counts
@@ -29,7 +30,7 @@ import pandas as pd
 from layerlab.analysis.units import ARM, unit_labels
 from layerlab.faults.roles import Roles, load_roles
 from layerlab.faults.scenario import Scenario, known_scenarios, load_scenarios
-from layerlab.mitigations import MitigationSet, load_mitigations
+from layerlab.mitigations import MitigationSet, load_mitigations, load_run_mitigations
 from layerlab.mitigations.book import ArmBook, definition_of, shipped
 from layerlab.scoring.score import table_diagnostic
 
@@ -208,7 +209,7 @@ def unit_findings(
     a layer's guard is the run's own (:func:`guard_of`: a plug-in's guard of the layer)."""
     from layerlab.analysis import specificity
 
-    spec = spec or load_mitigations()
+    spec = spec or load_run_mitigations()  # a transport layer's guard is mitigations_transport's
     roles = roles or load_roles()
     scen = dict(scenarios or known_scenarios())  # a run may hold the store variant
     base = spec.baseline

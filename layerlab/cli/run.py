@@ -185,7 +185,8 @@ def run_live(
         None,
         "--mitigation",
         "--mode",
-        help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml; "
+        help="Mitigation arm (repeatable): an entry or stack of data/specs/mitigations.yaml, "
+        "else of data/specs/mitigations_transport.yaml (transport_retry, circuit_breaker); "
         "default the contract arms; 'all': the baseline and every matrix arm.",
     ),
     tasks: str = typer.Option(

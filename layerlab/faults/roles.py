@@ -6,7 +6,10 @@ negative control, the retriever audit's conditions and the explorer's representa
 what it did, what it does not check, the mitigation entry that guards the layer), and layerlab's
 deliberately over-broad control arms (``over_broad_controls``). Every name must
 be a scenario (a layer of a scenario, a guard an entry of the mitigations spec); an unknown one is
-a :class:`SpecError` naming the file, line and field. Roles change no record, so they are not part
+a :class:`SpecError` naming the file, line and field. The transport faults are not among the
+paper's scenarios but have findings of their own: a finding's layer may also be one of
+``scenarios_transport.yaml`` and its guard an arm of ``mitigations_transport.yaml`` (the arms a
+live run resolves, :func:`layerlab.mitigations.load_run_mitigations`). Roles change no record, so they are not part
 of any archive's provenance (the scenario and mitigation specs' hashes are).
 """
 
@@ -80,7 +83,7 @@ class Roles(_Strict):
             yield ("explorer", i, "scenario"), c.scenario
 
 
-_CACHE: dict[tuple[Path, Path], tuple[tuple[float, float], Roles]] = {}
+_CACHE: dict[tuple[Path, Path], tuple[tuple[float, ...], Roles]] = {}
 
 
 def _mtime(p: Path) -> float:
@@ -89,22 +92,27 @@ def _mtime(p: Path) -> float:
 
 def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None = None) -> Roles:
     """Load and validate ``roles.yaml`` (default: the committed spec) against the scenario DSL
-    (default: the committed ``scenarios.yaml``); :class:`SpecError` lists every problem as
+    (default: the committed ``scenarios.yaml``; a finding's layer may also be a transport
+    fault's, of ``scenarios_transport.yaml``); :class:`SpecError` lists every problem as
     ``file:line: field: expectation``."""
     p = Path(path or paths.ROLE_SPEC)
     sp = Path(scenarios_path or paths.SCENARIO_SPEC)
-    stamp = (_mtime(p), _mtime(sp))
+    tp = paths.TRANSPORT_SCENARIO_SPEC
+    stamp = (_mtime(p), _mtime(sp), _mtime(tp))
     hit = _CACHE.get((p, sp))
     if hit is not None and hit[0] == stamp:
         return hit[1]
     scenarios = load_scenarios(sp)
     known = list(scenarios)
-    layers = sorted({part for s in scenarios.values() for part in s.spec.layer.split("+")})
+    with_transport = [*scenarios.values(), *load_scenarios(tp).values()]
+    layers = sorted({part for s in with_transport for part in s.spec.layer.split("+")})
+    sp_text = f"{sp} and {tp}"
 
     def check(roles: Roles) -> list[tuple[tuple[Any, ...], str]]:
-        from layerlab.mitigations import load_mitigations
+        from layerlab.mitigations import load_run_mitigations
 
-        arms = load_mitigations().arms
+        book = load_run_mitigations()  # mitigations.yaml, then mitigations_transport.yaml
+        arms, arms_text = book.arms, f"an entry of {book.source}"
         problems = [
             (loc, f"unknown scenario {name!r}; expected one of {known} (from {sp})")
             for loc, name in roles.named()
@@ -113,10 +121,10 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
         for layer, f in roles.findings.items():
             if layer not in layers:
                 problems.append(
-                    (("findings", layer), f"unknown layer {layer!r}; expected one of {layers} (from {sp})")
+                    (("findings", layer), f"unknown layer {layer!r}; expected one of {layers} (from {sp_text})")
                 )
             problems += [
-                (("findings", layer, "diagnosed", i), f"unknown layer {d!r}; expected one of {layers} (from {sp})")
+                (("findings", layer, "diagnosed", i), f"unknown layer {d!r}; expected one of {layers} (from {sp_text})")
                 for i, d in enumerate(f.diagnosed)
                 if d not in layers
             ]  # fmt: skip
@@ -124,18 +132,18 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
                 problems.append(
                     (
                         ("findings", layer, "guard"),
-                        f"unknown mitigation {f.guard!r}; expected an entry of the mitigations spec",
+                        f"unknown mitigation {f.guard!r}; expected {arms_text}",
                     )
                 )
         problems += [
-            (("over_broad_controls", i), f"unknown mitigation {name!r}; expected an entry of the mitigations spec")
+            (("over_broad_controls", i), f"unknown mitigation {name!r}; expected {arms_text}")
             for i, name in enumerate(roles.over_broad_controls)
             if name not in arms
         ]  # fmt: skip
         for layer, d in roles.equivalence_margin.items():
             if layer != "default" and layer not in layers:
                 problems.append(
-                    (("equivalence_margin", layer), f"unknown layer {layer!r}; expected 'default' or one of {layers} (from {sp})")
+                    (("equivalence_margin", layer), f"unknown layer {layer!r}; expected 'default' or one of {layers} (from {sp_text})")
                 )  # fmt: skip
             if not 0 < d < 1:
                 problems.append(

@@ -270,10 +270,13 @@ class Scenario:
                 events.append(ev)
         return merge(events)
 
-    def transport(self, payload: Payload, ctx: ToolContext) -> Payload:
+    def transport(self, payload: Payload, ctx: ToolContext, delivered: bool = False) -> Payload:
         """The tool payload as it arrives: a failed call (:meth:`transport_event`) is its error
-        and nothing else; else the payload after the tool-stage faults."""
-        ev = self.transport_event(ctx) if self.has_transport else None
+        and nothing else; else the payload after the tool-stage faults. ``delivered``: the
+        call's transport faults were met inside the team's store (its ``transport`` keyword,
+        :class:`~layerlab.faults.transport.Wire`): its reply is what its own handling made of
+        them, so only the tool-stage faults apply."""
+        ev = self.transport_event(ctx) if self.has_transport and not delivered else None
         if ev is not None and ev.fails:
             return ev.payload()
         for i, op in enumerate(self.operators):

@@ -17,10 +17,11 @@ payload (:meth:`TransportEvent.payload`, which every contract finds ``unavailabl
 server answers an HTTP target with the real status, header, reset or stall; the MCP endpoint
 with an MCP tool error; an in-process target gets the matching exception
 (:func:`exception_for`: :class:`RateLimited` is a :class:`ConnectionError` with
-``retry_after``, :class:`TimedOut` a :class:`TimeoutError`, ...); a model call under ``run live
--m`` raises the provider's error before the model is reached. Delays are never slept here: a
-:class:`Clock` sleeps them where a call is delivered, bounded by its ``max_delay_s`` (tests pass
-a clock that only counts).
+``retry_after``, :class:`TimedOut` a :class:`TimeoutError`, ...), and so does a team's store
+whose ``search`` takes ``transport`` (a :class:`Wire` it calls for each request to its
+service); a model call under ``run live -m`` raises the provider's error before the model is
+reached. Delays are slept only on a :class:`Clock`, where a call is delivered, bounded by its
+``max_delay_s`` (tests pass a clock that only counts).
 """
 
 from __future__ import annotations
@@ -212,6 +213,28 @@ CLOCK = Clock()
 """The default clock of every delivery (real sleeps, at most :data:`MAX_DELAY_S` each)."""
 
 
+@dataclass
+class Wire:
+    """The transport faults of one tool call delivered inside a team's store (the ``transport``
+    keyword its ``search`` takes): each call of it is one request of the store to its service,
+    request ``k`` of the call meeting ``event_of(k)`` — it waits a slow request's delay on
+    ``clock`` (bounded) and raises a failed one's exception (:func:`exception_for`), so the
+    store's own retry and error handling is what meets the fault. ``made``: requests so far."""
+
+    event_of: Callable[[int], TransportEvent | None]
+    clock: Clock = field(default_factory=lambda: CLOCK)
+    made: int = 0
+
+    def __call__(self) -> None:
+        ev = self.event_of(self.made)
+        self.made += 1
+        if ev is None:
+            return
+        self.clock.wait(ev.delay_s)
+        if ev.fails:
+            raise exception_for(ev)
+
+
 # --- the operators -------------------------------------------------------------------------------
 
 
@@ -362,6 +385,6 @@ class AuthExpiry(TransportOperator):
 __all__ = [
     "AuthExpired", "CLOCK", "Clock", "ConnectionReset", "EXCEPTIONS", "KINDS", "LAYER",
     "MAX_DELAY_S", "RETRYABLE", "RateLimited", "ServiceUnavailable", "TimedOut",
-    "TransportError", "TransportEvent", "TransportOperator", "TruncatedBody", "exception_for",
-    "merge",
+    "TransportError", "TransportEvent", "TransportOperator", "TruncatedBody", "Wire",
+    "exception_for", "merge",
 ]  # fmt: skip

@@ -246,11 +246,12 @@ class RunConfig:
             raise ConfigError(str(exc)) from None
 
     def arms(self) -> tuple[str, ...]:
-        """The mitigation arms, expanded (``all``) and each checked against the spec."""
-        from layerlab.mitigations import load_mitigations
+        """The mitigation arms, expanded (``all``) and each checked against the specs a live run
+        resolves an arm from (``mitigations.yaml``, then ``mitigations_transport.yaml``)."""
+        from layerlab.mitigations import load_run_mitigations
 
         try:
-            book = load_mitigations(paths.MITIGATION_SPEC)
+            book = load_run_mitigations()
         except SpecError as exc:
             raise ConfigProblems(exc, "mitigation spec problem(s)") from None
         arms = book.expand(self.matrix.mitigations)
@@ -467,12 +468,13 @@ def _from_yaml(path: Path, out: Path | None, execution: RunSettings | None, prog
                inputs: Inputs) -> RunConfig:  # fmt: skip
     """:meth:`RunConfig.from_yaml`: the file loaded and checked, then the parts."""
     from layerlab.harness import configfile
-    from layerlab.mitigations import load_mitigations
+    from layerlab.mitigations import load_run_mitigations
 
     corpus, scenarios = inputs.corpus, inputs.scenarios
     ids = [t.task_id for t in corpus.tasks]
+    book = load_run_mitigations()
     try:
-        spec = configfile.load_run_config(path, list(scenarios), list(load_mitigations().arms), ids)
+        spec = configfile.load_run_config(path, list(scenarios), list(book.arms), ids, book.source)
         text = path.read_text(encoding="utf-8")
     except SpecError as exc:
         raise ConfigProblems(exc, "problem(s) in the run configuration; nothing run") from None

@@ -174,7 +174,7 @@ class RunConfigSpec(BaseModel):
 
 
 def _checks(
-    scenarios: Sequence[str], mitigations: Sequence[str], task_ids: Sequence[str]
+    scenarios: Sequence[str], mitigations: Sequence[str], task_ids: Sequence[str], arms_from: str = ""
 ) -> Callable[[RunConfigSpec], list[tuple[tuple[Any, ...], str]]]:
     def check(c: RunConfigSpec) -> list[tuple[tuple[Any, ...], str]]:
         out: list[tuple[tuple[Any, ...], str]] = []
@@ -232,7 +232,8 @@ def _checks(
                 out.append(
                     (
                         ("mitigations", i),
-                        f"unknown mitigation {a!r}{hint}; known: {', '.join(mitigations)}",
+                        f"unknown mitigation {a!r}{hint}; known: {', '.join(mitigations)}"
+                        + (f" (from {arms_from})" if arms_from else ""),
                     )
                 )
         known = set(task_ids)
@@ -266,11 +267,14 @@ def _gate_plan(c: RunConfigSpec, scenarios: Sequence[str]) -> list[tuple[tuple[A
 
 
 def load_run_config(
-    path: Path, scenarios: Sequence[str], mitigations: Sequence[str], task_ids: Sequence[str]
-) -> RunConfigSpec:
+    path: Path, scenarios: Sequence[str], mitigations: Sequence[str], task_ids: Sequence[str],
+    arms_from: str = "",
+) -> RunConfigSpec:  # fmt: skip
     """Load and validate a run configuration; :class:`~layerlab.corpus.spec.SpecError` lists every
-    problem as ``file:line: field: what was expected``."""
-    return load_yaml_as(Path(path), RunConfigSpec, _checks(scenarios, mitigations, task_ids))
+    problem as ``file:line: field: what was expected`` (``arms_from``: the spec files the
+    ``mitigations`` names come from, said beside an unknown one)."""
+    return load_yaml_as(Path(path), RunConfigSpec,
+                        _checks(scenarios, mitigations, task_ids, arms_from))  # fmt: skip
 
 
 class _GateFile(BaseModel):

@@ -8,13 +8,18 @@ tenant, the task's session, the scenario's scopes). A registered retriever searc
 in one batch (cheap, shared by the scenarios of one index); a team's store is asked a task's
 question only when that task's payload is first read (:class:`OnDemand`), so a run of two tasks
 asks it two questions per index, whatever the corpus holds.
+
+The transport faults are applied to the tool's reply after the search — except for a team's
+store whose ``search`` takes ``transport``: it meets them itself, asked anew for each tool call
+with a :class:`~layerlab.faults.transport.Wire` whose requests raise the fault's exception
+(:meth:`PreparedScenario.ask_wired`), and its reply (or the fault that escaped it) is the tool's.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from typing import Any
 
@@ -22,6 +27,7 @@ from layerlab._io import canonical_json
 from layerlab.corpus.build import TENANT, Corpus, Document, Task
 from layerlab.faults.operators import Payload, ToolContext, stable_int
 from layerlab.faults.scenario import Scenario
+from layerlab.faults.transport import TransportEvent, Wire
 from layerlab.system import retrieval
 from layerlab.system.contract import ContractMode, ContractResult, search_failure, search_payload
 from layerlab.system.reader import (
@@ -157,6 +163,9 @@ class PreparedScenario:
     _fitted: dict[str, retrieval.Searcher] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _wired: dict[tuple[Any, ...], tuple[Payload, TransportEvent | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def principal(self, task: Task) -> retrieval.Principal:
         """Who ``task``'s searches are for: the corpus's tenant, its session, the scopes."""
@@ -194,11 +203,49 @@ class PreparedScenario:
             )
         return self._other[retriever]
 
+    def wired(self, retriever: str | None = None) -> bool:
+        """Whether ``retriever``'s calls meet this scenario's transport faults inside it: a
+        team's store whose ``search`` takes ``transport``, under a scenario with some."""
+        name = retriever or self.retriever
+        return (self.scenario.has_transport and retrieval.is_external(name)
+                and bool(getattr(self.fitted(name), "wired", False)))  # fmt: skip
+
+    def ask_wired(
+        self, task: Task, query: str, k: int, attempt: int = 0, retriever: str | None = None
+    ) -> tuple[Payload, TransportEvent | None]:
+        """Tool call ``attempt`` of ``task``'s record searched in a wired store (:meth:`wired`):
+        the store asked ``query`` with a :class:`~layerlab.faults.transport.Wire` whose request
+        ``j`` meets the record's call ``attempt + j`` (a retry inside the store is a call of the
+        record: ``lasts: N`` counts it). The tool's reply — the store's results, its failure, or
+        the error of the transport fault that escaped it — after the tool-stage faults only; and
+        that escaped fault's event (None: none escaped). Deterministic, so kept per call."""
+        name = retriever or self.retriever
+        ck = (task.task_id, query, k, attempt, name)
+        if ck not in self._wired:
+            store, scopes = self.fitted(name), self.scenario.principal_scopes(task.task_id)
+            wire = Wire(lambda j: self.scenario.transport_event(self.tool_context(task, attempt + j)))
+            ranking, escaped = store.search_wired(query, k, self.principal(task), scopes, wire)  # type: ignore[attr-defined]
+            if escaped is not None:
+                sent: Payload = escaped.event.payload()
+            elif ranking.error(0):
+                sent = search_failure(ranking.error(0))
+            else:
+                keep = ranking.indices[0] >= 0
+                sent = search_payload(query, ranking.docs(0), ranking.scores[0][keep].tolist(),
+                                      session_for(task.task_id), scopes)  # fmt: skip
+            ctx = self.tool_context(task, attempt)
+            self._wired[ck] = (self.scenario.transport(sent, ctx, delivered=True),
+                               None if escaped is None else escaped.event)  # fmt: skip
+        return self._wired[ck]
+
     def fetch(self, task: Task, attempt: int = 0, retriever: str | None = None) -> Payload:
-        """The tool reply for ``task`` on call ``attempt`` with ``retriever`` (after transport)."""
+        """The tool reply for ``task`` on call ``attempt`` with ``retriever`` (after transport;
+        a wired store's: :meth:`ask_wired`)."""
         retriever = retriever or self.retriever
         if attempt == 0 and retriever == self.retriever:
             return self.received[task.task_id]
+        if self.wired(retriever):
+            return self.ask_wired(task, task.question, retrieval.TOP_K, attempt, retriever)[0]
         sent = self.sent_by(retriever)[task.task_id]
         return self.scenario.transport(sent, self.tool_context(task, attempt))
 
@@ -256,12 +303,18 @@ def prepare(
         )
         return scenario.transport(sent[task_id], ctx)
 
+    made: list[PreparedScenario] = []  # a wired store's first calls are asked of it, once made
+
+    def first_call(task_id: str) -> Payload:
+        t = by_id[task_id]
+        return made[0].ask_wired(t, t.question, retrieval.TOP_K)[0]
+
     received: Mapping[str, Payload] = (
         OnDemand(list(by_id), arrived)
         if isinstance(sent, OnDemand)
         else {t: arrived(t) for t in by_id}
     )
-    return PreparedScenario(
+    made.append(PreparedScenario(
         scenario,
         {d.doc_id: d for d in docs},
         sent,
@@ -272,7 +325,10 @@ def prepare(
         _rankings=rankings,
         _foreign=foreign,
         _policies=policies,
-    )
+    ))  # fmt: skip
+    if isinstance(sent, OnDemand) and made[0].wired():
+        made[0] = replace(made[0], received=OnDemand(list(by_id), first_call))
+    return made[0]
 
 
 def input_hash(inp: ReaderInput) -> str:

@@ -50,8 +50,9 @@ class Admission:
 
 
 def as_arm(arm: str | Arm) -> Arm:
-    """An arm by name in the committed mitigations spec, or the arm itself."""
-    return arm if isinstance(arm, Arm) else mitigations.arm(arm)
+    """An arm by name (the committed mitigations spec's, then the transport arms':
+    :func:`layerlab.mitigations.load_run_mitigations`), or the arm itself."""
+    return arm if isinstance(arm, Arm) else mitigations.load_run_mitigations().arm(arm)
 
 
 def _empty_input(task: Task, session_id: str) -> ReaderInput:

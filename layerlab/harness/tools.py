@@ -14,7 +14,9 @@ limit allows, and every call goes through the same layers as the harness's own s
   arrives: a failed call is the tool's error (``{code, message}``, its code the fault's kind:
   ``rate_limited``, ``server_error``, ...); :attr:`ToolBox.last_event` is the call's event, which
   each delivery turns into what its caller meets (an HTTP status, an MCP tool error, an
-  exception) and whose delay it sleeps on :attr:`ToolBox.clock`;
+  exception) and whose delay it sleeps on :attr:`ToolBox.clock`; a team's store that takes
+  ``transport`` meets a search's faults itself (:meth:`PreparedScenario.ask_wired`), and the
+  caller meets only a fault that escaped it;
 * the arm's **contract** (strict or repair) checks the payload, and its access, tool and
   reader-input **mitigations** act on every call (a retry calls again; a refusal ends the
   record with a structured non-answer, as in single-call mode).
@@ -209,6 +211,7 @@ class ToolBox:
         self.last_event: TransportEvent | None = None  # the latest call's transport fault
         self.clock: Clock = CLOCK  # where a delivery sleeps a call's delay (bounded)
         self._transport = any(op.stage == "transport" for op in prepared.scenario.operators)
+        self._escaped: TransportEvent | None = None  # what escaped a wired store (last search)
         # a session-scoped id a call delivered (``doc~s-...``, a session fault's) -> the index's
         # document it stands for: open_document opens what a search returned
         self._issued: dict[str, str] = {}
@@ -246,6 +249,7 @@ class ToolBox:
             fetch = self._open(base)
         else:
             fetch = self._search(checked["query"], checked["top_k"])
+        self._escaped = None
         first = self.payloads
         g = admit(self.task, self.prepared, self.arm, fetch, first_call=first)
         self.payloads += g.attempts
@@ -258,7 +262,13 @@ class ToolBox:
         )
         self.calls.append(ToolCall(step, name, True, outcome, docs, g.attempts, after))
         obs = observation(g)
-        if self._transport:
+        if self._transport and name == SEARCH and self.prepared.wired(g.retriever):
+            # the store met the faults itself: the caller meets only one that escaped it
+            ev = self._escaped if obs["status"] == "error" else None
+            if ev is not None:
+                obs["error"] = ev.error()
+            self.last_event = ev
+        elif self._transport:
             ev = self._event(first, g.attempts)
             if ev is not None and ev.fails:
                 if obs["status"] == "error":
@@ -286,6 +296,10 @@ class ToolBox:
         own = query == task.question and top_k == retrieval.TOP_K
 
         def fetch(n: int, retr: str) -> tuple[ContractResult, ReaderInput | None]:
+            if prep.wired(retr):  # a team's store that meets the transport faults itself
+                sent, self._escaped = prep.ask_wired(task, query, top_k, n, retr)
+                cr = contract.check(sent)
+                return cr, (reader_input(task, cr.payload) if cr.payload is not None else None)
             if own and n == 0 and retr == prep.retriever:
                 return prep.checked(contract, task, 0, retr)  # exactly the single call's reply
             r = prep.fitted(retr)  # fitted once per scenario and retriever

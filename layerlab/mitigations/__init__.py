@@ -3,7 +3,8 @@
 The public face (``from layerlab import mitigations``): the base (:mod:`.base`: :class:`Call`,
 :class:`Act`, :class:`Mitigation`, the stages and the registry of kinds, :data:`KINDS` /
 :func:`register`), the built-in kinds (:mod:`.builtin`) and the arms of the mitigations YAML
-(:mod:`.arms`: :class:`Arm`, :class:`MitigationSet`, :func:`load_mitigations`, and
+(:mod:`.arms`: :class:`Arm`, :class:`MitigationSet`, :func:`load_mitigations`, :func:`load_run_mitigations` (a live run's
+arms: the committed spec's, then the transport arms'), and
 :data:`ARM_FILES`, where a plug-in registers its arms).
 """
 
@@ -16,6 +17,7 @@ from layerlab.mitigations.arms import (
     contract_mode,
     contract_pair,
     load_mitigations,
+    load_run_mitigations,
     targets,
 )
 from layerlab.mitigations.base import (
@@ -50,6 +52,7 @@ __all__ = [
     "contract_mode",
     "contract_pair",
     "load_mitigations",
+    "load_run_mitigations",
     "register",
     "targets",
 ]

@@ -16,8 +16,8 @@ never of the mitigation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -99,11 +99,15 @@ class Arm:
 
 @dataclass(frozen=True)
 class MitigationSet:
-    """The arms named by a mitigations file, in file order (entries, then stacks)."""
+    """The arms named by a mitigations file, in file order (entries, then stacks). ``later``: the
+    arms a live run resolves from a further spec (:func:`load_run_mitigations`), each with the
+    file it came from; they are no matrix arms of this set (``--mitigation all`` is the first
+    spec's)."""
 
     baseline: str
     arms: Mapping[str, Arm]
     source: str
+    later: Mapping[str, str] = field(default_factory=dict)
 
     def arm(self, name: str) -> Arm:
         try:
@@ -122,7 +126,17 @@ class MitigationSet:
 
     @property
     def matrix_arms(self) -> tuple[str, ...]:
-        return tuple(n for n, a in self.arms.items() if a.matrix and n != self.baseline)
+        return tuple(
+            n for n, a in self.arms.items() if a.matrix and n != self.baseline and n not in self.later
+        )
+
+    def later_specs(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Of ``names``, the arms resolved from a further spec, each as what determines its
+        records: the spec file's name, the contract and every step's kind and parameters (a
+        run's identity: an edited arm is another run; arms of the first spec add nothing, so
+        the ids of runs without such arms stay as they were)."""
+        return {n: {"spec": Path(self.later[n]).name, **arm_identity(self.arms[n])}
+                for n in dict.fromkeys(names) if n in self.later}  # fmt: skip
 
     def expand(self, names: Sequence[str] | None) -> tuple[str, ...]:
         """``--mitigation`` names with :data:`ALL` standing for the baseline and every matrix arm
@@ -293,6 +307,44 @@ def load_mitigations(path: Path | str | None = None) -> MitigationSet:
     out = build_arms(spec, " + ".join(map(str, files)))
     _CACHE[files] = (mtimes, out)
     return out
+
+
+RUN_SPECS = (paths.MITIGATION_SPEC, paths.TRANSPORT_MITIGATION_SPEC)
+"""The specs a live run's arm names resolve from, in order: the committed one (whose hash names
+the paper's archives, so no arm is added to it), then the transport arms' own."""
+
+
+def load_run_mitigations(specs: Sequence[Path | str] | None = None) -> MitigationSet:
+    """The arms a live run (``run live --mitigation``, a run configuration's ``mitigations``)
+    may name: those of the first spec (:func:`load_mitigations`, with the plug-ins' arms), then
+    those of each further spec that the ones before do not name (the set's ``later``). The
+    baseline and ``--mitigation all`` are the first spec's; an unknown name is one line naming
+    every file."""
+    specs = tuple(specs or RUN_SPECS)
+    loaded = [load_mitigations(p) for p in specs]  # each checked and cached by its mtimes
+    hit = _RUN_CACHE.get(specs)
+    if hit is not None and all(a is b for a, b in zip(hit[0], loaded, strict=True)):
+        return hit[1]
+    arms, later = dict(loaded[0].arms), {}
+    for p, spec in zip(specs[1:], loaded[1:], strict=True):
+        for n, a in spec.arms.items():
+            if n not in arms:
+                arms[n], later[n] = a, str(p)
+    source = ", then ".join(str(p) for p in specs)
+    out = MitigationSet(loaded[0].baseline, arms, source, later)
+    _RUN_CACHE[specs] = (tuple(loaded), out)
+    return out
+
+
+_RUN_CACHE: dict[tuple[Path | str, ...], tuple[tuple[MitigationSet, ...], MitigationSet]] = {}
+
+
+def arm_identity(a: Arm) -> dict[str, Any]:
+    """What an arm's records depend on: its contract and each step's kind and parameters."""
+    return {
+        "contract": asdict(a.contract),
+        "steps": [{"kind": m.kind, "params": m.params.model_dump(mode="json")} for m in a.steps],
+    }
 
 
 def arm(name: str, path: Path | str | None = None) -> Arm:

@@ -211,7 +211,8 @@ class Engine:
                 self.runner.close()
                 raise LiveRunError(str(exc)) from None
         # the arms once, not a spec lookup per record
-        self.arms = {m: mitigations.arm(m) for m in ctx.config.mitigations}
+        book = mitigations.load_run_mitigations()  # mitigations.yaml, then the transport arms
+        self.arms = {m: book.arm(m) for m in ctx.config.mitigations}
         self.stopped = False
         self.inflight: dict[str, asyncio.Future[tuple[str | None, str | None]]] = {}
 

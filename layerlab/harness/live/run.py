@@ -220,6 +220,7 @@ def _begin(
     n_tasks = len(work.task_ids) if work.task_ids is not None else len(corpus.tasks)
     plan = runmanifest.manifest(config, corpus, scenario_hash, n_tasks).to_dict()
     old = stands = runmanifest.resumed(out, plan, run.resume)  # ``stands``: the manifest as it is on disk
+    runmanifest.check_runtime(out, old, [m for m in config.models if models_mod.is_local(m)])
     if old is not None:  # a killed invocation's calls, kept since in its own file
         old = runmanifest.before_resume(out, old)
     answerable = {n: s.spec.answerable for n, s in scenarios.items()}  # lines from schema 2

@@ -29,7 +29,7 @@ from layerlab.harness.live.settings import (
     sampling,
 )
 from layerlab.harness.targets.spec import TargetSpec
-from layerlab.mitigations import book, load_mitigations
+from layerlab.mitigations import book, load_run_mitigations
 from layerlab.models.routing import endpoint_label, split_model
 from layerlab.system import prompt
 
@@ -86,6 +86,9 @@ def run_id_for(config: LiveConfig, corpus: Corpus, scenario_hash: str) -> str:
     else:  # the target's identity: its settings only as their hash, its code's fingerprint
         cfg["target"] = target_of(config).run_identity()
         ident["tools"] = agent_versions()["tools"]
+    later = load_run_mitigations().later_specs(config.mitigations)
+    if later:  # an arm of mitigations_transport.yaml: its spec, so an edited arm is another run
+        ident["mitigation_specs"] = later
     ident = {
         **ident,
         "prompt": prompt.PROMPT_VERSION,
@@ -138,11 +141,12 @@ def manifest(
         kind="live",
         layerlab_version=__version__,
         corpus=corpus.name,
-        provenance=archive.provenance_for(corpus, scenario_hash, task_ids),
+        provenance={**archive.provenance_for(corpus, scenario_hash, task_ids),
+                    **later_provenance(config)},  # fmt: skip
         models=list(config.models),
         scenarios=list(config.scenarios),
         mitigations=list(config.mitigations),
-        mitigation_arms=book.manifest_entry(load_mitigations(), config.mitigations),
+        mitigation_arms=book.manifest_entry(load_run_mitigations(), config.mitigations),
         n_tasks=n_tasks,
         retriever=config.retriever,
         retriever_code=dict(config.retriever_code) if config.retriever_code else archive.UNSET,
@@ -180,6 +184,69 @@ def manifest(
     if outcome.local_models:
         done["local_models"] = dict(outcome.local_models)
     return replace(plan, **done)
+
+
+def recorded_runtime(entry: Mapping[str, Any]) -> str | None:
+    """The local runtime a manifest's ``local_models`` entry says served the model
+    (``llama-cpp-python`` or ``llama-server``: its ``server.runtime``, else the name of its
+    ``runtime``); None when it does not say."""
+    from layerlab.models import llamaserver
+
+    server = entry.get("server")
+    if isinstance(server, Mapping) and isinstance(server.get("runtime"), str):
+        return str(server["runtime"])
+    name = str(entry.get("runtime") or "")
+    return next((r for r in sorted(llamaserver.RUNTIMES, key=len, reverse=True)
+                 if name.startswith(r)), None)  # fmt: skip
+
+
+def runtime_refusal(
+    out: Path, old: Mapping[str, Any] | None, models: Sequence[str], selected: str
+) -> str | None:
+    """Why a resume of ``out`` (its manifest ``old``) must not go on under the local runtime
+    ``selected`` (``$LAYERLAB_LOCAL_RUNTIME``): one line naming the model and both runtimes, or
+    None. Its records' replies came from the runtime the manifest records: another would mix two
+    runtimes' replies in one archive (and the manifest would name only the last)."""
+    from layerlab.models import llamaserver
+
+    served = (old or {}).get("local_models") or {}
+    for m in models:
+        entry = served.get(m) if isinstance(served, Mapping) else None
+        was = recorded_runtime(entry) if isinstance(entry, Mapping) else None
+        if was is not None and was != selected:
+            return (
+                f"{out} holds replies of {m} served by {was}; this invocation would serve it "
+                f"with {selected} ({llamaserver.ENV}): one archive would mix two runtimes' "
+                f"replies. Resume with {llamaserver.ENV}={was}, or choose another --out"
+            )
+    return None
+
+
+def check_runtime(out: Path, old: Mapping[str, Any] | None, local: Sequence[str]) -> None:
+    """Refuse (:class:`LiveRunError`, one line: :func:`runtime_refusal`) a resume of a run whose
+    ``local`` models were served by another runtime than ``$LAYERLAB_LOCAL_RUNTIME`` says."""
+    from layerlab.models import llamaserver
+
+    if old is None or not local:
+        return
+    try:
+        which = llamaserver.selected()
+    except llamaserver.ServerRuntimeError as exc:
+        raise LiveRunError(str(exc)) from None
+    refusal = runtime_refusal(out, old, local, which)
+    if refusal is not None:
+        raise LiveRunError(refusal)
+
+
+def later_provenance(config: LiveConfig) -> dict[str, str]:
+    """``mitigations:<file>``: the hash of each further spec an arm of the run came from (the
+    transport arms'; the committed spec's hash is ``mitigations``), as the mitigation matrix's
+    archive names it."""
+    from layerlab.corpus.spec import spec_hash
+
+    book = load_run_mitigations()
+    files = dict.fromkeys(book.later[n] for n in config.mitigations if n in book.later)
+    return {f"mitigations:{Path(f).name}": spec_hash(Path(f)) for f in files}
 
 
 def until_decided(config: LiveConfig) -> dict[str, Any]:

@@ -23,8 +23,12 @@ mitigations and the reader or target.
 A search is made for a request's :class:`~layerlab.system.retrieval.base.Principal`; a store
 whose ``search`` takes them gets its :data:`PRINCIPAL_KEYWORDS` (``tenant``, ``session_id``,
 ``principal_scopes``), so its own metadata filter can act (the ``wrong_session_store`` scenario
-puts another tenant's documents in the index; nothing removes them after the store). A store is
-asked only what a run reads: each task's question when the task is run, and an agent's own
+puts another tenant's documents in the index; nothing removes them after the store). A store
+whose ``search`` names :data:`TRANSPORT_KEYWORD` meets a transport fault in its own call path:
+under a scenario with transport faults it is asked anew for each tool call, with a
+:class:`~layerlab.faults.transport.Wire` to call for each request to its service, which raises
+the fault's exception (:meth:`ExternalRetriever.search_wired`); its own retry or error handling
+decides the reply. A store is asked only what a run reads: each task's question when the task is run, and an agent's own
 queries when it makes them; each distinct ``(query, top_k, the keywords it takes)`` once per
 index.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import queue
 import re
 import threading
@@ -50,6 +55,7 @@ from layerlab._code import import_attr, module_code, user_frame
 from layerlab._io import canonical_json
 from layerlab._secrets import redact
 from layerlab.corpus.build import Document
+from layerlab.faults.transport import TransportError, Wire
 from layerlab.registry import Registry
 from layerlab.system.retrieval.base import (
     TOP_K,
@@ -104,6 +110,10 @@ PRINCIPAL_KEYWORDS = ("tenant", "session_id", "principal_scopes")
 """What a store's ``search`` may take of the request's principal, by keyword: its tenant, its
 session id and its access scopes (a frozenset; ``None``: unrestricted)."""
 Keywords = tuple[tuple[str, Any], ...]
+TRANSPORT_KEYWORD = "transport"
+"""The keyword a store's ``search`` names (explicitly: ``**kwargs`` does not take it) to meet the
+transport faults in its own call path: a :class:`~layerlab.faults.transport.Wire` (or None
+without transport faults), called once per request to its service."""
 
 
 STORE_TIMEOUT_S = 30.0
@@ -134,6 +144,11 @@ class Search:
     takes: tuple[str, ...] = ()
     timeout: float | None = STORE_TIMEOUT_S
 
+    @property
+    def wired(self) -> bool:
+        """Whether the search takes :data:`TRANSPORT_KEYWORD` (meets transport faults itself)."""
+        return TRANSPORT_KEYWORD in self.takes
+
 
 def keywords(takes: Sequence[str], principal: Principal | None, scopes: Scopes = None) -> Keywords:
     """The ``takes`` fields of ``principal`` as ``(keyword, value)`` pairs (no principal: no
@@ -163,10 +178,12 @@ class _StoreThread:
     """A store's calls, one at a time, in a daemon thread of their own: a search has its
     timeout, and whatever the store's code raises (``sys.exit``, ``KeyboardInterrupt``
     included) comes back as its result instead of ending the run, while a real Ctrl-C still
-    reaches the thread that waits. A thread stuck past a timeout is left behind (a daemon)."""
+    reaches the thread that waits. A thread stuck past a timeout is left behind (a daemon). A
+    forked process (a live run's worker) inherits no thread: its first call starts its own."""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[Any] | None = None
+        self._pid = -1  # the process whose thread serves ``_jobs``
 
     def _start(self) -> queue.SimpleQueue[Any]:
         jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -185,8 +202,8 @@ class _StoreThread:
 
     def run(self, fn: Callable[[], Any], timeout: float | None) -> tuple[bool, Any]:
         """(True, fn()) or (False, what it raised); :class:`TimeoutError` past ``timeout``."""
-        if self._jobs is None:
-            self._jobs = self._start()
+        if self._jobs is None or self._pid != os.getpid():  # none yet, or one of the parent's
+            self._jobs, self._pid = self._start(), os.getpid()
         box: list[tuple[bool, Any]] = []
         done = threading.Event()
         self._jobs.put((fn, box, done))
@@ -367,7 +384,33 @@ class ExternalRetriever:
                     self._asking.pop(ck, None)
         return self._asked[ck]
 
-    def _ask(self, query: str, k: int, kw: Keywords) -> tuple[list[tuple[int, float | None]], str]:
+    @property
+    def wired(self) -> bool:
+        """Whether the store meets transport faults in its own call path (its ``search`` takes
+        :data:`TRANSPORT_KEYWORD`)."""
+        return self._search.wired
+
+    def search_wired(
+        self, query: str, k: int, principal: Principal | None, scopes: Scopes, wire: Wire
+    ) -> tuple[Ranking, TransportError | None]:
+        """One search asked anew (never cached: what it meets depends on the call), ``wire`` as
+        its ``transport`` keyword: the ranking of what it returned (a failure: its error), and
+        the transport fault's exception when the store let it escape (None: it answered, or
+        failed otherwise)."""
+        kw = (*keywords(self._search.takes, principal, scopes), (TRANSPORT_KEYWORD, wire))
+        escaped: list[TransportError] = []
+        got, err = self._ask(query, k, kw, escaped) if self.documents else ([], "")
+        idx = np.full((1, k), -1, dtype=np.int64)
+        scores = np.full((1, k), -np.inf)
+        for j, (pos, s) in enumerate(got):
+            idx[0, j], scores[0, j] = pos, 1.0 / (j + 1) if s is None else s
+        return Ranking(idx, scores, self.documents, (err,)), (escaped[0] if escaped else None)
+
+    def _ask(
+        self, query: str, k: int, kw: Keywords, escaped: list[TransportError] | None = None
+    ) -> tuple[list[tuple[int, float | None]], str]:
+        """The store asked once: its checked reply, or ``[]`` and the failure's line (a transport
+        fault's exception that escaped it is also appended to ``escaped``)."""
         with self._lock:
             self.searches += 1
         trace = ""
@@ -391,6 +434,8 @@ class ExternalRetriever:
             raise
         except Exception as exc:  # the team's code failed: a tool error, never a crash
             why = f"raised {error_text(exc)}"
+            if isinstance(exc, TransportError) and escaped is not None:
+                escaped.append(exc)
             trace = redact("".join(traceback.format_exception(exc)))
         message = f"search({shown!r}, top_k={k}) {why}"
         self.failures.append(message)

@@ -26,6 +26,23 @@ so the store's own filter can act on each document's ``tenant``, ``session_id`` 
                     and d.metadata.get("session_id") in (None, session_id))]
             ...
 
+A ``search`` that names ``transport`` (``def search(self, query, top_k, transport=None)``) meets
+the transport faults (``scenarios_transport.yaml``) in its own call path: under such a scenario
+it gets a callable to call where it makes each request to its service; the call raises the
+fault's exception (``RateLimited``, a ``ConnectionError``, ``TimedOut``, ...: see
+``layerlab.faults.transport``), so its own retry or error handling decides what it returns
+(without transport faults it gets ``None``)::
+
+        def search(self, query, top_k, transport=None):
+            for attempt in range(3):
+                try:
+                    if transport is not None:
+                        transport()  # the request to the store's service
+                    return self._rank(query, top_k)
+                except ConnectionError:
+                    continue
+            return []
+
 Layerlab's access control applies after the search all the same; nothing filters by tenant or
 session after it (the ``wrong_session_store`` scenario tests the store's own filter).
 Each search has ``timeout`` seconds (the object's ``timeout`` attribute, else 30 s:
@@ -40,6 +57,7 @@ from typing import Any
 
 from layerlab.system.retrieval.external import (
     PRINCIPAL_KEYWORDS,
+    TRANSPORT_KEYWORD,
     Adapter,
     RetrieverError,
     Search,
@@ -80,15 +98,18 @@ def _build(factory: Any, documents: tuple[StoreDocument, ...], where: str) -> Se
 
 
 def _takes(fn: Any) -> tuple[str, ...]:
-    """Which of :data:`PRINCIPAL_KEYWORDS` ``fn`` accepts by name (all of them: ``**kwargs``)."""
+    """Which of :data:`PRINCIPAL_KEYWORDS` ``fn`` accepts by name (all of them: ``**kwargs``),
+    and :data:`TRANSPORT_KEYWORD` when it names it (``**kwargs`` alone does not: a store meets
+    transport faults only where it says it calls them)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return ()
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return PRINCIPAL_KEYWORDS
     named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return tuple(k for k in PRINCIPAL_KEYWORDS if k in named)
+    wire = (TRANSPORT_KEYWORD,) if TRANSPORT_KEYWORD in named else ()
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return PRINCIPAL_KEYWORDS + wire
+    return tuple(k for k in PRINCIPAL_KEYWORDS if k in named) + wire
 
 
 adapter(

@@ -257,6 +257,73 @@ def test_roles_findings_are_checked(tmp_path: Path) -> None:
     assert "findings.session_state.diagnosed[0]: unknown layer 'sesion_state'" in text
 
 
+def test_a_transport_finding_has_its_layer_and_guard_from_the_transport_specs(tmp_path: Path) -> None:
+    from layerlab.corpus.spec import SpecError
+
+    f = load_roles().findings["transport"]  # the layer of scenarios_transport.yaml
+    assert f.guard == "transport_retry" and f.guard not in load_mitigations().arms
+    roles = yaml.safe_load(paths.ROLE_SPEC.read_text(encoding="utf-8"))
+    roles["findings"]["transport"]["guard"] = "transport_retyr"
+    roles["findings"]["transprt"] = dict(roles["findings"]["transport"])
+    rp = tmp_path / "roles.yaml"
+    rp.write_text(yaml.safe_dump(roles), encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_roles(rp)
+    lines = str(exc.value).splitlines()
+    guard = next(x for x in lines if "transport_retyr" in x)
+    assert "mitigations.yaml" in guard and "mitigations_transport.yaml" in guard
+    layer = next(x for x in lines if "'transprt'" in x)
+    assert "'transport'" in layer and "scenarios_transport.yaml" in layer
+
+
+def swallows(req) -> dict:
+    """A team's target that answers from memory when its search call fails on the wire."""
+    try:
+        obs = req.search(req.question)
+    except (ConnectionError, TimeoutError, PermissionError):
+        return {"status": "answered", "answer": "30 days", "citations": []}
+    from layerlab.corpus.extract import extract
+
+    for res in obs.get("results") or ():
+        span = extract(req.question, req.answer_kind, res["text"])
+        if span is not None:
+            return {"status": "answered", "answer": span, "citations": [res["doc_id"]]}
+    return {"status": "abstained", "reason": "nothing found"}
+
+
+def test_a_target_under_a_transport_fault_gets_the_transport_finding(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    args = ["run", "live", "--target", "python:tests.reporting.run.test_findings:swallows",
+            "--target-name", "sw", "--tasks", ",".join(TASKS),
+            "--scenarios", str(paths.TRANSPORT_SCENARIO_SPEC), "--scenario", "rate_limited",
+            "--scenario", "service_outage", "--mitigation", "strict",
+            "--mitigation", "transport_retry", "--out", str(out), "--no-progress",
+            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr().err
+    said = capsys.readouterr().out
+    words = load_roles().findings["transport"]
+    (f,) = json.loads((out / results.RESULTS).read_text())["findings"]
+    df = records_frame(out)
+    for scenario in ("rate_limited", "service_outage"):
+        e = _layer(f, scenario)
+        base = df[(df["mitigation"] == "strict") & (df["scenario"] == scenario)]
+        guarded = df[(df["mitigation"] == "transport_retry") & (df["scenario"] == scenario)]
+        # the words are the roles' transport finding; the counts are the records'
+        assert e["layer"] == "transport" and e["did"] == [words.did]
+        assert e["n"] == len(base) == 3 and e["failed"] == int((~base["safe_resolution"]).sum()) == 3
+        assert e["kinds"]["answered"] == int(base["answered"].sum()) == 3
+        line = findings.layer_line(e)
+        assert f"transport ({scenario}): not resolved in 3 of 3 questions — retry a 429" in line
+        assert f"{words.did} in 3 (diagnostics: availability 3)" in line
+        assert f"  - {line}" in said
+        g = e["guard"]  # the guard, measured: the arm resolves every question the system lost
+        assert g["arm"] == "transport_retry" and g["state"] == "measured"
+        assert g["resolved"] == int(guarded["safe_resolution"].sum()) == 3
+        assert "bounded retry of a call that failed on the wire" in g["description"]
+
+
 # --- a target run: results.json and the terminal ------------------------------------------------
 
 
