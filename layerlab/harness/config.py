@@ -184,27 +184,21 @@ class Inputs:
 
     @cached_property
     def scenarios(self) -> dict[str, Scenario]:
-        from layerlab.faults.scenario import Scenarios, load_scenarios
+        from layerlab.faults.scenario import load_files
 
-        out = Scenarios()
-        for p in self.scenario_paths:
-            try:
-                got = load_scenarios(p)
-            except SpecError as exc:
-                raise ConfigProblems(exc, "scenario spec problem(s)") from None
-            if twice := sorted(set(got) & set(out)):
-                raise ConfigError(f"--scenarios {p}: scenario(s) {', '.join(twice)} already in an "
-                                  "earlier file")  # fmt: skip
-            out.update(got)
-        return out
+        try:
+            return load_files(self.scenario_paths)
+        except SpecError as exc:
+            raise ConfigProblems(exc, "scenario spec problem(s)") from None
+        except ValueError as exc:  # a scenario in two files
+            raise ConfigError(f"--scenarios {exc}") from None
 
     @property
     def scenario_hash(self) -> str:
-        """The scenarios' provenance hash: the file's spec hash (one file: as every run had it),
-        several files' joined by ``+`` in the order given."""
-        from layerlab.corpus.spec import spec_hash
+        """The scenarios' provenance hash (:func:`layerlab.faults.scenario.files_hash`)."""
+        from layerlab.faults.scenario import files_hash
 
-        return "+".join(spec_hash(p) for p in self.scenario_paths)
+        return files_hash(self.scenario_paths)
 
 
 @dataclass(frozen=True)
