@@ -24,17 +24,12 @@ from typing import Any
 import pandas as pd
 
 from layerlab import paths
+from layerlab.reporting.paper.texvalues import NUMBER_WORDS, ValuesError, word
+from layerlab.reporting.paper.texvalues import camel as _camel
+from layerlab.reporting.paper.texvalues import tex as _tex
 
 VALUES_FILE = Path("generated") / "values.tex"
 """Where the macros go, relative to the paper folder (``\\input`` by ``main.tex``)."""
-
-NUMBER_WORDS = (
-    "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen twenty thirty forty fifty hundred thousand dozen"
-).split()
-"""Number words the prose may not spell out by hand ("one" is also a pronoun, so it may)."""
-
-_WORDS = ("zero", "one", *NUMBER_WORDS[:19])
 
 BLOCKS = {"Ref": "reference agents", "Model": "real models", "User": "targets"}
 """Macro prefix of each block of Table 10 / user_table10 (matched on the block label's start)."""
@@ -48,26 +43,6 @@ def verdict_prefix(table: str, block: str) -> str | None:
     """The macro prefix of a verdict row of ``table`` in ``block`` (None: a block with none)."""
     prefix = next((p for p, b in BLOCKS.items() if block.startswith(b)), None)
     return None if prefix is None else prefix + VERDICT_TABLES[table]
-
-
-class ValuesError(RuntimeError):
-    """A value the prose needs is missing from the tables or archives (one line)."""
-
-
-def word(n: int) -> str:
-    """``n`` as an English word (0-20), else its digits."""
-    return _WORDS[n] if 0 <= n < len(_WORDS) else str(n)
-
-
-def _camel(ident: str) -> str:
-    return "".join(p[:1].upper() + p[1:] for p in re.split(r"[^A-Za-z0-9]+", ident) if p)
-
-
-def _tex(text: str) -> str:
-    """Plain text as LaTeX: the table's minus and percent signs, underscores."""
-    text = text.replace("\\", "\\textbackslash{}")
-    text = re.sub(r"(?<![\w.])[−-](?=\d)", "\\\\ensuremath{-}", text)  # a minus, not a hyphen
-    return text.replace("%", "\\%").replace("_", "\\_").replace("&", "\\&")
 
 
 def _rate(x: float) -> str:
