@@ -384,6 +384,13 @@ def _findings(tables: Path) -> dict[str, str]:
     return out
 
 
+def _surface(tables: Path) -> dict[str, str]:
+    """The real model's reliability surface (:mod:`layerlab.reporting.paper.surfacevalues`)."""
+    from layerlab.reporting.paper import surfacevalues
+
+    return surfacevalues.values(_csv(tables, "surface_models"))
+
+
 def values(tables: Path | None = None) -> dict[str, str]:
     """Every macro the prose uses (name without ``\\v`` → LaTeX text), from the generated tables
     in ``tables`` (default ``paper/tables``), the committed archives and the specs."""
@@ -402,6 +409,7 @@ def values(tables: Path | None = None) -> dict[str, str]:
         _figure_methods(),
         _agent(tables),
         _findings(tables),
+        _surface(tables),
     ):
         clash = set(out) & set(part)
         if clash:

@@ -31,6 +31,7 @@ from layerlab.reporting.paper.tables import (
     rates,
     specificity,
     study,
+    surface,
     userpipeline,
     variability,
 )
@@ -66,6 +67,8 @@ INPUTS = {
     "user_sized_matrix": "the specificity matrix of the larger user-pipeline archive (data/archives/"
     "user_pipelines/my-rag-chain-48: the baseline and validity resolution on 48 tasks)",
     "user_sized_matrix_records": "that archive's records, as the matrix reads them",
+    "surface": "records of the real models' reliability-surface archives (data/archives/"
+    "local_model_surface): a sampled model swept over fault intensity, epochs per task",
 }
 
 
@@ -173,6 +176,7 @@ TABLES = (
         recompute=True,
     ),
     Table("coverage", variability.coverage_table, ("coverage",), appendix=True),
+    Table("surface_models", surface.surface_models, ("surface",), appendix=True),
 )
 REGISTRY = {t.id: t for t in TABLES}
 RECOMPUTED = tuple(t for t in TABLES if t.recompute)
