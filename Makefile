@@ -240,18 +240,22 @@ user-dense: $(LOCAL_STAMP) ## The same chain over a team's dense store (wordllam
 	  mkdir -p data/archives/user_pipelines/my-dense-chain; \
 	  cp $(DENSE_OUT)/{records.parquet,manifest.json,results.json,target.parquet} data/archives/user_pipelines/my-dense-chain/
 	$(MAKE) --no-print-directory checksums
-# A real model's reliability surface (issue 43): four layers (freshness, availability,
-# completeness, session) at five intensities, sampled (temperature 0.7), 4 epochs, on 16
-# stratified tasks, the baseline arm; identical prompts of one epoch share a reply (a task its
-# fault did not strike asks what the clean scenario asks), so about 300 model calls.
+# A real model's reliability surface (issue 43): five layers (freshness, availability,
+# completeness, session, and transport: scenarios_transport.yaml's persistent outage and transient
+# 429) at five intensities, sampled (temperature 0.7), 4 epochs, on 16 stratified tasks, the
+# baseline arm; identical prompts of one epoch share a reply (a task its fault did not strike asks
+# what the clean scenario asks), so about 300 model calls; a struck transport call ends before
+# the reader, so the transport rows add records but no model call.
 SURFACE_TASKS ?= 16
 SURFACE_OUT ?= out/local_model_surface/qwen2.5-coder-1.5b
-local-surface: $(LOCAL_STAMP) ## A real model's reliability surface: 4 layers x 5 intensities x 4 epochs (resumable).
+local-surface: $(LOCAL_STAMP) ## A real model's reliability surface: 5 layers (transport too) x 5 intensities x 4 epochs (resumable).
 	@resume=; [ -e $(SURFACE_OUT)/manifest.json ] && resume=--resume; \
 	  $(BIN)/layerlab run live -m local/qwen2.5-coder-1.5b --tasks data/specs/local_model_tasks.txt \
 	    --limit $(SURFACE_TASKS) --temperature 0.7 --epochs 4 --share-replies \
+	    --scenarios data/specs/scenarios.yaml --scenarios data/specs/scenarios_transport.yaml \
 	    --intensity 0,0.1,0.25,0.5,1 --scenario clean --scenario stale_index \
 	    --scenario missing_tool_output --scenario partial_timeout --scenario wrong_session \
+	    --scenario service_outage --scenario rate_limited \
 	    --mitigation strict --response-format json_schema --out $(SURFACE_OUT) --no-progress $$resume || exit $$?; \
 	  mkdir -p data/archives/local_model_surface/qwen2.5-coder-1.5b; \
 	  cp $(SURFACE_OUT)/{records.parquet,manifest.json,results.json} data/archives/local_model_surface/qwen2.5-coder-1.5b/

@@ -207,6 +207,17 @@ def tolerance(curve: Curve, threshold: float, metric: str = "safe") -> Tolerance
     return Tolerance(curve, metric, threshold, holds, decided, falls, falls_decided, tested)
 
 
+def least_to_decide(records: int, threshold: float) -> int | None:
+    """The fewest of ``records`` a point must get right for its 95% lower bound to reach
+    ``threshold`` (None: not even all of them): the most any point of that size can decide. The
+    interval is Clopper–Pearson's at the effective size, which is capped at the record count
+    (clustering only narrows what the records can say), so this is the bound at its tightest."""
+    from layerlab.analysis.rates import clopper_pearson
+
+    return next((k for k in range(records + 1)
+                 if clopper_pearson(k, records, ALPHA)[0] >= threshold), None)  # fmt: skip
+
+
 def frame(curves: Iterable[Curve]) -> pd.DataFrame:
     """The curves as one row per point (unit, arm, scenario, layer, λ, records, tasks, epochs,
     each metric's rate and interval, ``pass^k S`` / ``pass^k safe`` per k): the notebook's and

@@ -281,7 +281,9 @@ def run_live(
         "Holds model replies: keep private.",
     ),
     corpus_dir: Path = typer.Option(paths.CORPUS_DIR, "--corpus", help="Built corpus folder."),
-    scenarios_path: Path = typer.Option(paths.SCENARIO_SPEC, "--scenarios", help="Scenario DSL file."),
+    scenarios_path: list[Path] = typer.Option(
+        None, "--scenarios", help="Scenario DSL file (repeatable: their scenarios together, e.g. "
+        "scenarios.yaml and scenarios_transport.yaml); default the paper's nine."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
     limit: int = typer.Option(None, "--limit", min=1, help="Ask only N tasks, stratified by domain "
                               "and policy unit (seeded: --limit-seed)."),  # fmt: skip
@@ -327,7 +329,7 @@ def run_live(
 
     given = {n for n in ctx.params if decided.given(ctx, n)}
     try:
-        inputs = run_config.Inputs(corpus_dir, scenarios_path)
+        inputs = run_config.Inputs(corpus_dir, *(scenarios_path or [paths.SCENARIO_SPEC]))
         config = run_config.RunConfig.from_cli(ctx.params, given, inputs)
         target = config.system.target is not None
         done = runner.execute(config, inputs, progress=lambda: ProgressBar(target=target),

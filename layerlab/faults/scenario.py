@@ -374,6 +374,38 @@ def load_scenarios(path: Path | str | None = None) -> Scenarios:
     return out
 
 
+def load_files(files: Sequence[Path | str]) -> Scenarios:
+    """The scenarios of several DSL files read together, in order (``run live --scenarios``
+    repeated); :class:`SpecError` on a file's problems, ValueError naming the file for a scenario
+    an earlier file has."""
+    out = Scenarios()
+    for p in files:
+        got = load_scenarios(p)
+        if twice := sorted(set(got) & set(out)):
+            raise ValueError(f"{p}: scenario(s) {', '.join(twice)} already in an earlier file")
+        out.update(got)
+    return out
+
+
+def files_hash(files: Sequence[Path | str]) -> str:
+    """The provenance hash of scenario files read together: one file's spec hash (as every run
+    had it), several files' joined by ``+`` in the order read."""
+    from layerlab.corpus.spec import spec_hash
+
+    return "+".join(spec_hash(Path(p)) for p in files)
+
+
+def shipped_files(provenance_hash: str) -> tuple[Path, ...] | None:
+    """The shipped scenario files a :func:`files_hash` names, in order (None: a file that is not
+    shipped, or was edited since): what a finished run's records are recomputed under."""
+    from layerlab.corpus.spec import spec_hash
+
+    files = (paths.SCENARIO_SPEC, paths.STORE_SCENARIO_SPEC, paths.TRANSPORT_SCENARIO_SPEC)
+    shipped = {spec_hash(f): f for f in files}
+    got = [shipped.get(h) for h in provenance_hash.split("+")]
+    return None if None in got else tuple(f for f in got if f is not None)
+
+
 def conversation_scenarios() -> Scenarios:
     """The session faults across a conversation's turns (``scenarios_conversation.yaml``), apart
     from the paper's nine and out of :func:`known_scenarios` until conversations are run."""
@@ -393,5 +425,5 @@ def known_scenarios() -> Scenarios:
 __all__ = [
     "Scenario", "ScenarioFile", "ScenarioSpec", "FaultSpec", "Scenarios", "known_scenarios",
     "load_scenarios", "variant_name", "STRUCK", "split_variant", "parse_intensities", "expand",
-    "conversation_scenarios",
+    "conversation_scenarios", "load_files", "files_hash", "shipped_files",
 ]  # fmt: skip

@@ -111,6 +111,7 @@ class Matrix:
     retriever: str = retrieval.REPORTED.name
     corpus_dir: Path = paths.CORPUS_DIR
     scenarios_path: Path = paths.SCENARIO_SPEC
+    more_scenarios: tuple[Path, ...] = ()  # further scenario files, after ``scenarios_path``
     until_decided: Until | None = None
     intensities: tuple[float, ...] = (1.0,)  # ``--intensity``: each faulted scenario at each λ
 
@@ -159,8 +160,10 @@ class Inputs:
     (a broken one: :class:`ConfigError`, or :class:`ConfigProblems` for the scenario DSL)."""
 
     def __init__(self, corpus_dir: Path = paths.CORPUS_DIR,
-                 scenarios_path: Path = paths.SCENARIO_SPEC) -> None:  # fmt: skip
-        self.corpus_dir, self.scenarios_path = Path(corpus_dir), Path(scenarios_path)
+                 scenarios_path: Path = paths.SCENARIO_SPEC, *more: Path) -> None:  # fmt: skip
+        # ``more``: further scenario files (``--scenarios`` repeated, e.g. scenarios_transport.yaml)
+        self.corpus_dir, self.scenario_paths = Path(corpus_dir), (Path(scenarios_path), *map(Path, more))
+        self.scenarios_path = self.scenario_paths[0]
 
     @cached_property
     def loaded(self) -> tuple[Corpus, AnswerKey]:
@@ -181,12 +184,21 @@ class Inputs:
 
     @cached_property
     def scenarios(self) -> dict[str, Scenario]:
-        from layerlab.faults.scenario import load_scenarios
+        from layerlab.faults.scenario import load_files
 
         try:
-            return load_scenarios(self.scenarios_path)
+            return load_files(self.scenario_paths)
         except SpecError as exc:
             raise ConfigProblems(exc, "scenario spec problem(s)") from None
+        except ValueError as exc:  # a scenario in two files
+            raise ConfigError(f"--scenarios {exc}") from None
+
+    @property
+    def scenario_hash(self) -> str:
+        """The scenarios' provenance hash (:func:`layerlab.faults.scenario.files_hash`)."""
+        from layerlab.faults.scenario import files_hash
+
+        return files_hash(self.scenario_paths)
 
 
 @dataclass(frozen=True)
@@ -328,8 +340,7 @@ def _from_cli(a: dict[str, Any], given: set[str], inputs: Inputs | None) -> RunC
             if name in given:
                 raise ConfigError(f"--{name.replace('_', '-')}: set it in the run configuration "
                                   f"{a['config_path']}, not next to --config")  # fmt: skip
-        inputs = inputs or Inputs(a.get("corpus_dir", paths.CORPUS_DIR),
-                                  a.get("scenarios_path", paths.SCENARIO_SPEC))  # fmt: skip
+        inputs = inputs or Inputs(a.get("corpus_dir", paths.CORPUS_DIR), *_scenario_files(a))
         return RunConfig.from_yaml(a["config_path"], out=out, execution=execution,
                                    progress=a.get("progress", True), inputs=inputs)  # fmt: skip
     target = _target(a)
@@ -398,9 +409,16 @@ def _cli_matrix(a: Mapping[str, Any]) -> Matrix:
         epochs=a.get("epochs", 1), replicates=a.get("replicates"),
         retriever=a.get("retriever") or retrieval.REPORTED.name,
         corpus_dir=Path(a.get("corpus_dir", paths.CORPUS_DIR)),
-        scenarios_path=Path(a.get("scenarios_path", paths.SCENARIO_SPEC)), until_decided=until,
+        scenarios_path=_scenario_files(a)[0], more_scenarios=_scenario_files(a)[1:], until_decided=until,
         intensities=_intensities(a.get("intensity")),
     )  # fmt: skip
+
+
+def _scenario_files(a: Mapping[str, Any]) -> tuple[Path, ...]:
+    """``--scenarios``: one file or several (repeated), in order; default the paper's."""
+    got = a.get("scenarios_path")
+    got = [got] if isinstance(got, (str, Path)) else list(got or ())
+    return tuple(Path(p) for p in got) or (paths.SCENARIO_SPEC,)
 
 
 def _intensities(text: str | None) -> tuple[float, ...]:

@@ -67,16 +67,16 @@ def execute(
     scenarios already loaded (default: those the configuration names); ``progress`` makes a
     progress bar (``update``, ``close``) for each live run. A bad configuration is a
     :class:`~layerlab.harness.config.ConfigError` before anything is written."""
-    from layerlab.corpus.spec import spec_hash
 
     out = config.outputs.out
     if out is None:
         raise ConfigError("out: expected a run folder")
-    inputs = inputs or Inputs(config.matrix.corpus_dir, config.matrix.scenarios_path)
+    inputs = inputs or Inputs(config.matrix.corpus_dir, config.matrix.scenarios_path,
+                              *config.matrix.more_scenarios)  # fmt: skip
     corpus, scenarios = inputs.corpus, inputs.scenarios
     groups = config.groups(corpus.tasks, list(scenarios), scenarios)
     log = open_sample_log(config.outputs)
-    r = _Run(config, corpus, inputs.key, scenarios, spec_hash(config.matrix.scenarios_path),
+    r = _Run(config, corpus, inputs.key, scenarios, inputs.scenario_hash,
              progress if config.outputs.progress else None, say, log)  # fmt: skip
     try:
         if config.matrix.until_decided is not None:

@@ -158,3 +158,12 @@ def test_load_reads_the_committed_surfaces_reference_first_or_the_runs_given(tmp
     assert {c.unit for c in committed["reference"]} == {"layerlab/cautious", "layerlab/extractive"}
     given = surface.load([paths.REFERENCE_SURFACE])
     assert list(given) == ["reference"] and given["reference"] == committed["reference"]
+
+
+def test_least_to_decide_is_the_tightest_bound_a_point_of_that_size_has() -> None:
+    from layerlab.analysis.rates import clopper_pearson
+
+    assert surface.least_to_decide(64, 0.9) == 63  # 62 of 64: lower bound 0.892
+    assert clopper_pearson(62, 64)[0] < 0.9 <= clopper_pearson(63, 64)[0]
+    assert surface.least_to_decide(16, 0.9) is None  # 16 of 16: 0.794 at most
+    assert surface.least_to_decide(64, 0.0) == 0

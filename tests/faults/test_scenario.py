@@ -252,3 +252,22 @@ def test_the_over_broad_controls_are_entries_of_the_mitigations_spec(tmp_path: P
         load_roles(bad)
     msg = str(e.value)
     assert msg.startswith(f"{bad}:") and ": over_broad_controls[0]: unknown mitigation 'always_abstian'" in msg
+
+
+def test_several_files_load_together_and_their_hash_names_the_shipped_files(tmp_path: Path) -> None:
+    from layerlab.corpus.spec import spec_hash
+    from layerlab.faults.scenario import files_hash, load_files, shipped_files
+
+    one, two = paths.SCENARIO_SPEC, paths.TRANSPORT_SCENARIO_SPEC
+    both = load_files([one, two])
+    assert list(both) == [*load_scenarios(one), *load_scenarios(two)]
+    assert both["rate_limited@0.5"].spec.layer == "transport"
+    assert files_hash([one]) == spec_hash(one) and shipped_files(spec_hash(one)) == (one,)
+    assert files_hash([one, two]) == f"{spec_hash(one)}+{spec_hash(two)}"
+    assert shipped_files(files_hash([one, two])) == (one, two)
+    edited = tmp_path / "scenarios.yaml"
+    text = one.read_text(encoding="utf-8")
+    edited.write_text(text.replace("\nseed: ", "\nseed: 1", 1), encoding="utf-8")
+    assert shipped_files(files_hash([edited, two])) is None  # not the shipped file: not recomputed
+    with pytest.raises(ValueError, match=r"scenarios_transport.yaml: scenario\(s\) auth_expired, "):
+        load_files([two, two])

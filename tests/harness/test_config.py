@@ -167,3 +167,21 @@ def test_limit_picks_the_tasks_it_picked_before(inputs: Inputs, named, n, seed, 
 
 def test_the_inputs_default_to_the_committed_corpus(inputs: Inputs) -> None:
     assert inputs.corpus_dir == Path(paths.CORPUS_DIR) and "clean" in inputs.scenarios
+
+
+def test_several_scenario_files_are_read_together_and_named_in_the_hash(tmp_path: Path) -> None:
+    from layerlab.corpus.spec import spec_hash
+    from layerlab.faults.scenario import load_scenarios
+
+    one, two = paths.SCENARIO_SPEC, paths.TRANSPORT_SCENARIO_SPEC
+    both = Inputs(paths.CORPUS_DIR, one, two)
+    assert list(both.scenarios) == [*load_scenarios(one), *load_scenarios(two)]
+    assert both.scenarios["service_outage@0.25"].spec.layer == "transport"  # variants resolve
+    assert Inputs().scenario_hash == spec_hash(one)  # one file: the hash every run had
+    assert both.scenario_hash == f"{spec_hash(one)}+{spec_hash(two)}"
+    with pytest.raises(ConfigError, match=r"--scenarios .*scenarios.yaml: scenario\(s\) clean,"):
+        _ = Inputs(paths.CORPUS_DIR, one, one).scenarios
+    cfg = RunConfig.from_cli(_flags(tmp_path / "run", scenarios_path=[one, two]), inputs=both)
+    assert (cfg.matrix.scenarios_path, cfg.matrix.more_scenarios) == (one, (two,))
+    (g,) = cfg.groups(both.corpus.tasks, list(both.scenarios), both.scenarios)
+    assert "rate_limited" in g.config.scenarios and "clean" in g.config.scenarios

@@ -1,6 +1,6 @@
 """The paper: the table registry and builders (`tables`), their one exporter (`export`),
 figures (`figures`), the prose's numbers as macros (`papervalues`; the conversations section's:
-`convvalues`; their text: `valuetext`), the archive-based tables recomputed (`recompute`), every
+`convvalues`, the surface section's: `surfacevalues`; their text: `texvalues`), the archive-based tables recomputed (`recompute`), every
 notebook executed (`reproduce`) and the PDF build (`build`).
 Imports `layerlab.reporting.format` and `layerlab.reporting.records` (Table 6 traces its
 representative cases)."""
@@ -13,6 +13,7 @@ __all__ = [
     "papervalues",
     "recompute",
     "reproduce",
+    "surfacevalues",
     "tables",
-    "valuetext",
+    "texvalues",
 ]

@@ -18,7 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from layerlab.reporting.paper.valuetext import ValuesError, _camel, _csv, _rate, _tex, word
+from layerlab.reporting.paper.texvalues import ValuesError, word
+from layerlab.reporting.paper.texvalues import camel as _camel
+from layerlab.reporting.paper.texvalues import csv_table as _csv
+from layerlab.reporting.paper.texvalues import rate as _rate
+from layerlab.reporting.paper.texvalues import tex as _tex
 
 REFERENCE = "reference agents"  # the table's block of the reference readers (its label's start)
 MODEL = "real models"

@@ -24,15 +24,11 @@ from typing import Any
 import pandas as pd
 
 from layerlab import paths
-from layerlab.reporting.paper.valuetext import (  # noqa: F401 (ValuesError, word: this module's face too)
-    NUMBER_WORDS,
-    ValuesError,
-    _camel,
-    _csv,
-    _rate,
-    _tex,
-    word,
-)
+from layerlab.reporting.paper.texvalues import NUMBER_WORDS, ValuesError, word
+from layerlab.reporting.paper.texvalues import camel as _camel
+from layerlab.reporting.paper.texvalues import tex as _tex
+from layerlab.reporting.paper.texvalues import csv_table as _csv
+from layerlab.reporting.paper.texvalues import rate as _rate
 
 VALUES_FILE = Path("generated") / "values.tex"
 """Where the macros go, relative to the paper folder (``\\input`` by ``main.tex``)."""
@@ -379,6 +375,13 @@ def _findings(tables: Path) -> dict[str, str]:
     return out
 
 
+def _surface(tables: Path) -> dict[str, str]:
+    """The real model's reliability surface (:mod:`layerlab.reporting.paper.surfacevalues`)."""
+    from layerlab.reporting.paper import surfacevalues
+
+    return surfacevalues.values(_csv(tables, "surface_models"))
+
+
 def values(tables: Path | None = None) -> dict[str, str]:
     """Every macro the prose uses (name without ``\\v`` → LaTeX text), from the generated tables
     in ``tables`` (default ``paper/tables``), the committed archives and the specs."""
@@ -400,6 +403,7 @@ def values(tables: Path | None = None) -> dict[str, str]:
         _agent(tables),
         _findings(tables),
         convvalues.values(tables),
+        _surface(tables),
     ):
         clash = set(out) & set(part)
         if clash:

@@ -145,12 +145,16 @@ class Recomputer:
     _shown: dict[int, tuple[Any, str | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from layerlab import archive, paths
         from layerlab.corpus import build as corpus_mod
-        from layerlab.faults.scenario import load_scenarios
+        from layerlab.faults.scenario import load_files, shipped_files
         from layerlab.system import retrieval
 
         self.corpus = self.corpus or corpus_mod.load()
-        self.scenarios = self.scenarios or load_scenarios()
+        # the shipped scenario files the run read (run live --scenarios repeated), else the paper's
+        self.files = shipped_files(str(archive.provenance_of(self.manifest).get("scenarios"))) or (
+            paths.SCENARIO_SPEC,)  # fmt: skip
+        self.scenarios = self.scenarios or load_files(self.files)
         self.tasks = {t.task_id: t for t in self.corpus.tasks}
         self.retriever = str(self.manifest.get("retriever") or retrieval.REPORTED.name)
         self.kind = str(self.manifest.get("kind") or "")
@@ -161,6 +165,7 @@ class Recomputer:
         recomputed: the path would be another spec's)."""
         from layerlab import archive, paths
         from layerlab.corpus.spec import spec_hash
+        from layerlab.faults.scenario import files_hash
         from layerlab.system import prompt, retrieval
 
         if retrieval.is_external(self.retriever):  # a team's store: recomputed only as it was
@@ -173,7 +178,7 @@ class Recomputer:
         have = archive.provenance_of(self.manifest)
         now = {
             "corpus_spec": self.corpus.spec_hash,
-            "scenarios": spec_hash(paths.SCENARIO_SPEC),
+            "scenarios": files_hash(self.files),
             "mitigations": spec_hash(paths.MITIGATION_SPEC),
         }
         if self.kind == "live":

@@ -5,9 +5,9 @@ Families: the benchmark's design and model-free runs (:mod:`.benchmark`: Tables 
 archive records (:mod:`.rates`: Tables 4, 8, 9), paired effects (:mod:`.effects`: Table 5 and its
 companions), representative cases (:mod:`.cases`: Table 6), the LangChain study (:mod:`.study`:
 Table 7), the specificity matrix (:mod:`.specificity`: Table 10), interval trust
-(:mod:`.variability`), the conversations (:mod:`.conversations`) and the paper's figures beside
-ours (:mod:`.comparison`); captions and the caption sentences built from the data live in
-:mod:`.captions`.
+(:mod:`.variability`), the real models' reliability surface (:mod:`.surface`), the
+conversations (:mod:`.conversations`) and the paper's figures beside ours (:mod:`.comparison`);
+captions and the caption sentences built from the data live in :mod:`.captions`.
 
 A notebook writes a table by naming its registry entry: ``tables.publish("table4", df)``.
 
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     )
     from layerlab.reporting.paper.tables.specificity import table10, table10_cells
     from layerlab.reporting.paper.tables.study import table7, table7_by_condition
+    from layerlab.reporting.paper.tables.surface import surface_models
     from layerlab.reporting.paper.tables.userpipeline import (
         sized_task_split,
         user_table4,
@@ -110,6 +111,7 @@ _OWNER = {
     "user_table10": "userpipeline",
     "user_table10_sized": "userpipeline",
     "sized_task_split": "userpipeline",
+    "surface_models": "surface",
 }
 
 __all__ = [
@@ -133,6 +135,7 @@ __all__ = [
     "safe_effects_table",
     "safe_resolution_by_unit",
     "sized_task_split",
+    "surface_models",
     "table1",
     "table10",
     "table10_cells",

@@ -69,6 +69,14 @@ CAPTIONS = {
     "calls per record; tool calls per record; invalid calls: share of tool calls whose arguments "
     "broke the tool's schema; retries after fault: tool calls made right after a faulted call, "
     "per record; step limit: share of records that used every tool-calling turn.",
+    "surface_models": "A real model's reliability surface: safe resolution (strict success on "
+    "answerable scenarios, a structured non-answer on unsafe ones) of each faulted layer at each "
+    "fault intensity λ (the share of policies or tasks the fault strikes; λ = 0 strikes none, so "
+    "every layer starts at the clean rate), with 95% Clopper-Pearson intervals at the effective "
+    "sample size clustered by task; how far along λ the layer keeps the threshold by its estimates "
+    "and whether every 95% lower bound up to there decides it (an intersection-union test, error "
+    "at most 2.5%). A struck transport call ends before the reader (no model call): those rows "
+    "measure the harness's single search, the model only on the tasks left unstruck.",
     "user_table4": "A team's own pipeline (the worked example: a LangChain chain over BM25 and "
     "the local Qwen model, run as a target): Table 4's rows.",
     "user_table5": "A team's own pipeline (the worked example): Table 5's rows.",

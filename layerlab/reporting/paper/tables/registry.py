@@ -32,6 +32,7 @@ from layerlab.reporting.paper.tables import (
     rates,
     specificity,
     study,
+    surface,
     userpipeline,
     variability,
 )
@@ -70,6 +71,8 @@ INPUTS = {
     "conversation_runs": "the turn records of the conversational archives: the reference readers' "
     "(data/archives/conversations/reference) and each real model's chat chain (data/archives/"
     "local_model_conversations), by archive (analysis.conversations.load)",
+    "surface": "records of the real models' reliability-surface archives (data/archives/"
+    "local_model_surface): a sampled model swept over fault intensity, epochs per task",
 }
 
 
@@ -178,6 +181,7 @@ TABLES = (
         recompute=True,
     ),
     Table("coverage", variability.coverage_table, ("coverage",), appendix=True),
+    Table("surface_models", surface.surface_models, ("surface",), appendix=True),
 )
 REGISTRY = {t.id: t for t in TABLES}
 RECOMPUTED = tuple(t for t in TABLES if t.recompute)
