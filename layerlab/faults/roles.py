@@ -143,7 +143,9 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
         for layer, d in roles.equivalence_margin.items():
             if layer != "default" and layer not in layers:
                 problems.append(
-                    (("equivalence_margin", layer), f"unknown layer {layer!r}; expected 'default' or one of {layers} (from {sp_text})")
+                    (("equivalence_margin", layer),
+                     f"unknown layer {layer!r}; expected 'default' or one of {layers} "
+                     f"(from {sp_text})")
                 )  # fmt: skip
             if not 0 < d < 1:
                 problems.append(

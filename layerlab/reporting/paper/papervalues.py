@@ -26,9 +26,9 @@ import pandas as pd
 from layerlab import paths
 from layerlab.reporting.paper.texvalues import NUMBER_WORDS, ValuesError, word
 from layerlab.reporting.paper.texvalues import camel as _camel
-from layerlab.reporting.paper.texvalues import tex as _tex
 from layerlab.reporting.paper.texvalues import csv_table as _csv
 from layerlab.reporting.paper.texvalues import rate as _rate
+from layerlab.reporting.paper.texvalues import tex as _tex
 
 VALUES_FILE = Path("generated") / "values.tex"
 """Where the macros go, relative to the paper folder (``\\input`` by ``main.tex``)."""
