@@ -6,9 +6,11 @@ record does, nothing else: the system, the scenario, the conversation, its clust
 and domain, the turn index and the turn's kind, the epoch, the reply's category, what the turn
 was served (the history's length, the memory entries, the searches and cache hits, whether a
 fault struck it) and the labels of :class:`~layerlab.scoring.turns.TurnLabels`. No prose, no
-answer text, no document ids. Rows are canonical JSON, sorted by their key
-(:data:`TURN_KEY`), so the same run gives the same bytes. ``turns.jsonl`` is checked when
-read: every field present with its type, no other field.
+answer text, no document ids; and, last, the arm (``mitigation``: the session mitigation the
+turn was served under, :mod:`layerlab.mitigations.session`; ``none`` for the baseline). Rows are
+canonical JSON, sorted by their key (:data:`TURN_KEY`), so the same run gives the same bytes.
+``turns.jsonl`` is checked when read: every field present with its type, no other field. Schema
+2 added ``mitigation``; a schema-1 row (written before arms existed) is read as the baseline's.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from typing import Any, get_type_hints
 from layerlab._io import read_jsonl, write_jsonl
 from layerlab.scoring.turns import TurnLabels
 
-TURN_SCHEMA_VERSION = 1
-TURN_KEY = ("provider", "model", "scenario", "conversation_id", "epoch", "turn")
+TURN_SCHEMA_VERSION = 2
+TURN_KEY = ("provider", "model", "mitigation", "scenario", "conversation_id", "epoch", "turn")
+NONE = "none"  # the baseline arm's name (the conversational spec's baseline)
 FILE = "turns.jsonl"
 
 
@@ -48,7 +51,9 @@ class _Head:
 
 @dataclass(frozen=True)
 class TurnRecord(TurnLabels, _Head):
-    """One scored turn (module docstring): the head's fields, then the labels'."""
+    """One scored turn (module docstring): the head's fields, the labels', then the arm."""
+
+    mitigation: str = NONE
 
 
 COLUMNS = tuple(f.name for f in fields(TurnRecord))
@@ -63,6 +68,8 @@ def check_row(obj: Any, where: str) -> TurnRecord:
     """A row read back as a :class:`TurnRecord`; ValueError naming ``where`` and the field."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object per line")
+    if obj.get("schema_version") == 1 and "mitigation" not in obj:  # before arms: the baseline
+        obj = {**obj, "mitigation": NONE}
     extra = sorted(set(obj) - set(COLUMNS))
     if extra:
         raise ValueError(f"{where}: field {extra[0]!r} is not in the turn schema")
@@ -75,8 +82,8 @@ def check_row(obj: Any, where: str) -> TurnRecord:
                 isinstance(v, bool) or not isinstance(v, int)) or want is str and not isinstance(
                 v, str):  # fmt: skip
             raise ValueError(f"{where}: field {name!r} expected {want.__name__}, got {v!r}")
-    if obj["schema_version"] != TURN_SCHEMA_VERSION:
-        raise ValueError(f"{where}: schema_version {obj['schema_version']!r}; expected "
+    if obj["schema_version"] not in (1, TURN_SCHEMA_VERSION):
+        raise ValueError(f"{where}: schema_version {obj['schema_version']!r}; expected 1 or "
                          f"{TURN_SCHEMA_VERSION}")  # fmt: skip
     return TurnRecord(**obj)
 
@@ -100,5 +107,5 @@ def read(folder: Path | str) -> list[TurnRecord]:
     return [check_row(obj, f"{path}:{i}") for i, obj in enumerate(read_jsonl(path), start=1)]
 
 
-__all__ = ["COLUMNS", "FILE", "TURN_KEY", "TURN_SCHEMA_VERSION", "TurnRecord", "check_row",
+__all__ = ["COLUMNS", "FILE", "NONE", "TURN_KEY", "TURN_SCHEMA_VERSION", "TurnRecord", "check_row",
            "read", "row", "write"]  # fmt: skip

@@ -4,7 +4,8 @@ The public face (``from layerlab import mitigations``): the base (:mod:`.base`: 
 :class:`Act`, :class:`Mitigation`, the stages and the registry of kinds, :data:`KINDS` /
 :func:`register`), the built-in kinds (:mod:`.builtin`) and the arms of the mitigations YAML
 (:mod:`.arms`: :class:`Arm`, :class:`MitigationSet`, :func:`load_mitigations`, and
-:data:`ARM_FILES`, where a plug-in registers its arms).
+:data:`ARM_FILES`, where a plug-in registers its arms), and the session mitigations of
+conversations (:mod:`.session`, :func:`load_session_mitigations`).
 """
 
 from layerlab.mitigations import builtin  # noqa: F401  (registers the built-in kinds)
@@ -31,6 +32,7 @@ from layerlab.mitigations.base import (
     Stage,
     register,
 )
+from layerlab.mitigations.session import load_session_mitigations
 
 __all__ = [
     "ARM_FILES",
@@ -50,6 +52,7 @@ __all__ = [
     "contract_mode",
     "contract_pair",
     "load_mitigations",
+    "load_session_mitigations",
     "register",
     "targets",
 ]

@@ -87,7 +87,7 @@ def test_run_conversations_prints_s_by_turn_and_the_leak_and_writes_the_same_byt
     assert "layerlab/extractive: S by turn index" in out and "foreign_memory@0.5" in out
     assert "target/naive_memory foreign_memory: cross-session leak 0.773" in out
     assert "target/naive_memory under foreign_memory: breaks at turn 1" in out
-    assert "wrote " in out and "2 system(s) x 3 scenario(s)" in out
+    assert "wrote " in out and "2 system(s) x 1 arm(s) x 3 scenario(s)" in out
     assert main([*args, "--out", str(tmp_path / "b")]) == 0
     assert _bytes(tmp_path / "a") == _bytes(tmp_path / "b")
     assert sorted(_bytes(tmp_path / "a")) == ["manifest.json", "summary.json", "turns.jsonl"]
