@@ -46,3 +46,17 @@ def test_a_bad_row_is_one_line_naming_the_field(tmp_path, change, problem) -> No
 def test_a_missing_file_says_how_to_write_it(tmp_path) -> None:
     with pytest.raises(ValueError, match="layerlab run conversations"):
         turns.read(tmp_path)
+
+
+def test_the_arm_is_kept_and_a_schema_1_row_reads_as_the_baseline(tmp_path) -> None:
+    recs = [_rec(0, mitigation="update_invalidation"), _rec(0)]
+    turns.write(recs, tmp_path)
+    back = turns.read(tmp_path)
+    assert [r.mitigation for r in back] == ["none", "update_invalidation"]  # sorted by arm
+    old = {k: v for k, v in turns.row(_rec()).items() if k != "mitigation"}
+    (tmp_path / turns.FILE).write_text(json.dumps({**old, "schema_version": 1}) + "\n")
+    (r,) = turns.read(tmp_path)
+    assert r.mitigation == "none" and r.schema_version == 1
+    (tmp_path / turns.FILE).write_text(json.dumps({**old, "schema_version": 2}) + "\n")
+    with pytest.raises(ValueError, match="field 'mitigation' missing"):
+        turns.read(tmp_path)
