@@ -159,8 +159,13 @@ def run_conversations(
     ),
     matrix_outcome: str = typer.Option(
         "safe_resolution", "--matrix-outcome",
-        help="The matrix's per-conversation outcome: safe_resolution (every turn safely "
-        "resolved: the judged outcome, as Table 10's) or success (every turn S).",
+        help="The matrix's outcome: safe_resolution (the judged outcome, as Table 10's) or "
+        "success (S).",
+    ),
+    matrix_unit: str = typer.Option(
+        "turn", "--matrix-unit",
+        help="The matrix's unit: turn (each turn, paired by conversation and turn index, "
+        "clustered by conversation) or conversation (every turn of it).",
     ),
 ) -> None:
     """Play the conversations turn by turn against each system under each scenario; write
@@ -191,11 +196,13 @@ def run_conversations(
         doses = parse_intensities(intensity) if intensity else (1.0,)
     except ValueError as exc:
         raise _usage(f"--intensity: {exc}") from None
-    from layerlab.analysis.convmatrix import OUTCOMES
+    from layerlab.analysis.convmatrix import OUTCOMES, UNITS
     from layerlab.mitigations.session import load_session_mitigations, session_arms
 
     if matrix_outcome not in OUTCOMES:
         raise _usage(f"--matrix-outcome {matrix_outcome!r}: expected one of {', '.join(OUTCOMES)}")
+    if matrix_unit not in UNITS:
+        raise _usage(f"--matrix-unit {matrix_unit!r}: expected one of {', '.join(UNITS)}")
 
     try:
         arms = session_arms(mitigation)
@@ -253,10 +260,10 @@ def run_conversations(
         from layerlab.reporting.format.convtext import matrix_lines
 
         try:
-            mxs = matrices(records, spec.book(), matrix_outcome)
+            mxs = matrices(records, spec.book(), matrix_outcome, unit=matrix_unit)
         except ValueError as exc:
             raise _fail(f"the specificity matrix: {exc} (the run is written)") from None
-        for line in matrix_lines(mxs, matrix_outcome):
+        for line in matrix_lines(mxs, matrix_outcome, matrix_unit):
             typer.echo(line)
     typer.echo(f"wrote {out}: {len(records)} turns of {len(convs)} conversations "
                f"({len(systems)} system(s) x {len(arms)} arm(s) x {len(chosen)} scenario(s) x "

@@ -97,11 +97,11 @@ def lines(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def matrix_lines(matrices: Mapping[str, Any], outcome: str) -> list[str]:
+def matrix_lines(matrices: Mapping[str, Any], outcome: str, unit: str = "turn") -> list[str]:
     """Per system, the session mitigations' specificity matrix: a row per arm with the change of
-    each scenario's conversation-level ``outcome`` against the baseline arm (pp; ``*`` marks
-    the arm's target cells), then each arm's verdict with its target gain's 95% interval and,
-    when it is not specific, why."""
+    each scenario's ``outcome`` per ``unit`` (a turn, or a conversation's every turn) against
+    the baseline arm (pp; ``*`` marks the arm's target cells), then each arm's verdict with its
+    target gain's 95% interval and, when it is not specific, why."""
     out: list[str] = []
     for model, mx in matrices.items():
         cells = mx.cells
@@ -109,9 +109,11 @@ def matrix_lines(matrices: Mapping[str, Any], outcome: str) -> list[str]:
         arms = list(dict.fromkeys(cells["mitigation"]))
         w = max(len(a) for a in arms) + 2
         cw = max(9, *(len(s) + 2 for s in scen))
-        out.append(f"{model}: specificity of the session mitigations, change in conversations "
-                   f"{outcome} (every turn) against arm {mx.baseline!r}, paired by conversation; "
-                   "pp, * the arm's target")  # fmt: skip
+        what = ("turns' {o}, paired by conversation and turn index, clustered by conversation"
+                if unit == "turn" else "conversations' {o} (every turn), paired by conversation")
+        out.append(f"{model}: specificity of the session mitigations, change in "
+                   f"{what.format(o=outcome)}, against arm {mx.baseline!r}; pp, * the arm's "
+                   "target")  # fmt: skip
         out.append(f"{'arm':<{w}}" + "".join(f"{s:>{cw}}" for s in scen))
         for a in arms:
             row = cells[cells["mitigation"] == a].set_index("scenario")
