@@ -46,7 +46,8 @@ def conversation_frame(records: Iterable[Any], unit: str = "conversation") -> pd
         raise ValueError(f"unit {unit!r}: expected one of {', '.join(UNITS)}")
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
-        k = (r.provider, r.model, r.mitigation, r.scenario, r.conversation_id, r.epoch)
+        k: tuple[Any, ...] = (r.provider, r.model, r.mitigation, r.scenario, r.conversation_id,
+                              r.epoch)  # fmt: skip
         task, cluster = r.conversation_id, r.policy_id
         if unit == "turn":
             k, task, cluster = (*k, r.turn), f"{r.conversation_id}#{r.turn}", r.conversation_id
