@@ -51,6 +51,8 @@ CONVERSATION_SCENARIO_SPEC = SPECS / "scenarios_conversation.yaml"
 # from the paper's nine; their mitigations (bounded retry, circuit breaker) in their own spec
 TRANSPORT_SCENARIO_SPEC = SPECS / "scenarios_transport.yaml"
 TRANSPORT_MITIGATION_SPEC = SPECS / "mitigations_transport.yaml"
+# the session mitigations of conversations (what the session store serves), in their own spec
+CONVERSATION_MITIGATION_SPEC = SPECS / "mitigations_conversation.yaml"
 MITIGATION_SPEC = SPECS / "mitigations.yaml"
 ROLE_SPEC = SPECS / "roles.yaml"  # which scenarios each analysis compares
 MODEL_SPEC = SPECS / "models.yaml"

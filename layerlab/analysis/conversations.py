@@ -1,7 +1,8 @@
 """A conversational run's statistics: per turn, per conversation, over epochs, and the leak.
 
 From the turn records (:class:`~layerlab.archive.turnrecords.TurnRecord`), per system (provider,
-model) and scenario:
+model) and arm (:func:`system_label`: the model, with a session mitigation's name in brackets
+when the arm is not the baseline ``none``) and per scenario:
 
 * **by turn index** — the turns at each index, their S, safe resolution and GF rates, and the
   leaks: where in a conversation a system breaks;
@@ -13,7 +14,10 @@ model) and scenario:
   user's conversation, and the share of conversations with at least one, each with its exact
   (Clopper–Pearson) 95% interval (:func:`~layerlab.analysis.rates.clopper_pearson`);
 * **the break** — the turn index with the lowest S (the first of ties) and, among its failed
-  turns, the kind that failed most and the commonest diagnosis: what a finding names.
+  turns, the kind that failed most and the commonest diagnosis, each with its count: what a
+  finding names;
+* **the struck answers** — the turns a fault struck, and those of them answered and not safely
+  resolved, by diagnosis: what a layer's finding counts (``roles.yaml`` ``conversation_findings``).
 
 :func:`turn_rates` gives S by turn index with exact intervals (what the figures draw), and
 :func:`load` reads the committed conversational archives (or the run folders given).
@@ -32,6 +36,7 @@ from typing import Any
 from layerlab import paths
 from layerlab.analysis.passk import pass_hat_k
 from layerlab.analysis.rates import clopper_pearson
+from layerlab.archive.turnrecords import NONE
 
 DIGITS = 4
 
@@ -73,12 +78,15 @@ def _cell(recs: Sequence[Any]) -> dict[str, Any]:
     kinds = Counter(r.kind for r in failed).most_common(1)
     diags = Counter(r.diagnostic for r in failed).most_common(1)
     first_leak = min((r.turn for r in recs if r.leak), default=None)
+    bad = Counter(r.diagnostic for r in recs
+                  if r.struck and r.answered and not r.safe_resolution)  # fmt: skip
     return {
         "turns": n,
         "S": _r(sum(r.success for r in recs) / n),
         "safe": _r(sum(r.safe_resolution for r in recs) / n),
         "GF": _r(sum(r.grounded_false_positive for r in recs) / n),
         "struck": sum(r.struck for r in recs),
+        "struck_unsafe_answers": dict(sorted(bad.items())),
         "conversations": len(per_conv),
         "epochs": epochs,
         "conversation_success": _r(sum(whole.values()) / len(whole)),
@@ -91,16 +99,24 @@ def _cell(recs: Sequence[Any]) -> dict[str, Any]:
                   "failed": len(failed), "n": worst["n"],
                   "kind": kinds[0][0] if kinds else None,
                   "kind_failed": kinds[0][1] if kinds else 0,
-                  "diagnostic": diags[0][0] if diags else None},  # fmt: skip
+                  "diagnostic": diags[0][0] if diags else None,
+                  "diagnostic_failed": diags[0][1] if diags else 0},  # fmt: skip
     }
 
 
+def system_label(model: str, mitigation: str = NONE) -> str:
+    """The key of a system × arm in the summary: ``"<model>"`` for the baseline arm,
+    ``"<model> [<mitigation>]"`` for a mitigated one (its findings reported apart)."""
+    return model if mitigation == NONE else f"{model} [{mitigation}]"
+
+
 def summarise(records: Iterable[Any]) -> dict[str, Any]:
-    """The run's statistics (module docstring), keyed ``"<model>"`` then scenario, in the order
-    first met; plain JSON values."""
+    """The run's statistics (module docstring), keyed by :func:`system_label` then scenario,
+    in the order first met; plain JSON values."""
     cells: dict[str, dict[str, list[Any]]] = {}
     for r in records:
-        cells.setdefault(r.model, {}).setdefault(r.scenario, []).append(r)
+        label = system_label(r.model, getattr(r, "mitigation", NONE))
+        cells.setdefault(label, {}).setdefault(r.scenario, []).append(r)
     return {m: {s: _cell(rs) for s, rs in by.items()} for m, by in cells.items()}
 
 
@@ -135,4 +151,4 @@ def load(archives: Iterable[Path | str] | None = None) -> dict[str, list[Any]]:
     return {run.name: turnrecords.read(run) for run in runs}
 
 
-__all__ = ["load", "summarise", "turn_rates"]
+__all__ = ["load", "summarise", "system_label", "turn_rates"]

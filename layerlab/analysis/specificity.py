@@ -273,15 +273,18 @@ def matrix(
     seed: int = 0,
     policy_level: bool | None = None,
     alpha: float = 0.05,
-    delta: float | None = None,
+    delta: float | Mapping[str, float] | None = None,
+    outcome: str = OUTCOME,
 ) -> Matrix:
     """The specificity matrix of every mitigation arm in ``df`` against the baseline arm; the
     arms' layers and stages from ``spec`` (recompute, compare and gate pass the archives' own
     definitions, :func:`layerlab.archive.manifest.book_for`; default: the installed spec).
     ``policy_level``: None resamples by policy when question variants share policies
     (:func:`layerlab.analysis.effects.resolve_policy_level`); the probability of each verdict
-    at this size is :func:`layerlab.analysis.planning.with_chances`'s to add. ``delta``: one equivalence margin for every cell, or
-    None for each layer's margin in ``roles.yaml`` (:func:`layer_margins`)."""
+    at this size is :func:`layerlab.analysis.planning.with_chances`'s to add. ``delta``: one equivalence margin for every cell,
+    a margin per scenario, or None for each layer's margin in ``roles.yaml``
+    (:func:`layer_margins`). ``outcome``: the binary column judged (default the judged outcome,
+    :data:`OUTCOME`; the conversational matrix passes a conversation's)."""
     spec = spec or load_mitigations()
     layers = scenario_layers(scenarios)
     present = list(dict.fromkeys(df["mitigation"]))
@@ -293,7 +296,7 @@ def matrix(
         raise ValueError("archives hold no mitigation arm besides the baseline")
     cells, summary, note, methods, used = [], [], "", "", []
     for name in arms:
-        eff = arm_effects(df, name, spec.baseline, OUTCOME, n_boot, seed, policy_level, alpha)
+        eff = arm_effects(df, name, spec.baseline, outcome, n_boot, seed, policy_level, alpha)
         used += list(eff.methods)
         note, methods = eff.note, eff.method_phrase(used)  # every arm's cells, not the last's
         scen = list(eff.paired.scenarios)
@@ -303,11 +306,12 @@ def matrix(
         j = judge(eff, tgt_names, off_names, alpha, delta)
         cells += _cell_rows(name, eff, tgt, j)
         summary.append(_summary_row(name, eff, tgt_names, off_names, j, spec, alpha))
-    shown = DELTA if delta is None else delta
-    if delta is None and summary:
+    one = delta if isinstance(delta, int | float) else None
+    shown = DELTA if one is None else float(one)
+    if one is None and summary:
         shown = min(float(r["delta"]) for r in summary)
     return Matrix(
-        pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note, shown, methods, delta,
+        pd.DataFrame(cells), pd.DataFrame(summary), spec.baseline, note, shown, methods, one,
         alpha, seed,
     )  # fmt: skip
 

@@ -6,9 +6,11 @@ record does, nothing else: the system, the scenario, the conversation, its clust
 and domain, the turn index and the turn's kind, the epoch, the reply's category, what the turn
 was served (the history's length, the memory entries, the searches and cache hits, whether a
 fault struck it) and the labels of :class:`~layerlab.scoring.turns.TurnLabels`. No prose, no
-answer text, no document ids. Rows are canonical JSON, sorted by their key
-(:data:`TURN_KEY`), so the same run gives the same bytes. ``turns.jsonl`` is checked when
-read: every field present with its type, no other field.
+answer text, no document ids; and, last, the arm (``mitigation``: the session mitigation the
+turn was served under, :mod:`layerlab.mitigations.session`; ``none`` for the baseline). Rows are
+canonical JSON, sorted by their key (:data:`TURN_KEY`), so the same run gives the same bytes.
+``turns.jsonl`` is checked when read: every field present with its type, no other field. Schema
+2 added ``mitigation``; a schema-1 row (written before arms existed) is read as the baseline's.
 
 A committed archive keeps the same rows as ``turns.parquet`` (:func:`pack`: Parquet with
 deterministic bytes, as the record archives are, and covered by ``data/archives/SHA256SUMS``)
@@ -27,8 +29,9 @@ from typing import Any, get_type_hints
 from layerlab._io import canonical_json, read_jsonl, write_jsonl
 from layerlab.scoring.turns import TurnLabels
 
-TURN_SCHEMA_VERSION = 1
-TURN_KEY = ("provider", "model", "scenario", "conversation_id", "epoch", "turn")
+TURN_SCHEMA_VERSION = 2
+TURN_KEY = ("provider", "model", "mitigation", "scenario", "conversation_id", "epoch", "turn")
+NONE = "none"  # the baseline arm's name (the conversational spec's baseline)
 FILE = "turns.jsonl"
 PARQUET = "turns.parquet"  # the committed archive's form of the same rows (:func:`pack`)
 PACKED_FILES = (PARQUET, "summary.json", "manifest.json")
@@ -57,7 +60,9 @@ class _Head:
 
 @dataclass(frozen=True)
 class TurnRecord(TurnLabels, _Head):
-    """One scored turn (module docstring): the head's fields, then the labels'."""
+    """One scored turn (module docstring): the head's fields, the labels', then the arm."""
+
+    mitigation: str = NONE
 
 
 COLUMNS = tuple(f.name for f in fields(TurnRecord))
@@ -72,6 +77,8 @@ def check_row(obj: Any, where: str) -> TurnRecord:
     """A row read back as a :class:`TurnRecord`; ValueError naming ``where`` and the field."""
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object per line")
+    if obj.get("schema_version") == 1 and "mitigation" not in obj:  # before arms: the baseline
+        obj = {**obj, "mitigation": NONE}
     extra = sorted(set(obj) - set(COLUMNS))
     if extra:
         raise ValueError(f"{where}: field {extra[0]!r} is not in the turn schema")
@@ -84,8 +91,8 @@ def check_row(obj: Any, where: str) -> TurnRecord:
                 isinstance(v, bool) or not isinstance(v, int)) or want is str and not isinstance(
                 v, str):  # fmt: skip
             raise ValueError(f"{where}: field {name!r} expected {want.__name__}, got {v!r}")
-    if obj["schema_version"] != TURN_SCHEMA_VERSION:
-        raise ValueError(f"{where}: schema_version {obj['schema_version']!r}; expected "
+    if obj["schema_version"] not in (1, TURN_SCHEMA_VERSION):
+        raise ValueError(f"{where}: schema_version {obj['schema_version']!r}; expected 1 or "
                          f"{TURN_SCHEMA_VERSION}")  # fmt: skip
     return TurnRecord(**obj)
 
@@ -172,6 +179,6 @@ def pack(run: Path | str, dest: Path | str) -> Path:
     return dest
 
 
-__all__ = ["COLUMNS", "FILE", "PACKED_FILES", "PARQUET", "TURN_KEY", "TURN_SCHEMA_VERSION",
+__all__ = ["COLUMNS", "FILE", "NONE", "PACKED_FILES", "PARQUET", "TURN_KEY", "TURN_SCHEMA_VERSION",
            "TurnRecord", "check_packed", "check_row", "jsonl_sha256", "pack", "read", "row",
            "write"]  # fmt: skip

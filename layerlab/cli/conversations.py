@@ -157,6 +157,23 @@ def run_conversations(
     timeout: float = typer.Option(
         180.0, "--timeout", min=1.0, help="Seconds a local model's call may take."
     ),
+    mitigation: list[str] = typer.Option(
+        [], "--mitigation",
+        help="A session mitigation's arm (repeatable) of data/specs/mitigations_conversation.yaml:"
+        " none (the baseline), session_scoped_memory, update_invalidation, history_summarisation;"
+        " default none alone. With the baseline and another arm, the specificity matrix is "
+        "printed.",
+    ),
+    matrix_outcome: str = typer.Option(
+        "safe_resolution", "--matrix-outcome",
+        help="The matrix's outcome: safe_resolution (the judged outcome, as Table 10's) or "
+        "success (S).",
+    ),
+    matrix_unit: str = typer.Option(
+        "turn", "--matrix-unit",
+        help="The matrix's unit: turn (each turn, paired by conversation and turn index, "
+        "clustered by conversation) or conversation (every turn of it).",
+    ),
 ) -> None:
     """Play the conversations turn by turn against each system under each scenario; write
     turns.jsonl (a row per scored turn), summary.json and a manifest; print S by turn index,
@@ -188,6 +205,20 @@ def run_conversations(
         doses = parse_intensities(intensity) if intensity else (1.0,)
     except ValueError as exc:
         raise _usage(f"--intensity: {exc}") from None
+    from layerlab.analysis.convmatrix import OUTCOMES, UNITS
+    from layerlab.mitigations.session import load_session_mitigations, session_arms
+
+    if matrix_outcome not in OUTCOMES:
+        raise _usage(f"--matrix-outcome {matrix_outcome!r}: expected one of {', '.join(OUTCOMES)}")
+    if matrix_unit not in UNITS:
+        raise _usage(f"--matrix-unit {matrix_unit!r}: expected one of {', '.join(UNITS)}")
+
+    try:
+        arms = session_arms(mitigation)
+    except KeyError as exc:
+        raise _usage(f"--mitigation: {exc.args[0]}") from None
+    except SpecError as exc:
+        raise _spec_fail(exc, "spec problem(s); nothing run") from None
     chosen = list({sc.name: sc for n in names for sc in (
         [known[n]] if not known[n].operators else [known[n].at(d) for d in doses])}.values())  # fmt: skip
     from layerlab.harness.live.settings import LiveRunError
@@ -219,7 +250,8 @@ def run_conversations(
                          for m, (r, _) in readers.items()), *systems]  # fmt: skip
             try:
                 records = hc.run(systems, convs, chosen, hc.Setting(corpus, key), epochs,
-                                 turn_timeout, progress=lambda ln: typer.echo(ln, err=True))  # fmt: skip
+                                 turn_timeout, progress=lambda ln: typer.echo(ln, err=True),
+                                 arms=arms)  # fmt: skip
             except LiveRunError as exc:
                 raise _fail(f"{exc}; nothing written (a rerun asks only what is not cached)") from None
             models = {m: {**prov, "calls": r.facts(), "temperature": 0.0,
@@ -228,7 +260,8 @@ def run_conversations(
         hc.close_all(systems)
     manifest = {"systems": [s.model for s in systems], "scenarios": [s.name for s in chosen],
                 "epochs": epochs, "turn_timeout_s": turn_timeout, "conversations": len(convs),
-                "per_domain": per_domain, **cv.spec_hashes(),
+                "per_domain": per_domain, "mitigations": [a.name for a in arms],
+                **cv.spec_hashes(),
                 **({"local_models": models} if models else {})}  # fmt: skip
     try:
         summary = hc.write_run(out, records, manifest)
@@ -236,8 +269,21 @@ def run_conversations(
         raise _fail(str(exc.strerror)) from None
     for line in lines(summary):
         typer.echo(line)
+    names = [a.name for a in arms]
+    spec = load_session_mitigations()
+    if spec.baseline in names and len(names) > 1:
+        from layerlab.analysis.convmatrix import matrices
+        from layerlab.reporting.format.convtext import matrix_lines
+
+        try:
+            mxs = matrices(records, spec.book(), matrix_outcome, unit=matrix_unit)
+        except ValueError as exc:
+            raise _fail(f"the specificity matrix: {exc} (the run is written)") from None
+        for line in matrix_lines(mxs, matrix_outcome, matrix_unit):
+            typer.echo(line)
     typer.echo(f"wrote {out}: {len(records)} turns of {len(convs)} conversations "
-               f"({len(systems)} system(s) x {len(chosen)} scenario(s) x {epochs} epoch(s))")  # fmt: skip
+               f"({len(systems)} system(s) x {len(arms)} arm(s) x {len(chosen)} scenario(s) x "
+               f"{epochs} epoch(s))")  # fmt: skip
 
 
 def _model_readers(stack: contextlib.ExitStack, local: list[str], cache_dir: Path | None,

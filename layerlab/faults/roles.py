@@ -4,7 +4,9 @@ The contract treatment's target (the specificity margin of the paired analysis),
 negative control, the retriever audit's conditions and the explorer's representative cases
 (Table 6), per reliability layer what a team reads about a system failing it (``findings``:
 what it did, what it does not check, the mitigation entry that guards the layer), and layerlab's
-deliberately over-broad control arms (``over_broad_controls``). Every name must
+deliberately over-broad control arms (``over_broad_controls``); and the same findings for a
+conversational run (``conversation_findings``, by layer of ``scenarios_conversation.yaml``, each
+guarded by a session mitigation of ``mitigations_conversation.yaml``). Every name must
 be a scenario (a layer of a scenario, a guard an entry of the mitigations spec); an unknown one is
 a :class:`SpecError` naming the file, line and field. The transport faults are not among the
 paper's scenarios but have findings of their own: a finding's layer may also be one of
@@ -62,6 +64,9 @@ class Roles(_Strict):
     audit: list[str] = Field(min_length=1)
     explorer: list[ExplorerCase] = Field(min_length=1)
     findings: dict[str, LayerFinding] = Field(default_factory=dict)  # by layer
+    # a conversational run's findings, by layer of the conversational scenarios (guards: session
+    # mitigations)
+    conversation_findings: dict[str, LayerFinding] = Field(default_factory=dict)
     # layerlab's deliberately over-broad control arms (entries of the mitigations spec): Table 10
     # must flag them, so ``gate --no-over-broad`` leaves them out when a run holds every arm
     over_broad_controls: list[str] = Field(default_factory=list)
@@ -135,6 +140,7 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
                         f"unknown mitigation {f.guard!r}; expected {arms_text}",
                     )
                 )
+        problems += _conversation_problems(roles)
         problems += [
             (("over_broad_controls", i), f"unknown mitigation {name!r}; expected {arms_text}")
             for i, name in enumerate(roles.over_broad_controls)
@@ -156,6 +162,32 @@ def load_roles(path: Path | str | None = None, scenarios_path: Path | str | None
     roles = load_yaml_as(p, Roles, check=check)
     _CACHE[(p, sp)] = (stamp, roles)
     return roles
+
+
+def _conversation_problems(roles: Roles) -> list[tuple[tuple[Any, ...], str]]:
+    """``conversation_findings``: each layer one of the conversational scenarios', each
+    diagnosis one of theirs too, each guard a session mitigation (not the baseline)."""
+    if not roles.conversation_findings:
+        return []
+    from layerlab.faults.scenario import conversation_scenarios
+    from layerlab.mitigations import load_session_mitigations
+
+    src = paths.CONVERSATION_SCENARIO_SPEC
+    layers = sorted({p for s in conversation_scenarios().values() for p in s.spec.layer.split("+")
+                     if p != "none"})  # fmt: skip
+    spec = load_session_mitigations()
+    guards = [n for n in spec.arms if n != spec.baseline]
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for layer, f in roles.conversation_findings.items():
+        loc = ("conversation_findings", layer)
+        if layer not in layers:
+            problems.append((loc, f"unknown layer {layer!r}; expected one of {layers} (from {src})"))
+        problems += [((*loc, "diagnosed", i), f"unknown layer {d!r}; expected one of {layers} "
+                      f"(from {src})") for i, d in enumerate(f.diagnosed) if d not in layers]  # fmt: skip
+        if f.guard not in guards:
+            problems.append(((*loc, "guard"), f"unknown session mitigation {f.guard!r}; expected "
+                             f"one of {guards} (from {spec.source})"))  # fmt: skip
+    return problems
 
 
 __all__ = ["ExplorerCase", "LayerFinding", "Roles", "SpecError", "load_roles"]

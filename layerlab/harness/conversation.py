@@ -8,6 +8,10 @@ replacements are made, the scenario's session faults are applied where they stri
 (``Scenario.session``, with its intensity), and the system gets a
 :class:`~layerlab.harness.convtools.ConversationRequest`: the conversation id, the turn index, the
 turn's text, the served history and memory, and the search tool in front of the served cache.
+An arm's session mitigation (:mod:`layerlab.mitigations.session`; the baseline ``none`` changes
+nothing) changes what the store serves after the faults and before the system sees the request;
+a turn is *struck* when what the arm serves it under the scenario differs from what the arm
+serves it from the clean store.
 After the reply the store keeps the clean record of the turn: the reply in the history, the
 searches' results in the cache and, for an answer with a citation, a memory entry (the answer,
 under the cited document's policy, in this session). The reply's category (answered, abstained,
@@ -28,7 +32,7 @@ import inspect
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from layerlab._io import canonical_json
@@ -49,6 +53,7 @@ from layerlab.harness.convtools import (
 from layerlab.harness.live.settings import LiveRunError
 from layerlab.harness.targets.base import TargetReply, read_reply, reply_problem
 from layerlab.harness.targets.failures import ReplyTimeout
+from layerlab.mitigations.session import SessionArm
 from layerlab.scoring.turns import score_turn
 
 
@@ -222,10 +227,12 @@ def answered(system: System, request: ConversationRequest,
 
 
 def play(system: System, conv: Conversation, scenario: Scenario, setting: Setting,
-         epoch: int = 0, turn_timeout: float | None = None, mcp: Any = None) -> list[TurnRecord]:  # fmt: skip
-    """One conversation played against ``system`` under ``scenario``: a record per turn (a
-    turn not answered within ``turn_timeout`` seconds is its ``timeout``: :func:`answered`;
-    ``mcp``: the run's MCP service, :func:`~layerlab.harness.convtools.mcp_service`)."""
+         epoch: int = 0, arm: SessionArm | None = None, turn_timeout: float | None = None,
+         mcp: Any = None) -> list[TurnRecord]:  # fmt: skip
+    """One conversation played against ``system`` under ``scenario`` (and the session
+    mitigation of ``arm``, default none): a record per turn (a turn not answered within
+    ``turn_timeout`` seconds is its ``timeout``: :func:`answered`; ``mcp``: the run's MCP
+    service, :func:`~layerlab.harness.convtools.mcp_service`)."""
     cid = conv.conversation_id
     published = {d.doc_id: d for t in conv.turns for d in t.publishes}
     docs = {**setting.docs, **published}
@@ -250,12 +257,16 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
             old = next(r for r in turn.retires if docs[r].policy_id == doc.policy_id)
             changes += ((old, doc),)
             retired.append(old)
-        served = scenario.session(state, ctx)
-        struck = _view(served, turn.index) != _view(state, turn.index)
+        served, clean = scenario.session(state, ctx), state
+        if arm is not None:  # the arm's serving rule, after the faults, before the system
+            served, clean = arm.serve(served, state, ctx), arm.serve(state, state, ctx)
+        struck = _view(served, turn.index) != _view(clean, turn.index)
         history = tuple(m for m in served.history if m.turn < turn.index)
         memory = served.served_memory()
-        for m in memory:
-            if m.session_id != state.session_id or m.user != state.user:
+        written = {(m.turn, m.policy_id, m.doc_id, m.text) for m in state.memory}
+        for m in memory:  # another user's entry, or another session's the store did not write
+            if m.user != state.user or m.session_id != state.session_id and (
+                    m.turn, m.policy_id, m.doc_id, m.text) not in written:  # fmt: skip
                 foreign[m.doc_id or f"memory:{m.session_id}:{m.turn}"] = m.text
         tool = ConversationTool(setting.index, changes, served)
         request = ConversationRequest(tool, text, kind, history, memory, system.settings)
@@ -279,7 +290,10 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
             TURN_SCHEMA_VERSION, system.provider, system.model, scenario.name,
             scenario.spec.answerable, cid, conv.policy_ids[0], conv.domain, epoch, turn.index,
             tk.kind, reply.category or "none", struck, len(history), len(memory),
-            len(tool.calls), sum(c.cached for c in tool.calls), *_labels(labels)))  # fmt: skip
+            len(tool.calls), sum(c.cached for c in tool.calls), *_labels(labels),
+        ))  # fmt: skip
+        if arm is not None:  # the baseline's records are the same whether named or not
+            records[-1] = replace(records[-1], mitigation=arm.name)
         state = state.said("assistant", reply.json())
         for q, pids, payload in tool.writes:
             state = state.cached(q, pids, payload)
@@ -311,10 +325,12 @@ def _labels(labels: Any) -> list[Any]:
 
 def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Sequence[Scenario],
         setting: Setting, epochs: int = 1, turn_timeout: float | None = None,
-        progress: Callable[[str], None] | None = None) -> list[TurnRecord]:  # fmt: skip
-    """Every system × scenario × conversation × epoch, in that order: the turn records; each
+        progress: Callable[[str], None] | None = None,
+        arms: Sequence[SessionArm] = ()) -> list[TurnRecord]:  # fmt: skip
+    """Every system × arm × scenario × conversation × epoch, in that order: the turn records
+    (``arms``: the session mitigations' arms; none given, the baseline alone, ``none``); each
     turn has ``turn_timeout`` seconds (None: no limit; a system not ``timed`` has none).
-    ``progress`` (if given) is told of each system × scenario when it is done."""
+    ``progress`` (if given) is told of each system × arm × scenario when it is done."""
     if epochs < 1:
         raise ValueError(f"epochs: expected at least 1, got {epochs}")
     if turn_timeout is not None and not turn_timeout > 0:
@@ -327,12 +343,15 @@ def run(systems: Sequence[System], convs: Sequence[Conversation], scenarios: Seq
     mcp = mcp_service()  # the turns' MCP addresses: started only if a system asks for one
     try:
         for system in systems:
-            for scenario in scenarios:
-                for conv in convs:
-                    for epoch in range(epochs):
-                        out += play(system, conv, scenario, setting, epoch, turn_timeout, mcp)
-                if progress is not None:
-                    progress(f"{system.model} x {scenario.name}: {len(convs)} conversation(s) done")
+            for arm in arms or (None,):
+                for scenario in scenarios:
+                    for conv in convs:
+                        for epoch in range(epochs):
+                            out += play(system, conv, scenario, setting, epoch, arm, turn_timeout, mcp)
+                    if progress is not None:
+                        tag = f" [{arm.name}]" if arm is not None else ""
+                        progress(f"{system.model}{tag} x {scenario.name}: {len(convs)} "
+                                 "conversation(s) done")  # fmt: skip
     finally:
         if mcp is not None:
             mcp.close()

@@ -3,9 +3,10 @@
 The public face (``from layerlab import mitigations``): the base (:mod:`.base`: :class:`Call`,
 :class:`Act`, :class:`Mitigation`, the stages and the registry of kinds, :data:`KINDS` /
 :func:`register`), the built-in kinds (:mod:`.builtin`) and the arms of the mitigations YAML
-(:mod:`.arms`: :class:`Arm`, :class:`MitigationSet`, :func:`load_mitigations`, :func:`load_run_mitigations` (a live run's
-arms: the committed spec's, then the transport arms'), and
-:data:`ARM_FILES`, where a plug-in registers its arms).
+(:mod:`.arms`: :class:`Arm`, :class:`MitigationSet`, :func:`load_mitigations`,
+:func:`load_run_mitigations` (a live run's arms: the committed spec's, then the transport
+arms') and :data:`ARM_FILES`, where a plug-in registers its arms), and the session mitigations
+of conversations (:mod:`.session`, :func:`load_session_mitigations`).
 """
 
 from layerlab.mitigations import builtin  # noqa: F401  (registers the built-in kinds)
@@ -33,6 +34,7 @@ from layerlab.mitigations.base import (
     Stage,
     register,
 )
+from layerlab.mitigations.session import load_session_mitigations
 
 __all__ = [
     "ARM_FILES",
@@ -53,6 +55,7 @@ __all__ = [
     "contract_pair",
     "load_mitigations",
     "load_run_mitigations",
+    "load_session_mitigations",
     "register",
     "targets",
 ]

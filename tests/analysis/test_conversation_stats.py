@@ -43,7 +43,8 @@ def test_turns_conversations_epochs_and_leaks() -> None:
     assert cell["first_leak_turn"] == 2
     assert cell["break"] | {} == {"turn": 2, "S": 0.75, "S_turn0": 1.0, "failed": 1, "n": 4,
                                   "kind": "recall_first", "kind_failed": 1,
-                                  "diagnostic": "session_state"}  # fmt: skip
+                                  "diagnostic": "session_state",
+                                  "diagnostic_failed": 1}  # fmt: skip
 
 
 def test_cells_per_system_and_scenario_in_the_order_met() -> None:

@@ -80,3 +80,17 @@ def test_a_packed_archive_whose_rows_or_summary_moved_is_refused(tmp_path) -> No
     (packed / "summary.json").write_text("{}\n")
     with pytest.raises(ValueError, match="summary.json: not the run's"):
         turns.check_packed(packed)
+
+
+def test_the_arm_is_kept_and_a_schema_1_row_reads_as_the_baseline(tmp_path) -> None:
+    recs = [_rec(0, mitigation="update_invalidation"), _rec(0)]
+    turns.write(recs, tmp_path)
+    back = turns.read(tmp_path)
+    assert [r.mitigation for r in back] == ["none", "update_invalidation"]  # sorted by arm
+    old = {k: v for k, v in turns.row(_rec()).items() if k != "mitigation"}
+    (tmp_path / turns.FILE).write_text(json.dumps({**old, "schema_version": 1}) + "\n")
+    (r,) = turns.read(tmp_path)
+    assert r.mitigation == "none" and r.schema_version == 1
+    (tmp_path / turns.FILE).write_text(json.dumps({**old, "schema_version": 2}) + "\n")
+    with pytest.raises(ValueError, match="field 'mitigation' missing"):
+        turns.read(tmp_path)

@@ -87,7 +87,7 @@ def test_run_conversations_prints_s_by_turn_and_the_leak_and_writes_the_same_byt
     assert "layerlab/extractive: S by turn index" in out and "foreign_memory@0.5" in out
     assert "target/naive_memory foreign_memory: cross-session leak 0.773" in out
     assert "target/naive_memory under foreign_memory: breaks at turn 1" in out
-    assert "wrote " in out and "2 system(s) x 3 scenario(s)" in out
+    assert "wrote " in out and "2 system(s) x 1 arm(s) x 3 scenario(s)" in out
     assert main([*args, "--out", str(tmp_path / "b")]) == 0
     assert _bytes(tmp_path / "a") == _bytes(tmp_path / "b")
     assert sorted(_bytes(tmp_path / "a")) == ["manifest.json", "summary.json", "turns.jsonl"]
@@ -135,3 +135,27 @@ def test_run_conversations_runs_a_langchain_chat_chain(
                  "--scenario", "truncated_history", "--out", str(tmp_path / "lc")]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "target/chat_factory: S by turn index" in out and "truncated_history" in out
+
+
+def test_run_conversations_with_arms_prints_the_matrix_and_refuses_an_unknown_arm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    args = ["run", "conversations", "--target", "conversation_targets:naive_memory",
+            "--scenario", "conversation_clean", "--scenario", "foreign_memory",
+            "--mitigation", "none", "--mitigation", "session_scoped_memory"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "target/naive_memory [session_scoped_memory] under foreign_memory" in out
+    assert "target/naive_memory [session_scoped_memory] foreign_memory: cross-session leak 0.000" in out
+    assert "target/naive_memory: specificity of the session mitigations" in out
+    assert "session_scoped_memory [session_state]: specific; target gain +" in out
+    assert "1 system(s) x 2 arm(s) x 2 scenario(s)" in out
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["mitigations"] == ["none", "session_scoped_memory"]
+    assert main([*args[:-1], "session_scope", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "did you mean 'session_scoped_memory'" in err
+    assert not (tmp_path / "b").exists()

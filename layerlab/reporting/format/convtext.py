@@ -1,7 +1,8 @@
 """A conversational run's statistics as lines of text: S by turn index, the cross-session leak
-with its exact interval, and a finding naming the turn where a system breaks
-(:func:`layerlab.analysis.conversations.summarise` gives the numbers); and the same as tables
-of text for a page (:func:`by_turn_table`, :func:`cells_table`)."""
+with its exact interval, a finding naming the turn where a system breaks
+(:func:`layerlab.analysis.conversations.summarise` gives the numbers), each per system and arm;
+the same as tables of text for a page (:func:`by_turn_table`, :func:`cells_table`); and the
+session mitigations' specificity matrix (:func:`matrix_lines`, :mod:`layerlab.analysis.convmatrix`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from layerlab.reporting.format.display import rate
+from layerlab.reporting.format.display import points, rate
 
 
 def by_turn_lines(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -43,17 +44,51 @@ def leak_line(model: str, scenario: str, cell: Mapping[str, Any]) -> str:
 
 def finding(model: str, scenario: str, cell: Mapping[str, Any]) -> str:
     """Where the system breaks in one cell: the turn index with the lowest S, what failed most
-    there; and the first turn that leaked, if any."""
+    there (the commonest kind of turn and diagnosis among its failed turns, each with its
+    count); the first turn that leaked, if any; and, for a faulted layer with words in
+    ``roles.yaml`` (``conversation_findings``, :func:`layer_finding`), what the system did there,
+    what it does not check and the session mitigation that guards it."""
     b = cell["break"]
     if b["failed"] == 0:
         text = f"{model} under {scenario}: no turn index below S {rate(b['S'])}"
     else:
         text = (f"{model} under {scenario}: breaks at turn {b['turn']} (S {rate(b['S_turn0'])} "
                 f"at turn 0, {rate(b['S'])} there; {b['kind_failed']} of its {b['failed']} "
-                f"failed turns are {b['kind']} turns, most often {b['diagnostic']})")  # fmt: skip
+                f"failed turns are {b['kind']} turns, {b.get('diagnostic_failed', '?')} "
+                f"diagnosed {b['diagnostic']})")  # fmt: skip
     if cell["first_leak_turn"] is not None:
         text += f"; leaks another user's conversation from turn {cell['first_leak_turn']}"
-    return text
+    arm = model.rpartition(" [")[2][:-1] if model.endswith("]") else None
+    words = layer_finding(scenario, cell, arm)
+    return f"{text}; {words}" if words else text
+
+
+def layer_finding(scenario: str, cell: Mapping[str, Any], arm: str | None = None) -> str | None:
+    """``roles.yaml``'s words for the scenario's layer in a conversation: "<did> in K of N struck
+    turns (<lacks>; guard: <session mitigation>)", K the struck turns answered and not safely
+    resolved (those diagnosed as the entry's ``diagnosed``, when given), N the struck turns; when
+    the cell's ``arm`` is that guard, "... struck turns with its guard <name> on". None for the
+    clean scenario, a layer without words, or a cell where K is 0."""
+    from layerlab.faults.roles import load_roles
+    from layerlab.faults.scenario import conversation_scenarios, split_variant
+
+    known = conversation_scenarios()
+    base = split_variant(scenario)[0]
+    if base not in known:
+        return None
+    found = load_roles().conversation_findings
+    bad: Mapping[str, int] = cell.get("struck_unsafe_answers", {})
+    for layer in known[base].spec.layer.split("+"):
+        f = found.get(layer)
+        if f is None:
+            continue
+        k = sum(n for d, n in bad.items() if not f.diagnosed or d in f.diagnosed)
+        if k and arm == f.guard:
+            return f"{f.did} in {k} of {cell['struck']} struck turns with its guard {f.guard} on"
+        if k:
+            return (f"{f.did} in {k} of {cell['struck']} struck turns ({f.lacks}; guard: "
+                    f"{f.guard})")  # fmt: skip
+    return None
 
 
 def lines(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -99,4 +134,47 @@ def cells_table(summary: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["by_turn_lines", "by_turn_table", "cells_table", "finding", "leak_line", "lines"]
+
+
+def matrix_lines(matrices: Mapping[str, Any], outcome: str, unit: str = "turn") -> list[str]:
+    """Per system, the session mitigations' specificity matrix: a row per arm with the change of
+    each scenario's ``outcome`` per ``unit`` (a turn, or a conversation's every turn) against
+    the baseline arm (pp; ``*`` marks the arm's target cells), then each arm's verdict with its
+    target gain's 95% interval and, when it is not specific, why."""
+    out: list[str] = []
+    for model, mx in matrices.items():
+        cells = mx.cells
+        scen = list(dict.fromkeys(cells["scenario"]))
+        arms = list(dict.fromkeys(cells["mitigation"]))
+        w = max(len(a) for a in arms) + 2
+        cw = max(9, *(len(s) + 2 for s in scen))
+        what = ("turns' {o}, paired by conversation and turn index, clustered by conversation"
+                if unit == "turn" else "conversations' {o} (every turn), paired by conversation")
+        out.append(f"{model}: specificity of the session mitigations, change in "
+                   f"{what.format(o=outcome)}, against arm {mx.baseline!r}; pp, * the arm's "
+                   "target")  # fmt: skip
+        out.append(f"{'arm':<{w}}" + "".join(f"{s:>{cw}}" for s in scen))
+        for a in arms:
+            row = cells[cells["mitigation"] == a].set_index("scenario")
+            out.append(f"{a:<{w}}" + "".join(
+                f"{points(row.loc[s, 'estimate'], share=True, sign='always') + ('*' if row.loc[s, 'target'] else ' '):>{cw}}"
+                for s in scen))  # fmt: skip
+        for r in mx.summary.to_dict("records"):
+            gain = points(r["target gain"], share=True, sign="always", missing="-",
+                          interval=(r["target gain low"], r["target gain high"]))  # fmt: skip
+            why = f" ({r['reason']})" if r["reason"] else ""
+            out.append(f"  {r['mitigation']} [{r['layers']}]: {r['verdict']}; target gain {gain} "
+                       f"pp on {r['targets']}{why}")  # fmt: skip
+    return out
+
+
+__all__ = [
+    "by_turn_lines",
+    "by_turn_table",
+    "cells_table",
+    "finding",
+    "layer_finding",
+    "leak_line",
+    "lines",
+    "matrix_lines",
+]
