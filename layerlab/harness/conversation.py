@@ -11,7 +11,8 @@ turn's text, the served history and memory, and the search tool in front of the 
 An arm's session mitigation (:mod:`layerlab.mitigations.session`; the baseline ``none`` changes
 nothing) changes what the store serves after the faults and before the system sees the request;
 a turn is *struck* when what the arm serves it under the scenario differs from what the arm
-serves it from the clean store.
+serves it from the clean store (a history the arm restored, a summary standing for the dropped
+turns, counts as the clean history: :meth:`~layerlab.mitigations.session.SessionMitigation.restores_history`).
 After the reply the store keeps the clean record of the turn: the reply in the history, the
 searches' results in the cache and, for an answer with a citation, a memory entry (the answer,
 under the cited document's policy, in this session). The reply's category (answered, abstained,
@@ -184,11 +185,11 @@ class Setting:
         self.docs = {d.doc_id: d for d in corpus.documents}
 
 
-def _view(state: SessionState, turn: int) -> tuple[Any, ...]:
-    """What a turn is served of a state: the history before it, the memory and cache served, the
-    session id."""
-    return (tuple(m for m in state.history if m.turn < turn), state.served_memory(),
-            state.served_cache(), state.session_id)  # fmt: skip
+def _view(state: SessionState, turn: int, history: bool = True) -> tuple[Any, ...]:
+    """What a turn is served of a state: the history before it (unless ``history`` is false: a
+    repair restored it), the memory and cache served, the session id."""
+    past = tuple(m for m in state.history if m.turn < turn) if history else ()
+    return (past, state.served_memory(), state.served_cache(), state.session_id)
 
 
 def _answer(system: System, request: ConversationRequest) -> tuple[Any, str | None]:
@@ -258,9 +259,11 @@ def play(system: System, conv: Conversation, scenario: Scenario, setting: Settin
             changes += ((old, doc),)
             retired.append(old)
         served, clean = scenario.session(state, ctx), state
+        restored = False  # an arm's repair stands in for the history the faults dropped
         if arm is not None:  # the arm's serving rule, after the faults, before the system
+            restored = arm.restores_history(served, state)
             served, clean = arm.serve(served, state, ctx), arm.serve(state, state, ctx)
-        struck = _view(served, turn.index) != _view(clean, turn.index)
+        struck = _view(served, turn.index, not restored) != _view(clean, turn.index, not restored)
         history = tuple(m for m in served.history if m.turn < turn.index)
         memory = served.served_memory()
         written = {(m.turn, m.policy_id, m.doc_id, m.text) for m in state.memory}

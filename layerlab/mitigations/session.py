@@ -20,7 +20,11 @@ The kinds (:data:`SESSION_KINDS`, :func:`register_session`):
   session that the store holds (a context window dropped them), one summary line takes their
   place: the opening question of the dropped turns (the one that named the policy) and the
   documents their answers cited. The summary is written from the store's history of this
-  session only: a history lost to a session change is another session's, not summarised.
+  session only: a history lost to a session change is another session's, not summarised. It is
+  a repair (:meth:`SessionMitigation.restores_history`): a turn whose dropped turns it summarised
+  has its history judged restored, so the turn is not struck by the truncation and an answer it
+  makes possible is scored against the turn's key, as under clean; a summary that loses what
+  the turn needs shows as a wrong answer, not as a struck one.
 
 Their arms are entries of their own spec, ``data/specs/mitigations_conversation.yaml``
 (:func:`load_session_mitigations`), apart from ``mitigations.yaml``, whose hash names the
@@ -67,6 +71,13 @@ class SessionMitigation:
         """What the turn is served instead of ``served`` (the faults' serving), given the
         store's own record of the conversation ``store`` and the public context ``ctx``."""
         raise NotImplementedError
+
+    def restores_history(self, served: SessionState, store: SessionState) -> bool:
+        """Whether this mitigation's serving of ``served`` stands in for the earlier turns of
+        the session that the faults dropped from its history (a repair: the harness then judges
+        the turn's history restored, :mod:`layerlab.harness.conversation`). None does but
+        :class:`HistorySummarisation`."""
+        return False
 
 
 SESSION_KINDS: Registry[type[SessionMitigation]] = Registry(
@@ -148,12 +159,21 @@ class HistorySummarisation(SessionMitigation):
     layers = ("context",)
     actions = ("pass", "repair")
 
-    def serve(self, served: SessionState, store: SessionState, ctx: SessionContext) -> SessionState:
-        if served.session_id != store.session_id:  # another session's history is not ours
-            return served
+    @staticmethod
+    def _dropped(served: SessionState, store: SessionState) -> list[Message]:
+        """The store's earlier turns of this session that the served history lacks (none when
+        the session changed: another session's history is not ours to summarise)."""
+        if served.session_id != store.session_id:
+            return []
         kept = {(m.turn, m.role, m.text) for m in served.history}
-        dropped = [m for m in store.history
-                   if m.turn < served.turn and (m.turn, m.role, m.text) not in kept]  # fmt: skip
+        return [m for m in store.history
+                if m.turn < served.turn and (m.turn, m.role, m.text) not in kept]  # fmt: skip
+
+    def restores_history(self, served: SessionState, store: SessionState) -> bool:
+        return bool(self._dropped(served, store))
+
+    def serve(self, served: SessionState, store: SessionState, ctx: SessionContext) -> SessionState:
+        dropped = self._dropped(served, store)
         if not dropped:
             return served
         first = next((m.text for m in dropped if m.role == "user"), "")
@@ -202,6 +222,9 @@ class SessionArm:
 
     def serve(self, served: SessionState, store: SessionState, ctx: SessionContext) -> SessionState:
         return self.step.serve(served, store, ctx)
+
+    def restores_history(self, served: SessionState, store: SessionState) -> bool:
+        return self.step.restores_history(served, store)
 
 
 @dataclass(frozen=True)

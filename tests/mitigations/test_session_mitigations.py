@@ -150,11 +150,27 @@ def test_each_arm_repairs_what_the_target_is_served_at_its_layer(built, setting)
         old, new = u.retires[0], u.publishes[0].doc_id
         assert (old, "current") in base[(c.conversation_id, u.index)]["anchor_results"]
         assert (new, "current") in fixed[(c.conversation_id, u.index)]["anchor_results"]
-    # context: the turns after the truncation get one summary line in place of turn 0
+    # context: the turns after the truncation get one summary line in place of turn 0, and a
+    # turn whose history the summary restored is not struck (scored against its key, as clean)
+    base, _ = _seen(convs, setting, sc["truncated_history"], "none")
+    assert all(r.struck == (r.turn >= 1) for r in base)
     recs, trunc = _seen(convs, setting, sc["truncated_history"], "history_summarisation")
     assert all(s["history_turns"] == list(range(t)) for (_c, t), s in trunc.items())
-    assert all(r.struck == (r.turn >= 1) for r in recs) and {r.mitigation for r in recs} == {
+    assert not any(r.struck for r in recs) and {r.mitigation for r in recs} == {
         "history_summarisation"}
+
+
+def test_a_summary_does_not_restore_another_sessions_history(built, setting) -> None:
+    """A swapped session's lost history is another session's: the summary does not stand in for
+    it, so the swapped turns stay struck exactly as without the arm."""
+    convs = built[0][:24]
+    sc = conversation_scenarios()["swapped_session"]
+    base, served0 = _seen(convs, setting, sc, "none")
+    summ, served = _seen(convs, setting, sc, "history_summarisation")
+    assert any(r.struck for r in base)
+    assert [r.struck for r in summ] == [r.struck for r in base]
+    assert {k: s["history_turns"] for k, s in served.items()} == {
+        k: s["history_turns"] for k, s in served0.items()}  # no summary line was added
 
 
 def test_scoped_memory_ends_the_leak_of_a_memory_first_system(built, setting) -> None:
@@ -178,13 +194,13 @@ def test_the_baseline_arm_is_the_run_without_arms(built, setting) -> None:
 
 def test_roles_conversation_findings_guard_with_session_mitigations(tmp_path) -> None:
     from layerlab.faults.roles import load_roles
-    from layerlab.mitigations import load_mitigations
+    from layerlab.mitigations import load_run_mitigations
 
     roles = load_roles()
     guards = {k: f.guard for k, f in roles.conversation_findings.items()}
     assert guards == {"session_state": "session_scoped_memory",
                       "freshness": "update_invalidation", "context": "history_summarisation"}  # fmt: skip
-    assert {f.guard for f in roles.findings.values()} <= set(load_mitigations().arms)
+    assert {f.guard for f in roles.findings.values()} <= set(load_run_mitigations().arms)
     text = paths.ROLE_SPEC.read_text(encoding="utf-8")
     for old, new, field, what in [
         ("guard: history_summarisation", "guard: freshness_guard",
