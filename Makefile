@@ -281,12 +281,14 @@ reference-surface: $(STAMP) ## The reference agents' reliability surface into da
 	cp out/surface_reference/records.parquet out/surface_reference/manifest.json data/archives/surface/reference/
 	$(MAKE) --no-print-directory checksums
 # The conversational reference readers (notebook 16's default archive): every conversation (80,
-# 353 turns) under every conversational scenario, one epoch (4,236 scored turns; about 15 s). The
-# committed archive keeps the rows as turns.parquet (turns.jsonl is 2.5 MB) with the run's
+# 353 turns) under every conversational scenario, one epoch, the baseline and each session
+# mitigation (16,944 scored turns; about 30 s): Table 21 reads the baseline, Table A9 the matrix.
+# The committed archive keeps the rows as turns.parquet (turns.jsonl is 10 MB) with the run's
 # summary.json and manifest.json, whose checksum of turns.jsonl the rows still match.
 reference-conversations: $(STAMP) ## The reference readers over the conversations into data/archives/conversations/reference/.
 	rm -rf out/conversations_reference
-	$(BIN)/layerlab run conversations -m layerlab/extractive -m layerlab/cautious --out out/conversations_reference
+	$(BIN)/layerlab run conversations -m layerlab/extractive -m layerlab/cautious --out out/conversations_reference \
+	  --mitigation none --mitigation session_scoped_memory --mitigation update_invalidation --mitigation history_summarisation
 	$(BIN)/python -c 'from layerlab.archive import turnrecords as t; t.pack("out/conversations_reference", "data/archives/conversations/reference")'
 	$(MAKE) --no-print-directory checksums
 local-replicates: $(LOCAL_STAMP) ## A real model, sampled, 3 epochs (within-task variability; resumable).

@@ -19,8 +19,9 @@ when the arm is not the baseline ``none``) and per scenario:
 * **the struck answers** — the turns a fault struck, and those of them answered and not safely
   resolved, by diagnosis: what a layer's finding counts (``roles.yaml`` ``conversation_findings``).
 
-:func:`turn_rates` gives S by turn index with exact intervals (what the figures draw), and
-:func:`load` reads the committed conversational archives (or the run folders given).
+:func:`turn_rates` gives S by turn index with exact intervals (what the figures draw),
+:func:`baseline` a run's records of the baseline arm, and :func:`load` reads the committed
+conversational archives (or the run folders given).
 
 Numbers only; their text is :mod:`layerlab.reporting.format.convtext`'s. Conversations cluster by
 policy (one per policy in the shipped DSL), so a conversation is the unit of the intervals.
@@ -120,8 +121,16 @@ def summarise(records: Iterable[Any]) -> dict[str, Any]:
     return {m: {s: _cell(rs) for s, rs in by.items()} for m, by in cells.items()}
 
 
+def baseline(records: Iterable[Any]) -> list[Any]:
+    """The records of the baseline arm (``none``): a run without arms whole, a run with the
+    session mitigations its unmitigated systems (what Table 21 and the figures show; the arms
+    are compared with it by :mod:`layerlab.analysis.convmatrix`)."""
+    return [r for r in records if getattr(r, "mitigation", NONE) == NONE]
+
+
 def turn_rates(records: Iterable[Any]) -> list[dict[str, Any]]:
-    """S by turn index per system and scenario, in the order first met: ``model``, ``scenario``,
+    """S by turn index per system (:func:`system_label`: an arm is a system of its own, never
+    pooled with the baseline) and scenario, in the order first met: ``model``, ``scenario``,
     ``turn``, ``k`` successes of ``n`` turns, ``S`` and its exact (Clopper–Pearson) 95%
     ``interval``. A conversation has one turn at an index per epoch, so over one epoch the turns
     at an index are independent conversations; over several a conversation's epochs are
@@ -129,8 +138,9 @@ def turn_rates(records: Iterable[Any]) -> list[dict[str, Any]]:
     cells: dict[tuple[str, str], dict[int, list[Any]]] = {}
     epochs: dict[tuple[str, str], set[int]] = defaultdict(set)
     for r in records:
-        cells.setdefault((r.model, r.scenario), {}).setdefault(r.turn, []).append(r)
-        epochs[(r.model, r.scenario)].add(r.epoch)
+        label = system_label(r.model, getattr(r, "mitigation", NONE))
+        cells.setdefault((label, r.scenario), {}).setdefault(r.turn, []).append(r)
+        epochs[(label, r.scenario)].add(r.epoch)
     out = []
     for (model, scen), turns in cells.items():
         one = len(epochs[(model, scen)]) == 1
@@ -151,4 +161,4 @@ def load(archives: Iterable[Path | str] | None = None) -> dict[str, list[Any]]:
     return {run.name: turnrecords.read(run) for run in runs}
 
 
-__all__ = ["load", "summarise", "system_label", "turn_rates"]
+__all__ = ["baseline", "load", "summarise", "system_label", "turn_rates"]

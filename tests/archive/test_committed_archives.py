@@ -153,6 +153,7 @@ def test_the_reference_conversational_archive_is_packed_whole_and_current() -> N
     from layerlab.corpus.build import load
     from layerlab.faults.scenario import conversation_scenarios
     from layerlab.harness import conversation as hc
+    from layerlab.mitigations.session import load_session_mitigations, session_arms
 
     folder = paths.REFERENCE_CONVERSATIONS
     assert paths.conversation_archives()[0] == folder
@@ -162,7 +163,9 @@ def test_the_reference_conversational_archive_is_packed_whole_and_current() -> N
     scen = conversation_scenarios()
     assert m["systems"] == ["layerlab/extractive", "layerlab/cautious"] and m["epochs"] == 1
     assert m["scenarios"] == list(scen) and m["per_domain"] is None
-    assert len(recs) == 2 * len(scen) * len(key) == m["counts"]["turns"]
+    arms = session_arms(m["mitigations"])  # the baseline and every session mitigation
+    assert [a.name for a in arms] == ["none", *load_session_mitigations().matrix_arms]
+    assert len(recs) == 2 * len(arms) * len(scen) * len(key) == m["counts"]["turns"]
     assert json.loads((folder / "summary.json").read_text()) == json.loads(json.dumps(summarise(recs)))
     listed = (paths.ARCHIVES / "SHA256SUMS").read_text()
     assert "conversations/reference/turns.parquet" in listed
@@ -170,7 +173,8 @@ def test_the_reference_conversational_archive_is_packed_whole_and_current() -> N
     for c in convs:
         first.setdefault(c.domain, c)
     systems = [hc.reference(s) for s in m["systems"]]
-    again = hc.run(systems, list(first.values()), list(scen.values()), hc.Setting(load(), key))
+    again = hc.run(systems, list(first.values()), list(scen.values()), hc.Setting(load(), key),
+                   arms=arms)  # fmt: skip
     ids = {c.conversation_id for c in first.values()}
     kept = sorted((r for r in recs if r.conversation_id in ids), key=turnrecords.sort_key)
     assert sorted(again, key=turnrecords.sort_key) == kept, "stale: run `make reference-conversations`"

@@ -11,6 +11,12 @@ the break and its commonest diagnosis). Names are ``Conv`` + the system (``Extra
 ``BreakKind`` and ``BreakDiagnostic``. A real model's chat chain is one generated sentence,
 ``ConvModel``: its numbers once its archive is committed under
 ``data/archives/local_model_conversations/``, else a sentence saying none is.
+
+The session mitigations' matrix (``paper/tables/conversations_matrix.csv``, Table A9): ``ConvMx``
++ the system + the arm in camel case + ``Verdict``, ``Gain`` (the target gain with its 95%
+interval, pp) and, for each target scenario, the scenario's cell (``ConvMxExtractive
+UpdateInvalidationStaleToolCache``); ``ConvRefScored`` counts the baseline's turns (Table 21's),
+``ConvRefArmScored`` the archive's under every arm.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from layerlab.analysis.conversations import baseline
 from layerlab.reporting.paper.texvalues import ValuesError, word
 from layerlab.reporting.paper.texvalues import camel as _camel
 from layerlab.reporting.paper.texvalues import csv_table as _csv
@@ -43,8 +50,24 @@ def _sizes(runs: dict[str, list[Any]]) -> dict[str, str]:
         "ConvMinTurns": word(lengths[0]),
         "ConvMaxTurns": word(lengths[-1]),
         "ConvFaults": word(sum(1 for s in scen.values() if s.operators)),
-        "ConvRefScored": f"{len(ref):,}".replace(",", "{,}"),
+        "ConvRefScored": f"{len(baseline(ref)):,}".replace(",", "{,}"),
+        "ConvRefArmScored": f"{len(ref):,}".replace(",", "{,}"),
     }
+
+
+def _matrix(tables: Path) -> dict[str, str]:
+    """Table A9's verdicts, target gains and target cells (module docstring)."""
+    table = _csv(tables, "conversations_matrix")
+    out: dict[str, str] = {}
+    fixed = {"block", "system", "arm", "layer(s)", "target gain, pp [95% CI]", "verdict"}
+    for _, r in table.iterrows():
+        name = f"ConvMx{_system(r['system'])}{_camel(r['arm'])}"
+        out[f"{name}Verdict"] = _tex(r["verdict"])
+        out[f"{name}Gain"] = r["target gain, pp [95% CI]"]
+        for col in (c for c in table.columns if c not in fixed):
+            if r[col].startswith("*"):
+                out[f"{name}{_camel(col)}"] = r[col].removeprefix("*")
+    return out
 
 
 def _leak(r: Any) -> tuple[str, str, str]:
@@ -121,7 +144,7 @@ def values(tables: Path) -> dict[str, str]:
         raise ValuesError("data/archives/conversations/reference: missing (run `make "
                           "reference-conversations`)")  # fmt: skip
     summaries = {name: summarise(recs) for name, recs in runs.items()}
-    return {**_sizes(runs), **_reference(table, summaries),
+    return {**_sizes(runs), **_reference(table, summaries), **_matrix(tables),
             "ConvModel": _model_sentence(table, summaries)}  # fmt: skip
 
 

@@ -6,7 +6,9 @@ archive (the same rows as ``turns.parquet``) is its own kind of input: the recor
 (:mod:`layerlab.reporting.run.report`) hands such inputs here. The page holds, per run: where each
 system breaks (:func:`~layerlab.reporting.format.convtext.finding`), S by turn index (the
 figure, one panel per system, and a table per system), the cross-session leak over turns and over
-conversations with exact intervals beside S, safe resolution and GF, and the run's provenance
+conversations with exact intervals beside S, safe resolution and GF, the session mitigations'
+specificity matrix when the run played them beside the baseline (Table A9's table for the run),
+and the run's provenance
 (systems, scenarios, epochs, the specs' hashes, the files' checksums, a local model's file,
 runtime and calls). The rows are checked against the manifest's checksums before anything is
 shown. Archives hold no prose or answers, so neither does the page; the same inputs give the same
@@ -24,6 +26,7 @@ from layerlab import __version__
 from layerlab._io import sha256_file
 from layerlab.analysis.conversations import summarise, turn_rates
 from layerlab.archive import turnrecords
+from layerlab.archive.turnrecords import NONE
 from layerlab.reporting.format import convtext, page
 from layerlab.reporting.format.display import REFERENCE_AGENT, unit_kind
 
@@ -39,6 +42,12 @@ REFERENCE_NOTE = (
     "layerlab/extractive and layerlab/cautious are the conversational reference readers: "
     "deterministic baselines keyed on the conversations' wording, not models; never pooled with "
     "models."
+)
+MATRIX_NOTE = (
+    "Per system and arm, the change in the share of turns safely resolved against the baseline "
+    "arm (none) under each scenario, pp with its 95% interval (turns paired by conversation and "
+    "turn index, resampled by conversation; * the arm's targets), the smallest target gain and "
+    "the verdict by Table 10's rule; a system's verdicts are never pooled with another's."
 )
 
 
@@ -122,13 +131,28 @@ def _run_parts(folder: Path, recs: list[Any], m: dict[str, Any]) -> dict[str, li
     for model, cells in summary.items():
         parts["by_turn"].append(f"<h4>{page.esc(model)}</h4>")
         parts["by_turn"].append(page.table(convtext.by_turn_table(cells), nowrap=True))
+    parts["mitigations"] = [head, *_matrix(recs)]
     return parts
+
+
+def _matrix(recs: list[Any]) -> list[str]:
+    """The session mitigations' specificity matrix of a run that played them (Table A9's table
+    for this run), else a line saying it played none."""
+    if len({r.mitigation for r in recs}) < 2 or NONE not in {r.mitigation for r in recs}:
+        return [page.para("This run played no session mitigation beside the baseline "
+                          "(`layerlab run conversations --mitigation none --mitigation ...`).",
+                          "muted")]  # fmt: skip
+    from layerlab.reporting.paper.tables.conversations import conversations_matrix
+
+    table = conversations_matrix({"run": recs}).drop(columns=["block"])
+    return [page.para(MATRIX_NOTE, "muted"), page.table(table, nowrap=True)]
 
 
 SECTIONS = (  # in page order
     ("findings", "Where each system breaks"),
     ("by_turn", "S by turn index"),
     ("leak", "The cross-session leak, S, safe resolution and GF"),
+    ("mitigations", "Session mitigations: the specificity matrix"),
     ("provenance", "Provenance and metadata"),
 )
 

@@ -233,7 +233,10 @@ def test_conversations_have_a_panel_per_system_a_line_per_scenario_and_the_turns
     from layerlab.analysis import conversations
 
     recs = conversations.load([paths.REFERENCE_CONVERSATIONS])["reference"]
-    rates = conversations.turn_rates(recs)
+    # an arm is a system of its own (never pooled with the baseline); the figure draws the baseline
+    arms = {r["model"] for r in conversations.turn_rates(recs)}
+    assert {"layerlab/extractive", "layerlab/extractive [history_summarisation]"} <= arms
+    rates = conversations.turn_rates(conversations.baseline(recs))
     fig = figures.conversations_by_turn(rates, "Conversations")
     axes = fig.axes
     assert [a.get_title().split("\n")[0] for a in axes] == ["layerlab/cautious", "layerlab/extractive"]

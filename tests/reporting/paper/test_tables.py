@@ -102,3 +102,26 @@ def test_the_tables_face_names_each_builder_once_and_lazily() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "layerlab.reporting.paper.tables.specificity" not in out.stdout  # Table 1 alone
+
+
+def test_the_conversational_matrix_is_each_readers_arms_and_none_without_arms() -> None:
+    """Table A9: a row per reader and session mitigation of the committed archive, the target
+    cells starred, the verdicts the matrix's; an archive that played no arm adds no row."""
+    from layerlab.analysis import conversations
+    from layerlab.analysis.convmatrix import matrices
+    from layerlab.mitigations.session import load_session_mitigations
+    from layerlab.reporting.paper.tables.conversations import conversations_matrix
+
+    runs = conversations.load([paths.REFERENCE_CONVERSATIONS])
+    t = conversations_matrix(runs)
+    book = load_session_mitigations().book()
+    arms = list(load_session_mitigations().matrix_arms)
+    assert sorted(zip(t["system"], t["arm"], strict=True)) == sorted(
+        (s, a) for s in ("layerlab/extractive", "layerlab/cautious") for a in arms)
+    mx = matrices(runs["reference"], book)
+    for _, r in t.iterrows():
+        summary = mx[r["system"]].summary.set_index("mitigation").loc[r["arm"]]
+        assert r["verdict"] == summary["verdict"]
+        starred = {c for c in t.columns if str(r[c]).startswith("*")}
+        assert starred == set(summary["targets"].split(", "))
+    assert conversations_matrix({"base": conversations.baseline(runs["reference"])}).empty

@@ -37,6 +37,20 @@ def test_the_page_shows_s_by_turn_the_leak_and_the_breaks(ref_html: str) -> None
     assert "deterministic baselines" in ref_html and "Records" not in ref_html
 
 
+def test_the_page_judges_the_session_mitigations_the_run_played(tmp_path, ref_html: str) -> None:
+    """The committed archive plays the three session mitigations beside the baseline: the page
+    holds their matrix (a row per system and arm, the verdicts); a baseline-only run says it
+    played none."""
+    mitigations = ref_html.split('id="mitigations"', 1)[1].split('id="provenance"', 1)[0]
+    for arm in ("session_scoped_memory", "update_invalidation", "history_summarisation"):
+        assert mitigations.count(f">{arm}<") == 2  # one row per reader
+    assert "specific" in mitigations and "ineffective" in mitigations
+    base = [r for r in turnrecords.read(REF) if r.mitigation == "none"][:60]
+    hc.write_run(tmp_path / "base", base, {"systems": ["layerlab/cautious"]})
+    html = report.build([tmp_path / "base"], "conv")
+    assert "played no session mitigation" in html
+
+
 def test_the_page_is_byte_identical_on_rerun(ref_html: str) -> None:
     assert report.build([REF], "conv") == ref_html
 

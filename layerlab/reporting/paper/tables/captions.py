@@ -92,6 +92,14 @@ CAPTIONS = {
     "leak (a reply carrying another user's conversation) over turns, with its exact "
     "Clopper-Pearson 95% interval; breaks at: the turn index with the lowest S. The reference "
     "readers are deterministic baselines keyed on the conversations' wording, not models.",
+    "conversations_matrix": "The session mitigations' specificity matrix over the conversations "
+    "(data/specs/mitigations_conversation.yaml; docs/conversations.md): per system and arm, the "
+    "change in the share of turns safely resolved against the baseline arm (none) under each "
+    "conversational scenario, in percentage points with its 95% interval (turns paired by "
+    "conversation and turn index, resampled by conversation; * the arm's target layer's "
+    "scenarios); the target gain is the smallest target cell, and the verdict is Table 10's rule "
+    "(each target's 95% interval above 0, each off-target cell's 90% interval within its layer's "
+    "margin). The reference readers are deterministic baselines, not models.",
     "answer_quality": "Supplementary: answer quality of the answered records by scenario and arm, "
     "beside strict exact match E (which S uses, unchanged): containment (the normalised expected "
     "answer appears in the normalised answer as whole tokens, RGB-style), right value with extra "

@@ -1,6 +1,8 @@
-"""The conversations' table: each system's S by turn index under each conversational scenario,
+"""The conversations' tables: each system's S by turn index under each conversational scenario,
 its conversation success, the cross-session leak with its exact interval and the turn where it
-breaks (:mod:`layerlab.analysis.conversations`), one block per kind of system, never pooled."""
+breaks (:mod:`layerlab.analysis.conversations`; the baseline arm), and the session mitigations'
+specificity matrix over the archives that ran them (:mod:`layerlab.analysis.convmatrix`), one
+block per kind of system, never pooled."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from layerlab.analysis.conversations import summarise
-from layerlab.reporting.format.display import REFERENCE_AGENT, unit_kind
+from layerlab.analysis.conversations import baseline, summarise
+from layerlab.reporting.format.display import REFERENCE_AGENT, points, unit_kind
 from layerlab.reporting.paper.tables.captions import CAPTIONS
 
 BLOCKS = ("reference agents (deterministic baselines)", "real models")
@@ -21,11 +23,12 @@ def _block(model: str) -> str:
 
 
 def conversations_table(runs: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
-    """Per system and scenario (the reference readers first, then each real model's run): S at
-    each turn index (``-``: no turn there), the share of conversations every turn of which
+    """Per system and scenario (the reference readers first, then each real model's run), the
+    baseline arm's records (a run's session mitigations are :func:`conversations_matrix`'s): S
+    at each turn index (``-``: no turn there), the share of conversations every turn of which
     succeeded, the leak over turns as ``rate [95% CI]`` and ``k/n`` and the turn with the lowest S."""
-    cells = [(model, scen, c) for recs in runs.values() for model, by in summarise(recs).items()
-             for scen, c in by.items()]  # fmt: skip
+    cells = [(model, scen, c) for recs in runs.values()
+             for model, by in summarise(baseline(recs)).items() for scen, c in by.items()]  # fmt: skip
     cells.sort(key=lambda x: BLOCKS.index(_block(x[0])))  # stable: each run's order within
     turns = sorted({t["turn"] for _, _, c in cells for t in c["by_turn"]})
     rows = []
@@ -48,4 +51,42 @@ def conversations_table(runs: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
         f"{', '.join(map(str, n_conv))} ({', '.join(map(str, n_turns))} turns), "
         f"epochs: {', '.join(map(str, epochs))}."
     )
+    return out
+
+
+def _pp(v: float, lo: float | None = None, hi: float | None = None) -> str:
+    return points(v, share=True, sign="always", missing="-",
+                  interval=None if lo is None else (lo, hi))  # fmt: skip
+
+
+def conversations_matrix(runs: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
+    """The session mitigations' specificity matrix of every archive that ran them (a baseline
+    and another arm): per system and arm, the change in turn-level safe resolution against the
+    baseline under each scenario (pp, its 95% interval; ``*`` the arm's targets, turns paired by
+    conversation and turn index and clustered by conversation), the target gain with its 95%
+    interval and the verdict by the single-turn matrix's rule. One block per system, never
+    pooled; an archive without arms has no rows."""
+    from layerlab.analysis.convmatrix import matrices
+    from layerlab.mitigations.session import load_session_mitigations
+
+    book = load_session_mitigations().book()
+    rows = []
+    for recs in runs.values():
+        if len({getattr(r, "mitigation", book.baseline) for r in recs}) < 2:
+            continue
+        for model, mx in matrices(recs, book).items():
+            cells, summary = mx.cells, mx.summary.set_index("mitigation")
+            for arm, sub in cells.groupby("mitigation", sort=False):
+                row: dict[str, Any] = {"block": _block(model), "system": model, "arm": arm,
+                                       "layer(s)": summary.loc[arm, "layers"]}  # fmt: skip
+                for _, e in sub.iterrows():
+                    row[str(e["scenario"])] = ("*" if e["target"] else "") + _pp(
+                        e["estimate"], e["ci_low"], e["ci_high"])
+                g = summary.loc[arm]
+                row["target gain, pp [95% CI]"] = _pp(g["target gain"], g["target gain low"],
+                                              g["target gain high"])  # fmt: skip
+                row["verdict"] = g["verdict"]
+                rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs["caption"] = CAPTIONS["conversations_matrix"]
     return out

@@ -182,6 +182,12 @@ TABLES = (
     ),
     Table("coverage", variability.coverage_table, ("coverage",), appendix=True),
     Table("surface_models", surface.surface_models, ("surface",), appendix=True),
+    Table(
+        "conversations_matrix",
+        conversations.conversations_matrix,
+        ("conversation_runs",),
+        appendix=True,
+    ),
 )
 REGISTRY = {t.id: t for t in TABLES}
 RECOMPUTED = tuple(t for t in TABLES if t.recompute)
