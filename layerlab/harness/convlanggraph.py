@@ -101,6 +101,12 @@ def memory_items(request: ConversationRequest) -> list[tuple[str, dict[str, Any]
     return out
 
 
+def _connect(path: Path, **kw: Any) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False, **kw)
+    conn.execute("PRAGMA synchronous=OFF")
+    return conn
+
+
 class Stores:
     """Layerlab's real LangGraph stores for one run: a ``SqliteSaver`` and a ``SqliteStore``
     (or ``InMemoryStore``) on files in a temporary folder, removed by :meth:`close`."""
@@ -108,15 +114,15 @@ class Stores:
     def __init__(self, store: str = "sqlite") -> None:
         SqliteSaver, SqliteStore, InMemoryStore = _imports()
         self.folder = Path(tempfile.mkdtemp(prefix="layerlab-langgraph-"))
-        # turns run in a worker thread of their own (the run's turn timeout), one at a time
-        self._conns = [sqlite3.connect(self.folder / CHECKPOINTS, check_same_thread=False)]
+        # turns run in a worker thread of their own (the run's turn timeout), one at a time; the
+        # files live as long as the run, so no write waits for the disk (synchronous=OFF)
+        self._conns = [_connect(self.folder / CHECKPOINTS)]
         self.checkpointer = SqliteSaver(self._conns[0])
         self.checkpointer.setup()
         if store == "memory":
             self.store: Any = InMemoryStore()
         else:
-            self._conns.append(sqlite3.connect(self.folder / MEMORIES, check_same_thread=False,
-                                               isolation_level=None))  # fmt: skip
+            self._conns.append(_connect(self.folder / MEMORIES, isolation_level=None))
             self.store = SqliteStore(self._conns[1])
             self.store.setup()
 
@@ -131,13 +137,18 @@ class Stores:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def clear_store(store: Any) -> None:
-    """Every item of ``store`` deleted (layerlab holds the memory: the store holds only what it
-    serves a turn)."""
-    for ns in store.list_namespaces(limit=100_000):
-        while items := store.search(ns, limit=1000):
-            for it in items:
-                store.delete(tuple(it.namespace), it.key)
+def refill_store(store: Any, namespace: tuple[str, ...],
+                 items: list[tuple[str, dict[str, Any]]]) -> None:  # fmt: skip
+    """``store`` emptied, then holding ``items`` under ``namespace``, in one batch (layerlab
+    holds the memory: the store holds only what it serves a turn)."""
+    from langgraph.store.base import PutOp
+
+    ops = {(tuple(it.namespace), it.key): PutOp(tuple(it.namespace), it.key, None)
+           for ns in store.list_namespaces(limit=100_000)
+           for it in store.search(ns, limit=100_000)}  # fmt: skip
+    ops |= {(namespace, k): PutOp(namespace, k, v, index=False) for k, v in items}
+    if ops:
+        store.batch(list(ops.values()))
 
 
 def _text(content: Any) -> str:
@@ -218,10 +229,8 @@ class ConversationalGraph(LangChainTarget):
         thread = config["configurable"]["thread_id"]
         self.checkpointer.delete_thread(thread)
         self.graph.update_state(config, {"messages": served_messages(request)})
-        clear_store(self.store)
-        ns = (NAMESPACE, config["configurable"]["user_id"])
-        for key, value in memory_items(request):
-            self.store.put(ns, key, value, index=False)
+        refill_store(self.store, (NAMESPACE, config["configurable"]["user_id"]),
+                     memory_items(request))
 
     def answer(self, request: Any) -> Any:
         from langchain_core.messages import HumanMessage
@@ -276,5 +285,5 @@ class ConversationalGraph(LangChainTarget):
         self.stores.close()
 
 
-__all__ = ["NAMESPACE", "ConversationalGraph", "Stores", "clear_store", "memory_items",
+__all__ = ["NAMESPACE", "ConversationalGraph", "Stores", "memory_items", "refill_store",
            "served_messages"]  # fmt: skip
