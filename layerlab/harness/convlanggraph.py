@@ -14,7 +14,8 @@ team's graph reads:
   ``AIMessage`` of its answer (:func:`~layerlab.harness.convtools.spoken`), ids
   ``"{turn}-{role}"``. A history a fault truncated is a thread without those turns; a swapped
   session is another thread id;
-* the store is emptied and holds the served memory entries under the namespace
+* the store is emptied (a store the graph brought: its ``("memory", ...)`` namespaces only)
+  and holds the served memory entries under the namespace
   ``("memory", user_id)`` (:data:`NAMESPACE`; the user the conversation belongs to: a
   LangGraph team's user-scoped long-term memory), one item per entry, its value the entry's
   fields (``text``, ``policy_id``, ``doc_id``, ``session_id``, ``user``, ``turn``), so another
@@ -137,14 +138,14 @@ class Stores:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def refill_store(store: Any, namespace: tuple[str, ...],
-                 items: list[tuple[str, dict[str, Any]]]) -> None:  # fmt: skip
-    """``store`` emptied, then holding ``items`` under ``namespace``, in one batch (layerlab
-    holds the memory: the store holds only what it serves a turn)."""
+def refill_store(store: Any, namespace: tuple[str, ...], items: list[tuple[str, dict[str, Any]]],
+                 emptied: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """``store``'s items under the prefix ``emptied`` (all: layerlab holds the memory) deleted,
+    then ``items`` put under ``namespace``, in one batch: the store holds what a turn is served."""
     from langgraph.store.base import PutOp
 
     ops = {(tuple(it.namespace), it.key): PutOp(tuple(it.namespace), it.key, None)
-           for ns in store.list_namespaces(limit=100_000)
+           for ns in store.list_namespaces(prefix=emptied or None, limit=100_000)
            for it in store.search(ns, limit=100_000)}  # fmt: skip
     ops |= {(namespace, k): PutOp(namespace, k, v, index=False) for k, v in items}
     if ops:
@@ -229,8 +230,10 @@ class ConversationalGraph(LangChainTarget):
         thread = config["configurable"]["thread_id"]
         self.checkpointer.delete_thread(thread)
         self.graph.update_state(config, {"messages": served_messages(request)})
+        # layerlab's own store is emptied whole; a store the graph brought, only of the memory
+        mine = self.store is self.stores.store
         refill_store(self.store, (NAMESPACE, config["configurable"]["user_id"]),
-                     memory_items(request))
+                     memory_items(request), () if mine else (NAMESPACE,))  # fmt: skip
 
     def answer(self, request: Any) -> Any:
         from langchain_core.messages import HumanMessage

@@ -170,6 +170,21 @@ def test_the_store_holds_only_what_the_turn_is_served(targets, built, setting, s
     assert any(n for n, _ in held) and NAMESPACE == "memory"
 
 
+def test_a_graph_with_stores_of_its_own_keeps_them_and_its_other_items(targets, built, setting,
+                                                                        scenarios) -> None:  # fmt: skip
+    system = hc.target("langgraph:conversation_targets:own_stores_factory")
+    lg: ConversationalGraph = system.answer.__self__
+    assert lg.checkpointer is not lg.stores.checkpointer and lg.store is not lg.stores.store
+    try:
+        recs = hc.run([system], built[0][:3], [scenarios["foreign_memory"]], setting)
+        held = {tuple(ns) for ns in lg.store.list_namespaces()}
+    finally:
+        hc.close_all([system])
+    assert all(r.success for r in recs if r.turn == 0)
+    assert held == {("team",), (NAMESPACE, USER)}  # the team's item kept; the memory served
+    assert lg.store.get(("team",), "glossary") is not None
+
+
 def test_the_answer_key_never_reaches_the_graph(targets, built, setting, scenarios) -> None:
     """Every turn of some conversations, under every scenario: what the graph read (its state's
     messages, its config, its store's items) and the checkpoints written hold no key, no
