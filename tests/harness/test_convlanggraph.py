@@ -72,6 +72,8 @@ def test_a_graph_runs_as_a_target_with_the_chat_chains_S(targets, built, setting
     try:
         recs = hc.run([graph], built[0][:12], clean, setting)
         same = hc.run([chain], built[0][:12], clean, setting)
+        targets.LG_SEEN.clear()
+        assert hc.run([graph], built[0][:12], clean, setting) == recs  # nothing kept across runs
     finally:
         hc.close_all([graph])
     assert {r.model for r in recs} == {"target/graph_factory"}
