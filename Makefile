@@ -305,7 +305,7 @@ coverage: $(STAMP) ## Full coverage suite of the intervals -> data/coverage/cove
 	$(BIN)/python -m layerlab.analysis.coverage --full --write
 
 lock: ## Regenerate the hash-locked requirements files from pyproject.toml (needs uv).
-	uv pip compile pyproject.toml --extra dev --extra notebooks --extra langchain --extra dense --extra mcp --extra agents --extra llamaindex --extra inspect --extra otel --generate-hashes --universal --python-version 3.11 -o requirements.lock
+	uv pip compile pyproject.toml --extra dev --extra notebooks --extra langchain --extra dense --extra mcp --extra agents --extra llamaindex --extra langgraph --extra inspect --extra otel --generate-hashes --universal --python-version 3.11 -o requirements.lock
 	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --no-emit-package llama-cpp-python -o requirements-local.lock
 	uv pip compile pyproject.toml --extra local -c requirements.lock --generate-hashes --universal --python-version 3.11 --quiet \
 	  | awk '/^llama-cpp-python==/{p=1; print; next} p && /^ +--hash/{print; next} {p=0}' > requirements-llama.lock

@@ -20,6 +20,7 @@ EXTRAS = {
     "mcp": "mcp",
     "agents": "agents",
     "llama_index": "llamaindex",
+    "langgraph": "langgraph",
     "inspect_ai": "inspect",
     "opentelemetry": "otel",
     "openinference": "otel",

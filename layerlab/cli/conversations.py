@@ -123,7 +123,8 @@ def run_conversations(
         help="Your conversational system (repeatable): a Python function of a "
         "ConversationRequest, or a class with answer(request) (python:MODULE:FN too), or "
         "langchain:MODULE:FACTORY (a chat chain with message history), "
-        "llamaindex:MODULE:FACTORY (a chat engine), or an http(s):// URL (a service "
+        "llamaindex:MODULE:FACTORY (a chat engine), langgraph:MODULE:FACTORY (a LangGraph "
+        "graph over layerlab's SQLite checkpointer and store), or an http(s):// URL (a service "
         "POSTed each turn).",
     ),
     target_setting: list[str] = typer.Option(

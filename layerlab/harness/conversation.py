@@ -88,7 +88,7 @@ def reference(name: str) -> System:
     return System(PROVIDER, f"{PROVIDER}/{short}", READERS[short]().answer)
 
 
-CONVERSATIONAL_KINDS = ("python", "langchain", "llamaindex", "http")
+CONVERSATIONAL_KINDS = ("python", "langchain", "llamaindex", "langgraph", "http")
 """The target kinds a conversation runs (:func:`target`)."""
 
 
@@ -98,7 +98,8 @@ def target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
     ``answer`` method is; either may be a coroutine function, whose coroutine is run to its end),
     a LangChain chat chain (``langchain:module:factory``, :mod:`~layerlab.harness.convlangchain`),
     a LlamaIndex chat engine (``llamaindex:module:factory``,
-    :mod:`~layerlab.harness.convllamaindex`) or an HTTP service (``http(s)://...``,
+    :mod:`~layerlab.harness.convllamaindex`), a LangGraph graph over layerlab's checkpointer and
+    store (``langgraph:module:factory``, :mod:`~layerlab.harness.convlanggraph`) or an HTTP service (``http(s)://...``,
     :mod:`~layerlab.harness.convhttp`; refused in one line when nothing answers there)."""
     from layerlab.harness.targets.python import PythonTarget
     from layerlab.harness.targets.spec import KINDS, parse_target
@@ -106,9 +107,10 @@ def target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
 
     kind = spec_text.partition(":")[0]
     if kind in KINDS and kind not in CONVERSATIONAL_KINDS:
-        raise ValueError(f"--target {spec_text}: conversations run Python, LangChain, LlamaIndex "
-                         "and HTTP targets only so far (MODULE:FN, python:MODULE:FN, "
-                         "langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY, http(s)://...)")  # fmt: skip
+        raise ValueError(f"--target {spec_text}: conversations run Python, LangChain, LlamaIndex, "
+                         "LangGraph and HTTP targets only so far (MODULE:FN, python:MODULE:FN, "
+                         "langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY, "
+                         "langgraph:MODULE:FACTORY, http(s)://...)")  # fmt: skip
     url = spec_text.startswith(("http://", "https://"))
     text = spec_text if url or kind in CONVERSATIONAL_KINDS else f"python:{spec_text}"
     spec = parse_target(text, settings=dict(settings or {}))
@@ -122,6 +124,11 @@ def target(spec_text: str, settings: Mapping[str, str] | None = None) -> System:
         from layerlab.harness.convllamaindex import ConversationalEngine
 
         answer = ConversationalEngine(spec).answer
+    elif spec.kind == "langgraph":
+        from layerlab.harness.convlanggraph import ConversationalGraph
+
+        graph = ConversationalGraph(spec)
+        answer, close = graph.answer, graph.close
     elif spec.kind == "http":
         from layerlab.harness.convhttp import ConversationalService
         from layerlab.harness.targets.http import reachable

@@ -265,6 +265,17 @@ def exchange(request: ConversationRequest, name: str, args: Any) -> tuple[dict[s
     return tool.call(name, args), None
 
 
+def user_of(request: ConversationRequest) -> str:
+    """The user the turn's conversation belongs to (a session fault changes the session, not
+    the user), for a framework that scopes long-term memory by user
+    (:mod:`~layerlab.harness.convlanggraph`); not a request field, so a Python target sees no
+    more than before."""
+    tool = _TOOLS.get(request)
+    if tool is None:
+        raise RuntimeError("this ConversationRequest has no tools (its turn has ended)")
+    return tool.served.user
+
+
 def end_turn(request: ConversationRequest) -> None:
     """The turn has ended: its request calls no more tools (a call in progress finishes first;
     then the turn's log is fixed, whatever a system left running still tries)."""
@@ -292,4 +303,4 @@ def serve_mcp(request: ConversationRequest, service: Any) -> None:
 
 
 __all__ = ["Call", "ConversationRequest", "ConversationTool", "Index", "end_turn", "exchange",
-           "mcp_service", "normal_query", "serve_mcp", "spoken"]  # fmt: skip
+           "mcp_service", "normal_query", "serve_mcp", "spoken", "user_of"]  # fmt: skip

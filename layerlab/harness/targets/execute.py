@@ -100,6 +100,10 @@ def _load(spec: TargetSpec) -> Any:
         from layerlab.harness.targets.llamaindex import LlamaIndexTarget
 
         return LlamaIndexTarget(spec)
+    if spec.kind == "langgraph":
+        raise TargetError(f"--target {spec.spec}: a LangGraph graph runs through the "
+                          "conversations (layerlab run conversations --target "
+                          "langgraph:MODULE:FACTORY), not as a single-question target")  # fmt: skip
     from layerlab.harness.targets.http import HttpTarget
 
     return HttpTarget(spec)

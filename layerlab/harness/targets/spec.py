@@ -6,6 +6,8 @@
     python:pkg.module:function      a function (or a class with __call__ or answer) of a request
     langchain:pkg.module:factory    a factory (retriever, tool) -> a langchain_core Runnable
     llamaindex:pkg.module:factory   a factory (retriever) -> a LlamaIndex query engine
+    langgraph:pkg.module:factory    a factory (retriever, tool) -> a LangGraph graph
+                                    (conversations only: layerlab.harness.convlanggraph)
     http://host:port/path           a service answering POSTed questions (https too)
 
 The archive records the target's kind, name, the version string its user gives, the reference
@@ -29,14 +31,15 @@ from layerlab import _secrets
 from layerlab._io import canonical_json
 from layerlab._secrets import SECRET_MARK, credentials_in, is_secret
 
-KINDS = ("python", "langchain", "llamaindex", "http")
+KINDS = ("python", "langchain", "llamaindex", "langgraph", "http")
 PROVIDER = "target"
 """The provider of a target run's records (their model is the target's name)."""
 
 _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _NAME = re.compile(r"[A-Za-z0-9][\w.+-]{0,63}")
 SHAPES = (
-    "python:MODULE:ATTR, langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY or an http(s):// URL"
+    "python:MODULE:ATTR, langchain:MODULE:FACTORY, llamaindex:MODULE:FACTORY, "
+    "langgraph:MODULE:FACTORY (conversations) or an http(s):// URL"
 )
 
 
