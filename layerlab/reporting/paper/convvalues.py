@@ -130,8 +130,24 @@ def _model_sentence(table: Any, summaries: dict[str, Any]) -> str:
                            f"often {b['diagnostic'] or 'none'}), a cross-session leak of {rate} "
                            f"of its turns ({k} of {n})")  # fmt: skip
         parts.append(f"The real model's chat chain ({model}) over {one['conversations']} "
-                     f"conversations: " + "; ".join(clauses) + ".")  # fmt: skip
+                     f"conversations: " + "; ".join(clauses) + ". " + _decides(one))  # fmt: skip
     return _tex(" ".join(parts))
+
+
+def _decides(cell: dict[str, Any]) -> str:
+    """What a run of this size can decide, from its own counts: the exact 95% interval of none of
+    its conversations, the half-width near one half, and none of its turns."""
+    from layerlab.analysis.rates import clopper_pearson
+
+    n, turns = cell["conversations"], cell["turns"]
+    none_hi = clopper_pearson(0, n)[1]
+    lo, hi = clopper_pearson(n // 2, n)
+    return (f"At {n} conversations a share of them is known to within an exact 95% interval of "
+            f"about {_rate((hi - lo) / 2)} either side near one half (none of {n} still allows "
+            f"{_rate(none_hi)}), so this size tells apart only differences of that order between "
+            f"scenarios or systems, and over its {turns} turns no leak bounds the leak rate at "
+            f"{_rate(clopper_pearson(0, turns)[1])}; it cannot rank scenarios whose intervals "
+            "overlap.")
 
 
 def values(tables: Path) -> dict[str, str]:
