@@ -14,8 +14,8 @@ the break and its commonest diagnosis). Names are ``Conv`` + the system (``Extra
 
 The session mitigations' matrix (``paper/tables/conversations_matrix.csv``, Table A9): ``ConvMx``
 + the system + the arm in camel case + ``Verdict``, ``Gain`` (the target gain with its 95%
-interval, pp) and, for each target scenario, the scenario's cell (``ConvMxExtractive
-UpdateInvalidationStaleToolCache``); ``ConvRefScored`` counts the baseline's turns (Table 21's),
+interval, pp) and, for each target scenario, the scenario's cell
+(``ConvMxExtractiveUpdateInvalidationStaleToolCache``); ``ConvRefScored`` counts the baseline's turns (Table 21's),
 ``ConvRefArmScored`` the archive's under every arm.
 """
 
@@ -145,7 +145,7 @@ def _decides(cell: dict[str, Any]) -> str:
     return (f"At {n} conversations a share of them is known to within an exact 95% interval of "
             f"about {_rate((hi - lo) / 2)} either side near one half (none of {n} still allows "
             f"{_rate(none_hi)}), so this size tells apart only differences of that order between "
-            f"scenarios or systems, and over its {turns} turns no leak bounds the leak rate at "
+            f"scenarios or systems, and over a scenario's {turns} turns no leak bounds the leak rate at "
             f"{_rate(clopper_pearson(0, turns)[1])}; it cannot rank scenarios whose intervals "
             "overlap.")
 
