@@ -5,9 +5,6 @@ conversation's cache in front), its reply read as the reply contract; a tiny ser
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from layerlab.corpus import conversations as cv
@@ -16,18 +13,8 @@ from layerlab.faults.scenario import conversation_scenarios
 from layerlab.harness import conversation as hc
 from layerlab.harness.targets.spec import TargetError
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIELDS = {"conversation_id", "turn", "session_id", "question", "answer_kind", "history", "memory",
           "tools_url", "tools_token", "mcp_url"}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def targets():
-    sys.path.insert(0, str(FIXTURES))
-    import conversation_targets
-
-    yield conversation_targets
-    sys.path.remove(str(FIXTURES))
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,6 @@ beyond its factory, and meets the history layerlab serves (faults included)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("langchain_core")
@@ -15,17 +12,6 @@ from layerlab.corpus.build import load  # noqa: E402
 from layerlab.faults.scenario import conversation_scenarios  # noqa: E402
 from layerlab.harness import conversation as hc  # noqa: E402
 from layerlab.harness.convlangchain import session_history  # noqa: E402
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-@pytest.fixture(scope="module")
-def targets():
-    sys.path.insert(0, str(FIXTURES))
-    import conversation_targets
-
-    yield conversation_targets
-    sys.path.remove(str(FIXTURES))
 
 
 @pytest.fixture(scope="module")

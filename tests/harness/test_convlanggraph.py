@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,6 @@ from layerlab.mitigations.session import session_arms  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 USER = f"{TENANT}:user"
-
-
-@pytest.fixture(scope="module")
-def targets():
-    sys.path.insert(0, str(FIXTURES))
-    import conversation_targets
-
-    yield conversation_targets
-    sys.path.remove(str(FIXTURES))
 
 
 @pytest.fixture(scope="module")

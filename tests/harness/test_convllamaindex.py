@@ -4,9 +4,6 @@ offline), and meets the history and memory layerlab serves (faults included)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("llama_index.core")
@@ -17,17 +14,7 @@ from layerlab.faults.scenario import conversation_scenarios  # noqa: E402
 from layerlab.harness import conversation as hc  # noqa: E402
 from layerlab.harness.targets.spec import TargetError  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SPEC = "llamaindex:conversation_targets:li_chat_factory"
-
-
-@pytest.fixture(scope="module")
-def targets():
-    sys.path.insert(0, str(FIXTURES))
-    import conversation_targets
-
-    yield conversation_targets
-    sys.path.remove(str(FIXTURES))
 
 
 @pytest.fixture(scope="module")

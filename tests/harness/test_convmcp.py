@@ -5,11 +5,9 @@ the turn's own that ends with the turn."""
 from __future__ import annotations
 
 import json
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -19,17 +17,6 @@ from layerlab.corpus import conversations as cv  # noqa: E402
 from layerlab.corpus.build import load  # noqa: E402
 from layerlab.faults.scenario import conversation_scenarios  # noqa: E402
 from layerlab.harness import conversation as hc  # noqa: E402
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-@pytest.fixture(scope="module")
-def targets():
-    sys.path.insert(0, str(FIXTURES))
-    import conversation_targets
-
-    yield conversation_targets
-    sys.path.remove(str(FIXTURES))
 
 
 @pytest.fixture(scope="module")
